@@ -1,0 +1,151 @@
+"""The `fusetrace` command line: one command for every job."""
+
+import argparse
+import os
+import select
+import subprocess
+import sys
+import time
+
+from .errors import UserError
+
+READY_TIMEOUT = 30.0
+
+
+def _mount_parser(sub) -> None:
+    p = sub.add_parser("mount", help="mount SOURCE on MOUNTPOINT, tracing and/or emulating",
+                       description="Mount a passthrough of SOURCE on MOUNTPOINT. Returns once the "
+                                   "mount is live; the server runs on in the background.")
+    p.add_argument("source")
+    p.add_argument("mountpoint")
+    p.add_argument("--trace", metavar="DIR", dest="trace_dir",
+                   help="write a trace of every operation to DIR (Parquet files)")
+    p.add_argument("--foreground", action="store_true", help="serve in this process until unmounted")
+    p.add_argument("--attr-timeout", type=float, default=1.0, metavar="S",
+                   help="seconds the kernel may cache attributes (default 1.0; 0 sends every "
+                        "stat to the file system and the trace)")
+    p.add_argument("--entry-timeout", type=float, default=1.0, metavar="S",
+                   help="seconds the kernel may cache name lookups (default 1.0)")
+    p.add_argument("-o", dest="fuse_options", action="append", default=[], metavar="OPT[,OPT]",
+                   help="FUSE mount options, e.g. allow_other (permissions are then enforced by "
+                        "the kernel: default_permissions is always on)")
+    p.add_argument("--threads", type=int, default=64,
+                   help="worker threads for blocking syscalls below (default 64)")
+    p.add_argument("--max-requests", type=int, default=1024,
+                   help="FUSE requests served at once (default 1024)")
+    p.add_argument("--log", metavar="FILE", help="server log when running in the background")
+    p.add_argument("--backend-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+
+
+def _mount(args, argv) -> int:
+    from . import runstate
+    from .server import MountOptions, preflight, serve
+
+    opts = MountOptions(
+        source=args.source, mountpoint=args.mountpoint, trace_dir=args.trace_dir,
+        attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout,
+        fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
+        backend_delay=args.backend_delay_ms / 1000.0,
+    )
+    if args.foreground:
+        return serve(opts, ready_fd=args.ready_fd)
+    preflight(opts)
+    log = args.log or runstate.path_for(opts.mountpoint, ".log")
+    r, w = os.pipe()
+    with open(log, "ab") as logf:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "fusetrace", *argv, "--foreground", "--ready-fd", str(w)],
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, pass_fds=(w,), start_new_session=True,
+        )
+    os.close(w)
+    answer = _read_answer(r, child)
+    if answer == "ok":
+        where = f", tracing to {os.path.abspath(args.trace_dir)}" if args.trace_dir else ""
+        print(f"fusetrace: {opts.source} mounted on {opts.mountpoint}{where}")
+        return 0
+    if answer.startswith("error: "):
+        raise UserError(answer[len("error: "):])
+    raise UserError(f"server for {opts.mountpoint} {answer}: {_last_line(log)} (log: {log})")
+
+
+def _last_line(path: str) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - 4096))
+        lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+def _read_answer(fd: int, child: subprocess.Popen) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT
+    data = b""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                child.terminate()
+                return f"did not come up within {READY_TIMEOUT:.0f} s"
+            if select.select([pipe], [], [], left)[0]:
+                chunk = pipe.read(4096)
+                if not chunk:
+                    code = child.wait()
+                    return f"exited with code {code} before the mount was live"
+                data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def _umount(args) -> int:
+    from . import mounts, runstate
+    from .server import wait_gone
+
+    mnt = mounts.canonical(args.mountpoint)
+    info = mounts.mounted_at(mnt)
+    if info is None:
+        raise UserError(f"{mnt}: not mounted")
+    if info.fstype != mounts.FSTYPE:
+        raise UserError(f"{mnt}: not a fusetrace mount ({info.fstype} from {info.source})")
+    state = runstate.read(mnt) or {}
+    done = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        raise UserError(f"cannot unmount {mnt}: {reason}")
+    pid = state.get("pid")
+    if pid and not wait_gone(pid, timeout=120):
+        raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is still flushing after 120 s")
+    trace = f"; trace in {state['trace']}" if state.get("trace") else ""
+    print(f"fusetrace: unmounted {mnt}{trace}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fusetrace", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _mount_parser(sub)
+    u = sub.add_parser("umount", help="unmount, after the server has flushed its trace")
+    u.add_argument("mountpoint")
+    r = sub.add_parser("report", help="per-operation latency table of a trace")
+    r.add_argument("trace_dir", metavar="DIR")
+    r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
+    r.add_argument("--by", choices=("pid", "path"), help="one table per pid or per path")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "mount":
+            return _mount(args, argv)
+        if args.command == "umount":
+            return _umount(args)
+        if args.command == "report":
+            from .report import run
+
+            return run(args)
+    except UserError as exc:
+        print(f"fusetrace: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 2

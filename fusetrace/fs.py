@@ -1,0 +1,586 @@
+"""The FUSE operations: a passthrough to a source directory, traced and shaped.
+
+Every handler goes the same way (DESIGN.md): start the clock, ask the shaper
+when the operation may complete (emulation only), run the real syscall in a
+worker thread, wait out the shaper's deadline, write the trace record.  Only
+pyfuse3.FUSEError leaves a handler; an OSError from below becomes the same
+errno.
+"""
+
+import errno as E
+import functools
+import logging
+import os
+import stat
+from time import monotonic_ns
+
+import pyfuse3
+from pyfuse3 import FUSEError
+
+from . import syscalls
+from .inodes import ROOT, Inode, InodeTable
+from .workers import Workers
+
+log = logging.getLogger(__name__)
+
+# Flags the kernel sends that must not reach the backing open(2) of an existing file.
+_OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
+_O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
+_AS_ROOT = os.geteuid() == 0
+
+
+class Handle:
+    """An open file: its own backing descriptor with the caller's flags."""
+
+    __slots__ = ("fd", "inode", "flags", "pid", "uid", "gid", "dirty")
+
+    def __init__(self, fd: int, inode: Inode, flags: int, ctx):
+        self.fd = fd
+        self.inode = inode
+        self.flags = flags
+        self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
+        self.dirty = False  # written since the last commit (flush/fsync)
+
+    @property
+    def write_mode(self) -> str:
+        if self.flags & os.O_DIRECT:
+            return "direct"
+        return "sync" if self.flags & _SYNC_FLAGS else "buffered"
+
+
+class DirHandle:
+    __slots__ = ("fd", "inode", "names", "fit", "pid", "uid", "gid")
+
+    def __init__(self, fd: int, inode: Inode, ctx):
+        self.fd = fd
+        self.inode = inode
+        self.names: list[str] | None = None  # the listing taken at offset 0
+        self.fit = 32  # entries per readdir call; learnt from the kernel's buffer size
+        self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        workers: Workers,
+        tracer=None,
+        shaper=None,
+        attr_timeout: float = 1.0,
+        entry_timeout: float = 1.0,
+    ):
+        super().__init__()
+        self.root_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.inodes = InodeTable(self.root_fd)
+        self.handles: dict[int, Handle] = {}
+        self.dirs: dict[int, DirHandle] = {}
+        self.workers = workers
+        self.tracer = tracer
+        self.shaper = shaper
+        self.attr_timeout = attr_timeout
+        self.entry_timeout = entry_timeout
+
+    # ---- the common path of every request -------------------------------------------
+
+    async def _call(self, op, inode: Inode, who, fn, *args, name=None, path2=None, fh=0, offset=0, size=0, kind="meta_read"):
+        """Run fn(*args) in a worker as operation `op` on `inode` (or on the entry
+        `name` in directory `inode`), shaped and traced."""
+        start = monotonic_ns()
+        deadline = None
+        if self.shaper is not None:
+            deadline = self.shaper.admit(kind, inode.id, name is not None, size, start)
+        err = 0
+        out = None
+        try:
+            out = await self.workers.run(fn, *args)
+        except OSError as exc:
+            err = exc.errno or E.EIO
+        held = 0 if deadline is None else await self.shaper.hold_until(deadline)
+        if self.tracer is not None:
+            if err or out is None:
+                result = 0
+            elif isinstance(out, int):
+                result = out
+            elif isinstance(out, (bytes, list)):
+                result = len(out)
+            else:
+                result = 0
+            self.tracer.record(
+                start, monotonic_ns() - start, op, inode.id,
+                inode.path if name is None else _join(inode.path, name), path2,
+                fh, offset, size, result, err, who.pid, who.uid, who.gid, held,
+            )
+        if err:
+            raise FUSEError(err)
+        return out
+
+    def _inode(self, node_id: int) -> Inode:
+        inode = self.inodes.get(node_id)
+        if inode is None:
+            raise FUSEError(E.ESTALE)
+        return inode
+
+    def _handle(self, fh: int) -> Handle:
+        h = self.handles.get(fh)
+        if h is None:
+            raise FUSEError(E.EBADF)
+        return h
+
+    def _entry(self, st: os.stat_result, node_id: int) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node_id
+        a.generation = 0
+        a.entry_timeout = self.entry_timeout
+        a.attr_timeout = self.attr_timeout
+        a.st_mode = st.st_mode
+        a.st_nlink = st.st_nlink
+        a.st_uid = st.st_uid
+        a.st_gid = st.st_gid
+        a.st_rdev = st.st_rdev
+        a.st_size = st.st_size
+        a.st_blksize = st.st_blksize
+        a.st_blocks = st.st_blocks
+        a.st_atime_ns = st.st_atime_ns
+        a.st_mtime_ns = st.st_mtime_ns
+        a.st_ctime_ns = st.st_ctime_ns
+        return a
+
+    def _new_entry(self, parent: Inode, name: str, found) -> pyfuse3.EntryAttributes:
+        """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
+        st, fd = found
+        inode = self.inodes.remember(st, fd, _join(parent.path, name))
+        return self._entry(st, inode.id)
+
+    # ---- names --------------------------------------------------------------------
+
+    async def lookup(self, parent_inode, name, ctx):
+        parent = self._inode(parent_inode)
+        name = os.fsdecode(name)
+        if name in (".", ".."):
+            raise FUSEError(E.EINVAL)  # never sent without export support
+        found = await self._call("lookup", parent, ctx, _open_path, parent.fd, name, name=name)
+        return self._new_entry(parent, name, found)
+
+    async def forget(self, inode_list):
+        for node_id, nlookup in inode_list:
+            self.inodes.forget(node_id, nlookup)
+
+    async def getattr(self, inode, ctx=None):
+        node = self._inode(inode)
+        st = await self._call("getattr", node, ctx or _NOBODY, os.stat, node.fd)
+        return self._entry(st, node.id)
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._inode(inode)
+        h = self.handles.get(fh) if fh is not None else None
+        change = _Change(node, h.fd if h else None, attr, fields, self._nofollow_path(node))
+        st = await self._call("setattr", node, ctx, change.apply, fh=fh or 0,
+                              size=attr.st_size if fields.update_size else 0, kind="meta_write")
+        return self._entry(st, node.id)
+
+    async def readlink(self, inode, ctx):
+        node = self._inode(inode)
+        target = await self._call("readlink", node, ctx, _readlink, node.fd)
+        return os.fsencode(target)
+
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        return await self._make("mknod", parent_inode, name, ctx, _mknod, mode, rdev)
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        return await self._make("mkdir", parent_inode, name, ctx, _mkdir, mode | stat.S_IFDIR)
+
+    async def symlink(self, parent_inode, name, target, ctx):
+        target = os.fsdecode(target)
+        return await self._make("symlink", parent_inode, name, ctx, _symlink, target, path2=target)
+
+    async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
+        parent = self._inode(parent_inode)
+        name = os.fsdecode(name)
+        found = await self._call(op, parent, ctx, fn, parent.fd, name, *args, _owner_for(ctx),
+                                 name=name, path2=path2, kind="meta_write")
+        return self._new_entry(parent, name, found)
+
+    async def unlink(self, parent_inode, name, ctx):
+        parent = self._inode(parent_inode)
+        name = os.fsdecode(name)
+        await self._call("unlink", parent, ctx, _unlink, name, parent.fd, name=name, kind="meta_write")
+
+    async def rmdir(self, parent_inode, name, ctx):
+        parent = self._inode(parent_inode)
+        name = os.fsdecode(name)
+        await self._call("rmdir", parent, ctx, _rmdir, name, parent.fd, name=name, kind="meta_write")
+
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
+        old, new = os.fsdecode(name_old), os.fsdecode(name_new)
+        old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
+        moved = await self._call("rename", old_dir, ctx, _rename, old_dir.fd, old, new_dir.fd, new, flags,
+                                 name=old, path2=new_path, kind="meta_write")
+        # Keep the best known paths of the objects that moved (for traces).
+        for key, path in zip(moved, (new_path, old_path)):
+            known = self.inodes.by_key(key)
+            if known is not None:
+                known.path = path
+
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        node = self._inode(inode)
+        parent = self._inode(new_parent_inode)
+        name = os.fsdecode(new_name)
+        found = await self._call("link", node, ctx, _link, node, parent.fd, name,
+                                 path2=_join(parent.path, name), kind="meta_write")
+        return self._new_entry(parent, name, found)
+
+    # ---- files --------------------------------------------------------------------
+
+    async def open(self, inode, flags, ctx):
+        node = self._inode(inode)
+        fd = await self._call("open", node, ctx, _reopen, node.fd, flags & ~_OPEN_STRIP)
+        self.handles[fd] = Handle(fd, node, flags, ctx)
+        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT))
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        parent = self._inode(parent_inode)
+        name = os.fsdecode(name)
+        fd, st, path_fd = await self._call(
+            "create", parent, ctx, _create, parent.fd, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode,
+            _owner_for(ctx), name=name, kind="meta_write")
+        entry = self._new_entry(parent, name, (st, path_fd))
+        self.handles[fd] = Handle(fd, self.inodes.get(entry.st_ino), flags, ctx)
+        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), entry
+
+    async def read(self, fh, off, size):
+        h = self._handle(fh)
+        return await self._call("read", h.inode, h, os.pread, fh, size, off, fh=fh, offset=off, size=size, kind="read")
+
+    async def write(self, fh, off, buf):
+        h = self._handle(fh)
+        h.dirty = True
+        return await self._call("write", h.inode, h, os.pwrite, fh, buf, off,
+                                fh=fh, offset=off, size=len(buf), kind=h.write_mode)
+
+    async def flush(self, fh):
+        h = self._handle(fh)
+        commit, h.dirty = h.dirty, False
+        await self._call("flush", h.inode, h, _flush, fh, fh=fh, kind="commit" if commit else "meta_read")
+
+    async def release(self, fh):
+        h = self.handles.pop(fh, None)
+        if h is None:
+            raise FUSEError(E.EBADF)
+        await self._call("release", h.inode, h, os.close, fh, fh=fh, kind="commit" if h.dirty else "none")
+
+    async def fsync(self, fh, datasync):
+        h = self._handle(fh)
+        h.dirty = False
+        await self._call("fsync", h.inode, h, os.fdatasync if datasync else os.fsync, fh, fh=fh, kind="commit")
+
+    # ---- directories ----------------------------------------------------------------
+
+    async def opendir(self, inode, ctx):
+        node = self._inode(inode)
+        fd = await self._call("opendir", node, ctx, _reopen, node.fd, os.O_RDONLY | os.O_DIRECTORY)
+        self.dirs[fd] = DirHandle(fd, node, ctx)
+        return fd
+
+    async def readdir(self, fh, start_id, token):
+        d = self.dirs.get(fh)
+        if d is None:
+            raise FUSEError(E.EBADF)
+        # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
+        # through the same one by index, so no entry is skipped or repeated.
+        names = None if start_id == 0 else d.names
+        names, entries = await self._call("readdir", d.inode, d, _list_chunk, d.fd, names, start_id, d.fit,
+                                          fh=fh, offset=start_id, size=d.fit)
+        d.names = names
+        for i, (index, name, st, fd) in enumerate(entries):
+            if fd is None:  # "." or "..": the kernel takes no lookup of these
+                at_self = name == "." or d.inode.id == ROOT  # the root's ".." stays inside
+                known = d.inode if at_self else self.inodes.by_key((st.st_dev, st.st_ino))
+                node_id = known.id if known is not None else st.st_ino
+            else:
+                node_id = self.inodes.node_id_for(st)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(st, node_id), index + 1):
+                for *_, unsent in entries[i:]:
+                    if unsent is not None:
+                        os.close(unsent)
+                d.fit = max(i, 8)  # what the kernel's buffer holds: ask for that many next time
+                return
+            if fd is not None:
+                self.inodes.remember(st, fd, _join(d.inode.path, name))
+
+    async def releasedir(self, fh):
+        d = self.dirs.pop(fh, None)
+        if d is None:
+            raise FUSEError(E.EBADF)
+        await self._call("releasedir", d.inode, d, os.close, fh, fh=fh, kind="none")
+
+    async def fsyncdir(self, fh, datasync):
+        d = self.dirs.get(fh)
+        if d is None:
+            raise FUSEError(E.EBADF)
+        await self._call("fsyncdir", d.inode, d, os.fsync, fh, fh=fh, kind="commit")
+
+    # ---- everything else -------------------------------------------------------------
+
+    async def statfs(self, ctx):
+        root = self.inodes.get(ROOT)
+        sv = await self._call("statfs", root, ctx, os.statvfs, root.proc_path)
+        out = pyfuse3.StatvfsData()
+        for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail", "f_namemax"):
+            setattr(out, field, getattr(sv, field))
+        return out
+
+    async def access(self, inode, mode, ctx):
+        node = self._inode(inode)
+        return await self._call("access", node, ctx, os.access, node.proc_path, mode)
+
+    async def setxattr(self, inode, name, value, ctx):
+        node = self._inode(inode)
+        await self._call("setxattr", node, ctx, _setxattr, self._xattr_path(node), name, value, node.is_symlink,
+                         size=len(value), path2=os.fsdecode(name), kind="meta_write")
+
+    async def getxattr(self, inode, name, ctx):
+        node = self._inode(inode)
+        return await self._call("getxattr", node, ctx, _getxattr, self._xattr_path(node), name, node.is_symlink,
+                                path2=os.fsdecode(name))
+
+    async def listxattr(self, inode, ctx):
+        node = self._inode(inode)
+        names = await self._call("listxattr", node, ctx, _listxattr, self._xattr_path(node), node.is_symlink)
+        return [os.fsencode(n) for n in names]
+
+    async def removexattr(self, inode, name, ctx):
+        node = self._inode(inode)
+        await self._call("removexattr", node, ctx, _removexattr, self._xattr_path(node), name, node.is_symlink,
+                         path2=os.fsdecode(name), kind="meta_write")
+
+    def _xattr_path(self, node: Inode) -> str:
+        return self._nofollow_path(node) if node.is_symlink else node.proc_path
+
+    def _nofollow_path(self, node: Inode) -> str:
+        """/proc/self/fd/N would follow a symbolic link to its target; to act on the
+        link itself, go by its best known path from the root descriptor."""
+        return f"/proc/self/fd/{self.root_fd}{node.path}"
+
+    def close(self) -> None:
+        for fd in list(self.handles) + list(self.dirs):
+            os.close(fd)
+        self.handles.clear()
+        self.dirs.clear()
+        self.inodes.close_all()
+
+
+def _guarded(handler):
+    """The last line of defence: a bug in a handler answers EIO and is logged,
+    rather than taking the whole mount down with it."""
+
+    @functools.wraps(handler)
+    async def guarded(*args):
+        try:
+            return await handler(*args)
+        except FUSEError:
+            raise
+        except Exception:
+            log.exception("fusetrace: %s failed", handler.__name__)
+            raise FUSEError(E.EIO) from None
+
+    return guarded
+
+
+for _name in ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink",
+              "unlink", "rmdir", "rename", "link", "open", "create", "read", "write", "flush",
+              "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs",
+              "access", "setxattr", "getxattr", "listxattr", "removexattr"):
+    setattr(Operations, _name, _guarded(getattr(Operations, _name)))
+
+
+class _Nobody:
+    pid = uid = gid = 0
+
+
+_NOBODY = _Nobody()
+
+
+def _join(parent: str, name: str) -> str:
+    return parent + name if parent == "/" else f"{parent}/{name}"
+
+
+def _owner_for(ctx):
+    """Who a new object must belong to, where that is not the server's own user:
+    the caller, as the kernel would make it natively."""
+    if not _AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):
+        return None
+    return ctx.uid, ctx.gid
+
+
+# ---- the blocking halves, run in worker threads ---------------------------------------
+
+
+def _open_path(dirfd: int, name: str):
+    fd = os.open(name, _O_PATH, dir_fd=dirfd)
+    try:
+        return os.stat(fd), fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _chown_new(dirfd: int, name: str, owner) -> None:
+    if owner is None:
+        return
+    uid, gid = owner
+    if os.stat(dirfd).st_mode & stat.S_ISGID:
+        gid = -1  # a set-group-ID directory gives its group, as it would natively
+    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+
+
+def _mknod(dirfd, name, mode, rdev, owner):
+    os.mknod(name, mode, rdev, dir_fd=dirfd)
+    _chown_new(dirfd, name, owner)
+    return _open_path(dirfd, name)
+
+
+def _mkdir(dirfd, name, mode, owner):
+    os.mkdir(name, stat.S_IMODE(mode), dir_fd=dirfd)
+    _chown_new(dirfd, name, owner)
+    return _open_path(dirfd, name)
+
+
+def _symlink(dirfd, name, target, owner):
+    os.symlink(target, name, dir_fd=dirfd)
+    _chown_new(dirfd, name, owner)
+    return _open_path(dirfd, name)
+
+
+def _create(dirfd, name, flags, mode, owner):
+    fd = os.open(name, flags | os.O_CREAT | os.O_CLOEXEC, stat.S_IMODE(mode), dir_fd=dirfd)
+    try:
+        if owner is not None:
+            _chown_new(dirfd, name, owner)
+        path_fd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+        return fd, os.stat(path_fd), path_fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _reopen(path_fd: int, flags: int) -> int:
+    return os.open(f"/proc/self/fd/{path_fd}", flags | os.O_CLOEXEC)
+
+
+def _readlink(fd: int) -> str:
+    return os.readlink("", dir_fd=fd)
+
+
+def _setxattr(path, name, value, nofollow):
+    os.setxattr(path, name, value, follow_symlinks=not nofollow)
+
+
+def _getxattr(path, name, nofollow):
+    return os.getxattr(path, name, follow_symlinks=not nofollow)
+
+
+def _listxattr(path, nofollow):
+    return os.listxattr(path, follow_symlinks=not nofollow)
+
+
+def _removexattr(path, name, nofollow):
+    os.removexattr(path, name, follow_symlinks=not nofollow)
+
+
+def _unlink(name, dirfd):
+    os.unlink(name, dir_fd=dirfd)
+
+
+def _rmdir(name, dirfd):
+    os.rmdir(name, dir_fd=dirfd)
+
+
+def _rename(olddir, old, newdir, new, flags):
+    """Rename; return the (st_dev, st_ino) keys now at the new and the old name."""
+    if flags:
+        syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
+    else:
+        os.rename(old, new, src_dir_fd=olddir, dst_dir_fd=newdir)
+    keys = []
+    for d, n in ((newdir, new), (olddir, old)):
+        try:
+            st = os.stat(n, dir_fd=d, follow_symlinks=False)
+            keys.append((st.st_dev, st.st_ino))
+        except OSError:
+            keys.append(None)
+    return keys
+
+
+def _link(node: Inode, newdir: int, name: str):
+    if _AS_ROOT:
+        syscalls.link_empty(node.fd, newdir, os.fsencode(name))
+    else:
+        os.link(node.proc_path, name, dst_dir_fd=newdir, follow_symlinks=True)
+    return _open_path(newdir, name)
+
+
+def _flush(fd: int) -> None:
+    """close(2) of a duplicate: what a close by the application does to the file below
+    (NFS commits on close), while the handle itself stays open for later I/O."""
+    os.close(os.dup(fd))
+
+
+def _list_chunk(dirfd: int, names, start: int, count: int):
+    """Up to `count` entries from index `start` of the listing, with attributes
+    and an O_PATH descriptor each ("." and ".." get none: they are not looked up).
+    The listing is taken once per pass (offset 0)."""
+    if names is None:
+        names = [".", ".."] + os.listdir(dirfd)
+    entries = []
+    index = start
+    while index < len(names) and len(entries) < count:
+        name = names[index]
+        try:
+            if index < 2:
+                entries.append((index, name, os.stat(name, dir_fd=dirfd), None))
+            else:
+                entries.append((index, name, *_open_path(dirfd, name)))
+        except FileNotFoundError:
+            pass  # removed since the listing was taken
+        index += 1
+    return names, entries
+
+
+class _Change:
+    """A setattr request: size, mode, owner, times, in that order, then fresh attributes."""
+
+    def __init__(self, node: Inode, fd: int | None, attr, fields, link_path: str):
+        self.node, self.fd, self.link_path = node, fd, link_path
+        self.size = attr.st_size if fields.update_size else None
+        self.mode = stat.S_IMODE(attr.st_mode) if fields.update_mode else None
+        self.uid = attr.st_uid if fields.update_uid else -1
+        self.gid = attr.st_gid if fields.update_gid else -1
+        self.atime = attr.st_atime_ns if fields.update_atime else None
+        self.mtime = attr.st_mtime_ns if fields.update_mtime else None
+
+    def apply(self) -> os.stat_result:
+        node, fd = self.node, self.fd
+        target = fd if fd is not None else node.proc_path
+        if self.size is not None:
+            os.truncate(target, self.size)
+        if self.mode is not None:
+            os.chmod(target, self.mode)
+        if self.uid != -1 or self.gid != -1:
+            if fd is not None:
+                os.fchown(fd, self.uid, self.gid)
+            else:
+                syscalls.fchown_empty(node.fd, self.uid, self.gid)
+        if self.atime is not None or self.mtime is not None:
+            if node.is_symlink:
+                path, flags = self.link_path, syscalls.AT_SYMLINK_NOFOLLOW
+            else:
+                path, flags = node.proc_path, 0
+            syscalls.utimensat(syscalls.AT_FDCWD, os.fsencode(path), self.atime, self.mtime, flags)
+        return os.stat(node.fd)

@@ -1,0 +1,197 @@
+"""Run a fusetrace mount in this process: check, mount, serve, flush, unmount."""
+
+import json
+import os
+import platform
+import resource
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pyfuse3
+import trio
+
+from . import __version__, fusectl, mounts, runstate
+from .errors import UserError
+from .fs import Operations
+from .workers import Workers
+
+
+@dataclass
+class MountOptions:
+    source: str
+    mountpoint: str
+    trace_dir: str | None = None
+    attr_timeout: float = 1.0
+    entry_timeout: float = 1.0
+    fuse_options: list[str] = field(default_factory=list)
+    threads: int = 64
+    max_requests: int = 1024
+    backend_delay: float = 0.0  # test-only: seconds added to every backend syscall
+
+    def __post_init__(self):
+        self.source = os.path.realpath(self.source)
+        self.mountpoint = mounts.canonical(self.mountpoint)
+
+
+def preflight(opts: MountOptions) -> None:
+    """Every check that can fail before mounting, each as one clear line."""
+    if not os.path.exists(opts.source):
+        raise UserError(f"source {opts.source}: no such directory")
+    if not os.path.isdir(opts.source):
+        raise UserError(f"source {opts.source}: not a directory")
+    if mounts.stale(opts.mountpoint):
+        raise UserError(f"mountpoint {opts.mountpoint}: stale FUSE mount (transport endpoint is not "
+                        f"connected); clear it with: fusetrace umount {opts.mountpoint}")
+    if not os.path.exists(opts.mountpoint):
+        raise UserError(f"mountpoint {opts.mountpoint}: no such directory")
+    if not os.path.isdir(opts.mountpoint):
+        raise UserError(f"mountpoint {opts.mountpoint}: not a directory")
+    busy = mounts.mounted_at(opts.mountpoint)
+    if busy is not None:
+        raise UserError(f"mountpoint {opts.mountpoint}: busy, {busy.fstype} from {busy.source} "
+                        f"is mounted there")
+    if opts.mountpoint.startswith(opts.source.rstrip("/") + "/"):
+        # the server would walk into its own mount through the source and deadlock
+        raise UserError(f"mountpoint {opts.mountpoint}: inside the source {opts.source}")
+    if not os.path.exists("/dev/fuse"):
+        raise UserError("/dev/fuse: no such device; load the fuse module (modprobe fuse) or give "
+                        "the container the device")
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        raise UserError("/dev/fuse: permission denied")
+    if opts.threads < 1:
+        raise UserError(f"--threads {opts.threads}: must be at least 1")
+    for name in ("attr_timeout", "entry_timeout"):
+        if getattr(opts, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)}: must not be negative")
+
+
+def _fuse_options(opts: MountOptions) -> set[str]:
+    out = {"fsname=" + opts.source.replace(",", "\\,"), "subtype=fusetrace", "default_permissions"}
+    for item in opts.fuse_options:
+        out.update(o for o in item.split(",") if o)
+    return out
+
+
+def _metadata(opts: MountOptions) -> dict:
+    return {
+        "source": opts.source,
+        "mountpoint": opts.mountpoint,
+        "host": socket.gethostname(),
+        "versions": {
+            "fusetrace": __version__,
+            "pyfuse3": pyfuse3.__version__,
+            "trio": trio.__version__,
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+        "options": {
+            "attr_timeout": opts.attr_timeout,
+            "entry_timeout": opts.entry_timeout,
+            "fuse_options": sorted(_fuse_options(opts)),
+            "threads": opts.threads,
+            "max_requests": opts.max_requests,
+            "backend_delay": opts.backend_delay,
+        },
+        "pid": os.getpid(),
+    }
+
+
+def _raise_fd_limit() -> None:
+    """Every inode the kernel knows holds a descriptor; allow as many as we may."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
+    """Mount and serve until unmounted or signalled.  Reports readiness (or the one-line
+    reason it failed) on ready_fd, for the `fusetrace mount` that started it."""
+    try:
+        preflight(opts)
+        tracer = _open_tracer(opts)
+    except UserError as exc:
+        _say(ready_fd, f"error: {exc}")
+        raise
+    os.umask(0)  # modes arrive with the caller's umask applied already
+    _raise_fd_limit()
+    workers = Workers(opts.threads, delay=opts.backend_delay)
+    ops = Operations(opts.source, workers=workers, tracer=tracer,
+                     attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout)
+    try:
+        pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
+    except RuntimeError as exc:
+        _close(ops, workers, tracer)
+        msg = f"cannot mount {opts.source} on {opts.mountpoint}: {exc}"
+        _say(ready_fd, f"error: {msg}")
+        raise UserError(msg) from None
+    info = mounts.mounted_at(opts.mountpoint)
+    warning = fusectl.raise_limits(info.dev_minor, max_background=1000) if info else "mount not found"
+    if warning:
+        print(f"fusetrace: warning: {warning}", file=sys.stderr)
+    runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=opts.trace_dir)
+    try:
+        trio.run(_main, opts, ready_fd)
+    finally:
+        still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
+        pyfuse3.close(unmount=still_mounted)
+        _close(ops, workers, tracer)
+        runstate.remove(opts.mountpoint)
+    return 0
+
+
+def _open_tracer(opts: MountOptions):
+    if opts.trace_dir is None:
+        return None
+    from .trace.writer import TraceDirError, TraceWriter
+
+    try:
+        return TraceWriter(opts.trace_dir, _metadata(opts))
+    except TraceDirError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _main(opts: MountOptions, ready_fd: int | None) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_on_signals)
+        _say(ready_fd, "ok")
+        await pyfuse3.main(min_tasks=4, max_tasks=opts.max_requests)
+        nursery.cancel_scope.cancel()
+
+
+async def _stop_on_signals() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for _ in signals:
+            pyfuse3.terminate()
+            return
+
+
+def _say(fd: int | None, line: str) -> None:
+    if fd is None:
+        return
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _close(ops: Operations, workers: Workers, tracer) -> None:
+    ops.close()
+    workers.close()
+    if tracer is not None:
+        tracer.close()
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Poll until process `pid` has exited (it may be no child of ours)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False

@@ -1,0 +1,1 @@
+"""The trace: one record per FUSE operation, written as Parquet files."""

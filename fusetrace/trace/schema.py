@@ -1,0 +1,28 @@
+"""Columns of a trace record, in the order `TraceWriter.record` takes them.
+
+docs/TRACE_FORMAT.md documents every column; keep the two in step.
+"""
+
+import pyarrow as pa
+
+SCHEMA = pa.schema(
+    [
+        ("start_ns", pa.int64()),  # CLOCK_MONOTONIC at admission; metadata maps it to wall time
+        ("dur_ns", pa.int64()),  # admission to reply, shaping included
+        ("op", pa.dictionary(pa.int8(), pa.string())),
+        ("inode", pa.uint64()),  # FUSE inode number (1 is the mount's root)
+        ("path", pa.string()),  # best known path below the mount root, "/"-rooted
+        ("path2", pa.string()),  # second name: rename/link target, symlink target; else null
+        ("fh", pa.uint64()),  # file handle, 0 where the op has none
+        ("offset", pa.int64()),
+        ("size", pa.int64()),  # bytes requested (read, write, getxattr, readdir entries...)
+        ("result", pa.int64()),  # bytes transferred or entries returned, else 0
+        ("errno", pa.int32()),  # 0 on success
+        ("pid", pa.uint32()),
+        ("uid", pa.uint32()),
+        ("gid", pa.uint32()),
+        ("shaped_ns", pa.int64()),  # time the emulator held the op; 0 in trace mode
+    ]
+)
+
+COLUMNS = SCHEMA.names

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# fusetrace's two jobs on a fresh Debian 12 machine, as root:
+#   ./run.sh demo   install what is missing, then run the demo and print its table
+#   ./run.sh test   install what is missing, then run the whole test suite
+# Everything it needs (Debian packages, a virtualenv in .venv) it installs itself.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod)
+
+install_system() {
+    local missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        echo "run.sh: installing ${missing[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
+}
+
+install_python() {
+    local stamp=.venv/.installed
+    local want
+    want=$(cat setup.cfg pyproject.toml | sha1sum | cut -d' ' -f1)
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv
+    fi
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        .venv/bin/pip install -q --upgrade pip >/dev/null
+        .venv/bin/pip install -q -e '.[test]'
+        echo "$want" > "$stamp"
+    fi
+}
+
+case "${1:-}" in
+    demo)
+        install_system; install_python
+        shift; exec .venv/bin/fusetrace demo "$@" ;;
+    test)
+        install_system; install_python
+        shift; exec .venv/bin/python -m pytest "$@" ;;
+    *)
+        echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;;
+esac

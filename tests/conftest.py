@@ -1,0 +1,75 @@
+"""Fixtures that mount real fusetrace file systems through the real command line."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the fusetrace command line as a user would."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"fusetrace {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+    return done
+
+
+def is_mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def poll(predicate, timeout: float = 10.0, interval: float = 0.02):
+    """Wait until predicate() is true, failing after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        time.sleep(interval)
+
+
+class Mount:
+    def __init__(self, source: Path, mountpoint: Path, trace: Path | None):
+        self.source, self.mountpoint, self.trace = source, mountpoint, trace
+
+    def unmount(self) -> None:
+        if is_mounted(self.mountpoint):
+            done = fusetrace("umount", str(self.mountpoint), check=False)
+            if done.returncode != 0 and is_mounted(self.mountpoint):
+                subprocess.run(["fusermount3", "-uz", str(self.mountpoint)], check=False)
+
+
+@pytest.fixture
+def mount(tmp_path):
+    """mount(*options, source=None, trace=False) -> Mount; unmounted at the end of the test."""
+    made = []
+
+    def make(*options: str, source: Path | None = None, trace: bool = False) -> Mount:
+        n = len(made)
+        src = source or tmp_path / f"src{n}"
+        src.mkdir(exist_ok=True)
+        mnt = tmp_path / f"mnt{n}"
+        mnt.mkdir()
+        tdir = tmp_path / f"trace{n}" if trace else None
+        args = ["mount", str(src), str(mnt), *options]
+        if tdir:
+            args += ["--trace", str(tdir)]
+        fusetrace(*args)
+        m = Mount(src, mnt, tdir)
+        made.append(m)
+        return m
+
+    yield make
+    for m in reversed(made):
+        m.unmount()

@@ -34,6 +34,13 @@ def _mount_parser(sub) -> None:
     p.add_argument("--max-requests", type=int, default=1024,
                    help="FUSE requests served at once (default 1024)")
     p.add_argument("--log", metavar="FILE", help="server log when running in the background")
+    p.add_argument("--emulate", metavar="PROFILE",
+                   help="make every operation take as long as on the profile's system "
+                        "(a name from `fusetrace profiles`, or a .toml file)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile parameter (repeatable)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT")
     p.add_argument("--backend-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
 
@@ -47,6 +54,7 @@ def _mount(args, argv) -> int:
         attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout,
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         backend_delay=args.backend_delay_ms / 1000.0,
+        emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
     )
     if args.foreground:
         return serve(opts, ready_fd=args.ready_fd)
@@ -117,12 +125,78 @@ def _umount(args) -> int:
     return 0
 
 
+def _server_of(mountpoint: str) -> dict:
+    from . import mounts, runstate
+
+    mnt = mounts.canonical(mountpoint)
+    state = runstate.read(mnt)
+    if state is None or mounts.mounted_at(mnt) is None:
+        raise UserError(f"{mnt}: no fusetrace mount here")
+    return state
+
+
+def _ask(mountpoint: str, **req) -> dict:
+    from .control import request
+
+    state = _server_of(mountpoint)
+    try:
+        answer = request(state["control"], **req)
+    except OSError as exc:
+        raise UserError(f"{mountpoint}: cannot reach the server ({exc.strerror or exc})") from None
+    if "error" in answer:
+        raise UserError(f"{mountpoint}: {answer['error']}")
+    return answer
+
+
+def _stats(args) -> int:
+    import json
+
+    answer = _ask(args.mountpoint, cmd="stats")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        from .stats_view import render
+
+        print(render(answer))
+    return 0
+
+
+def _set(args) -> int:
+    for item in args.assignments:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"{item}: expected KEY=VALUE")
+        answer = _ask(args.mountpoint, cmd="set", key=key.strip(), value=value.strip())
+        print(f"{key.strip()} = {answer['value']}")
+    return 0
+
+
+def _profiles(args) -> int:
+    from emulator.profiles import list_profiles
+
+    rows = list_profiles()
+    width = max(len(name) for name, _ in rows)
+    for name, description in rows:
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusetrace", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _mount_parser(sub)
     u = sub.add_parser("umount", help="unmount, after the server has flushed its trace")
     u.add_argument("mountpoint")
+    st = sub.add_parser("stats", help="current figures of a running mount (emulator metrics)")
+    st.add_argument("mountpoint")
+    st.add_argument("--json", action="store_true")
+    se = sub.add_parser("set", help="change emulator parameters of a running mount, now")
+    se.add_argument("mountpoint")
+    se.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    sub.add_parser("profiles", help="the systems that can be emulated")
+    d = sub.add_parser("demo", help="mount an emulated EFS, run fio through it, print the table")
+    d.add_argument("--profile", default="efs-2016")
+    d.add_argument("--quick", action="store_true", help="short runs (for tests)")
     r = sub.add_parser("report", help="per-operation latency table of a trace")
     r.add_argument("trace_dir", metavar="DIR")
     r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
@@ -143,9 +217,13 @@ def main(argv: list[str] | None = None) -> int:
             from .report import run
 
             return run(args)
+        if args.command == "demo":
+            from .demo import run
+
+            return run(args)
+        return {"stats": _stats, "set": _set, "profiles": _profiles}[args.command](args)
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    return 2

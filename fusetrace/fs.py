@@ -101,7 +101,7 @@ class Operations(pyfuse3.Operations):
             out = await self.workers.run(fn, *args)
         except OSError as exc:
             err = exc.errno or E.EIO
-        held = 0 if deadline is None else await self.shaper.hold_until(deadline)
+        held = 0 if deadline is None else await self.shaper.hold_until(deadline, start)
         if self.tracer is not None:
             if err or out is None:
                 result = 0
@@ -437,7 +437,12 @@ def _chown_new(dirfd: int, name: str, owner) -> None:
     uid, gid = owner
     if os.stat(dirfd).st_mode & stat.S_ISGID:
         gid = -1  # a set-group-ID directory gives its group, as it would natively
+    mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
     os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+    if mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
+        # chown(2) clears set-user/group-ID bits of a non-directory; the caller asked
+        # for them (the kernel has already stripped any it may not have).
+        os.chmod(name, stat.S_IMODE(mode), dir_fd=dirfd)
 
 
 def _mknod(dirfd, name, mode, rdev, owner):

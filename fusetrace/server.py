@@ -1,6 +1,5 @@
 """Run a fusetrace mount in this process: check, mount, serve, flush, unmount."""
 
-import json
 import os
 import platform
 import resource
@@ -14,6 +13,8 @@ import pyfuse3
 import trio
 
 from . import __version__, fusectl, mounts, runstate
+from .control import ControlError
+from .control import serve as serve_control
 from .errors import UserError
 from .fs import Operations
 from .workers import Workers
@@ -30,6 +31,9 @@ class MountOptions:
     threads: int = 64
     max_requests: int = 1024
     backend_delay: float = 0.0  # test-only: seconds added to every backend syscall
+    emulate: str | None = None  # profile name or .toml path
+    overrides: list[str] = field(default_factory=list)  # --set key=value
+    metrics_port: int | None = None
 
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
@@ -94,6 +98,8 @@ def _metadata(opts: MountOptions) -> dict:
             "threads": opts.threads,
             "max_requests": opts.max_requests,
             "backend_delay": opts.backend_delay,
+            "emulate": opts.emulate,
+            "overrides": opts.overrides,
         },
         "pid": os.getpid(),
     }
@@ -111,7 +117,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     reason it failed) on ready_fd, for the `fusetrace mount` that started it."""
     try:
         preflight(opts)
-        tracer = _open_tracer(opts)
+        emulation = _open_emulation(opts)
+        tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _say(ready_fd, f"error: {exc}")
         raise
@@ -119,6 +126,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     _raise_fd_limit()
     workers = Workers(opts.threads, delay=opts.backend_delay)
     ops = Operations(opts.source, workers=workers, tracer=tracer,
+                     shaper=emulation.shaper if emulation else None,
                      attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout)
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
@@ -131,31 +139,71 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     warning = fusectl.raise_limits(info.dev_minor, max_background=1000) if info else "mount not found"
     if warning:
         print(f"fusetrace: warning: {warning}", file=sys.stderr)
-    runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=opts.trace_dir)
+    control = runstate.path_for(opts.mountpoint, ".sock")
+    runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=opts.trace_dir,
+                   control=control, emulate=opts.emulate)
     try:
-        trio.run(_main, opts, ready_fd)
+        trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation), control)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
+        if emulation is not None and tracer is not None:
+            tracer.update_metadata(**emulation.final_metadata())
         _close(ops, workers, tracer)
         runstate.remove(opts.mountpoint)
     return 0
 
 
-def _open_tracer(opts: MountOptions):
+def _open_emulation(opts: MountOptions):
+    if opts.emulate is None:
+        if opts.overrides:
+            raise UserError("--set needs --emulate PROFILE")
+        return None
+    from .emulation import Emulation
+
+    return Emulation.open(opts.emulate, opts.overrides, opts.source)
+
+
+def _open_tracer(opts: MountOptions, emulation):
     if opts.trace_dir is None:
         return None
     from .trace.writer import TraceDirError, TraceWriter
 
+    meta = _metadata(opts)
+    if emulation is not None:
+        meta["emulation"] = emulation.describe()
     try:
-        return TraceWriter(opts.trace_dir, _metadata(opts))
+        return TraceWriter(opts.trace_dir, meta)
     except TraceDirError as exc:
         raise UserError(str(exc)) from None
 
 
-async def _main(opts: MountOptions, ready_fd: int | None) -> None:
+class _Status:
+    """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
+
+    def __init__(self, ops: Operations, tracer, emulation):
+        self.ops, self.tracer, self.emulation = ops, tracer, emulation
+
+    def stats(self, _request) -> dict:
+        out = {"inodes": len(self.ops.inodes), "open_files": len(self.ops.handles)}
+        if self.tracer is not None:
+            out["trace"] = {"records": self.tracer.records, "dropped": self.tracer.dropped}
+        if self.emulation is not None:
+            out.update(self.emulation.stats())
+        return out
+
+    def set(self, request) -> dict:
+        if self.emulation is None:
+            raise ControlError("this mount does not emulate: nothing to set")
+        return self.emulation.set(request["key"], request["value"])
+
+
+async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals)
+        nursery.start_soon(serve_control, control, {"stats": status.stats, "set": status.set})
+        if status.emulation is not None:
+            await status.emulation.start(nursery, status.tracer, opts.metrics_port)
         _say(ready_fd, "ok")
         await pyfuse3.main(min_tasks=4, max_tasks=opts.max_requests)
         nursery.cancel_scope.cancel()

@@ -12,7 +12,7 @@ import duckdb
 
 from conftest import poll
 
-DELAY_MS = 10
+DELAY_MS = 25
 BLOCK = 4096
 
 

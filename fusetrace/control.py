@@ -1,0 +1,86 @@
+"""The control socket: `fusetrace stats` and `fusetrace set` talk to a running server.
+
+One JSON request per connection, one JSON answer.  The socket lives in the
+user's private state directory, is mode 0600, and the server also checks the
+peer's uid (SO_PEERCRED), so only the mounting user (or root) can use it.
+"""
+
+import json
+import os
+import socket
+import struct
+
+import trio
+
+MAX_REQUEST = 64 * 1024
+
+
+class ControlError(Exception):
+    pass
+
+
+async def serve(path: str, handlers: dict) -> None:
+    """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        await sock.bind(path)
+    finally:
+        os.umask(old)
+    sock.listen(16)
+    listener = trio.SocketListener(sock)
+    try:
+        await trio.serve_listeners(lambda stream: _answer(stream, handlers), [listener])
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _peer_uid(stream: trio.SocketStream) -> int:
+    creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+async def _answer(stream: trio.SocketStream, handlers: dict) -> None:
+    async with stream:
+        uid = _peer_uid(stream)
+        if uid not in (0, os.geteuid()):
+            await stream.send_all(b'{"error": "permission denied"}\n')
+            return
+        data = b""
+        with trio.move_on_after(5):
+            while not data.endswith(b"\n") and len(data) < MAX_REQUEST:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                data += chunk
+        try:
+            request = json.loads(data)
+            handler = handlers[request["cmd"]]
+            answer = handler(request)
+        except (ValueError, KeyError, TypeError) as exc:
+            answer = {"error": f"bad request: {exc}"}
+        except ControlError as exc:
+            answer = {"error": str(exc)}
+        await stream.send_all(json.dumps(answer).encode() + b"\n")
+
+
+def request(path: str, **req) -> dict:
+    """Send one request to the server at `path` and return its answer (blocking)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(path)
+        s.sendall(json.dumps(req).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)

@@ -1,0 +1,46 @@
+"""`fusetrace stats` for a terminal: the CloudWatch-named figures with units."""
+
+_BYTES = ("BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
+          "DataWriteIOBytes", "MetadataIOBytes", "StorageBytes")
+_RATES = ("PermittedThroughput",)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def _value(name: str, value) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    if name in _BYTES:
+        return _human_bytes(value)
+    if name in _RATES:
+        return _human_bytes(value) + "/s"
+    if name == "PercentIOLimit":
+        return f"{value:.1f} %"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3f}"
+
+
+def render(stats: dict) -> str:
+    lines = []
+    if "profile" in stats:
+        lines.append(f"emulating {stats['profile']}")
+    metrics = stats.get("metrics", {})
+    if metrics:
+        width = max(len(k) for k in metrics)
+        lines += [f"  {k:<{width}}  {_value(k, v)}" for k, v in metrics.items()]
+    host = stats.get("host")
+    if host:
+        verdict = "HOST-BOUND: the host, not the model, is setting the pace" if host.get("host_bound") \
+            else "keeping up with the model"
+        lines.append(f"host: {verdict} ({host['late']:,} of {host['ops']:,} operations late, "
+                     f"{100 * host['late_share']:.1f} %)")
+    lines.append(f"inodes known: {stats['inodes']:,}, open files: {stats['open_files']:,}")
+    trace = stats.get("trace")
+    if trace:
+        lines.append(f"trace: {trace['records']:,} records, {trace['dropped']:,} dropped")
+    return "\n".join(lines)

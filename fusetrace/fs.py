@@ -85,6 +85,7 @@ class Operations(pyfuse3.Operations):
         self.shaper = shaper
         self.attr_timeout = attr_timeout
         self.entry_timeout = entry_timeout
+        self._tgids: dict[int, int] = {}
 
     # ---- the common path of every request -------------------------------------------
 
@@ -103,22 +104,32 @@ class Operations(pyfuse3.Operations):
             err = exc.errno or E.EIO
         held = 0 if deadline is None else await self.shaper.hold_until(deadline, start)
         if self.tracer is not None:
-            if err or out is None:
+            if err or isinstance(out, bool):
                 result = 0
             elif isinstance(out, int):
-                result = out
-            elif isinstance(out, (bytes, list)):
-                result = len(out)
+                result = out  # bytes written
+            elif isinstance(out, (bytes, str, list, _Listing)):
+                result = len(out)  # bytes read, link length, xattr names, entries
             else:
                 result = 0
             self.tracer.record(
                 start, monotonic_ns() - start, op, inode.id,
                 inode.path if name is None else _join(inode.path, name), path2,
-                fh, offset, size, result, err, who.pid, who.uid, who.gid, held,
+                fh, offset, size, result, err, self._process_of(who.pid), who.uid, who.gid, held,
             )
         if err:
             raise FUSEError(err)
         return out
+
+    def _process_of(self, tid: int) -> int:
+        """FUSE names the calling thread; traces name its process (thread group)."""
+        pid = self._tgids.get(tid)
+        if pid is None:
+            pid = _thread_group(tid)
+            if len(self._tgids) > 4096:
+                self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
+            self._tgids[tid] = pid
+        return pid
 
     def _inode(self, node_id: int) -> Inode:
         inode = self.inodes.get(node_id)
@@ -295,9 +306,9 @@ class Operations(pyfuse3.Operations):
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
         names = None if start_id == 0 else d.names
-        names, entries = await self._call("readdir", d.inode, d, _list_chunk, d.fd, names, start_id, d.fit,
-                                          fh=fh, offset=start_id, size=d.fit)
-        d.names = names
+        listing = await self._call("readdir", d.inode, d, _list_chunk, d.fd, names, start_id, d.fit,
+                                   fh=fh, offset=start_id, size=d.fit)
+        d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
             if fd is None:  # "." or "..": the kernel takes no lookup of these
                 at_self = name == "." or d.inode.id == ROOT  # the root's ".." stays inside
@@ -405,6 +416,17 @@ class _Nobody:
 
 
 _NOBODY = _Nobody()
+
+
+def _thread_group(tid: int) -> int:
+    try:
+        with open(f"/proc/{tid}/status", "rb") as f:  # procfs: answered from memory
+            for line in f:
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return tid
 
 
 def _join(parent: str, name: str) -> str:
@@ -555,7 +577,19 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
         except FileNotFoundError:
             pass  # removed since the listing was taken
         index += 1
-    return names, entries
+    return _Listing(names, entries)
+
+
+class _Listing:
+    """A readdir chunk; its length (for the trace) is the entries it carries."""
+
+    __slots__ = ("names", "entries")
+
+    def __init__(self, names, entries):
+        self.names, self.entries = names, entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 class _Change:

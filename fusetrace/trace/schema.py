@@ -12,13 +12,13 @@ SCHEMA = pa.schema(
         ("op", pa.dictionary(pa.int8(), pa.string())),
         ("inode", pa.uint64()),  # FUSE inode number (1 is the mount's root)
         ("path", pa.string()),  # best known path below the mount root, "/"-rooted
-        ("path2", pa.string()),  # second name: rename/link target, symlink target; else null
+        ("path2", pa.string()),  # second name: rename/link target, symlink target, xattr name; else null
         ("fh", pa.uint64()),  # file handle, 0 where the op has none
         ("offset", pa.int64()),
         ("size", pa.int64()),  # bytes requested (read, write, getxattr, readdir entries...)
         ("result", pa.int64()),  # bytes transferred or entries returned, else 0
         ("errno", pa.int32()),  # 0 on success
-        ("pid", pa.uint32()),
+        ("pid", pa.uint32()),  # calling thread; for ops on a handle, the one that opened it
         ("uid", pa.uint32()),
         ("gid", pa.uint32()),
         ("shaped_ns", pa.int64()),  # time the emulator held the op; 0 in trace mode

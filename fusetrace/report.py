@@ -1,0 +1,252 @@
+"""`fusetrace report DIR`: per-operation counts, throughput and latency of a trace.
+
+Every pass over the records is DuckDB SQL on the Parquet parts; Python only formats
+the few result rows.  `Trace(dir).summary()` gives the same data as `--json`.
+"""
+
+import glob
+import json
+import os
+import sys
+from datetime import datetime
+
+import duckdb
+
+from .errors import UserError
+from .trace import metadata as meta
+
+QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
+TOP_GROUPS = 20  # pids or paths the text report shows with --by; --json has them all
+
+
+class NoTrace(UserError):
+    exit_code = 2
+
+
+class Trace:
+    """A trace directory opened for queries.  Only the parts present when it was
+    opened are read, so a trace still being written reports consistently."""
+
+    def __init__(self, directory: str):
+        self.directory = os.path.abspath(directory)
+        if not os.path.isdir(self.directory):
+            raise NoTrace(f"{directory}: no such trace directory")
+        self.files = sorted(glob.glob(os.path.join(glob.escape(self.directory), "*.parquet")))
+        if not self.files:
+            raise NoTrace(f"{directory}: no trace files (*.parquet) in it")
+        self.metadata_error = None
+        try:
+            self.metadata = meta.read(self.directory)
+        except ValueError as exc:
+            self.metadata, self.metadata_error = {}, f"{meta.NAME} unreadable: {exc}"
+        else:
+            if not self.metadata:
+                self.metadata_error = f"no {meta.NAME}: source, start time and drops unknown"
+        self._db = duckdb.connect()
+        self._db.read_parquet(self.files).create_view("trace")
+        self.records, self.first_ns, self.last_ns, self.total_ns = self._db.execute(
+            "select count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0) "
+            "from trace").fetchone()
+        self.span_ns = self.last_ns - self.first_ns if self.records else 0
+
+    def ops(self, by: str | None = None, top: int | None = None) -> tuple[list[dict], int]:
+        """One row per op (or per (pid, op) / (path, op)), biggest total time first,
+        and the number of groups; `top` keeps only the groups with most total time."""
+        if by not in (None, "pid", "path"):
+            raise ValueError(f"by must be 'pid' or 'path', not {by!r}")
+        cols = f"{by}, op" if by else "op"
+        stats = f"""
+            select {cols}, count(*) as count, count(*) filter (where errno <> 0) as errors,
+                   coalesce(sum(result) filter (where op in ('read', 'write')), 0) as bytes,
+                   sum(dur_ns) as total_ns, avg(dur_ns) as mean_ns,
+                   quantile_cont(dur_ns, {list(QUANTILES.values())}) as q, max(dur_ns) as max_ns
+            from trace group by {cols}"""
+        if by:
+            limit = f"limit {int(top)}" if top else ""
+            sql = f"""
+                with s as ({stats}),
+                k as (select {by}, sum(total_ns) as group_ns, count(*) over () as groups
+                      from s group by {by} order by group_ns desc, {by} {limit})
+                select s.*, k.groups from s join k using ({by})
+                order by k.group_ns desc, {by}, total_ns desc, op"""
+        else:
+            sql = f"select *, 1 as groups from ({stats}) order by total_ns desc, op"
+        cursor = self._db.execute(sql)
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, r)) for r in cursor.fetchall()]
+        span_s = self.span_ns / 1e9
+        groups = rows[0]["groups"] if rows else 0
+        for r in rows:
+            del r["groups"]
+            r.update(zip(QUANTILES, r.pop("q")))
+            r["ops_per_s"] = r["count"] / span_s if span_s else None
+            r["bytes_per_s"] = r["bytes"] / span_s if span_s else None
+        return rows, groups
+
+    def histograms(self) -> dict[str, list[dict]]:
+        """Per op, log2 buckets of dur_ns: bucket b holds [2**b, 2**(b+1)) ns (0 ns
+        counts in bucket 0); empty buckets between the first and last are included."""
+        rows = self._db.execute("""
+            select op, case when dur_ns < 2 then 0 else floor(log2(dur_ns))::integer end as b,
+                   count(*) as n, sum(sum(dur_ns)) over (partition by op) as op_ns
+            from trace group by op, b order by op_ns desc, op, b""").fetchall()
+        out: dict[str, dict[int, int]] = {}
+        for op, b, n, _ in rows:
+            out.setdefault(op, {})[b] = n
+        return {op: [{"bucket": b, "low_ns": 2 ** b, "high_ns": 2 ** (b + 1), "count": counts.get(b, 0)}
+                     for b in range(min(counts), max(counts) + 1)]
+                for op, counts in out.items()}
+
+    def summary(self, by: str | None = None, histogram: bool = False, top: int | None = None) -> dict:
+        """Everything the report shows, as plain data (what --json prints)."""
+        ops, groups = self.ops(by, top)
+        m = self.metadata
+        out = {
+            "directory": self.directory,
+            "files": len(self.files),
+            "records": self.records,
+            "first_ns": self.first_ns,
+            "last_ns": self.last_ns,
+            "span_ns": self.span_ns,
+            "total_ns": self.total_ns,
+            "metadata": m,
+            "metadata_error": self.metadata_error,
+            "closed": "end_wall_ns" in m,
+            "by": by,
+            "groups": groups,
+            "ops": ops,
+        }
+        if histogram:
+            out["histograms"] = self.histograms()
+        return out
+
+
+def run(args) -> int:
+    """The `fusetrace report` command; args has trace_dir, histogram, by and json."""
+    try:
+        trace = Trace(args.trace_dir)
+        if args.json:
+            text = json.dumps(trace.summary(args.by, args.histogram), indent=2)
+        else:
+            text = render(trace.summary(args.by, args.histogram, top=TOP_GROUPS))
+    except duckdb.Error as exc:
+        raise UserError(f"{args.trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `fusetrace report | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+# ---- text ----------------------------------------------------------------------------
+
+def render(s: dict) -> str:
+    parts = ["\n".join(_header(s)), _ops_table(s)]
+    if s.get("histograms"):
+        parts.append(_histograms(s["histograms"]))
+    return "\n\n".join(parts)
+
+
+def _header(s: dict) -> list[str]:
+    m = s["metadata"]
+    lines = [f"trace       {s['directory']}  ({_int(s['records'])} records in {_int(s['files'])} files)"]
+    if "source" in m:
+        host = f" on {m['host']}" if m.get("host") else ""
+        lines.append(f"source      {m['source']}{host}, mounted at {m.get('mountpoint', '?')}")
+    if "start_wall_ns" in m:
+        lines.append(f"started     {_wall(m['start_wall_ns'])}, records span {s['span_ns'] / 1e9:.3f} s")
+    if m.get("dropped"):
+        lines.append(f"dropped     {_int(m['dropped'])} records: the writer's queue was full "
+                     f"(max_pending {m.get('max_pending', '?')})")
+    if m.get("write_errors"):
+        lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
+                     f"writes; last: {m.get('last_error')}")
+    if s["metadata_error"]:
+        lines.append(f"warning     {s['metadata_error']}")
+    elif not s["closed"]:
+        lines.append("warning     trace not closed (server killed or still running): the last second "
+                     "may be missing and the counts above are from the last flush")
+    return lines
+
+
+def _ops_table(s: dict) -> str:
+    if not s["ops"]:
+        return "no records"
+    key = s["by"]
+    head = ([key] if key else []) + ["op", "count", "errors", "ops/s", "MB/s",
+                                     "mean", "p50", "p90", "p99", "p99.9", "max", "time%"]
+    total = s["total_ns"] or 1
+    rows, last = [], None
+    for r in s["ops"]:
+        row = [] if not key else [_short(r[key]) if r[key] != last else ""]
+        last = r[key] if key else None
+        io = r["op"] in ("read", "write")
+        row += [r["op"], _int(r["count"]), _int(r["errors"]), _num(r["ops_per_s"]),
+                _num(r["bytes_per_s"] / 1e6) if io and r["bytes_per_s"] is not None else "-",
+                *(_ns(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns")),
+                f"{100 * r['total_ns'] / total:.1f}"]
+        rows.append(row)
+    text = _table(head, rows, left=2 if key else 1)
+    note = "latency is dur_ns (admission to reply); MB = 10^6 bytes; sorted by total time"
+    if key and s["groups"] > TOP_GROUPS:
+        note += f"; top {TOP_GROUPS} of {_int(s['groups'])} {key}s (--json has all)"
+    return f"{text}\n({note})"
+
+
+def _histograms(hists: dict[str, list[dict]]) -> str:
+    blocks = []
+    for op, buckets in hists.items():
+        total = sum(b["count"] for b in buckets)
+        peak = max(b["count"] for b in buckets)
+        lines = [f"{op}  ({_int(total)} ops)"]
+        for b in buckets:
+            low = "0" if b["bucket"] == 0 else _ns(b["low_ns"])
+            lines.append(f"  {low:>7} - {_ns(b['high_ns']):<7} {_bar(b['count'] / peak):<40} "
+                         f"{_int(b['count']):>11} {100 * b['count'] / total:5.1f}%")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _table(head: list[str], rows: list[list[str]], left: int) -> str:
+    """Aligned columns: the first `left` to the left, the rest (numbers) to the right."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def _bar(fraction: float, width: int = 40) -> str:
+    eighths = round(fraction * width * 8)
+    return "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
+
+
+def _ns(ns: float) -> str:
+    """A duration with three significant digits and a unit: 850ns, 12.3µs, 4.56ms, 1.20s."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return _num(ns / scale) + unit
+    return f"{ns:.0f}ns"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _int(n: int) -> str:
+    return f"{n:,}"
+
+
+def _short(value, width: int = 48) -> str:
+    text = str(value)
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _wall(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9).astimezone().isoformat(sep=" ", timespec="milliseconds")

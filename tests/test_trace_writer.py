@@ -1,0 +1,245 @@
+"""TraceWriter on real files: exact round trip, timely parts, a bounded queue, private
+modes, and clear errors for directories it cannot use."""
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, poll
+from fusetrace.trace import metadata as meta
+from fusetrace.trace.schema import COLUMNS, SCHEMA
+from fusetrace.trace.writer import TraceDirError, TraceWriter
+
+U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
+
+
+def row(i: int, op: str = "read", path: str = "/f", path2: str | None = None) -> tuple:
+    return (1_000 + i, 10 + i, op, 2 + i, path, path2, 3, 4096 * i, 4096, 4096, 0, 100, 0, 0, 0)
+
+
+def parts(d: Path) -> list[str]:
+    return sorted(p.name for p in d.glob("*.parquet"))
+
+
+def read_rows(d: Path) -> list[tuple]:
+    table = pq.read_table(d)
+    assert table.schema.remove_metadata() == SCHEMA
+    return [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
+
+
+def test_records_round_trip_exactly(tmp_path):
+    rows = [
+        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        (-(2**63), I64, "write", U64, "/dir/é ü 文件", None, U64, -(2**63), I64, -1, 28, U32, U32, U32, I64),
+        (5, 7, "rename", 9, "/a/old", "/b/new", 0, 0, 0, 0, 2, 42, 1000, 1000, 123),
+        (6, 8, "symlink", 10, "/link", "../target", 0, 0, 0, 0, 0, 1, 2, 3, 0),
+    ]
+    with TraceWriter(tmp_path / "t", {"source": "/src"}) as w:
+        for r in rows:
+            w.record(*r)
+    assert read_rows(tmp_path / "t") == rows
+
+
+def test_many_records_keep_their_order(tmp_path):
+    d = tmp_path / "t"
+    with TraceWriter(d, {}) as w:
+        for i in range(10_000):  # several conversion chunks
+            w.record(*row(i, op=("read", "write", "getattr")[i % 3]))
+    got = read_rows(d)
+    assert got == [row(i, op=("read", "write", "getattr")[i % 3]) for i in range(10_000)]
+
+
+def test_names_that_are_not_utf8_are_kept_as_escapes(tmp_path):
+    name = os.fsdecode(b"/dir/caf\xe9")  # a Latin-1 name, as the backend sees it
+    with TraceWriter(tmp_path / "t", {}) as w:
+        w.record(*row(0, path=name, path2=name))
+        w.record(*row(1, path="/ok"))
+    got = read_rows(tmp_path / "t")
+    assert [r[4] for r in got] == ["/dir/caf\\xe9", "/ok"]
+    assert got[0][5] == "/dir/caf\\xe9"
+
+
+def test_a_part_appears_within_about_a_second(tmp_path):
+    d = tmp_path / "t"
+    w = TraceWriter(d, {})
+    try:
+        w.record(*row(0))
+        poll(lambda: parts(d), timeout=5)
+        assert read_rows(d) == [row(0)]
+        w.record(*row(1))
+        poll(lambda: len(parts(d)) == 2, timeout=5)
+    finally:
+        w.close()
+    assert sorted(os.listdir(d)) == [meta.NAME, "part-000000.parquet", "part-000001.parquet"]
+
+
+def test_nothing_to_write_writes_no_part(tmp_path):
+    d = tmp_path / "t"
+    w = TraceWriter(d, {}, flush_interval=0.01)
+    summary = w.close()
+    assert os.listdir(d) == [meta.NAME]
+    assert summary["files"] == 0 and meta.read(d)["files"] == 0
+
+
+def test_overflow_drops_and_counts_without_blocking(tmp_path):
+    d = tmp_path / "t"
+    w = TraceWriter(d, {}, flush_interval=3600, max_pending=10)
+    for i in range(25):
+        w.record(*row(i))
+    assert w.dropped == 15
+    started = time.monotonic()
+    for i in range(100_000):
+        w.record(*row(i))
+    assert time.monotonic() - started < 5
+    assert w.dropped == 100_015
+    summary = w.close()
+    assert summary["records"] == 10 and summary["dropped"] == 100_015
+    assert read_rows(d) == [row(i) for i in range(10)]  # the first ones are kept
+    assert meta.read(d)["dropped"] == 100_015
+
+
+def test_files_are_private_whatever_the_umask(tmp_path):
+    d = tmp_path / "t"
+    old = os.umask(0)
+    try:
+        with TraceWriter(d, {}) as w:
+            w.record(*row(0))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    for name in os.listdir(d):
+        assert stat.S_IMODE((d / name).stat().st_mode) == 0o600, name
+
+
+def test_metadata_at_start_and_close(tmp_path):
+    d = tmp_path / "t"
+    given = {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "h", "options": {"threads": 4}}
+    w = TraceWriter(d, given)
+    start = meta.read(d)
+    assert start["source"] == "/mnt/efs" and start["options"] == {"threads": 4}
+    assert start["format_version"] == meta.FORMAT_VERSION
+    assert abs(start["start_wall_ns"] - time.time_ns()) < 60e9
+    assert abs(start["start_monotonic_ns"] - time.monotonic_ns()) < 60e9
+    assert "end_wall_ns" not in start
+    w.record(*row(0))
+    w.close()
+    end = meta.read(d)
+    assert end["end_wall_ns"] >= start["start_wall_ns"]
+    assert (end["records"], end["dropped"], end["files"], end["write_errors"]) == (1, 0, 1, 0)
+    assert meta.to_wall_ns(end, end["start_monotonic_ns"] + 5) == end["start_wall_ns"] + 5
+
+
+def test_caller_may_give_the_clock_pair(tmp_path):
+    w = TraceWriter(tmp_path / "t", {"start_wall_ns": 10, "start_monotonic_ns": 20})
+    w.close()
+    m = meta.read(tmp_path / "t")
+    assert (m["start_wall_ns"], m["start_monotonic_ns"]) == (10, 20)
+
+
+def test_update_metadata_lands_on_the_next_flush(tmp_path):
+    d = tmp_path / "t"
+    w = TraceWriter(d, {}, flush_interval=0.05)
+    w.update_metadata(metrics={"BurstCreditBalance": 123})
+    poll(lambda: meta.read(d).get("metrics"), timeout=5)
+    w.update_metadata(profile="efs-bursting")
+    w.close()
+    m = meta.read(d)
+    assert m["metrics"] == {"BurstCreditBalance": 123} and m["profile"] == "efs-bursting"
+
+
+def test_close_is_idempotent_and_later_records_are_not_queued(tmp_path):
+    d = tmp_path / "t"
+    w = TraceWriter(d, {})
+    w.record(*row(0))
+    first = w.close()
+    w.record(*row(1))
+    assert w.close() == first
+    assert w.dropped == 1 and len(w._pending) == 0
+    assert read_rows(d) == [row(0)]
+
+
+def test_write_errors_are_counted_not_raised(tmp_path):
+    d = tmp_path / "t"
+    w = TraceWriter(d, {}, flush_interval=0.01)
+    shutil.rmtree(d)
+    w.record(*row(0))
+    poll(lambda: w.write_errors, timeout=5)
+    summary = w.close()
+    assert summary["lost"] == 1 and summary["records"] == 0
+    assert "No such file or directory" in summary["last_error"]
+
+
+def _one_line(exc: TraceDirError, *needles: str) -> None:
+    text = str(exc)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, text
+
+
+def test_directory_below_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(TraceDirError) as err:
+        TraceWriter(tmp_path / "afile" / "sub" / "t", {})
+    _one_line(err.value, str(tmp_path / "afile" / "sub" / "t"), f"{tmp_path / 'afile'} is not a directory")
+
+
+def test_directory_that_is_a_file(tmp_path):
+    (tmp_path / "t").write_text("x")
+    with pytest.raises(TraceDirError) as err:
+        TraceWriter(tmp_path / "t", {})
+    _one_line(err.value, str(tmp_path / "t"), "not a directory")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere; see the read-only test")
+def test_directory_without_write_permission(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir(mode=0o500)
+    with pytest.raises(TraceDirError) as err:
+        TraceWriter(d, {})
+    _one_line(err.value, str(d), "permission denied")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a mount namespace")
+def test_read_only_file_system(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    probe = ("import sys\nfrom fusetrace.trace.writer import TraceDirError, TraceWriter\n"
+             "for d in sys.argv[1:]:\n"
+             "    try:\n        TraceWriter(d, {})\n    except TraceDirError as e:\n        print(e)\n")
+    script = f'mount -t tmpfs -o ro none "$1" && shift && exec {sys.executable} -c "$0" "$@"'
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, probe,
+                           str(ro), str(ro), str(ro / "sub")],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"trace directory {ro}: read-only file system",
+                                        f"trace directory {ro / 'sub'}: read-only file system"]
+
+
+def test_refuses_a_directory_holding_another_trace(tmp_path):
+    d = tmp_path / "t"
+    with TraceWriter(d, {}) as w:
+        w.record(*row(0))
+    with pytest.raises(TraceDirError) as err:
+        TraceWriter(d, {})
+    _one_line(err.value, str(d), "already holds a trace (1 parts)")
+    assert parts(d) == ["part-000000.parquet"]
+
+
+def test_refuses_a_directory_with_other_files_but_not_hidden_ones(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / ".keep").write_text("")
+    TraceWriter(d, {}).close()
+    other = tmp_path / "u"
+    other.mkdir()
+    (other / "notes.txt").write_text("x")
+    with pytest.raises(TraceDirError) as err:
+        TraceWriter(other, {})
+    _one_line(err.value, str(other), "not empty", "notes.txt")

@@ -1,0 +1,126 @@
+"""`fusetrace demo`: mount an emulated EFS over a temporary directory, run the published fio
+jobs through it with a progress display, and print emulated against published figures."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from . import fio
+from .errors import UserError
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "scenarios" / "published.toml"
+
+
+def published(system: str) -> dict:
+    with open(PUBLISHED, "rb") as f:
+        data = tomllib.load(f)
+    if system not in data:
+        raise UserError(f"{PUBLISHED}: no published figures for {system!r} (have: {', '.join(data)})")
+    return data[system]
+
+
+def _cli(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(done.stderr.strip().removeprefix("fusetrace: ") or f"fusetrace {args[0]} failed")
+
+
+def _progress(step: int, steps: int, name: str, elapsed: float, runtime: float, total_left: float) -> None:
+    width = 30
+    done = min(elapsed / runtime, 1.0)
+    bar = "#" * int(done * width) + "-" * (width - int(done * width))
+    eta = max(total_left - elapsed, 0)
+    sys.stderr.write(f"\r[{step}/{steps}] {name:<20} [{bar}] ETA {eta:4.0f} s ")
+    sys.stderr.flush()
+
+
+class _Mounted:
+    """A fusetrace mount of a fresh temporary directory, for the length of a `with`."""
+
+    def __init__(self, *options: str):
+        self.options = options
+
+    def __enter__(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="fusetrace-demo-")
+        self.src, self.mnt = os.path.join(self._tmp.name, "src"), os.path.join(self._tmp.name, "mnt")
+        os.mkdir(self.src)
+        os.mkdir(self.mnt)
+        try:
+            _cli("mount", self.src, self.mnt, *self.options)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            _cli("umount", self.mnt)
+        finally:
+            self._tmp.cleanup()
+
+
+def _fio(m: _Mounted, job: dict, runtime: float, tick=None) -> fio.FioResult:
+    args = fio.job_args(job["fio"])
+    return fio.run(m.mnt, args, runtime, fio.prepare_file(m.src, args), on_tick=tick)
+
+
+def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=()) -> list[dict]:
+    """Run every published job of `system` on a fresh emulated mount; rows of figures.
+
+    A figure the emulator falls short of is checked against the host: the same job on a
+    mount with no emulation gives the most this machine can drive through FUSE.  Where
+    the published figure is above that ceiling the row is host-bound, not a model error."""
+    spec = published(system)
+    sets = [a for kv in overrides for a in ("--set", kv)]
+    rows = []
+    jobs = spec["jobs"]
+    with _Mounted("--emulate", profile or spec["profile"], *sets) as m:
+        for i, job in enumerate(jobs, 1):
+            left = (len(jobs) - i + 1) * runtime
+            got = _fio(m, job, runtime, lambda t, i=i, job=job, left=left:
+                       _progress(i, len(jobs), job["name"], t, runtime, left))
+            for metric in ("iops", "lat_ms", "mbps"):
+                if metric in job:
+                    rows.append({"job": job["name"], "metric": metric, "emulated": getattr(got, metric),
+                                 "published": job[metric], "ceiling": None})
+    short = [r for r in rows if r["metric"] == "iops" and r["emulated"] < 0.85 * r["published"]]
+    if short:
+        with _Mounted() as plain:
+            for r in short:
+                job = next(j for j in jobs if j["name"] == r["job"])
+                r["ceiling"] = _fio(plain, job, runtime).iops
+    sys.stderr.write("\r" + " " * 80 + "\r")
+    return rows
+
+
+def host_bound(row: dict) -> bool:
+    return row["ceiling"] is not None and row["published"] > 0.85 * row["ceiling"]
+
+
+def table(rows: list[dict]) -> str:
+    head = ["job", "metric", "emulated", "published", "ratio", "note"]
+    body = [[r["job"], r["metric"], f"{r['emulated']:,.2f}", f"{r['published']:,.2f}",
+             f"{r['emulated'] / r['published']:.2f}",
+             f"host-bound: this host drives {r['ceiling']:,.0f} at most" if host_bound(r) else ""]
+            for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if j in (0, 1, 5) else c.rjust(w)
+                                  for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, body)])
+
+
+def run(args) -> int:
+    system = args.profile
+    spec = published(system)
+    runtime = 2.0 if args.quick else 10.0
+    print(f"fusetrace demo: emulating {spec['profile']} ({spec['system']})")
+    print(f"published figures: {spec['client']}; each fio job runs {runtime:g} s through the mount\n")
+    start = time.monotonic()
+    rows = run_jobs(system, runtime)
+    print(table(rows))
+    print(f"\n{len(rows)} figures in {time.monotonic() - start:.0f} s; ratio = emulated / published")
+    return 0

@@ -1,0 +1,121 @@
+"""An emulated mount's EFS side: the model, its shaper and timer, metrics and live control.
+
+The model (emulator/) decides; this wires it into a running server: it samples
+the CloudWatch-named metrics once a minute (saved with the trace), re-measures
+the stored size of the source for the bursting baseline, and applies
+`fusetrace set` changes.
+"""
+
+import dataclasses
+import os
+import random
+import time
+from time import monotonic_ns
+
+import trio
+
+from emulator.model import Model
+from emulator.profiles import ProfileError, apply_overrides, load_profile
+from emulator.shaper import Shaper
+from emulator.timer import PreciseTimer
+
+from . import prometheus
+from .control import ControlError
+from .errors import UserError
+
+SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
+MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
+HOST_BOUND_SHARE = 0.05  # late operations above this share mean the host sets the pace
+
+
+class ProfileUserError(UserError):
+    exit_code = 2
+
+
+def _now() -> float:
+    return monotonic_ns() / 1e9
+
+
+def _tree_bytes(root: str) -> int:
+    total, stack = 0, [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        total += e.stat(follow_symlinks=False).st_size
+        except OSError:
+            pass
+    return total
+
+
+class Emulation:
+    def __init__(self, name: str, params, source: str):
+        self.name, self.source = name, source
+        self.model = Model(params, _now(), rng=random.Random(0))
+        self.timer = PreciseTimer()
+        self.shaper = Shaper(self.model, self.timer)
+        self.series: list[dict] = []
+        self._tracer = None
+
+    @classmethod
+    def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
+        try:
+            params = apply_overrides(load_profile(profile), overrides)
+        except ProfileError as exc:
+            raise ProfileUserError(str(exc)) from None
+        return cls(profile, params, source)
+
+    def describe(self) -> dict:
+        return {"profile": self.name, "params": dataclasses.asdict(self.model.params)}
+
+    async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None) -> None:
+        self._tracer = tracer
+        self.model.set_stored_bytes(_tree_bytes(self.source), _now())
+        nursery.start_soon(self.timer.run)
+        nursery.start_soon(self._sample_every_minute)
+        nursery.start_soon(self._measure_storage)
+        if metrics_port is not None:
+            await nursery.start(prometheus.serve, metrics_port, self.prometheus_metrics)
+
+    async def _sample_every_minute(self) -> None:
+        while True:
+            await trio.sleep(SAMPLE_EVERY)
+            self._sample()
+
+    def _sample(self) -> None:
+        self.series.append({"wall_time": time.time(), **self.model.metrics(_now())})
+        if self._tracer is not None:
+            self._tracer.update_metadata(metrics_per_minute=self.series)
+
+    async def _measure_storage(self) -> None:
+        while True:
+            await trio.sleep(MEASURE_EVERY)
+            size = await trio.to_thread.run_sync(_tree_bytes, self.source)
+            self.model.set_stored_bytes(size, _now())
+
+    def host(self) -> dict:
+        ops, late = self.shaper.ops, self.shaper.late
+        share = late / ops if ops else 0.0
+        return {"ops": ops, "late": late, "late_share": share,
+                "mean_late_us": self.shaper.late_ns / late / 1e3 if late else 0.0,
+                "host_bound": share > HOST_BOUND_SHARE}
+
+    def stats(self) -> dict:
+        return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}
+
+    def set(self, key: str, value: str) -> dict:
+        try:
+            return {"key": key, "value": self.model.set(key, value, _now())}
+        except ProfileError as exc:
+            raise ControlError(str(exc)) from None
+
+    def prometheus_metrics(self) -> dict[str, float]:
+        return {**self.model.metrics(_now()), "fusetrace_late_operations": self.shaper.late}
+
+    def final_metadata(self) -> dict:
+        self._sample()
+        return {"metrics_per_minute": self.series, "host": self.host(),
+                "emulation": self.describe()}

@@ -30,6 +30,7 @@ def _cli(*args: str) -> None:
 
 
 def _progress(step: int, steps: int, name: str, elapsed: float, runtime: float, total_left: float) -> None:
+    """A progress bar with the step and an ETA, redrawn in place (on a terminal)."""
     width = 30
     done = min(elapsed / runtime, 1.0)
     bar = "#" * int(done * width) + "-" * (width - int(done * width))
@@ -81,8 +82,12 @@ def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=
     with _Mounted("--emulate", profile or spec["profile"], *sets) as m:
         for i, job in enumerate(jobs, 1):
             left = (len(jobs) - i + 1) * runtime
-            got = _fio(m, job, runtime, lambda t, i=i, job=job, left=left:
-                       _progress(i, len(jobs), job["name"], t, runtime, left))
+            tick = None
+            if sys.stderr.isatty():
+                tick = lambda t, i=i, job=job, left=left: _progress(i, len(jobs), job["name"], t, runtime, left)
+            else:
+                print(f"[{i}/{len(jobs)}] {job['name']} ({runtime:g} s, ETA {left:.0f} s)", file=sys.stderr)
+            got = _fio(m, job, runtime, tick)
             for metric in ("iops", "lat_ms", "mbps"):
                 if metric in job:
                     rows.append({"job": job["name"], "metric": metric, "emulated": getattr(got, metric),
@@ -93,7 +98,8 @@ def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=
             for r in short:
                 job = next(j for j in jobs if j["name"] == r["job"])
                 r["ceiling"] = _fio(plain, job, runtime).iops
-    sys.stderr.write("\r" + " " * 80 + "\r")
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + " " * 80 + "\r")
     return rows
 
 

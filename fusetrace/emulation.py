@@ -32,6 +32,14 @@ class ProfileUserError(UserError):
     exit_code = 2
 
 
+def load_params(profile: str, overrides: list[str]):
+    """The profile's parameters with --set overrides applied; a bad one is one line, exit 2."""
+    try:
+        return apply_overrides(load_profile(profile), overrides)
+    except ProfileError as exc:
+        raise ProfileUserError(str(exc)) from None
+
+
 def _now() -> float:
     return monotonic_ns() / 1e9
 
@@ -62,11 +70,7 @@ class Emulation:
 
     @classmethod
     def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
-        try:
-            params = apply_overrides(load_profile(profile), overrides)
-        except ProfileError as exc:
-            raise ProfileUserError(str(exc)) from None
-        return cls(profile, params, source)
+        return cls(profile, load_params(profile, overrides), source)
 
     def describe(self) -> dict:
         return {"profile": self.name, "params": dataclasses.asdict(self.model.params)}

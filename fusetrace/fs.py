@@ -89,9 +89,12 @@ class Operations(pyfuse3.Operations):
 
     # ---- the common path of every request -------------------------------------------
 
-    async def _call(self, op, inode: Inode, who, fn, *args, name=None, path2=None, fh=0, offset=0, size=0, kind="meta_read"):
+    async def _call(self, op, inode: Inode, who, fn, *args, name=None, path2=None, fh=0, offset=0,
+                    size=0, kind="meta_read", nowait=None):
         """Run fn(*args) in a worker as operation `op` on `inode` (or on the entry
-        `name` in directory `inode`), shaped and traced."""
+        `name` in directory `inode`), shaped and traced.  `nowait(*args)`, if given, is
+        tried first on the loop: it must not block, and returns None when it cannot
+        answer at once."""
         start = monotonic_ns()
         deadline = None
         if self.shaper is not None:
@@ -99,7 +102,10 @@ class Operations(pyfuse3.Operations):
         err = 0
         out = None
         try:
-            out = await self.workers.run(fn, *args)
+            if nowait is not None:
+                out = nowait(*args)
+            if out is None:
+                out = await self.workers.run(fn, *args)
         except OSError as exc:
             err = exc.errno or E.EIO
         held = 0 if deadline is None else await self.shaper.hold_until(deadline, start)
@@ -267,7 +273,8 @@ class Operations(pyfuse3.Operations):
 
     async def read(self, fh, off, size):
         h = self._handle(fh)
-        return await self._call("read", h.inode, h, os.pread, fh, size, off, fh=fh, offset=off, size=size, kind="read")
+        return await self._call("read", h.inode, h, os.pread, fh, size, off, fh=fh, offset=off, size=size,
+                                kind="read", nowait=_cached_pread)
 
     async def write(self, fh, off, buf):
         h = self._handle(fh)
@@ -323,7 +330,9 @@ class Operations(pyfuse3.Operations):
                 d.fit = max(i, 8)  # what the kernel's buffer holds: ask for that many next time
                 return
             if fd is not None:
-                self.inodes.remember(st, fd, _join(d.inode.path, name))
+                # under the node id just sent: node_id_for hands out a new synthetic
+                # id on every call for an object on another device
+                self.inodes.remember(st, fd, _join(d.inode.path, name), node_id)
 
     async def releasedir(self, fh):
         d = self.dirs.pop(fh, None)
@@ -399,6 +408,8 @@ def _guarded(handler):
             raise
         except Exception:
             log.exception("fusetrace: %s failed", handler.__name__)
+            if handler.__name__ == "forget":
+                return None  # forget has no reply: pyfuse3 would end the session on any exception
             raise FUSEError(E.EIO) from None
 
     return guarded
@@ -553,6 +564,21 @@ def _link(node: Inode, newdir: int, name: str):
     return _open_path(newdir, name)
 
 
+def _cached_pread(fd: int, size: int, offset: int) -> bytes | None:
+    """pread that never blocks: preadv2(RWF_NOWAIT) answers from the page cache below,
+    or says it cannot (EAGAIN; EOPNOTSUPP where the file system has no such path) and
+    the read goes to a worker.  A short answer may be a partly cached range rather
+    than the end of the file, so only a whole one is taken."""
+    buf = bytearray(size)
+    try:
+        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except (BlockingIOError, OSError):
+        return None
+    if n == size:
+        return bytes(buf)
+    return b"" if n == 0 else None
+
+
 def _flush(fd: int) -> None:
     """close(2) of a duplicate: what a close by the application does to the file below
     (NFS commits on close), while the handle itself stays open for later I/O."""
@@ -618,8 +644,16 @@ class _Change:
                 syscalls.fchown_empty(node.fd, self.uid, self.gid)
         if self.atime is not None or self.mtime is not None:
             if node.is_symlink:
-                path, flags = self.link_path, syscalls.AT_SYMLINK_NOFOLLOW
+                try:
+                    # the link itself through its descriptor: its best known path may
+                    # name another object by now, if it was renamed below
+                    syscalls.utimensat(node.fd, b"", self.atime, self.mtime,
+                                       syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
+                except OSError as exc:
+                    if exc.errno != E.EINVAL:  # EINVAL: a kernel without AT_EMPTY_PATH here (< 5.8)
+                        raise
+                    syscalls.utimensat(syscalls.AT_FDCWD, os.fsencode(self.link_path), self.atime,
+                                       self.mtime, syscalls.AT_SYMLINK_NOFOLLOW)
             else:
-                path, flags = node.proc_path, 0
-            syscalls.utimensat(syscalls.AT_FDCWD, os.fsencode(path), self.atime, self.mtime, flags)
+                syscalls.utimensat(syscalls.AT_FDCWD, os.fsencode(node.proc_path), self.atime, self.mtime, 0)
         return os.stat(node.fd)

@@ -65,6 +65,12 @@ def preflight(opts: MountOptions) -> None:
                         "the container the device")
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         raise UserError("/dev/fuse: permission denied")
+    if opts.overrides and opts.emulate is None:
+        raise UserError("--set needs --emulate PROFILE")
+    if opts.emulate is not None:
+        from .emulation import load_params
+
+        load_params(opts.emulate, opts.overrides)
     if opts.threads < 1:
         raise UserError(f"--threads {opts.threads}: must be at least 1")
     for name in ("attr_timeout", "entry_timeout"):
@@ -156,8 +162,6 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
 
 def _open_emulation(opts: MountOptions):
     if opts.emulate is None:
-        if opts.overrides:
-            raise UserError("--set needs --emulate PROFILE")
         return None
     from .emulation import Emulation
 

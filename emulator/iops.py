@@ -1,0 +1,50 @@
+"""Operations-per-second limits: token buckets kept as a theoretical arrival time (GCRA).
+
+An operation is granted the earliest time its bucket has a token; booking that
+token moves the bucket's theoretical arrival time on by cost / rate.  With a
+burst tolerance of b seconds, the cost granted in any window of W seconds is
+at most rate x (W + b) + one operation's cost.
+"""
+
+_WINDOW_S = 60  # PercentIOLimit looks back one CloudWatch period
+
+
+class IopsLimit:
+    __slots__ = ("rate", "tolerance", "tat", "_sec", "_count")
+
+    def __init__(self, rate: float, burst_s: float):
+        self.tat = float("-inf")
+        self._sec = [-1] * _WINDOW_S  # per second of grant time: which second, how much cost
+        self._count = [0.0] * _WINDOW_S
+        self.configure(rate, burst_s)
+
+    def configure(self, rate: float, burst_s: float) -> None:
+        self.rate = rate
+        self.tolerance = burst_s
+
+    def book(self, at: float, cost: float) -> None:
+        self.tat = max(self.tat, at) + cost / self.rate
+        sec = int(at)
+        i = sec % _WINDOW_S
+        if self._sec[i] != sec:
+            self._sec[i] = sec
+            self._count[i] = 0.0
+        self._count[i] += cost
+
+    def percent_used(self, now: float) -> float:
+        """Cost granted over the last minute as a percentage of what the limit allows."""
+        sec = int(now)
+        used = sum(c for s, c in zip(self._sec, self._count) if sec - _WINDOW_S < s <= sec)
+        return 100.0 * used / (self.rate * _WINDOW_S)
+
+
+def grant(limits, now: float, cost: float) -> float:
+    """Book `cost` operations on every limit in `limits`; the time they allow it."""
+    at = now
+    for limit in limits:
+        t = limit.tat - limit.tolerance
+        if t > at:
+            at = t
+    for limit in limits:
+        limit.book(at, cost)
+    return at

@@ -1,0 +1,296 @@
+"""The model of EFS: given an operation and the time, when it may complete.
+
+Pure and clock-free: time is handed in (`now`, float seconds, non-decreasing)
+and everything is decided at admission (deadline shaping).  An operation goes
+through these gates, and completes at the latest of them:
+
+1. IOPS: a token from each operations-per-second limit that applies (total,
+   and read or write) -- the time the server starts on it;
+2. a slot: writes wait for one of their file's write slots, namespace changes
+   for one of their directory's slots;
+3. its own latency (a lognormal sample for its class) plus transfer time
+   (bytes / per-operation stream rate) from then on;
+4. the file system's throughput limit, a first-come-first-served pipe of
+   metered bytes at the permitted throughput (burst while credits last,
+   baseline after; provisioned; elastic), which metadata operations queue in too;
+5. the client's own limit, a pipe of real data bytes (network, with its own
+   credits; EFS's per-client limit).
+
+Buffered writes are acknowledged by the client at once (unless its dirty data
+is at the limit) and written back in the background through the same gates;
+a COMMIT waits for its file's dirty data to drain, then pays a round trip.
+docs/EMULATOR.md explains every parameter and where it comes from.
+"""
+
+import math
+import random
+
+from .credits import CreditPipe
+from .iops import IopsLimit, grant
+from .latency import Lognormal
+from .metrics import CLASSES, Counters
+from .ops import Admission, Gate, Op, OpClass
+from .params import LATENCY_CLASSES, MiB, Params
+from .profiles import replace_checked
+from .slots import SlotPools
+from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
+from .writeback import Writeback
+
+__all__ = ["Model", "Op", "OpClass", "Admission", "Gate", "Params"]
+
+_READ, _WRITE, _META_READ, _META_WRITE, _COMMIT = CLASSES
+# per class, in that order: is it a read (read IOPS limit, read factor), does it carry data
+_READS = (True, False, True, False, False)
+_DATA = (True, True, False, False, False)
+
+
+class _Route:
+    """How operations of one class are served, derived from the parameters."""
+
+    __slots__ = ("index", "limits", "latency", "pipe", "charge_per_byte", "charge_fixed",
+                 "metered_per_byte", "metered_fixed", "fixed_bytes")
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class Model:
+    def __init__(self, params: Params, now: float, rng: random.Random | None = None):
+        self.params = params
+        self._rng = rng if rng is not None else random.Random(params.seed)
+        self._now = now
+        self._measured = 0.0  # the backing directory's size, as last applied
+        self._measured_pending: float | None = None
+        period = params.storage_remeasure_s
+        self._next_remeasure = now + period if period > 0 else math.inf
+        self._counters = Counters()
+        self._routes = tuple(_Route(i) for i in range(len(CLASSES)))
+        self._read, self._write, self._meta_read, self._meta_write, self._commit = self._routes
+        self._read_limit = IopsLimit(0.0, 0.0)
+        self._write_limit = IopsLimit(0.0, 0.0)
+        self._total_limit = IopsLimit(0.0, 0.0)
+        self._credit = CreditPipe(1.0, 1.0, 0.0, 0.0, 0.0, now)  # rates and balance set below
+        self._elastic: tuple[CreditPipe | None, CreditPipe | None] = (None, None)
+        self._client: CreditPipe | None = None
+        self._files: SlotPools | None = None
+        self._dirs: SlotPools | None = None
+        self._writeback = Writeback(params.client_dirty_limit)
+        self._configure(now)
+        self._credit.set_balance(params.burst_credit_balance, now)
+
+    # ---- the contract ---------------------------------------------------------------
+
+    def admit(self, op: Op, now: float) -> Admission:
+        """When `op`, arriving at `now`, may complete, and what held it."""
+        self._advance(now)
+        now = self._now
+        cls = op.cls
+        n = op.nbytes
+        if cls is _WRITE:
+            mode = op.write_mode
+            if mode == "buffered":
+                return self._buffered_write(op, now)
+            commit = self._commit.latency.sample(self._rng) if mode == "sync" else 0.0
+            done, gate, latency, transfer = self._serve(
+                self._write, now, n, max(1, -(-n // self._io_size)), self._files, op.file, self._file_hold, commit)
+        elif cls is _READ:
+            done, gate, latency, transfer = self._serve(
+                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, 0.0)
+        elif cls is _META_READ:
+            done, gate, latency, transfer = self._serve(self._meta_read, now, 0, 1, None, 0, 0.0, 0.0)
+        elif cls is _META_WRITE:
+            pool = self._dirs if op.directory else None
+            done, gate, latency, transfer = self._serve(
+                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, 0.0)
+        else:  # COMMIT: the server starts on it once the file's dirty data has drained
+            done, gate, latency, transfer = self._serve(self._commit, now, 0, 1, None, 0, 0.0, 0.0,
+                                                        self._writeback.drained_at(op.file))
+        wait = done - now - latency - transfer
+        return Admission(done, gate, latency, transfer, wait if wait > 0.0 else 0.0)
+
+    def set(self, key: str, value, now: float):
+        """Change a parameter now; `value` may be text as typed (--set).  Work
+        already admitted keeps its times.  Returns the value as stored."""
+        self._advance(now)
+        self.params = replace_checked(self.params, key, value, "set ")
+        if key == "seed":
+            self._rng.seed(self.params.seed)
+        if key == "storage_remeasure_s":
+            period = self.params.storage_remeasure_s
+            self._next_remeasure = self._now + period if period > 0 else math.inf
+        self._configure(self._now)
+        if key == "burst_credit_balance":
+            self._credit.set_balance(self.params.burst_credit_balance, self._now)
+        if key == "client_network_credit" and self._client is not None:
+            self._client.set_balance(self.params.client_network_credit, self._now)
+        return getattr(self.params, key)
+
+    def set_stored_bytes(self, nbytes: float, now: float) -> None:
+        """The backing directory's size, as measured by the shaper.  Like EFS, the
+        model takes it into account only at its next re-measure boundary; the
+        stored size is the profile's `stored_size` plus this."""
+        self._advance(now)
+        self._measured_pending = float(nbytes)
+        if self.params.storage_remeasure_s <= 0:
+            self._apply_measured(self._now)
+
+    def metrics(self, now: float) -> dict[str, float]:
+        """CloudWatch-style figures at `now` (efs-model.md section 5); byte
+        counters are cumulative, others are current values."""
+        self._advance(now)
+        now = self._now
+        out = self._counters.snapshot()
+        read_pipe, write_pipe = self._elastic
+        if self.params.throughput_mode == "elastic":
+            permitted = max((p.hi for p in (read_pipe, write_pipe) if p), default=0.0)  # 0: no limit
+        else:
+            permitted = self._credit.rate_at(now)
+        limits = [lim for lim in (self._read_limit, self._write_limit, self._total_limit) if lim.rate > 0]
+        out.update(
+            PermittedThroughput=permitted,
+            BurstCreditBalance=self._credit.balance_at(now),
+            PercentIOLimit=max((lim.percent_used(now) for lim in limits), default=0.0),
+            StorageBytes=self._stored,
+            ClientConnections=1.0,
+            DirtyBytes=self._writeback.dirty(now),
+            ClientNetworkCreditBalance=self._client.balance_at(now) if self._client else 0.0,
+        )
+        return out
+
+    # ---- serving an operation -----------------------------------------------------------
+
+    def _serve(self, route: _Route, now: float, nbytes: int, cost: float, pool: SlotPools | None,
+               key: int, hold: float, extra_latency: float, ready: float = -math.inf) -> tuple[float, Gate, float, float]:
+        """Run the gates for one request admitted at `now` whose service may not
+        start before `ready` (a commit: its file's dirty data has drained; a
+        write-back: the write got into the page cache): (done, gate, latency,
+        transfer).  The shared queues (IOPS, pipes) take it in admission order,
+        at `now`, so that nothing queues behind a request that is not ready."""
+        counters = self._counters
+        i = route.index
+        counters.ops[i] += 1
+        counters.nbytes[i] += nbytes or route.fixed_bytes
+        counters.metered += nbytes * route.metered_per_byte + route.metered_fixed
+
+        at = grant(route.limits, now, cost) if route.limits else now
+        gate = Gate.IOPS if at > now else Gate.LATENCY
+        if ready > at:
+            at, gate = ready, Gate.WRITEBACK
+        if pool is not None:
+            start = pool.take(key, at, hold * cost)
+            if start > at:
+                gate = pool.label
+        else:
+            start = at
+        latency = route.latency.sample(self._rng) + extra_latency
+        transfer = nbytes / self._stream_rate if nbytes and self._stream_rate else 0.0
+        done = start + latency + transfer
+
+        pipe = route.pipe
+        if pipe is not None:
+            charge = nbytes * route.charge_per_byte + route.charge_fixed
+            if charge > 0:
+                t = pipe.transmit(now, charge)
+                if t > done:
+                    done, gate = t, Gate.THROUGHPUT
+        if nbytes and self._client is not None:
+            t = self._client.transmit(now, nbytes)
+            if t > done:
+                done, gate = t, Gate.CLIENT
+        return done, gate, latency, transfer
+
+    def _buffered_write(self, op: Op, now: float) -> Admission:
+        """Acknowledged once the data fits under the client's dirty limit; its
+        write-back (coalesced into wsize requests) goes through the gates then."""
+        n = op.nbytes
+        ack = self._writeback.room_at(now, n)
+        cost = n / self._io_size
+        drained, _, _, _ = self._serve(self._write, now, n, cost, self._files, op.file,
+                                       self._file_hold, 0.0, ack)
+        self._writeback.add(op.file, n, drained)
+        latency = self._buffered_cost
+        return Admission(ack + latency, Gate.DIRTY if ack > now else Gate.BUFFERED, latency, 0.0, ack - now)
+
+    # ---- time and parameters -------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        if now > self._now:
+            self._now = now
+        if self._now >= self._next_remeasure:
+            self._remeasure(self._now)
+
+    def _remeasure(self, now: float) -> None:
+        """Apply the last reported size at the boundary that has just passed."""
+        boundary = self._next_remeasure
+        period = self.params.storage_remeasure_s
+        self._next_remeasure = boundary + period * (math.floor((now - boundary) / period) + 1)
+        if self._measured_pending is not None:
+            self._apply_measured(boundary)
+
+    def _apply_measured(self, at: float) -> None:
+        self._measured, self._measured_pending = self._measured_pending, None
+        self._configure(at)
+
+    def _configure(self, now: float) -> None:
+        """Derive rates, limits and samplers from the parameters, keeping the state
+        (balances, queues, slots, tokens) as it is."""
+        p = self.params
+        self._stored = p.stored_size + self._measured
+        self._credit.configure(*fs_pipe_rates(p, self._stored), now)
+        self._elastic = self._elastic_pipes(now) if p.throughput_mode == "elastic" else (None, None)
+        self._client = _keep(self._client, client_pipe_rates(p), now)
+
+        burst_s = p.iops_burst_ms / 1000
+        for limit, rate in ((self._read_limit, p.read_iops), (self._write_limit, p.write_iops),
+                            (self._total_limit, p.total_iops)):
+            limit.configure(rate, burst_s)
+        self._files = _pools(self._files, p.file_write_slots, Gate.FILE, now)
+        self._dirs = _pools(self._dirs, p.dir_write_slots, Gate.DIRECTORY, now)
+        self._file_hold = p.file_write_hold_ms / 1000
+        self._dir_hold = p.dir_write_hold_ms / 1000
+        self._writeback.limit = p.client_dirty_limit
+        self._buffered_cost = p.buffered_write_ms / 1000
+        self._stream_rate = p.stream_mibps * MiB
+        self._io_size = int(p.nfs_io_size)
+
+        elastic = p.throughput_mode == "elastic"
+        md, rf = p.metadata_io_size, p.read_factor
+        for route, name, reads, data in zip(self._routes, LATENCY_CLASSES, _READS, _DATA):
+            route.latency = Lognormal(getattr(p, f"{name}_latency_ms"), getattr(p, f"{name}_latency_p99_ms"))
+            limit = self._read_limit if reads else self._write_limit
+            route.limits = tuple(lim for lim in (self._total_limit, limit) if lim.rate > 0)
+            metered_factor = rf if reads else 1.0
+            route.fixed_bytes = 0.0 if data else md
+            route.metered_per_byte = metered_factor if data else 0.0
+            route.metered_fixed = 0.0 if data else md * metered_factor
+            if elastic:  # elastic limits are on real bytes, reads and writes apart
+                route.pipe = self._elastic[0 if reads else 1]
+                route.charge_per_byte, route.charge_fixed = (1.0 if data else 0.0), route.fixed_bytes
+            else:
+                route.pipe = self._credit
+                route.charge_per_byte, route.charge_fixed = route.metered_per_byte, route.metered_fixed
+
+    def _elastic_pipes(self, now: float) -> tuple[CreditPipe | None, CreditPipe | None]:
+        return tuple(_keep(pipe, (rate, rate, rate, 0.0) if rate > 0 else None, now)
+                     for pipe, rate in zip(self._elastic, elastic_rates(self.params)))
+
+
+def _keep(pipe: CreditPipe | None, rates, now: float) -> CreditPipe | None:
+    """The pipe reconfigured to `rates` (hi, lo, earn, cap), made if new (with a
+    full balance), or None if there is no limit."""
+    if rates is None:
+        return None
+    if pipe is None:
+        return CreditPipe(*rates, rates[3], now)
+    pipe.configure(*rates, now)
+    return pipe
+
+
+def _pools(pools: SlotPools | None, slots: int, label: Gate, now: float) -> SlotPools | None:
+    if slots <= 0:
+        return None
+    if pools is None:
+        return SlotPools(slots, label)
+    if pools.slots != slots:
+        pools.resize(slots, now)
+    return pools

@@ -1,0 +1,54 @@
+"""What the model is asked about (an operation) and what it answers (an admission)."""
+
+import enum
+from dataclasses import dataclass
+
+WRITE_MODES = ("buffered", "direct", "sync")
+
+
+class OpClass(enum.Enum):
+    DATA_READ = "data_read"
+    DATA_WRITE = "data_write"
+    META_READ = "meta_read"
+    META_WRITE = "meta_write"
+    COMMIT = "commit"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    cls: OpClass
+    nbytes: int = 0  # data bytes of a read or write
+    file: int = 0  # inode of the file: per-file write slots, dirty data, commits
+    directory: int = 0  # parent inode of a namespace change: per-directory slots
+    write_mode: str = "buffered"  # DATA_WRITE only: "buffered", "direct" or "sync"
+
+    def __post_init__(self):
+        if self.nbytes < 0:
+            raise ValueError(f"Op.nbytes must not be negative, got {self.nbytes}")
+        if self.write_mode not in WRITE_MODES:
+            raise ValueError(f"Op.write_mode must be one of {', '.join(WRITE_MODES)}, got {self.write_mode!r}")
+
+
+class Gate(str, enum.Enum):
+    """What set an operation's completion time."""
+
+    LATENCY = "latency"  # its own latency and transfer: nothing held it
+    IOPS = "iops"  # waited for an operations-per-second token
+    FILE = "file"  # waited for a write slot of its file
+    DIRECTORY = "directory"  # waited for a namespace slot of its directory
+    THROUGHPUT = "throughput"  # the file system's throughput limit (credits, provisioned, elastic)
+    CLIENT = "client"  # the client's own throughput limit (network, per-client)
+    BUFFERED = "buffered"  # a buffered write, acknowledged by the client at once
+    DIRTY = "dirty"  # a buffered write that waited for the client's dirty data to drain
+    WRITEBACK = "writeback"  # a commit that waited for the file's dirty data to reach the server
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The model's answer: reply at done_at.  done_at - now = wait + latency + transfer."""
+
+    done_at: float  # absolute time (s) the reply may be sent
+    gate: Gate  # what set done_at
+    latency: float  # sampled latency (s); for a buffered write, the client's cost
+    transfer: float  # bytes / per-operation stream rate (s)
+    wait: float  # time held by limits, slots and queues (s)

@@ -1,0 +1,109 @@
+"""Profiles: TOML files of parameters, one per emulated system.
+
+A profile is flat `key = value` lines (keys in emulator/params.py) plus an
+optional `base = "other-profile"` whose values it starts from.  Errors name
+the file and line of the offending key, or `--set` for command-line overrides.
+"""
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+
+from .params import Params, ProfileError, check_consistent, coerce
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+_MAX_BASES = 8
+_POSITION = re.compile(r"\s*\(at line (\d+), column \d+\)")
+
+
+def load_profile(name_or_path: str | Path) -> Params:
+    """The parameters of a shipped profile (by name) or of a .toml file (by path)."""
+    return _apply(Params(), _settings(_resolve(str(name_or_path), PROFILE_DIR), 0))
+
+
+def list_profiles() -> list[tuple[str, str]]:
+    """(name, one-line description) of every shipped profile, by name."""
+    return [(p.stem, load_profile(p).description) for p in sorted(PROFILE_DIR.glob("*.toml"))]
+
+
+def apply_overrides(params: Params, items: list[str]) -> Params:
+    """params with "key=value" overrides applied, values typed as on a command line."""
+    settings = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ProfileError(f"--set {item}: expected KEY=VALUE")
+        settings.append((key.strip(), value.strip(), "--set ", True))
+    return _apply(params, settings)
+
+
+def replace_checked(params: Params, key: str, value, origin: str) -> Params:
+    """params with one key changed at run time; `value` may be text as typed."""
+    return _apply(params, [(key, value, origin, isinstance(value, str))])
+
+
+def _apply(params: Params, settings) -> Params:
+    """Check and apply (key, value, origin, from_text) settings in order."""
+    changes, where = {}, {}
+    for key, value, origin, from_text in settings:
+        try:
+            changes[key] = coerce(key, value, from_text=from_text)
+        except ValueError as exc:
+            raise ProfileError(f"{origin}{exc}") from None
+        where[key] = origin
+    new = dataclasses.replace(params, **changes)
+    try:
+        check_consistent(new)
+    except ValueError as exc:
+        # blame a key of this batch that the message names, else the batch's last
+        named = [k for k in where if k in str(exc)] or list(where)[-1:]
+        origin = where[named[0]] if named else ""
+        raise ProfileError(f"{origin}{exc}") from None
+    return new
+
+
+def _resolve(name: str, here: Path) -> Path:
+    if name.endswith(".toml") or "/" in name:
+        path = Path(name) if Path(name).is_absolute() or here == PROFILE_DIR else here / name
+    else:
+        path = PROFILE_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in sorted(PROFILE_DIR.glob("*.toml")))
+        raise ProfileError(f"{name}: no such profile (shipped: {known}; or give a .toml file)")
+    return path
+
+
+def _settings(path: Path, depth: int) -> list:
+    """The file's settings after those of its base, each with its file:line."""
+    label = path.name if path.parent == PROFILE_DIR else str(path)
+    text = path.read_text()
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        line = _POSITION.search(msg)
+        raise ProfileError(f"{label}:{line.group(1) if line else '?'}: {_POSITION.sub('', msg)}") from None
+    lines = text.splitlines()
+
+    def origin(key: str) -> str:
+        pattern = re.compile(rf"\s*(\[\s*)?[\"']?{re.escape(key)}[\"']?\s*[=\]]")
+        number = next((i for i, ln in enumerate(lines, 1) if pattern.match(ln)), "?")
+        return f"{label}:{number}: "
+
+    out = []
+    base = table.pop("base", None)
+    if base is not None:
+        if not isinstance(base, str):
+            raise ProfileError(f"{origin('base')}base: expected a profile name or file, got {base!r}")
+        if depth >= _MAX_BASES:
+            raise ProfileError(f"{origin('base')}base: profiles based on one another too deeply (a loop?)")
+        try:
+            out = _settings(_resolve(base, path.parent), depth + 1)
+        except ProfileError as exc:
+            raise ProfileError(f"{origin('base')}base: {exc}") from None
+    for key, value in table.items():
+        if isinstance(value, (dict, list)):
+            raise ProfileError(f"{origin(key)}{key}: expected a single value (profiles are flat key = value lines)")
+        out.append((key, value, origin(key), False))
+    return out

@@ -1,0 +1,64 @@
+"""The async side of the model: ask it when an operation may complete, wait till then.
+
+Deadline shaping: an operation is admitted when it arrives; the model names the
+time it may complete; the real syscall runs meanwhile, and the reply goes out
+at the later of the two.  So local disk speed never leaks into the emulation,
+and concurrent operations overlap as the model says, never queueing behind one
+another's sleeps.
+
+The shaper also watches itself: an operation replied to later than its
+deadline by more than a share of its modelled time means the host, not the
+model, set the pace.  Those are counted and reported (`stats`, trace metadata).
+"""
+
+from time import monotonic_ns
+
+from .model import Op, OpClass
+
+# How fusetrace's handlers name the kind of an operation, as the model sees it.
+_WRITE_MODES = {"buffered", "direct", "sync"}
+_NS = 1_000_000_000
+
+
+class Shaper:
+    def __init__(self, model, timer, *, late_share: float = 0.10):
+        self.model = model
+        self.timer = timer
+        self.late_share = late_share
+        self.ops = 0
+        self.late = 0  # replies later than deadline + late_share x modelled time
+        self.late_ns = 0
+
+    def admit(self, kind: str, inode: int, namespace: bool, size: int, start_ns: int) -> int | None:
+        """The monotonic ns by which the operation may complete, or None if unshaped."""
+        if kind == "none":
+            return None
+        if kind == "read":
+            op = Op(OpClass.DATA_READ, nbytes=size, file=inode)
+        elif kind in _WRITE_MODES:
+            op = Op(OpClass.DATA_WRITE, nbytes=size, file=inode, write_mode=kind)
+        elif kind == "commit":
+            op = Op(OpClass.COMMIT, file=inode)
+        elif kind == "meta_write":
+            op = Op(OpClass.META_WRITE, file=0 if namespace else inode, directory=inode if namespace else 0)
+        else:
+            op = Op(OpClass.META_READ, file=inode)
+        done_at = self.model.admit(op, start_ns / _NS).done_at
+        deadline = int(done_at * _NS)
+        self.ops += 1
+        return deadline
+
+    async def hold_until(self, deadline_ns: int, start_ns: int) -> int:
+        """Wait for the deadline; return how long the operation was held after its
+        real completion (0 if the real syscall took longer than the model)."""
+        now = monotonic_ns()
+        if now < deadline_ns:
+            await self.timer.sleep_until(deadline_ns)
+            held = deadline_ns - now
+        else:
+            held = 0
+        late = monotonic_ns() - deadline_ns
+        if late > self.late_share * max(deadline_ns - start_ns, 1):
+            self.late += 1
+            self.late_ns += late
+        return held

@@ -1,0 +1,126 @@
+"""Workloads run against the model in virtual time: no clock, no sleeping.
+
+`closed_loop` keeps `depth` operations outstanding, issuing the next one the
+moment one completes (fio with libaio at an iodepth, or N threads); `fio_job`
+turns fio's arguments into such a workload; `dd_write` writes a file the way
+`dd` does, with conv=fsync or oflag=sync.  The calibration tests and the
+figures in docs/EMULATOR.md come from here.
+"""
+
+import heapq
+import shlex
+from dataclasses import dataclass
+from typing import Callable
+
+from .model import Model
+from .ops import Op, OpClass
+from .params import MiB
+
+
+@dataclass(frozen=True)
+class Stats:
+    ops: int
+    nbytes: int
+    elapsed: float  # s
+    mean_latency: float  # s, admission to completion
+
+    @property
+    def iops(self) -> float:
+        return self.ops / self.elapsed
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.nbytes / self.elapsed / 1e6
+
+    @property
+    def mean_latency_ms(self) -> float:
+        return self.mean_latency * 1000
+
+
+def closed_loop(model: Model, op_factory: Callable[[int], Op], depth: int, *,
+                duration: float | None = None, count: int | None = None, start: float = 0.0) -> Stats:
+    """Keep `depth` operations outstanding from `start`, op_factory(i) giving the
+    i-th, until `duration` seconds have passed (operations completing later are
+    not counted) or `count` operations have completed."""
+    if (duration is None) == (count is None):
+        raise ValueError("give one of duration and count")
+    end = start + duration if duration is not None else float("inf")
+    heap: list = []
+    issued = 0
+
+    def issue(now: float) -> None:
+        nonlocal issued
+        op = op_factory(issued)
+        heapq.heappush(heap, (model.admit(op, now).done_at, issued, now, op.nbytes))
+        issued += 1
+
+    for _ in range(depth if count is None else min(depth, count)):
+        issue(start)
+    ops = nbytes = 0
+    latency = 0.0
+    last = start
+    while heap:
+        done, _, admitted, size = heapq.heappop(heap)
+        if done > end:
+            break
+        ops += 1
+        nbytes += size
+        latency += done - admitted
+        last = done
+        if count is None or issued < count:
+            issue(done)
+    elapsed = duration if duration is not None else last - start
+    return Stats(ops, nbytes, elapsed, latency / ops if ops else 0.0)
+
+
+def fio_job(args: str, file: int = 1) -> tuple[Callable[[int], Op], int]:
+    """(op_factory, depth) of an fio job given as its arguments, e.g.
+    "-direct=1 -iodepth 16 -rw=randwrite -bs=4K -numjobs=1": all on one file
+    (numjobs > 1: one file per job), offsets ignored by the model."""
+    opts: dict[str, str] = {}
+    words = shlex.split(args)
+    for i, word in enumerate(words):
+        if word.startswith("-"):
+            key, sep, value = word.lstrip("-").partition("=")
+            if not sep and i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+            opts[key] = value
+    rw = opts.get("rw", opts.get("readwrite", "read"))
+    if rw not in ("read", "randread", "write", "randwrite"):
+        raise ValueError(f"fio rw={rw}: only read, randread, write, randwrite are simulated")
+    size = parse_size(opts.get("bs", "4k"))
+    jobs = int(opts.get("numjobs", 1))
+    depth = int(opts.get("iodepth", 1)) * jobs
+    if rw.endswith("read"):
+        def op_factory(i: int) -> Op:
+            return Op(OpClass.DATA_READ, size, file=file + i % jobs)
+    else:
+        mode = "direct" if opts.get("direct") == "1" else "sync" if opts.get("sync") == "1" else "buffered"
+
+        def op_factory(i: int) -> Op:
+            return Op(OpClass.DATA_WRITE, size, file=file + i % jobs, write_mode=mode)
+    return op_factory, depth
+
+
+def dd_write(model: Model, block: int, count: int, *, sync: bool = False, max_write: int = 1 * MiB,
+             start: float = 0.0, file: int = 1) -> Stats:
+    """`dd if=/dev/zero of=F bs=block count=count` with conv=fsync (buffered
+    writes, one fsync at the end) or, with sync, oflag=sync (every write
+    synchronous).  Each block reaches the file system as FUSE-sized writes of
+    at most max_write bytes.  Elapsed time includes the fsync, as dd reports."""
+    chunks = [max_write] * (block // max_write) + ([block % max_write] if block % max_write else [])
+    mode = "sync" if sync else "buffered"
+    now = start
+    for _ in range(count):
+        for size in chunks:
+            now = model.admit(Op(OpClass.DATA_WRITE, size, file=file, write_mode=mode), now).done_at
+    now = model.admit(Op(OpClass.COMMIT, file=file), now).done_at
+    ops = count * len(chunks)
+    return Stats(ops, block * count, now - start, (now - start) / ops)
+
+
+def parse_size(text: str) -> int:
+    """fio/dd sizes: 4k, 512K, 1M, 1g (binary units)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().rstrip("b").rstrip("i")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)

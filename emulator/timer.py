@@ -1,0 +1,90 @@
+"""Wake trio tasks at CLOCK_MONOTONIC deadlines more finely than trio.sleep.
+
+trio's own timeouts go through epoll's millisecond timeout, so a 0.25 ms sleep
+lasts over a millisecond.  Here one timerfd, armed for the earliest deadline
+in a heap and watched by trio, wakes the waiting tasks directly.  The timer is
+armed a little early, by how late wake-ups have been running (a moving
+average), so replies land near their deadlines rather than always after them.
+"""
+
+import ctypes
+import ctypes.util
+import heapq
+import itertools
+import os
+from time import monotonic_ns
+
+import trio
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_CLOCK_MONOTONIC = 1
+_TFD_NONBLOCK = os.O_NONBLOCK
+_TFD_CLOEXEC = os.O_CLOEXEC
+_TFD_TIMER_ABSTIME = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class PreciseTimer:
+    def __init__(self):
+        fd = _libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_create: {os.strerror(err)}")
+        self._fd = fd
+        self._heap: list = []  # (deadline_ns, seq, task); task None once cancelled
+        self._seq = itertools.count()
+        self._armed = 0
+        self._spec = _Itimerspec()
+        self.lead_ns = 0  # how early the timer is armed: average lateness seen
+
+    def _arm(self, deadline_ns: int) -> None:
+        when = max(deadline_ns - self.lead_ns, 1)
+        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(when, 1_000_000_000)
+        _libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None)
+        self._armed = deadline_ns
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        """Return at (about) monotonic_ns() == deadline_ns; at once if that is past."""
+        if deadline_ns <= monotonic_ns() + self.lead_ns:
+            await trio.lowlevel.checkpoint()
+            return
+        entry = [deadline_ns, next(self._seq), trio.lowlevel.current_task()]
+        heapq.heappush(self._heap, entry)
+        if self._heap[0] is entry:
+            self._arm(deadline_ns)
+
+        def abort(_):
+            entry[2] = None  # dropped when it reaches the top of the heap
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def run(self) -> None:
+        """The background task that wakes sleepers; start it in a nursery."""
+        while True:
+            await trio.lowlevel.wait_readable(self._fd)
+            try:
+                os.read(self._fd, 8)
+            except BlockingIOError:
+                pass
+            now = monotonic_ns()
+            heap = self._heap
+            while heap and heap[0][0] <= now + self.lead_ns:
+                deadline, _, task = heapq.heappop(heap)
+                if task is not None:
+                    trio.lowlevel.reschedule(task)
+                    late = now - deadline
+                    # moving average of lateness, kept within [0, 200 us]
+                    self.lead_ns = min(max((7 * self.lead_ns + late + self.lead_ns) // 8, 0), 200_000)
+            if heap:
+                self._arm(heap[0][0])
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -8,7 +8,6 @@ the stored size of the source for the bursting baseline, and applies
 
 import dataclasses
 import os
-import random
 import time
 from time import monotonic_ns
 
@@ -62,7 +61,7 @@ def _tree_bytes(root: str) -> int:
 class Emulation:
     def __init__(self, name: str, params, source: str):
         self.name, self.source = name, source
-        self.model = Model(params, _now(), rng=random.Random(0))
+        self.model = Model(params, _now())  # latency samples seeded by the `seed` parameter
         self.timer = PreciseTimer()
         self.shaper = Shaper(self.model, self.timer)
         self.series: list[dict] = []

@@ -81,6 +81,8 @@ class Operations(pyfuse3.Operations):
         self.handles: dict[int, Handle] = {}
         self.dirs: dict[int, DirHandle] = {}
         self.workers = workers
+        # A test's simulated slow backend has no page cache to answer from at once.
+        self._cached_pread = None if workers.delay else _cached_pread
         self.tracer = tracer
         self.shaper = shaper
         self.attr_timeout = attr_timeout
@@ -274,7 +276,7 @@ class Operations(pyfuse3.Operations):
     async def read(self, fh, off, size):
         h = self._handle(fh)
         return await self._call("read", h.inode, h, os.pread, fh, size, off, fh=fh, offset=off, size=size,
-                                kind="read", nowait=_cached_pread)
+                                kind="read", nowait=self._cached_pread)
 
     async def write(self, fh, off, buf):
         h = self._handle(fh)
@@ -295,8 +297,9 @@ class Operations(pyfuse3.Operations):
 
     async def fsync(self, fh, datasync):
         h = self._handle(fh)
-        h.dirty = False
-        await self._call("fsync", h.inode, h, os.fdatasync if datasync else os.fsync, fh, fh=fh, kind="commit")
+        commit, h.dirty = h.dirty, False  # NFS sends no COMMIT for a handle with nothing written
+        await self._call("fsync", h.inode, h, os.fdatasync if datasync else os.fsync, fh, fh=fh,
+                         kind="commit" if commit else "none")
 
     # ---- directories ----------------------------------------------------------------
 
@@ -497,6 +500,11 @@ def _symlink(dirfd, name, target, owner):
 
 
 def _create(dirfd, name, flags, mode, owner):
+    if owner is not None:
+        # Created for another user: only a file made here may be given to them.  If one
+        # appeared since the kernel's lookup, opening it as root would skip the caller's
+        # permission check, so that race answers EEXIST.
+        flags |= os.O_EXCL
     fd = os.open(name, flags | os.O_CREAT | os.O_CLOEXEC, stat.S_IMODE(mode), dir_fd=dirfd)
     try:
         if owner is not None:

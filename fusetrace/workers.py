@@ -20,7 +20,7 @@ class Workers:
         network file system below."""
         if nthreads < 1:
             raise ValueError("need at least one worker thread")
-        self._delay = delay
+        self.delay = delay
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"fusetrace-io-{i}", daemon=True)
@@ -35,8 +35,8 @@ class Workers:
             if job is None:
                 return
             fn, args, task, token = job
-            if self._delay:
-                time.sleep(self._delay)
+            if self.delay:
+                time.sleep(self.delay)
             result = outcome.capture(fn, *args)
             try:
                 token.run_sync_soon(trio.lowlevel.reschedule, task, result)

@@ -28,10 +28,16 @@ class Shaper:
         self.ops = 0
         self.late = 0  # replies later than deadline + late_share x modelled time
         self.late_ns = 0
+        # The kernel's and the caller's share of a round trip, outside the handler:
+        # replies go out this much before the model's time, so the caller sees the
+        # model's latency rather than the model's plus FUSE's.  Measured at mount.
+        self.compensation_ns = 0
+        self.calibrating = False  # while measuring it: nothing is shaped
+        self.handler_ns: list[int] = []
 
     def admit(self, kind: str, inode: int, namespace: bool, size: int, start_ns: int) -> int | None:
         """The monotonic ns by which the operation may complete, or None if unshaped."""
-        if kind == "none":
+        if kind == "none" or self.calibrating:
             return None
         if kind == "read":
             op = Op(OpClass.DATA_READ, nbytes=size, file=inode)
@@ -44,7 +50,7 @@ class Shaper:
         else:
             op = Op(OpClass.META_READ, file=inode)
         done_at = self.model.admit(op, start_ns / _NS).done_at
-        deadline = int(done_at * _NS)
+        deadline = int(done_at * _NS) - self.compensation_ns
         self.ops += 1
         return deadline
 

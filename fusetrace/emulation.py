@@ -8,6 +8,7 @@ the stored size of the source for the bursting baseline, and applies
 
 import dataclasses
 import os
+import sys
 import time
 from time import monotonic_ns
 
@@ -24,11 +25,21 @@ from .errors import UserError
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
-HOST_BOUND_SHARE = 0.05  # late operations above this share mean the host sets the pace
+HOST_BOUND_SHARE = 0.05
+MAX_COMPENSATION_NS = 1_000_000  # late operations above this share mean the host sets the pace
 
 
 class ProfileUserError(UserError):
     exit_code = 2
+
+
+_PROBE = """
+import os, sys, time
+for _ in range(int(sys.argv[2])):
+    t = time.monotonic_ns()
+    os.statvfs(sys.argv[1])
+    print(time.monotonic_ns() - t)
+"""
 
 
 def load_params(profile: str, overrides: list[str]):
@@ -83,6 +94,23 @@ class Emulation:
         if metrics_port is not None:
             await nursery.start(prometheus.serve, metrics_port, self.prometheus_metrics)
 
+    async def calibrate(self, mountpoint: str, probes: int = 40) -> None:
+        """Measure FUSE's own share of a round trip (statfs, which the kernel never
+        caches: caller's time minus the handler's) and have the shaper reply that much
+        early, so the caller sees the model's latency, not the model's plus FUSE's."""
+        self.shaper.calibrating = True
+        self.shaper.handler_ns.clear()
+        try:
+            # from another process: a thread of this one would wait for the GIL on return
+            done = await trio.run_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
+                                          capture_stdout=True)
+            rtts = [int(x) for x in done.stdout.split()]
+        finally:
+            self.shaper.calibrating = False
+        handler = sorted(self.shaper.handler_ns)[len(self.shaper.handler_ns) // 2]
+        outside = sorted(rtts)[len(rtts) // 2] - handler
+        self.shaper.compensation_ns = min(max(outside, 0), MAX_COMPENSATION_NS)
+
     async def _sample_every_minute(self) -> None:
         while True:
             await trio.sleep(SAMPLE_EVERY)
@@ -104,6 +132,7 @@ class Emulation:
         share = late / ops if ops else 0.0
         return {"ops": ops, "late": late, "late_share": share,
                 "mean_late_us": self.shaper.late_ns / late / 1e3 if late else 0.0,
+                "compensation_us": self.shaper.compensation_ns / 1e3,
                 "host_bound": share > HOST_BOUND_SHARE}
 
     def stats(self) -> dict:

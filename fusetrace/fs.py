@@ -110,7 +110,12 @@ class Operations(pyfuse3.Operations):
                 out = await self.workers.run(fn, *args)
         except OSError as exc:
             err = exc.errno or E.EIO
-        held = 0 if deadline is None else await self.shaper.hold_until(deadline, start)
+        if deadline is not None:
+            held = await self.shaper.hold_until(deadline, start)
+        else:
+            held = 0
+            if self.shaper is not None and self.shaper.calibrating:
+                self.shaper.handler_ns.append(monotonic_ns() - start)
         if self.tracer is not None:
             if err or isinstance(out, bool):
                 result = 0

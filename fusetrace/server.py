@@ -208,9 +208,15 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         nursery.start_soon(serve_control, control, {"stats": status.stats, "set": status.set})
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port)
+        nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
+        if status.emulation is not None:
+            await status.emulation.calibrate(opts.mountpoint)
         _say(ready_fd, "ok")
-        await pyfuse3.main(min_tasks=4, max_tasks=opts.max_requests)
-        nursery.cancel_scope.cancel()
+
+
+async def _serve_fuse(opts: MountOptions, scope: trio.CancelScope) -> None:
+    await pyfuse3.main(min_tasks=4, max_tasks=opts.max_requests)
+    scope.cancel()  # unmounted or terminated: stop the other tasks too
 
 
 async def _stop_on_signals() -> None:

@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""Benchmark fusetrace against the plain directory and two reference passthrough file systems.
+
+    /tmp/venv/bin/python bench/run.py [--quick] [--passthrough-hp PATH] [--out docs/BENCHMARKS.md]
+
+Measures, in one run and each over a fresh directory on the same local disk: native,
+fusetrace, fusetrace with --trace, pyfuse3's examples/passthroughfs.py and (given its path)
+libfuse's example/passthrough_hp.  Writes docs/BENCHMARKS.md (the table with every figure's
+ratio against native from the same run, and the project's performance targets checked) and
+prints the table.  Must run as root (it drops the kernel caches).  bench/README.md has more.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import targets as T  # noqa: E402
+import workloads as W  # noqa: E402
+
+DEFAULT_WORKDIR = "/var/tmp/fusetrace-bench"
+
+INTRO = """\
+# Benchmarks
+
+How much a fusetrace mount costs against the plain directory below it, with and without
+tracing, and against two other passthrough file systems: the example that ships with pyfuse3
+(the Python library fusetrace is built on: a floor fusetrace must not fall below) and libfuse's
+multi-threaded C++ `passthrough_hp` (a ceiling for a FUSE passthrough on this kernel).
+
+Every figure below comes from one run of `bench/run.py` on the machine described, each target
+over a fresh directory on the same local disk, one target mounted at a time. The run goes
+through all targets in rounds (two by default, the second in reverse order) and reports each
+figure's best round; every round's figure is listed under the table. Ratios are against native
+*in the same run* and always read as speed: above 1 is faster than native, below 1 slower (for
+`ls -l`, the ratio is native time / target time). This is a small, shared VM whose idle CPUs
+halt: a request that crosses threads pays for waking a CPU, and run-to-run spread is large
+for such file systems — read the per-round figures before trusting a difference under ~30%.
+This file is generated; edit the generator (`bench/run.py`), not the file.
+"""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes and short runs (a smoke test, < 2 min)")
+    p.add_argument("--passthrough-hp", metavar="PATH",
+                   help="libfuse's example/passthrough_hp binary, built by hand (not by this script)")
+    p.add_argument("--out", default="docs/BENCHMARKS.md", help="the Markdown report (default docs/BENCHMARKS.md)")
+    p.add_argument("--workdir", default=DEFAULT_WORKDIR,
+                   help=f"where the source directories and mount points go; must be on a local disk "
+                        f"(default {DEFAULT_WORKDIR})")
+    p.add_argument("--rounds", type=int, metavar="N",
+                   help="run every target N times, in alternating order, and report the best "
+                        "figure of each (default 2, 1 with --quick)")
+    p.add_argument("--only", metavar="KEY[,KEY]",
+                   help="run only these targets (native, fusetrace, fusetrace+trace, pyfuse3-example, "
+                        "passthrough_hp); for development, the report then lacks the other columns")
+    args = p.parse_args(argv)
+
+    if os.geteuid() != 0 or not W.can_drop_caches():
+        print("bench/run.py: must run as root (it mounts, and drops caches with /proc/sys/vm/drop_caches)",
+              file=sys.stderr)
+        return 2
+    for tool in ("fio", "fusermount3", "ls"):
+        if shutil.which(tool) is None:
+            print(f"bench/run.py: {tool} not found", file=sys.stderr)
+            return 2
+
+    sizes = W.QUICK if args.quick else W.FULL
+    rows = W.make_rows(sizes)
+    targets = [T.Native(), T.Fusetrace(trace=False), T.Fusetrace(trace=True), T.PyfuseExample()]
+    if args.passthrough_hp:
+        targets.append(T.PassthroughHP(args.passthrough_hp))
+    if args.only:
+        keep = set(args.only.split(","))
+        targets = [t for t in targets if t.key in keep]
+
+    work = Path(args.workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    machine = _machine(work)
+    if machine["workdir_fs"] in ("tmpfs", "ramfs") or machine["workdir_fs"].startswith("fuse"):
+        print(f"bench/run.py: {work} is on {machine['workdir_fs']}, not a local disk", file=sys.stderr)
+        return 2
+
+    if float(machine["load_start"].split()[1]) > 1.0:
+        _say(f"warning: the machine is busy ({machine['load_start']}): figures will be skewed")
+    t_start = time.monotonic()
+    _say(f"work directory {work} ({machine['workdir_fs']} on {machine['workdir_dev']}); "
+         f"{'quick' if args.quick else 'full'} run")
+    pool = work / "pool"
+    _make_pool(pool, sizes)
+
+    rounds = args.rounds or sizes.rounds
+    results: dict = {"sizes": sizes.__dict__, "rounds": rounds, "machine": machine,
+                     "targets": {t.key: {"label": t.label, "rounds": []} for t in targets}}
+    for n in range(rounds):
+        order = targets if n % 2 == 0 else targets[::-1]  # alternate, so drift hits all alike
+        _say(f"round {n + 1} of {rounds}: " + ", ".join(t.label for t in order))
+        for target in order:
+            results["targets"][target.key]["rounds"].append(_run_target(target, rows, sizes, work, pool))
+    shutil.rmtree(pool, ignore_errors=True)
+    for target in targets:
+        _summarise(results["targets"][target.key], rows)
+    results["elapsed_s"] = time.monotonic() - t_start
+    machine["load_end"] = _load()
+
+    table, checks = _table(rows, targets, results)
+    T.CACHE.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    raw = T.CACHE / f"results-{stamp}.json"
+    raw.write_text(json.dumps(results, indent=2, default=str))
+    out = Path(args.out)
+    if not out.is_absolute():
+        out = T.REPO / out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_report(rows, targets, results, table, checks, args, sizes))
+    print()
+    print(table)
+    print()
+    for line in checks:
+        print(line)
+    print(f"\nwrote {out} (raw figures: {raw}); {results['elapsed_s']:.0f} s in all")
+    return 0
+
+
+# ---- running -------------------------------------------------------------------------------
+
+
+def _say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _make_pool(pool: Path, sizes: W.Sizes) -> None:
+    """The files the randread rows read, written once natively; every target's fresh source
+    directory gets hard links to them (reads only: no target changes them)."""
+    shutil.rmtree(pool, ignore_errors=True)
+    pool.mkdir(parents=True)
+    for j in range(sizes.jobs):
+        _write_file(pool / f"rr.{j}", W.size_bytes(sizes.fio_size))
+    os.sync()
+
+
+def _write_file(path: Path, size: int) -> None:
+    chunk = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        left = size
+        while left > 0:
+            left -= f.write(chunk[:min(left, len(chunk))])
+
+
+def _run_target(target: T.Target, rows, sizes, work: Path, pool: Path) -> dict:
+    scratch = work / target.key
+    src, mnt = scratch / "src", scratch / "mnt"
+    T.force_unmount(str(mnt))
+    shutil.rmtree(scratch, ignore_errors=True)
+    src.mkdir(parents=True)
+    mnt.mkdir()
+    for j in range(sizes.jobs):
+        os.link(pool / f"rr.{j}", src / f"rr.{j}")
+    _write_file(src / "rw.dat", W.size_bytes(sizes.fio_size))
+    os.sync()
+
+    out: dict = {"label": target.label, "rows": {}, "errors": {}}
+    t0 = time.monotonic()
+    _say(f"{target.label}: mounting")
+    try:
+        where = target.start(str(src), str(mnt), scratch)
+    except Exception as exc:  # a target that cannot run leaves its column empty
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        _say(f"{target.label}: cannot mount: {exc}")
+        T.force_unmount(str(mnt))
+        return out
+    out["mount_s"] = time.monotonic() - t0
+    try:
+        for row in rows:
+            try:
+                value, details = W.run_row(row, where, str(src), sizes)
+            except Exception as exc:
+                out["errors"][row.key] = f"{type(exc).__name__}: {exc}"
+                _say(f"{target.label}: {row.key}: FAILED: {exc}")
+                continue
+            out["rows"][row.key] = {"value": value, **details}
+            _say(f"{target.label}: {row.key}: {_fmt(value, row)}")
+    finally:
+        t1 = time.monotonic()
+        try:
+            target.stop()
+        except Exception as exc:
+            out["stop_error"] = f"{type(exc).__name__}: {exc}"
+            _say(f"{target.label}: unmount: {exc}")
+        out["umount_s"] = time.monotonic() - t1
+        out.update(target.after())
+        if target.key == "fusetrace+trace" and "trace_records" in out:
+            _say(f"{target.label}: trace: {out['trace_records']:,} records, "
+                 f"{out.get('trace_dropped', 0):,} dropped, {out['trace_bytes'] / 2**20:.1f} MiB")
+    if not out.get("stop_error"):
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def _summarise(entry: dict, rows) -> None:
+    """The best figure of each row over the rounds (the fastest run: noise on a shared VM
+    only ever slows a run down), with every round's figure kept beside it."""
+    entry["rows"], entry["errors"] = {}, {}
+    for row in rows:
+        runs = [r["rows"][row.key] for r in entry["rounds"] if row.key in r["rows"]]
+        if runs:
+            best = max(runs, key=lambda r: row.speed(r["value"]))
+            entry["rows"][row.key] = {**best, "runs": [r["value"] for r in runs]}
+        errs = [r.get("error") or r["errors"].get(row.key) for r in entry["rounds"]]
+        errs = [e for e in errs if e]
+        if errs:
+            entry["errors"][row.key] = errs[0]
+    mount_errors = [r["error"] for r in entry["rounds"] if r.get("error")]
+    if mount_errors and not entry["rows"]:
+        entry["error"] = mount_errors[0]
+    for r in entry["rounds"]:
+        for k, v in r.items():
+            if k.startswith("trace_"):
+                entry[k] = v  # the last round's trace
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def _fmt(value: float, row: W.Row) -> str:
+    if row.unit in ("IOPS", "files/s"):
+        return f"{value:,.0f} {row.unit}"
+    if row.unit == "ms":
+        return f"{value:,.0f} ms" if value >= 100 else f"{value:,.1f} ms"
+    return f"{value:,.0f} {row.unit}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 10 else f"{x:.1f}x"
+
+
+def _value(results, key, row):
+    r = results["targets"].get(key, {}).get("rows", {}).get(row.key)
+    return None if r is None else r["value"]
+
+
+def _table(rows, targets, results):
+    keys = [t.key for t in targets]
+    have = set(keys)
+    head = ["", *[t.label for t in targets]]
+    extra = []
+    if {"fusetrace", "pyfuse3-example"} <= have:
+        extra.append("fusetrace ÷ pyfuse3 example (target ≥ 1)")
+    if {"fusetrace", "fusetrace+trace"} <= have:
+        extra.append("cost of tracing (target ≤ 10%)")
+    if {"fusetrace", "passthrough_hp"} <= have:
+        extra.append("fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)")
+    lines = ["| " + " | ".join(head + extra) + " |", "|" + "---|" * (len(head) + len(extra))]
+    misses = {"ex": [], "trace": [], "hp": []}
+    for row in rows:
+        native = _value(results, "native", row)
+        cells = [row.title]
+        for t in targets:
+            v = _value(results, t.key, row)
+            if v is None:
+                err = results["targets"][t.key].get("error") or results["targets"][t.key]["errors"].get(row.key)
+                cells.append("failed" if err else "—")
+            elif t.key == "native" or native is None:
+                cells.append(_fmt(v, row))
+            else:
+                cells.append(f"{_fmt(v, row)} ({_ratio(row.speed(v) / row.speed(native))})")
+        ft, ftt = _value(results, "fusetrace", row), _value(results, "fusetrace+trace", row)
+        if "fusetrace ÷ pyfuse3 example (target ≥ 1)" in extra:
+            ex = _value(results, "pyfuse3-example", row)
+            parts = []
+            for label, v in (("", ft), ("traced ", ftt)):
+                if v is not None and ex is not None:
+                    r = row.speed(v) / row.speed(ex)
+                    ok = r >= 1.0
+                    parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}")
+                    if not ok:
+                        misses["ex"].append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
+            cells.append(" · ".join(parts) or "—")
+        if "cost of tracing (target ≤ 10%)" in extra:
+            if ft is not None and ftt is not None:
+                cost = 1 - row.speed(ftt) / row.speed(ft)
+                ok = cost <= 0.10
+                cells.append(f"{cost * 100:+.0f}% {'✓' if ok else '✗'}")
+                if not ok:
+                    misses["trace"].append(f"{row.key} ({cost * 100:+.0f}%)")
+            else:
+                cells.append("—")
+        if "fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)" in extra:
+            hp = _value(results, "passthrough_hp", row)
+            parts = []
+            for label, v in (("", ft), ("traced ", ftt)):
+                if v is not None and hp is not None:
+                    r = row.speed(v) / row.speed(hp)
+                    if row.key in ("create", "ls"):
+                        ok = r >= 0.5
+                        parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}")
+                        if not ok:
+                            misses["hp"].append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
+                    else:
+                        parts.append(f"{label}{_ratio(r)}")
+            cells.append(" · ".join(parts) or "—")
+        lines.append("| " + " | ".join(cells) + " |")
+
+    checks = []
+    if "fusetrace ÷ pyfuse3 example (target ≥ 1)" in extra:
+        checks.append(_verdict("fusetrace ≥ pyfuse3 example on every row", misses["ex"]))
+    if "cost of tracing (target ≤ 10%)" in extra:
+        checks.append(_verdict("tracing costs ≤ 10% against no tracing on every row", misses["trace"]))
+    if "fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)" in extra:
+        checks.append(_verdict("create and ls -l within 2x of passthrough_hp", misses["hp"]))
+    return "\n".join(lines), checks
+
+
+def _verdict(target: str, missed: list[str]) -> str:
+    if not missed:
+        return f"- **met**: {target}"
+    return f"- **not met**: {target}; missed on " + ", ".join(missed)
+
+
+def _machine(work: Path) -> dict:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    fs, dev = "?", "?"
+    best = -1
+    real = str(work)
+    with open("/proc/self/mountinfo") as f:  # the mount holding the work directory
+        for line in f:
+            left, _, right = line.partition(" - ")
+            mp = T._unescape(left.split()[4])
+            if (real == mp or real.startswith(mp.rstrip("/") + "/")) and len(mp) >= best:
+                best, fs, dev = len(mp), right.split()[0], right.split()[1]
+    import pyfuse3
+    import trio
+
+    def out(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=T.REPO).stdout.strip()
+        except OSError:
+            return ""
+
+    rev = out(["git", "rev-parse", "--short", "HEAD"])
+    dirty = out(["git", "status", "--porcelain", "--", "fusetrace"])
+    return {
+        "load_start": _load(),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(mem_kb / 2**20, 1),
+        "kernel": platform.release(),
+        "os": out(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "fio": out(["fio", "--version"]),
+        "python": platform.python_version(),
+        "pyfuse3": pyfuse3.__version__,
+        "trio": trio.__version__,
+        "fusetrace": rev + (" with uncommitted changes in fusetrace/" if dirty else ""),
+        "workdir": real,
+        "workdir_fs": fs,
+        "workdir_dev": dev,
+    }
+
+
+def _load() -> str:
+    """Load averages and CPU pressure: other work on the machine skews every figure."""
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()[2].partition("=")[2]  # avg60
+        return f"load {load}, CPU pressure {some}% (avg60)"
+    except OSError:
+        return f"load {load}"
+
+
+def _report(rows, targets, results, table, checks, args, sizes) -> str:
+    m = results["machine"]
+    cmd = "/tmp/venv/bin/python bench/run.py" + (" --quick" if args.quick else "")
+    if args.passthrough_hp:
+        cmd += f" --passthrough-hp {args.passthrough_hp}"
+    if args.rounds:
+        cmd += f" --rounds {args.rounds}"
+    if args.only:
+        cmd += f" --only {args.only}"
+    if args.out != "docs/BENCHMARKS.md":
+        cmd += f" --out {args.out}"
+    L = [INTRO]
+    if args.quick:
+        L += ["> **Quick run** (`--quick`: small files, short runs): a smoke test of the benchmark, "
+              "not figures to quote.\n"]
+    L += [
+        "## Machine and run",
+        "",
+        f"- {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM; kernel {m['kernel']}; {m['os']}",
+        f"- file system under test: {m['workdir_fs']} on {m['workdir_dev']} ({m['workdir']})",
+        f"- {m['date']}; {m['fio']}; Python {m['python']}, pyfuse3 {m['pyfuse3']}, trio {m['trio']}; "
+        f"fusetrace {m['fusetrace']}",
+        f"- command: `{cmd}` (as root); {results['elapsed_s'] / 60:.1f} minutes in all",
+        f"- other work on the machine: at the start {m['load_start']}; at the end {m['load_end']} "
+        f"(this run itself adds 1–2 to the load)",
+        "",
+        "## Results",
+        "",
+        table,
+        "",
+        "Targets:",
+        "",
+        *checks,
+        "",
+    ]
+    tr = results["targets"].get("fusetrace+trace", {})
+    if "trace_records" in tr:
+        L += [f"The last traced round wrote {tr['trace_records']:,} records ({tr.get('trace_dropped', 0):,} dropped) "
+              f"in {tr['trace_files']} Parquet files, {tr['trace_bytes'] / 2**20:.1f} MiB.", ""]
+    failed = [(t.label, results["targets"][t.key].get("error")) for t in targets
+              if results["targets"][t.key].get("error")]
+    failed += [(f"{t.label}, {k}", v) for t in targets for k, v in results["targets"][t.key]["errors"].items()]
+    if failed:
+        L += ["Failures:", ""] + [f"- {who}: {why}" for who, why in failed] + [""]
+    if results["rounds"] > 1:
+        L += [f"Every round's figure (the table above shows the best of {results['rounds']}; rounds "
+              "alternate the order of the targets):", "",
+              "| | " + " | ".join(t.label for t in targets) + " |", "|---|" + "---|" * len(targets)]
+        for row in rows:
+            cells = []
+            for t in targets:
+                r = results["targets"][t.key].get("rows", {}).get(row.key)
+                cells.append(" / ".join(_fmt(v, row).split(" ")[0] for v in r["runs"]) if r else "—")
+            L.append(f"| {row.key} ({row.unit}) | " + " | ".join(cells) + " |")
+        L.append("")
+    L += ["Latency (fio completion latency, mean / p99, µs, of the run shown above) of the 4k rows:", "",
+          "| | " + " | ".join(t.label for t in targets) + " |", "|---|" + "---|" * len(targets)]
+    for row in rows:
+        if row.unit != "IOPS":
+            continue
+        cells = []
+        for t in targets:
+            r = results["targets"][t.key].get("rows", {}).get(row.key)
+            cells.append(f"{r['clat_mean_us']:.0f} / {r['clat_p99_us']:.0f}" if r else "—")
+        L.append(f"| {row.key} | " + " | ".join(cells) + " |")
+    L += ["", "## The targets", ""]
+    for t in targets:
+        L.append(f"- **{t.label}**: {t.describe()}")
+    L += ["", "Mount commands (SRC is the target's fresh source directory, MNT an empty directory):", "", "```"]
+    for t in targets:
+        if t.fuse:
+            c = t.command("SRC", "MNT", placeholder=True)
+            if c[0] == sys.executable:
+                c[0] = "python"
+            if t.key == "pyfuse3-example":
+                c[1] = "passthroughfs.py"
+            L.append(" ".join(c))
+    L += ["```", "", "Unmounted with `python -m fusetrace umount MNT` (fusetrace) or `fusermount3 -u MNT` "
+          "(the others), and the server waited for, before the next target.", ""]
+    L += ["## The rows", "",
+          f"Each target gets a fresh source directory holding `rw.dat` ({sizes.fio_size}, written natively "
+          f"just before mounting) and hard links to `rr.0` … `rr.{sizes.jobs - 1}` ({sizes.fio_size} each "
+          "of random data, written natively once per run and only ever read). The rows run in this "
+          "order in `$DIR`, the source directory (`$SRC`) itself for native, the mount point otherwise:", ""]
+    for i, row in enumerate(rows, 1):
+        L.append(f"{i}. **{row.title}** ({row.unit}): {row.notes}.")
+        L.append("")
+        L.append("   ```")
+        L += [f"   {c}" for c in row.commands]
+        L.append("   ```")
+    L += ["", "fio's JSON output (`--output-format=json`) gives IOPS (`read.iops` / `write.iops`) and "
+          "bandwidth (`write.bw_bytes`, which includes the end_fsync). Raw figures of this run, fio "
+          "latencies and the per-repetition create and ls times, go to `bench/out/results-*.json` "
+          "(not committed).", ""]
+    return "\n".join(L)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

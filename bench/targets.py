@@ -1,0 +1,281 @@
+"""The file systems under test: how to mount each over a source directory and unmount it.
+
+Every target is mounted over its own fresh source directory and unmounted (its server gone)
+before the next one starts, so only one FUSE server runs at a time.
+"""
+
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / "bench" / "out"
+PY = sys.executable
+MOUNT_TIMEOUT = 30.0
+
+
+class TargetError(Exception):
+    pass
+
+
+# ---- mount table -------------------------------------------------------------------------
+
+
+def _unescape(field: str) -> str:
+    """Mount points in mountinfo have space, tab, newline and backslash as \\ooo."""
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1:i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def fstype_at(path: str) -> str | None:
+    """The file system type mounted exactly at `path`, or None."""
+    path = os.path.realpath(path)
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            if len(fields) >= 5 and _unescape(fields[4]) == path:
+                found = right.split()[0]  # the last (topmost) mount wins
+    return found
+
+
+def wait_mounted(mnt: str, proc: subprocess.Popen | None, log: Path | None) -> None:
+    deadline = time.monotonic() + MOUNT_TIMEOUT
+    while time.monotonic() < deadline:
+        fs = fstype_at(mnt)
+        if fs is not None and fs.startswith("fuse"):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise TargetError(f"server exited with code {proc.returncode} before {mnt} was live"
+                              f"{_tail(log)}")
+        time.sleep(0.02)
+    raise TargetError(f"{mnt} not mounted after {MOUNT_TIMEOUT:.0f} s{_tail(log)}")
+
+
+def force_unmount(mnt: str) -> None:
+    """Clear a mount left over by an earlier, interrupted run."""
+    if fstype_at(mnt) is not None:
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        if fstype_at(mnt) is not None:
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+def _tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    return f": {lines[-1].strip()} (log: {log})" if lines else ""
+
+
+def _stop_server(mnt: str, proc: subprocess.Popen) -> None:
+    done = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+    if done.returncode != 0:
+        time.sleep(0.5)  # EBUSY right after a run: let the last references go
+        done = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+    if done.returncode != 0:
+        force_unmount(mnt)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # our own child, by its pid
+        proc.wait()
+
+
+# ---- the targets ---------------------------------------------------------------------------
+
+
+class Target:
+    key = ""
+    label = ""
+    fuse = True
+
+    def describe(self) -> str:
+        return self.label
+
+    def command(self, src: str, mnt: str, placeholder: bool = False) -> list[str]:
+        return []
+
+    def start(self, src: str, mnt: str, scratch: Path) -> str:
+        """Mount; return the directory the benchmarks run in."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        pass
+
+    def after(self) -> dict:
+        """Extra facts once stopped (e.g. trace size)."""
+        return {}
+
+
+class Native(Target):
+    key = "native"
+    label = "native"
+    fuse = False
+
+    def describe(self) -> str:
+        return "the source directory itself, no FUSE"
+
+    def start(self, src, mnt, scratch):
+        return src
+
+
+class Fusetrace(Target):
+    def __init__(self, trace: bool):
+        self.trace = trace
+        self.key = "fusetrace+trace" if trace else "fusetrace"
+        self.label = "fusetrace, traced" if trace else "fusetrace"
+        self.mnt = None
+        self.trace_dir = None
+
+    def describe(self) -> str:
+        how = "`--trace DIR` (a new directory on the same disk)" if self.trace else "no trace"
+        return f"`python -m fusetrace mount SRC MNT` from this checkout, default options, {how}"
+
+    def command(self, src, mnt, placeholder=False):
+        cmd = [PY, "-m", "fusetrace", "mount", src, mnt]
+        if self.trace:
+            cmd += ["--trace", "TRACE_DIR" if placeholder or not self.trace_dir else self.trace_dir]
+        return cmd
+
+    def start(self, src, mnt, scratch):
+        if self.trace:
+            self.trace_dir = str(scratch / "trace")
+        self.mnt = mnt
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        log = scratch / "fusetrace.log"
+        done = subprocess.run(self.command(src, mnt) + ["--log", str(log)], cwd=REPO, env=env,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise TargetError((done.stderr or done.stdout).strip() or f"exit {done.returncode}")
+        wait_mounted(mnt, None, log)
+        return mnt
+
+    def stop(self):
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=REPO, env=env,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            time.sleep(0.5)
+            done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=REPO, env=env,
+                                  capture_output=True, text=True)
+        if done.returncode != 0:
+            force_unmount(self.mnt)
+            raise TargetError(f"umount: {done.stderr.strip()}")
+
+    def after(self):
+        if not self.trace or not self.trace_dir:
+            return {}
+        import json
+
+        d = Path(self.trace_dir)
+        parts = list(d.glob("*.parquet"))
+        out = {"trace_files": len(parts), "trace_bytes": sum(p.stat().st_size for p in parts)}
+        meta = d / "_metadata.json"
+        if meta.exists():
+            m = json.loads(meta.read_text())
+            for k in ("records", "dropped", "lost", "write_errors"):
+                if k in m:
+                    out["trace_" + k] = m[k]
+        return out
+
+
+class PyfuseExample(Target):
+    key = "pyfuse3-example"
+    label = "pyfuse3 example"
+
+    def __init__(self):
+        self.proc = None
+        self.mnt = None
+        self.script = None
+
+    def describe(self) -> str:
+        import pyfuse3
+
+        return (f"`examples/passthroughfs.py` from the pyfuse3 {pyfuse3.__version__} sdist, "
+                f"run with the same Python: `python passthroughfs.py SRC MNT`")
+
+    def command(self, src, mnt, placeholder=False):
+        return [PY, str(self.script or "passthroughfs.py"), src, mnt]
+
+    def fetch(self) -> Path:
+        """examples/passthroughfs.py of the installed pyfuse3 version, from its sdist."""
+        import pyfuse3
+
+        version = pyfuse3.__version__
+        dest = CACHE / f"passthroughfs-{version}.py"
+        if dest.exists():
+            return dest
+        CACHE.mkdir(parents=True, exist_ok=True)
+        sdist = CACHE / f"pyfuse3-{version}.tar.gz"
+        if not sdist.exists():
+            done = subprocess.run([PY, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                   f"pyfuse3=={version}", "-d", str(CACHE)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0 or not sdist.exists():
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise TargetError(f"pip download pyfuse3=={version} failed: {last}")
+        with tarfile.open(sdist) as tar:
+            member = tar.getmember(f"pyfuse3-{version}/examples/passthroughfs.py")
+            data = tar.extractfile(member).read()
+        tmp = dest.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.rename(dest)
+        return dest
+
+    def start(self, src, mnt, scratch):
+        self.script = self.fetch()
+        self.mnt = mnt
+        log = scratch / "pyfuse3-example.log"
+        with open(log, "ab") as f:
+            self.proc = subprocess.Popen(self.command(src, mnt), stdin=subprocess.DEVNULL,
+                                         stdout=f, stderr=f, start_new_session=True)
+        wait_mounted(mnt, self.proc, log)
+        return mnt
+
+    def stop(self):
+        _stop_server(self.mnt, self.proc)
+
+
+class PassthroughHP(Target):
+    key = "passthrough_hp"
+    label = "passthrough_hp"
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.proc = None
+        self.mnt = None
+
+    def describe(self) -> str:
+        ver = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)
+        lib = f", linked against libfuse {ver.stdout.strip()}" if ver.returncode == 0 else ""
+        return (f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand, see "
+                f"bench/README.md), default options, `--foreground` so this script owns the process")
+
+    def command(self, src, mnt, placeholder=False):
+        return [self.path, "--foreground", src, mnt]
+
+    def start(self, src, mnt, scratch):
+        if not os.access(self.path, os.X_OK):
+            raise TargetError(f"{self.path}: not an executable")
+        self.mnt = mnt
+        log = scratch / "passthrough_hp.log"
+        with open(log, "ab") as f:
+            self.proc = subprocess.Popen(self.command(src, mnt), stdin=subprocess.DEVNULL,
+                                         stdout=f, stderr=f, start_new_session=True)
+        wait_mounted(mnt, self.proc, log)
+        return mnt
+
+    def stop(self):
+        _stop_server(self.mnt, self.proc)

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from fusetrace.mounts import canonical, mounted_at  # noqa: E402
+
 CACHE = REPO / "bench" / "out"
 PY = sys.executable
 MOUNT_TIMEOUT = 30.0
@@ -21,34 +24,10 @@ class TargetError(Exception):
     pass
 
 
-# ---- mount table -------------------------------------------------------------------------
-
-
-def _unescape(field: str) -> str:
-    """Mount points in mountinfo have space, tab, newline and backslash as \\ooo."""
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1:i + 4]
-        if field[i] == "\\" and len(code) == 3 and code.isdigit():
-            out.append(chr(int(code, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def fstype_at(path: str) -> str | None:
     """The file system type mounted exactly at `path`, or None."""
-    path = os.path.realpath(path)
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields = left.split()
-            if len(fields) >= 5 and _unescape(fields[4]) == path:
-                found = right.split()[0]  # the last (topmost) mount wins
-    return found
+    found = mounted_at(canonical(path))
+    return found.fstype if found else None
 
 
 def wait_mounted(mnt: str, proc: subprocess.Popen | None, log: Path | None) -> None:
@@ -106,6 +85,15 @@ class Target:
 
     def command(self, src: str, mnt: str, placeholder: bool = False) -> list[str]:
         return []
+
+    def _spawn(self, src: str, mnt: str, log: Path) -> str:
+        """Start a foreground FUSE server of ours to own; return once it is mounted."""
+        self.mnt = mnt
+        with open(log, "ab") as f:
+            self.proc = subprocess.Popen(self.command(src, mnt), stdin=subprocess.DEVNULL,
+                                         stdout=f, stderr=f, start_new_session=True)
+        wait_mounted(mnt, self.proc, log)
+        return mnt
 
     def start(self, src: str, mnt: str, scratch: Path) -> str:
         """Mount; return the directory the benchmarks run in."""
@@ -236,13 +224,7 @@ class PyfuseExample(Target):
 
     def start(self, src, mnt, scratch):
         self.script = self.fetch()
-        self.mnt = mnt
-        log = scratch / "pyfuse3-example.log"
-        with open(log, "ab") as f:
-            self.proc = subprocess.Popen(self.command(src, mnt), stdin=subprocess.DEVNULL,
-                                         stdout=f, stderr=f, start_new_session=True)
-        wait_mounted(mnt, self.proc, log)
-        return mnt
+        return self._spawn(src, mnt, scratch / "pyfuse3-example.log")
 
     def stop(self):
         _stop_server(self.mnt, self.proc)
@@ -269,13 +251,7 @@ class PassthroughHP(Target):
     def start(self, src, mnt, scratch):
         if not os.access(self.path, os.X_OK):
             raise TargetError(f"{self.path}: not an executable")
-        self.mnt = mnt
-        log = scratch / "passthrough_hp.log"
-        with open(log, "ab") as f:
-            self.proc = subprocess.Popen(self.command(src, mnt), stdin=subprocess.DEVNULL,
-                                         stdout=f, stderr=f, start_new_session=True)
-        wait_mounted(mnt, self.proc, log)
-        return mnt
+        return self._spawn(src, mnt, scratch / "passthrough_hp.log")
 
     def stop(self):
         _stop_server(self.mnt, self.proc)

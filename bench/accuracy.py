@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from emulator.profiles import load_profile  # noqa: E402
-from fusetrace import fio  # noqa: E402
 
 MiB = 1 << 20
 MARK = "## Emulator accuracy"

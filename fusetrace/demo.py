@@ -25,10 +25,12 @@ def published(system: str) -> dict:
     return data[system]
 
 
-def _cli(*args: str) -> None:
+def _cli(*args: str) -> str:
+    """Run a fusetrace command as a user would; its standard output."""
     done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(done.stderr.strip().removeprefix("fusetrace: ") or f"fusetrace {args[0]} failed")
+    return done.stdout
 
 
 def _progress(step: int, steps: int, name: str, elapsed: float, runtime: float, total_left: float) -> None:
@@ -111,9 +113,7 @@ def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=
 
 
 def _host(m: _Mounted) -> dict:
-    done = subprocess.run([sys.executable, "-m", "fusetrace", "stats", m.mnt, "--json"],
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["host"]
+    return json.loads(_cli("stats", m.mnt, "--json"))["host"]
 
 
 def _late_share(before: dict, after: dict) -> float:

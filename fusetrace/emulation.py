@@ -8,6 +8,7 @@ the stored size of the source for the bursting baseline, and applies
 
 import dataclasses
 import os
+import statistics
 import sys
 import time
 from time import monotonic_ns
@@ -25,8 +26,8 @@ from .errors import UserError
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
-HOST_BOUND_SHARE = 0.05
-MAX_COMPENSATION_NS = 1_000_000  # late operations above this share mean the host sets the pace
+HOST_BOUND_SHARE = 0.05  # late operations above this share mean the host sets the pace
+MAX_COMPENSATION_NS = 1_000_000  # a bound on the measured FUSE round-trip share
 
 
 class ProfileUserError(UserError):
@@ -107,8 +108,7 @@ class Emulation:
             rtts = [int(x) for x in done.stdout.split()]
         finally:
             self.shaper.calibrating = False
-        handler = sorted(self.shaper.handler_ns)[len(self.shaper.handler_ns) // 2]
-        outside = sorted(rtts)[len(rtts) // 2] - handler
+        outside = statistics.median_low(rtts) - statistics.median_low(self.shaper.handler_ns)
         self.shaper.compensation_ns = min(max(outside, 0), MAX_COMPENSATION_NS)
 
     async def _sample_every_minute(self) -> None:

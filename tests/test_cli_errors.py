@@ -5,8 +5,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 from conftest import ROOT, fusetrace, is_mounted, poll
 
 

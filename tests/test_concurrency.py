@@ -10,8 +10,6 @@ import time
 
 import duckdb
 
-from conftest import poll
-
 DELAY_MS = 20
 BLOCK = 4096
 

@@ -74,7 +74,7 @@ def test_stats_and_live_set(mount):
 
 
 def test_control_socket_is_private(mount):
-    m = mount("--emulate", "efs-tiny")
+    mount("--emulate", "efs-tiny")
     sock = next(p for p in os.listdir("/run/fusetrace") if p.endswith(".sock"))
     mode = os.stat(os.path.join("/run/fusetrace", sock)).st_mode
     assert stat.S_IMODE(mode) == 0o600

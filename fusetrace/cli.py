@@ -41,6 +41,14 @@ def _mount_parser(sub) -> None:
                    help="override a profile parameter (repeatable)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT")
+    p.add_argument("--inline", choices=("auto", "always", "never"), default="auto",
+                   help="run quick system calls (under 50 us, measured) on the event loop instead "
+                        "of handing them to a worker thread; auto (default): not on network or "
+                        "FUSE file systems, where a hung server would stall the mount")
+    p.add_argument("--no-xattrs", dest="xattrs", action="store_false",
+                   help="answer extended attribute requests as unsupported, so the kernel stops "
+                        "sending them (one per buffered write, two per file in ls -l); automatic "
+                        "when the source has no extended attributes (NFS, so EFS)")
     p.add_argument("--backend-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
 
@@ -55,6 +63,7 @@ def _mount(args, argv) -> int:
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         backend_delay=args.backend_delay_ms / 1000.0,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
+        inline=args.inline, xattrs=args.xattrs,
     )
     if args.foreground:
         return serve(opts, ready_fd=args.ready_fd)

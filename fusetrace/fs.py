@@ -18,6 +18,7 @@ import pyfuse3
 from pyfuse3 import FUSEError
 
 from . import syscalls
+from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable
 from .workers import Workers
 
@@ -70,17 +71,21 @@ class Operations(pyfuse3.Operations):
         source: str,
         *,
         workers: Workers,
+        inline: InlinePolicy,
         tracer=None,
         shaper=None,
         attr_timeout: float = 1.0,
         entry_timeout: float = 1.0,
+        xattrs: bool = True,
     ):
         super().__init__()
         self.root_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.inodes = InodeTable(self.root_fd)
+        self.xattrs = xattrs and _has_xattrs(source)
         self.handles: dict[int, Handle] = {}
         self.dirs: dict[int, DirHandle] = {}
         self.workers = workers
+        self.inline = inline
         # A test's simulated slow backend has no page cache to answer from at once.
         self._cached_pread = None if workers.delay else _cached_pread
         self.tracer = tracer
@@ -93,10 +98,11 @@ class Operations(pyfuse3.Operations):
 
     async def _call(self, op, inode: Inode, who, fn, *args, name=None, path2=None, fh=0, offset=0,
                     size=0, kind="meta_read", nowait=None):
-        """Run fn(*args) in a worker as operation `op` on `inode` (or on the entry
-        `name` in directory `inode`), shaped and traced.  `nowait(*args)`, if given, is
-        tried first on the loop: it must not block, and returns None when it cannot
-        answer at once."""
+        """Run fn(*args) as operation `op` on `inode` (or on the entry `name` in
+        directory `inode`), shaped and traced: on the loop when the inline policy says
+        it is quick, else in a worker.  `nowait(*args)`, if given, is tried first on
+        the loop: it must not block, and returns None when it cannot answer at once
+        (the call then always goes to a worker)."""
         start = monotonic_ns()
         deadline = None
         if self.shaper is not None:
@@ -106,7 +112,15 @@ class Operations(pyfuse3.Operations):
         try:
             if nowait is not None:
                 out = nowait(*args)
-            if out is None:
+                if out is None:
+                    out = await self.workers.run(fn, *args)
+            elif self.inline.inline((op, kind)):
+                t0 = monotonic_ns()
+                try:
+                    out = fn(*args)
+                finally:
+                    self.inline.observe((op, kind), monotonic_ns() - t0)
+            else:
                 out = await self.workers.run(fn, *args)
         except OSError as exc:
             err = exc.errno or E.EIO
@@ -370,12 +384,12 @@ class Operations(pyfuse3.Operations):
 
     async def setxattr(self, inode, name, value, ctx):
         node = self._inode(inode)
-        await self._call("setxattr", node, ctx, _setxattr, self._xattr_path(node), name, value, node.is_symlink,
+        await self._xattr_call("setxattr", node, ctx, _setxattr, self._xattr_path(node), name, value, node.is_symlink,
                          size=len(value), path2=os.fsdecode(name), kind="meta_write")
 
     async def getxattr(self, inode, name, ctx):
         node = self._inode(inode)
-        return await self._call("getxattr", node, ctx, _getxattr, self._xattr_path(node), name, node.is_symlink,
+        return await self._xattr_call("getxattr", node, ctx, _getxattr, self._xattr_path(node), name, node.is_symlink,
                                 path2=os.fsdecode(name))
 
     async def listxattr(self, inode, ctx):
@@ -385,8 +399,17 @@ class Operations(pyfuse3.Operations):
 
     async def removexattr(self, inode, name, ctx):
         node = self._inode(inode)
-        await self._call("removexattr", node, ctx, _removexattr, self._xattr_path(node), name, node.is_symlink,
+        await self._xattr_call("removexattr", node, ctx, _removexattr, self._xattr_path(node), name, node.is_symlink,
                          path2=os.fsdecode(name), kind="meta_write")
+
+    async def _xattr_call(self, op, node, ctx, fn, *args, **kw):
+        """Below a file system with no extended attributes at all (NFS without RFC
+        8276 support, so EFS), or with --no-xattrs, answer ENOSYS: the kernel then
+        stops asking (ls -l asks twice per file, every buffered write once) and
+        answers callers EOPNOTSUPP itself, as the file system below would.
+        listxattr is always passed through: such file systems may list no names
+        rather than fail."""
+        return await self._call(op, node, ctx, fn if self.xattrs else _no_xattrs, *args, **kw)
 
     def _xattr_path(self, node: Inode) -> str:
         return self._nofollow_path(node) if node.is_symlink else node.proc_path
@@ -531,6 +554,24 @@ def _readlink(fd: int) -> str:
 
 def _setxattr(path, name, value, nofollow):
     os.setxattr(path, name, value, follow_symlinks=not nofollow)
+
+
+def _has_xattrs(source: str) -> bool:
+    """False when the file system of `source` supports no extended attribute
+    namespace (each probe answers EOPNOTSUPP)."""
+    for name in ("user.fusetrace.probe", "security.capability"):
+        try:
+            os.getxattr(source, name)
+        except OSError as exc:
+            if exc.errno != E.EOPNOTSUPP:
+                return True
+        else:
+            return True
+    return False
+
+
+def _no_xattrs(*_args):
+    raise OSError(E.ENOSYS, "no extended attributes below")
 
 
 def _getxattr(path, name, nofollow):

@@ -49,6 +49,20 @@ def mounted_at(path: str) -> MountInfo | None:
     return found
 
 
+def fstype_of(path: str) -> str:
+    """The type of the file system holding `path` (absolute, resolved): that of the
+    longest mount point above it."""
+    best, fstype = -1, ""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            point = _unescape(left.split()[4])
+            inside = path == point or path.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= best:
+                best, fstype = len(point), right.split()[0]
+    return fstype
+
+
 def stale(path: str) -> bool:
     """True when a FUSE server has gone away and left its mount behind."""
     try:

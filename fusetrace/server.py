@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from . import __version__, fusectl, mounts, runstate
+from . import __version__, fusectl, inline, mounts, runstate
 from .control import ControlError
 from .control import serve as serve_control
 from .errors import UserError
 from .fs import Operations
+from .inline import InlinePolicy
 from .workers import Workers
+
+INLINE_THRESHOLD_US = 50.0  # a syscall quicker than this runs on the loop (see inline.py)
 
 
 @dataclass
@@ -34,6 +37,8 @@ class MountOptions:
     emulate: str | None = None  # profile name or .toml path
     overrides: list[str] = field(default_factory=list)  # --set key=value
     metrics_port: int | None = None
+    inline: str = "auto"  # auto, always or never: see fusetrace/inline.py
+    xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
 
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
@@ -78,6 +83,16 @@ def preflight(opts: MountOptions) -> None:
             raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)}: must not be negative")
 
 
+def _inline_threshold_us(opts: MountOptions) -> float:
+    """0 (nothing inline) on network file systems unless asked for, and when a
+    test's simulated slow backend must be met in the workers."""
+    if opts.inline == "never" or opts.backend_delay:
+        return 0.0
+    if opts.inline == "auto" and inline.is_network(mounts.fstype_of(opts.source)):
+        return 0.0
+    return INLINE_THRESHOLD_US
+
+
 def _fuse_options(opts: MountOptions) -> set[str]:
     out = {"fsname=" + opts.source.replace(",", "\\,"), "subtype=fusetrace", "default_permissions"}
     for item in opts.fuse_options:
@@ -104,6 +119,9 @@ def _metadata(opts: MountOptions) -> dict:
             "threads": opts.threads,
             "max_requests": opts.max_requests,
             "backend_delay": opts.backend_delay,
+            "inline": opts.inline,
+            "inline_threshold_us": _inline_threshold_us(opts),
+            "xattrs": opts.xattrs,
             "emulate": opts.emulate,
             "overrides": opts.overrides,
         },
@@ -131,9 +149,10 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     os.umask(0)  # modes arrive with the caller's umask applied already
     _raise_fd_limit()
     workers = Workers(opts.threads, delay=opts.backend_delay)
-    ops = Operations(opts.source, workers=workers, tracer=tracer,
+    ops = Operations(opts.source, workers=workers, inline=InlinePolicy(_inline_threshold_us(opts)),
+                     tracer=tracer,
                      shaper=emulation.shaper if emulation else None,
-                     attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout)
+                     attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout, xattrs=opts.xattrs)
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
@@ -189,7 +208,8 @@ class _Status:
         self.ops, self.tracer, self.emulation = ops, tracer, emulation
 
     def stats(self, _request) -> dict:
-        out = {"inodes": len(self.ops.inodes), "open_files": len(self.ops.handles)}
+        out = {"inodes": len(self.ops.inodes), "open_files": len(self.ops.handles),
+               "inline": self.ops.inline.describe()}
         if self.tracer is not None:
             out["trace"] = {"records": self.tracer.records, "dropped": self.tracer.dropped}
         if self.emulation is not None:

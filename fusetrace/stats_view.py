@@ -25,6 +25,13 @@ def _value(name: str, value) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3f}"
 
 
+def _inline_line(inline: dict) -> str:
+    if not inline["threshold_us"]:
+        return "system calls: all in worker threads"
+    return (f"system calls on the loop (under {inline['threshold_us']:g} us): "
+            f"{', '.join(inline['loop']) or '-'}; in worker threads: {', '.join(inline['workers']) or '-'}")
+
+
 def render(stats: dict) -> str:
     lines = []
     if "profile" in stats:
@@ -40,6 +47,7 @@ def render(stats: dict) -> str:
         lines.append(f"host: {verdict} ({host['late']:,} of {host['ops']:,} operations late, "
                      f"{100 * host['late_share']:.1f} %)")
     lines.append(f"inodes known: {stats['inodes']:,}, open files: {stats['open_files']:,}")
+    lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")
     if trace:
         lines.append(f"trace: {trace['records']:,} records, {trace['dropped']:,} dropped")

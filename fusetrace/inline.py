@@ -1,0 +1,68 @@
+"""Which system calls may run on the trio loop itself.
+
+Handing a call to a worker thread and back costs ~100-350 us on small VMs, far more
+than a getattr, a lookup or a buffered 4 KiB write takes on a local file system
+(5-30 us).  So each operation keeps the share of its recent calls that took longer
+than a threshold; while that share is small the operation runs on the loop, else in
+the workers.  One call slower than EVICT_FACTOR thresholds sends the operation to the
+workers at once.  A scheduler hiccup in one call does not move anything; a file
+system that has become slow does.  An operation in the workers is tried on the loop
+every PROBE_EVERY calls, so a slow spell (a cold cache, a busy disk) does not exile it
+for good.
+
+A hung network file system would stall the whole loop on an inline call, so on
+network file systems (and FUSE ones) nothing runs inline unless asked for
+(`--inline always`); commits (fsync, close after writes) and synchronous writes
+never do.
+"""
+
+NETWORK_FSTYPES = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "9p", "afs", "lustre",
+    "gpfs", "beegfs", "ocfs2", "gfs2", "davfs", "sshfs", "orangefs", "pvfs2",
+})
+NEVER_INLINE_KINDS = frozenset({"commit", "sync"})
+SLOW_SHARE = 0.2  # inline while under this share of recent calls were slow
+WEIGHT = 0.1  # of the newest call in the running share
+EVICT_FACTOR = 20
+PROBE_EVERY = 16
+
+
+def is_network(fstype: str) -> bool:
+    return fstype in NETWORK_FSTYPES or fstype == "fuse" or fstype.startswith("fuse.")
+
+
+class InlinePolicy:
+    """Per (operation, kind): the running share of slow calls, and whether the next
+    call runs inline."""
+
+    def __init__(self, threshold_us: float):
+        self.threshold_ns = threshold_us * 1000.0
+        self._slow: dict[tuple[str, str], float] = {}
+        self._skipped: dict[tuple[str, str], int] = {}
+
+    def inline(self, key: tuple[str, str]) -> bool:
+        if self.threshold_ns <= 0 or key[1] in NEVER_INLINE_KINDS:
+            return False
+        if self._slow.get(key, 0.0) < SLOW_SHARE:
+            return True
+        skipped = self._skipped.get(key, 0) + 1
+        if skipped >= PROBE_EVERY:
+            self._skipped[key] = 0
+            return True
+        self._skipped[key] = skipped
+        return False
+
+    def observe(self, key: tuple[str, str], ns: int) -> None:
+        """An inline call of `key` took `ns`."""
+        if ns >= EVICT_FACTOR * self.threshold_ns:
+            self._slow[key] = 1.0
+            return
+        share = self._slow.get(key, 0.0)
+        self._slow[key] = share + ((ns > self.threshold_ns) - share) * WEIGHT
+
+    def describe(self) -> dict:
+        """For `fusetrace stats`: the threshold, and which operations run where."""
+        where = {"loop": [], "workers": []}
+        for (op, kind), share in sorted(self._slow.items()):
+            where["loop" if share < SLOW_SHARE else "workers"].append(f"{op}/{kind}")
+        return {"threshold_us": self.threshold_ns / 1000.0, **where}

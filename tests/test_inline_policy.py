@@ -1,0 +1,60 @@
+"""The inline policy: which system calls run on the trio loop (a pure model, no clock)."""
+
+from fusetrace.inline import EVICT_FACTOR, PROBE_EVERY, InlinePolicy, is_network
+
+US = 1000
+KEY = ("getattr", "meta_read")
+
+
+def test_quick_calls_stay_on_the_loop():
+    p = InlinePolicy(threshold_us=50)
+    for _ in range(1000):
+        assert p.inline(KEY)
+        p.observe(KEY, 10 * US)
+    assert p.describe()["loop"] == ["getattr/meta_read"]
+
+
+def test_one_hiccup_moves_nothing_but_a_slow_spell_does():
+    p = InlinePolicy(threshold_us=50)
+    p.observe(KEY, 400 * US)  # a preemption in the middle of one call
+    assert p.inline(KEY)
+    for _ in range(5):
+        p.observe(KEY, 400 * US)  # the file system below has become slow
+    assert not p.inline(KEY)
+    assert p.describe()["workers"] == ["getattr/meta_read"]
+
+
+def test_one_very_slow_call_moves_the_operation_at_once():
+    p = InlinePolicy(threshold_us=50)
+    p.observe(KEY, EVICT_FACTOR * 50 * US)
+    assert not p.inline(KEY)
+
+
+def test_an_exiled_operation_is_probed_and_comes_back_when_quick_again():
+    p = InlinePolicy(threshold_us=50)
+    p.observe(KEY, 10_000 * US)
+    decisions = [p.inline(KEY) for _ in range(PROBE_EVERY * 3)]
+    assert decisions.count(True) == 3  # one probe every PROBE_EVERY calls
+    calls = 0
+    while not p.inline(KEY):
+        calls += 1
+        assert calls < 100 * PROBE_EVERY, "never came back to the loop"
+    for _ in range(40):  # every probe is quick now
+        p.observe(KEY, 5 * US)
+        while not p.inline(KEY):
+            pass
+    assert all(p.inline(KEY) for _ in range(PROBE_EVERY * 2))
+
+
+def test_commits_sync_writes_and_a_zero_threshold_never_run_inline():
+    p = InlinePolicy(threshold_us=50)
+    assert not p.inline(("fsync", "commit"))
+    assert not p.inline(("write", "sync"))
+    assert p.inline(("write", "buffered"))
+    off = InlinePolicy(threshold_us=0)
+    assert not any(off.inline(KEY) for _ in range(100))
+
+
+def test_network_and_fuse_file_systems_are_recognised():
+    assert is_network("nfs4") and is_network("fuse.fusetrace") and is_network("fuse")
+    assert not is_network("ext4") and not is_network("tmpfs") and not is_network("xfs")

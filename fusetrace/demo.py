@@ -1,11 +1,7 @@
 """`fusetrace demo`: mount an emulated EFS over a temporary directory, run the published fio
 jobs through it with a progress display, and print emulated against published figures."""
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -13,6 +9,8 @@ from pathlib import Path
 from . import fio
 from .emulation import HOST_BOUND_SHARE
 from .errors import UserError
+from .scratch import ScratchMount
+from .texttable import table as text_table
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "scenarios" / "published.toml"
 
@@ -25,14 +23,6 @@ def published(system: str) -> dict:
     return data[system]
 
 
-def _cli(*args: str) -> str:
-    """Run a fusetrace command as a user would; its standard output."""
-    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(done.stderr.strip().removeprefix("fusetrace: ") or f"fusetrace {args[0]} failed")
-    return done.stdout
-
-
 def _progress(step: int, steps: int, name: str, elapsed: float, runtime: float, total_left: float) -> None:
     """A progress bar with the step and an ETA, redrawn in place (on a terminal)."""
     width = 30
@@ -43,32 +33,7 @@ def _progress(step: int, steps: int, name: str, elapsed: float, runtime: float, 
     sys.stderr.flush()
 
 
-class _Mounted:
-    """A fusetrace mount of a fresh temporary directory, for the length of a `with`."""
-
-    def __init__(self, *options: str):
-        self.options = options
-
-    def __enter__(self):
-        self._tmp = tempfile.TemporaryDirectory(prefix="fusetrace-demo-")
-        self.src, self.mnt = os.path.join(self._tmp.name, "src"), os.path.join(self._tmp.name, "mnt")
-        os.mkdir(self.src)
-        os.mkdir(self.mnt)
-        try:
-            _cli("mount", self.src, self.mnt, *self.options)
-        except BaseException:
-            self._tmp.cleanup()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            _cli("umount", self.mnt)
-        finally:
-            self._tmp.cleanup()
-
-
-def _fio(m: _Mounted, job: dict, runtime: float, tick=None) -> fio.FioResult:
+def _fio(m: ScratchMount, job: dict, runtime: float, tick=None) -> fio.FioResult:
     args = fio.job_args(job["fio"])
     return fio.run(m.mnt, args, runtime, fio.prepare_file(m.src, args), on_tick=tick)
 
@@ -83,7 +48,7 @@ def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=
     sets = [a for kv in overrides for a in ("--set", kv)]
     rows = []
     jobs = spec["jobs"]
-    with _Mounted("--emulate", profile or spec["profile"], *sets) as m:
+    with ScratchMount("--emulate", profile or spec["profile"], *sets) as m:
         for i, job in enumerate(jobs, 1):
             left = (len(jobs) - i + 1) * runtime
             tick = None
@@ -101,7 +66,7 @@ def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=
                                  "inconsistent": job.get("inconsistent", {}).get(metric)})
     short = [r for r in rows if r["metric"] == "iops" and r["emulated"] < 0.85 * r["published"]]
     if short:
-        with _Mounted() as plain:
+        with ScratchMount() as plain:
             for r in short:
                 job = next(j for j in jobs if j["name"] == r["job"])
                 ceiling = _fio(plain, job, runtime).iops
@@ -112,8 +77,8 @@ def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=
     return rows
 
 
-def _host(m: _Mounted) -> dict:
-    return json.loads(_cli("stats", m.mnt, "--json"))["host"]
+def _host(m: ScratchMount) -> dict:
+    return m.stats()["host"]
 
 
 def _late_share(before: dict, after: dict) -> float:
@@ -149,10 +114,7 @@ def table(rows: list[dict]) -> str:
              f"{r['emulated'] / r['published']:.2f}",
              note(r)]
             for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if j in (0, 1, 5) else c.rjust(w)
-                                  for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, body)])
+    return text_table(head, body, "llrrrl")
 
 
 def run(args) -> int:

@@ -12,10 +12,33 @@ from .errors import UserError
 
 
 @dataclass
-class FioResult:
+class Side:
     iops: float
     mbps: float  # MB/s (10^6 bytes), as fio and the published figures print it
-    lat_ms: float  # mean completion latency
+    lat_ms: float  # mean completion latency (0 when fio measured none: gtod_reduce)
+
+
+@dataclass
+class FioResult:
+    read: Side
+    write: Side
+
+    @property
+    def main(self) -> Side:
+        """The side the job mostly did."""
+        return self.write if self.write.mbps > self.read.mbps else self.read
+
+    @property
+    def iops(self) -> float:
+        return self.main.iops
+
+    @property
+    def mbps(self) -> float:
+        return self.main.mbps
+
+    @property
+    def lat_ms(self) -> float:
+        return self.main.lat_ms
 
 
 def parse_size(text: str) -> int:
@@ -47,26 +70,44 @@ def prepare_file(directory: str, args: list[str], name: str = "fio.dat") -> str:
     return name
 
 
-def run(mountpoint: str, args: list[str], runtime: float, filename: str = "fio.dat",
-        on_tick=None) -> FioResult:
-    """Run fio time-based for `runtime` seconds on MOUNTPOINT/filename; on_tick(elapsed) is
-    called about every 0.2 s while it runs (for progress displays)."""
+def start(mountpoint: str, args: list[str], runtime: float, filename: str = "fio.dat") -> subprocess.Popen:
+    """Start fio time-based for `runtime` seconds on MOUNTPOINT/filename."""
     if shutil.which("fio") is None:
         raise UserError("fio: not installed (Debian: apt-get install fio)")
     cmd = ["fio", "--name=job", f"--filename={os.path.join(mountpoint, filename)}",
            *args, f"--runtime={runtime:g}", "--time_based", "--output-format=json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    start = time.monotonic()
-    while True:
-        try:
-            out, err = proc.communicate(timeout=0.2)
-            break
-        except subprocess.TimeoutExpired:
-            if on_tick:
-                on_tick(time.monotonic() - start)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def collect(proc: subprocess.Popen, args: list[str], on_tick=None) -> FioResult:
+    """Wait for a started fio; on_tick(elapsed) about every 0.2 s meanwhile.  However
+    the wait ends (an error, Ctrl-C), fio does not outlive it."""
+    begin = time.monotonic()
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if on_tick:
+                    on_tick(time.monotonic() - begin)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     if proc.returncode != 0:
         raise UserError(f"fio {' '.join(args)}: failed ({err.strip().splitlines()[-1] if err.strip() else proc.returncode})")
     job = json.loads(out[out.index("{"):])["jobs"][0]
-    side = job["write"] if job["write"]["io_bytes"] > job["read"]["io_bytes"] else job["read"]
+    return FioResult(read=_side(job["read"]), write=_side(job["write"]))
+
+
+def _side(side: dict) -> Side:
     lat = side.get("clat_ns") or side.get("lat_ns") or {"mean": 0}
-    return FioResult(iops=side["iops"], mbps=side["bw_bytes"] / 1e6, lat_ms=lat["mean"] / 1e6)
+    return Side(iops=side["iops"], mbps=side["bw_bytes"] / 1e6, lat_ms=lat["mean"] / 1e6)
+
+
+def run(mountpoint: str, args: list[str], runtime: float, filename: str = "fio.dat",
+        on_tick=None) -> FioResult:
+    """Run fio time-based for `runtime` seconds on MOUNTPOINT/filename; on_tick(elapsed) is
+    called about every 0.2 s while it runs (for progress displays)."""
+    return collect(start(mountpoint, args, runtime, filename), args, on_tick)

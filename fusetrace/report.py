@@ -13,6 +13,7 @@ from datetime import datetime
 import duckdb
 
 from .errors import UserError
+from .texttable import table
 from .trace import metadata as meta
 
 QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
@@ -186,7 +187,8 @@ def _ops_table(s: dict) -> str:
                 *(_ns(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns")),
                 f"{100 * r['total_ns'] / total:.1f}"]
         rows.append(row)
-    text = _table(head, rows, left=2 if key else 1)
+    left = 2 if key else 1
+    text = table(head, rows, "l" * left + "r" * (len(head) - left))
     note = "latency is dur_ns (admission to reply); MB = 10^6 bytes; sorted by total time"
     if key and s["groups"] > TOP_GROUPS:
         note += f"; top {TOP_GROUPS} of {_int(s['groups'])} {key}s (--json has all)"
@@ -205,17 +207,6 @@ def _histograms(hists: dict[str, list[dict]]) -> str:
                          f"{_int(b['count']):>11} {100 * b['count'] / total:5.1f}%")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
-
-
-def _table(head: list[str], rows: list[list[str]], left: int) -> str:
-    """Aligned columns: the first `left` to the left, the rest (numbers) to the right."""
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
 def _bar(fraction: float, width: int = 40) -> str:

@@ -1,0 +1,61 @@
+"""A fusetrace mount over a fresh temporary directory, made and removed through the
+command line as a user would: what the demo, the scenarios and the calibration use."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from . import mounts, runstate
+from .control import request
+from .errors import UserError
+
+
+def cli(*args: str) -> str:
+    """Run a fusetrace command; its standard output, or its one-line error raised."""
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(done.stderr.strip().removeprefix("fusetrace: ") or f"fusetrace {args[0]} failed")
+    return done.stdout
+
+
+class ScratchMount:
+    """`with ScratchMount(*mount options) as m:` m.src (the directory below), m.mnt (the
+    mount point); unmounted and removed at the end of the block, however it ends."""
+
+    def __init__(self, *options: str, prefix: str = "fusetrace-"):
+        self.options = options
+        self.prefix = prefix
+
+    def __enter__(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix=self.prefix)
+        self.src, self.mnt = os.path.join(self._tmp.name, "src"), os.path.join(self._tmp.name, "mnt")
+        os.mkdir(self.src)
+        os.mkdir(self.mnt)
+        try:
+            cli("mount", self.src, self.mnt, *self.options)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        return self
+
+    def stats(self) -> dict:
+        """The server's `fusetrace stats --json`, straight from its control socket."""
+        answer = request(self._control(), cmd="stats")
+        if "error" in answer:
+            raise UserError(f"{self.mnt}: {answer['error']}")
+        return answer
+
+    def set(self, key: str, value) -> None:
+        answer = request(self._control(), cmd="set", key=key, value=str(value))
+        if "error" in answer:
+            raise UserError(f"{self.mnt}: {answer['error']}")
+
+    def _control(self) -> str:
+        return runstate.path_for(mounts.canonical(self.mnt), ".sock")
+
+    def __exit__(self, *exc):
+        try:
+            cli("umount", self.mnt)
+        finally:
+            self._tmp.cleanup()

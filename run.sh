@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod)
+# fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run.
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod
+              parallel rsync cpio fpart tar)
 
 install_system() {
     local missing=()

@@ -190,6 +190,24 @@ def _profiles(args) -> int:
     return 0
 
 
+def _scenario_parser(sub) -> None:
+    sc = sub.add_parser("scenario", help="published experiments, run against the emulator")
+    scs = sc.add_subparsers(dest="scenario_command", required=True, metavar="list|run")
+    scs.add_parser("list", help="the scenarios there are")
+    r = scs.add_parser("run", help="run scenarios on fresh emulated mounts; table, plots, HTML report",
+                       description="Run each named scenario on a fresh emulated mount over a temporary "
+                                   "directory and print its figures beside the published ones.")
+    r.add_argument("names", nargs="*", metavar="NAME")
+    r.add_argument("--all", action="store_true", help="every scenario")
+    r.add_argument("--profile", help="emulate this profile instead of the scenario's own")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile parameter, after the scenario's own (repeatable)")
+    r.add_argument("--out", default="scenario-results", metavar="DIR",
+                   help="where results, traces, plots and HTML go (default ./scenario-results)")
+    r.add_argument("--fast", action="store_true",
+                   help="small sizes and short runs (what CI runs); each scenario says what changes")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusetrace", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -206,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="mount an emulated EFS, run fio through it, print the table")
     d.add_argument("--profile", default="efs-2016")
     d.add_argument("--quick", action="store_true", help="short runs (for tests)")
+    _scenario_parser(sub)
     r = sub.add_parser("report", help="per-operation latency table of a trace")
     r.add_argument("trace_dir", metavar="DIR")
     r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
@@ -230,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run
 
             return run(args)
+        if args.command == "scenario":
+            from .scenario import command
+
+            return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
         return {"stats": _stats, "set": _set, "profiles": _profiles}[args.command](args)
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)

@@ -1,0 +1,1 @@
+"""Scenarios: published experiments run against the emulator, with their results and report."""

@@ -1,0 +1,142 @@
+"""Scenario data files (scenarios/<id>.toml): loading and checking them.
+
+The format is documented in docs/SCENARIOS.md.  Every mistake in a file is one line
+naming the file, the step and the key, before anything is mounted.
+"""
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+
+DIRECTORY = Path(__file__).resolve().parent.parent.parent / "scenarios"
+
+_TOP = {"title", "system", "source", "profile", "scaling", "fast", "tools", "credits", "set", "vars",
+        "fast_vars", "setup", "shell", "steps"}
+_FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set", "published", "inconsistent"}
+_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "published",
+          "inconsistent"}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    kind: str  # "fio" or "shell"
+    fio: str = ""
+    runtime: float = 10.0
+    fast_runtime: float = 2.0
+    clients: int = 1
+    run: str = ""
+    setup: str = ""
+    cleanup: str = ""
+    count: str = ""
+    unit: str = ""
+    repeat: int = 1
+    fast_repeat: int = 1
+    set: dict = field(default_factory=dict)
+    published: dict = field(default_factory=dict)
+    inconsistent: dict = field(default_factory=dict)
+
+    def iterations(self, fast: bool) -> int:
+        return self.fast_repeat if fast else self.repeat
+
+    def seconds(self, fast: bool) -> float:
+        return self.fast_runtime if fast else self.runtime
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    path: Path
+    title: str
+    system: str
+    source: str
+    profile: str
+    scaling: str
+    fast: str
+    tools: tuple[str, ...]
+    credits: bool
+    set: dict
+    vars: dict
+    fast_vars: dict
+    setup: str
+    shell: str
+    steps: tuple[Step, ...]
+
+    def variables(self, fast: bool) -> dict[str, str]:
+        return {**self.vars, **(self.fast_vars if fast else {})}
+
+    def overrides(self, extra: list[str] = ()) -> list[str]:
+        """The file's [set] as KEY=VALUE items, then the user's --set items."""
+        return [f"{k}={v}" for k, v in self.set.items()] + list(extra)
+
+
+def ids() -> list[str]:
+    return sorted(p.stem for p in DIRECTORY.glob("*.toml"))
+
+
+def load(name: str) -> Scenario:
+    """The scenario `name` (an id, or a path to a .toml file), checked."""
+    path = Path(name) if name.endswith(".toml") else DIRECTORY / f"{name}.toml"
+    if not path.is_file():
+        raise UserError(f"scenario {name}: no such scenario (have: {', '.join(ids())})")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: {exc}") from None
+    return _scenario(path, data)
+
+
+def _scenario(path: Path, data: dict) -> Scenario:
+    where = str(path)
+    _known(where, data, _TOP)
+    for key in ("title", "system", "source", "profile", "steps"):
+        if key not in data:
+            raise UserError(f"{where}: missing key '{key}'")
+    steps = tuple(_step(where, i, raw) for i, raw in enumerate(data["steps"], 1))
+    if not steps:
+        raise UserError(f"{where}: no steps")
+    shell = data.get("shell", "sh")
+    if shell not in ("sh", "bash"):
+        raise UserError(f"{where}: shell = {shell!r}: must be 'sh' or 'bash'")
+    return Scenario(
+        id=path.stem, path=path, title=data["title"], system=data["system"], source=data["source"],
+        profile=data["profile"], scaling=data.get("scaling", ""), fast=data.get("fast", ""),
+        tools=tuple(data.get("tools", ())), credits=bool(data.get("credits", False)),
+        set=dict(data.get("set", {})), vars=_strings(where, "vars", data.get("vars", {})),
+        fast_vars=_strings(where, "fast_vars", data.get("fast_vars", {})),
+        setup=data.get("setup", ""), shell=shell, steps=steps,
+    )
+
+
+def _step(where: str, i: int, raw: dict) -> Step:
+    name = raw.get("name") or f"step {i}"
+    where = f"{where}: step '{name}'"
+    if ("fio" in raw) == ("run" in raw):
+        raise UserError(f"{where}: needs exactly one of 'fio' (a fio job) or 'run' (a shell command)")
+    kind = "fio" if "fio" in raw else "shell"
+    _known(where, raw, _FIO if kind == "fio" else _SHELL)
+    if raw.get("unit") and not raw.get("count"):
+        raise UserError(f"{where}: 'unit' needs 'count' (how many units the step does)")
+    for key in ("runtime", "fast_runtime", "clients", "repeat", "fast_repeat"):
+        if key in raw and not (isinstance(raw[key], (int, float)) and raw[key] > 0):
+            raise UserError(f"{where}: {key} = {raw[key]!r}: must be a positive number")
+    for key in ("published", "inconsistent"):
+        if not isinstance(raw.get(key, {}), dict):
+            raise UserError(f"{where}: '{key}' must be a table of metric = value")
+    return Step(kind=kind, **{**raw, "name": name})
+
+
+def _known(where: str, data: dict, allowed: set) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise UserError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _strings(where: str, table: str, values: dict) -> dict[str, str]:
+    for key, value in values.items():
+        if not isinstance(value, (str, int, float)):
+            raise UserError(f"{where}: [{table}] {key}: must be a string or a number")
+    return {k: str(v) for k, v in values.items()}

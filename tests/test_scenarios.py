@@ -1,0 +1,120 @@
+"""Scenarios: the data files, and `fusetrace scenario run` on real emulated mounts."""
+
+import html
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, fusetrace, poll
+from fusetrace.errors import UserError
+from fusetrace.scenario import spec
+
+SCENARIO_MOUNT = "fusetrace-scenario-"
+
+
+def _scenario_mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if SCENARIO_MOUNT in line.split()[4]]
+
+
+def _write(tmp_path, text: str, name: str = "sc.toml"):
+    path = tmp_path / name
+    path.write_text('title = "t"\nsystem = "s"\nsource = "none"\nprofile = "efs-tiny"\n' + text)
+    return path
+
+
+def test_every_data_file_loads_and_names_a_real_profile():
+    from fusetrace.emulation import load_params
+
+    names = spec.ids()
+    assert len(names) == 12
+    for name in names:
+        s = spec.load(name)
+        load_params(s.profile, s.overrides())
+        assert s.steps and s.title and s.system and s.source
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[steps]]\nname = "a"\nrun = "true"\nfio = "-bs=4k"\n', "exactly one of 'fio'"),
+    ('[[steps]]\nname = "a"\nrun = "true"\nrepeats = 2\n', "unknown key 'repeats'"),
+    ('[[steps]]\nname = "a"\nrun = "true"\nunit = "files"\n', "'unit' needs 'count'"),
+    ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nruntime = -1\n', "runtime = -1"),
+    ('colour = "red"\n[[steps]]\nrun = "true"\n', "unknown key 'colour'"),
+])
+def test_a_mistake_in_a_data_file_is_one_line_naming_it(tmp_path, text, says):
+    path = _write(tmp_path, text)
+    with pytest.raises(UserError, match=says) as err:
+        spec.load(str(path))
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def _run(*args, timeout=300):
+    return fusetrace("scenario", "run", *args, check=False, timeout=timeout)
+
+
+def test_unknown_scenario_missing_tool_and_wrong_key_are_one_line_each(tmp_path):
+    done = _run("no-such-scenario", "--out", str(tmp_path / "o"))
+    assert done.returncode == 1 and "no such scenario" in done.stderr
+    tool = _write(tmp_path, 'tools = ["no-such-tool"]\n[[steps]]\nrun = "true"\n', "tool.toml")
+    done = _run(str(tool), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1 and "needs no-such-tool: not installed" in done.stderr
+    key = _write(tmp_path, '[[steps]]\nrun = "true"\n', "key.toml")
+    done = _run(str(key), "--set", "no_such_key=1", "--out", str(tmp_path / "o"))
+    assert done.returncode == 2 and "no_such_key" in done.stderr
+    assert not _scenario_mounts()
+
+
+def test_a_failing_step_names_itself_and_leaves_no_mount(tmp_path):
+    path = _write(tmp_path, '[[steps]]\nname = "ok"\nrun = "touch a"\n'
+                            '[[steps]]\nname = "breaks"\nrun = "echo gone wrong >&2; exit 3"\n')
+    done = _run(str(path), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1
+    assert "step 'breaks': gone wrong" in done.stderr
+    assert not _scenario_mounts()
+
+
+def test_ctrl_c_unmounts(tmp_path):
+    path = _write(tmp_path, '[[steps]]\nname = "long"\nrun = "sleep 600"\n')
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "fusetrace", "scenario", "run", str(path),
+                             "--out", str(tmp_path / "o")], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(_scenario_mounts, timeout=60)
+        poll(_step_started, timeout=30)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not _scenario_mounts()
+
+
+def _step_started() -> bool:
+    return subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("name", spec.ids())
+def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, name):
+    out = tmp_path / "out"
+    done = _run(name, "--fast", "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stderr
+    run_dir = out / name
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["fast"] and result["id"] == name
+    assert result["rows"], "no figures"
+    for row in result["rows"]:
+        assert math.isfinite(row["emulated"]) and row["emulated"] > 0, row
+        if row["published"] is not None:
+            assert row["ratio"] == pytest.approx(row["emulated"] / row["published"])
+    for png in ("throughput.png", "latency-cdf.png") + (("credits.png",) if result["credits"] else ()):
+        assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert list((run_dir / "trace").glob("part-*.parquet"))
+    page = (run_dir / "index.html").read_text()
+    assert html.escape(result["title"]) in page and "data:image/png;base64," in page
+    assert name in (out / "index.html").read_text()
+    assert not _scenario_mounts()

@@ -471,7 +471,27 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
             r = results["targets"][t.key].get("rows", {}).get(row.key)
             cells.append(f"{r['clat_mean_us']:.0f} / {r['clat_p99_us']:.0f}" if r else "—")
         L.append(f"| {row.key} | " + " | ".join(cells) + " |")
-    L += ["", "## The targets", ""]
+    L += ["", "## Where the time goes", "",
+          "On this VM a FUSE request costs a Python server about 150-300 µs of round trip (kernel, "
+          "wake-ups, pyfuse3, trio), whatever the handler does; the syscall below is 2-30 µs. So "
+          "what decides a row is how many requests it takes:", "",
+          "- **Writes.** Before every buffered write the kernel asks the file system for the "
+          "`security.capability` attribute (to drop set-uid bits and capabilities): two requests "
+          "per write. The pyfuse3 example implements no extended attributes; its first answer is "
+          "ENOSYS, the kernel stops asking, and its writes take one request each. fusetrace passes "
+          "extended attributes through (the differential test checks them), so it cannot skip the "
+          "question, except when the source has no extended attributes at all (NFS, so EFS: "
+          "then it answers ENOSYS like the example) or with `--no-xattrs`. The kernel would stop "
+          "asking on its own (`SB_NOSEC`) if the server took `FUSE_CAP_HANDLE_KILLPRIV_V2`, "
+          "which pyfuse3 3.5 does not let a file system ask for.",
+          "- **`ls -l`.** Two attribute requests per file (`security.selinux`, "
+          "`system.posix_acl_access`) on top of the listing: about 4,000 round trips for 2,000 "
+          "files, which passthrough_hp's C threads serve in well under 100 ms and a Python "
+          "server cannot.",
+          "- **Worker threads.** Handing a syscall to a thread and back costs 100-350 µs here, so "
+          "calls measured under 50 µs run on the event loop (README, *Where system calls run*).",
+          ""]
+    L += ["## The targets", ""]
     for t in targets:
         L.append(f"- **{t.label}**: {t.describe()}")
     L += ["", "Mount commands (SRC is the target's fresh source directory, MNT an empty directory):", "", "```"]

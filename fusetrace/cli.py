@@ -222,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
     sub.add_parser("profiles", help="the systems that can be emulated")
     d = sub.add_parser("demo", help="mount an emulated EFS, run fio through it, print the table")
-    d.add_argument("--profile", default="efs-2016")
+    d.add_argument("--profile", help="emulate this profile instead of efs-2016 (the figures stay those "
+                                      "published for EFS in 2016)")
     d.add_argument("--quick", action="store_true", help="short runs (for tests)")
     _scenario_parser(sub)
     r = sub.add_parser("report", help="per-operation latency table of a trace")

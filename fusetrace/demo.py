@@ -1,79 +1,54 @@
 """`fusetrace demo`: mount an emulated EFS over a temporary directory, run the published fio
 jobs through it with a progress display, and print emulated against published figures."""
 
-import sys
 import time
-import tomllib
-from pathlib import Path
 
 from . import fio
 from .emulation import HOST_BOUND_SHARE
-from .errors import UserError
+from .scenario import spec as scenarios
+from .scenario.progress import Progress
 from .scratch import ScratchMount
 from .texttable import table as text_table
 
-PUBLISHED = Path(__file__).resolve().parent.parent / "scenarios" / "published.toml"
+SCENARIO = "efs-2016-fio"  # the demo's published experiment
 
 
-def published(system: str) -> dict:
-    with open(PUBLISHED, "rb") as f:
-        data = tomllib.load(f)
-    if system not in data:
-        raise UserError(f"{PUBLISHED}: no published figures for {system!r} (have: {', '.join(data)})")
-    return data[system]
-
-
-def _progress(step: int, steps: int, name: str, elapsed: float, runtime: float, total_left: float) -> None:
-    """A progress bar with the step and an ETA, redrawn in place (on a terminal)."""
-    width = 30
-    done = min(elapsed / runtime, 1.0)
-    bar = "#" * int(done * width) + "-" * (width - int(done * width))
-    eta = max(total_left - elapsed, 0)
-    sys.stderr.write(f"\r[{step}/{steps}] {name:<20} [{bar}] ETA {eta:4.0f} s ")
-    sys.stderr.flush()
-
-
-def _fio(m: ScratchMount, job: dict, runtime: float, tick=None) -> fio.FioResult:
-    args = fio.job_args(job["fio"])
+def _fio(m: ScratchMount, job: scenarios.Step, runtime: float, tick=None) -> fio.FioResult:
+    args = fio.job_args(job.fio)
     return fio.run(m.mnt, args, runtime, fio.prepare_file(m.src, args), on_tick=tick)
 
 
-def run_jobs(system: str, runtime: float, profile: str | None = None, overrides=()) -> list[dict]:
-    """Run every published job of `system` on a fresh emulated mount; rows of figures.
+def run_jobs(scenario: str, runtime: float, profile: str | None = None, overrides=()) -> list[dict]:
+    """Run every fio job of `scenario` that has published figures on a fresh emulated
+    mount, each for `runtime` seconds; rows of figures.
 
     A figure the emulator falls short of is checked against the host: the same job on a
     mount with no emulation gives the most this machine can drive through FUSE.  Where
     the published figure is above that ceiling the row is host-bound, not a model error."""
-    spec = published(system)
-    sets = [a for kv in overrides for a in ("--set", kv)]
+    s = scenarios.load(scenario)
+    sets = [a for kv in s.overrides(list(overrides)) for a in ("--set", kv)]
     rows = []
-    jobs = spec["jobs"]
-    with ScratchMount("--emulate", profile or spec["profile"], *sets) as m:
-        for i, job in enumerate(jobs, 1):
-            left = (len(jobs) - i + 1) * runtime
-            tick = None
-            if sys.stderr.isatty():
-                tick = lambda t, i=i, job=job, left=left: _progress(i, len(jobs), job["name"], t, runtime, left)
-            else:
-                print(f"[{i}/{len(jobs)}] {job['name']} ({runtime:g} s, ETA {left:.0f} s)", file=sys.stderr)
+    jobs = [step for step in s.steps if step.kind == "fio" and step.published]
+    progress = Progress(s.id, jobs)
+    with ScratchMount("--emulate", profile or s.profile, *sets) as m:
+        for i, job in enumerate(jobs):
+            progress.begin(i, job)
             before = _host(m)
-            got = _fio(m, job, runtime, tick)
+            got = _fio(m, job, runtime, lambda t: progress.tick(t, None, runtime))
             late_share = _late_share(before, _host(m))
-            for metric in ("iops", "lat_ms", "mbps"):
-                if metric in job:
-                    rows.append({"job": job["name"], "metric": metric, "emulated": getattr(got, metric),
-                                 "published": job[metric], "ceiling": None, "late_share": late_share,
-                                 "inconsistent": job.get("inconsistent", {}).get(metric)})
+            progress.end(i, job, {metric: getattr(got, metric) for metric in job.published})
+            for metric, figure in job.published.items():
+                rows.append({"job": job.name, "metric": metric, "emulated": getattr(got, metric),
+                             "published": figure, "ceiling": None, "late_share": late_share,
+                             "inconsistent": job.inconsistent.get(metric)})
     short = [r for r in rows if r["metric"] == "iops" and r["emulated"] < 0.85 * r["published"]]
     if short:
         with ScratchMount() as plain:
             for r in short:
-                job = next(j for j in jobs if j["name"] == r["job"])
+                job = next(j for j in jobs if j.name == r["job"])
                 ceiling = _fio(plain, job, runtime).iops
                 for same_job in (x for x in rows if x["job"] == r["job"]):
                     same_job["ceiling"] = ceiling
-    if sys.stderr.isatty():
-        sys.stderr.write("\r" + " " * 80 + "\r")
     return rows
 
 
@@ -118,13 +93,13 @@ def table(rows: list[dict]) -> str:
 
 
 def run(args) -> int:
-    system = args.profile
-    spec = published(system)
+    s = scenarios.load(SCENARIO)
     runtime = 2.0 if args.quick else 10.0
-    print(f"fusetrace demo: emulating {spec['profile']} ({spec['system']})")
-    print(f"published figures: {spec['client']}; each fio job runs {runtime:g} s through the mount\n")
+    print(f"fusetrace demo: {s.title}")
+    print(f"measured on: {s.system}")
+    print(f"emulated with: {args.profile or s.profile}; each fio job runs {runtime:g} s through the mount\n")
     start = time.monotonic()
-    rows = run_jobs(system, runtime)
+    rows = run_jobs(SCENARIO, runtime, args.profile)
     print(table(rows))
     print(f"\n{len(rows)} figures in {time.monotonic() - start:.0f} s; ratio = emulated / published")
     return 0

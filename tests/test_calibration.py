@@ -2,7 +2,7 @@
 
 Rows above what this host can drive through FUSE are reported as host-bound with the
 ceiling measured beside them, never tuned around; rows whose published figures
-contradict each other are shown but not matched (see scenarios/published.toml).
+contradict each other are shown but not matched (see scenarios/alinas-2016-fio.toml).
 """
 
 import pytest
@@ -12,9 +12,9 @@ from fusetrace.demo import checked, run_jobs, table
 RUNTIME = 3.0
 
 
-@pytest.mark.parametrize("system", ["efs-2016", "alinas-2016"])
-def test_published_fio_figures_within_15_percent(system):
-    rows = run_jobs(system, RUNTIME)
+@pytest.mark.parametrize("scenario", ["efs-2016-fio", "alinas-2016-fio"])
+def test_published_fio_figures_within_15_percent(scenario):
+    rows = run_jobs(scenario, RUNTIME)
     print(table(rows))
     assert len(rows) >= 8
     off = [r for r in rows if checked(r) and not 0.85 <= r["emulated"] / r["published"] <= 1.15]

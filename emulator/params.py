@@ -86,9 +86,13 @@ class Params:
     client_dirty_limit: float = _param(256 * MiB, "bytes", "buffered-write data the client holds before writers wait")
     buffered_write_ms: float = _param(0.01, "number", "client cost of a buffered write (copy into the page cache)")
 
+    # What the file system supports (the mount, not the model, acts on these).
+    xattrs: bool = _param(False, "bool", "extended attributes (NFS 4.0/4.1, so EFS, has none)")
+
 
 SPECS = {f.name: f.metadata for f in dataclasses.fields(Params)}
 
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*")
@@ -108,6 +112,10 @@ def coerce(key: str, value, *, from_text: bool = False):
     kind = SPECS[key]["kind"]
     if kind == "text":
         return str(value) if from_text else _expect(key, value, str, "text")
+    if kind == "bool":
+        if from_text and isinstance(value, str) and value.lower() in _BOOLS:
+            return _BOOLS[value.lower()]
+        return _expect(key, value, bool, "true or false")
     if kind == "mode":
         if value not in MODES:
             raise ValueError(f"{key}: expected one of {', '.join(MODES)}, got {value!r}")

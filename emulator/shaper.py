@@ -9,6 +9,10 @@ another's sleeps.
 The shaper also watches itself: an operation replied to later than its
 deadline by more than a share of its modelled time means the host, not the
 model, set the pace.  Those are counted and reported (`stats`, trace metadata).
+Operations the model times below twice FUSE's own share of a round trip (a
+buffered write into the client's page cache: 10 us) cannot be met by any FUSE
+mount however idle; they are not judged, or every write-heavy run would read as
+host-bound.
 """
 
 from time import monotonic_ns
@@ -25,7 +29,7 @@ class Shaper:
         self.model = model
         self.timer = timer
         self.late_share = late_share
-        self.ops = 0
+        self.ops = 0  # operations judged (modelled above the FUSE round trip)
         self.late = 0  # replies later than deadline + late_share x modelled time
         self.late_ns = 0
         # The kernel's and the caller's share of a round trip, outside the handler:
@@ -50,9 +54,7 @@ class Shaper:
         else:
             op = Op(OpClass.META_READ, file=inode)
         done_at = self.model.admit(op, start_ns / _NS).done_at
-        deadline = int(done_at * _NS) - self.compensation_ns
-        self.ops += 1
-        return deadline
+        return int(done_at * _NS) - self.compensation_ns
 
     async def hold_until(self, deadline_ns: int, start_ns: int) -> int:
         """Wait for the deadline; return how long the operation was held after its
@@ -63,8 +65,11 @@ class Shaper:
             held = deadline_ns - now
         else:
             held = 0
-        late = monotonic_ns() - deadline_ns
-        if late > self.late_share * max(deadline_ns - start_ns, 1):
-            self.late += 1
-            self.late_ns += late
+        modelled = deadline_ns + self.compensation_ns - start_ns
+        if modelled > 2 * self.compensation_ns:
+            self.ops += 1
+            late = monotonic_ns() - deadline_ns
+            if late > self.late_share * modelled:
+                self.late += 1
+                self.late_ns += late
         return held

@@ -8,6 +8,7 @@ from .emulation import HOST_BOUND_SHARE
 from .scenario import spec as scenarios
 from .scenario.progress import Progress
 from .scratch import ScratchMount
+from .scratch import late_share as late_share_of
 from .texttable import table as text_table
 
 SCENARIO = "efs-2016-fio"  # the demo's published experiment
@@ -33,9 +34,9 @@ def run_jobs(scenario: str, runtime: float, profile: str | None = None, override
     with ScratchMount("--emulate", profile or s.profile, *sets) as m:
         for i, job in enumerate(jobs):
             progress.begin(i, job)
-            before = _host(m)
+            before = m.host()
             got = _fio(m, job, runtime, lambda t: progress.tick(t, None, runtime))
-            late_share = _late_share(before, _host(m))
+            late_share = late_share_of(before, m.host())
             progress.end(i, job, {metric: getattr(got, metric) for metric in job.published})
             for metric, figure in job.published.items():
                 rows.append({"job": job.name, "metric": metric, "emulated": getattr(got, metric),
@@ -50,15 +51,6 @@ def run_jobs(scenario: str, runtime: float, profile: str | None = None, override
                 for same_job in (x for x in rows if x["job"] == r["job"]):
                     same_job["ceiling"] = ceiling
     return rows
-
-
-def _host(m: ScratchMount) -> dict:
-    return m.stats()["host"]
-
-
-def _late_share(before: dict, after: dict) -> float:
-    ops = after["ops"] - before["ops"]
-    return (after["late"] - before["late"]) / ops if ops else 0.0
 
 
 def host_bound(row: dict) -> bool:

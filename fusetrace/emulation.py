@@ -139,6 +139,8 @@ class Emulation:
         return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}
 
     def set(self, key: str, value: str) -> dict:
+        if key == "xattrs":
+            raise ControlError("xattrs: fixed at mount (the kernel remembers the file system's answer)")
         try:
             return {"key": key, "value": self.model.set(key, value, _now())}
         except ProfileError as exc:
@@ -149,5 +151,5 @@ class Emulation:
 
     def final_metadata(self) -> dict:
         self._sample()
-        return {"metrics_per_minute": self.series, "host": self.host(),
+        return {"metrics_per_minute": self.series, "host_load": self.host(),
                 "emulation": self.describe()}

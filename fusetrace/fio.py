@@ -5,9 +5,9 @@ import os
 import shlex
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 
+from . import children
 from .errors import UserError
 
 
@@ -82,19 +82,7 @@ def start(mountpoint: str, args: list[str], runtime: float, filename: str = "fio
 def collect(proc: subprocess.Popen, args: list[str], on_tick=None) -> FioResult:
     """Wait for a started fio; on_tick(elapsed) about every 0.2 s meanwhile.  However
     the wait ends (an error, Ctrl-C), fio does not outlive it."""
-    begin = time.monotonic()
-    try:
-        while True:
-            try:
-                out, err = proc.communicate(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if on_tick:
-                    on_tick(time.monotonic() - begin)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out, err = children.wait(proc, on_tick)
     if proc.returncode != 0:
         raise UserError(f"fio {' '.join(args)}: failed ({err.strip().splitlines()[-1] if err.strip() else proc.returncode})")
     job = json.loads(out[out.index("{"):])["jobs"][0]

@@ -11,6 +11,22 @@ from .control import request
 from .errors import UserError
 
 
+SCRATCH_MIN_FREE = 4 << 30  # bytes a memory file system must have free to be used
+
+
+def scratch_root() -> str | None:
+    """Where scratch directories go: /dev/shm when it is a memory file system with room,
+    so that the local disk (its write-back throttling, a real fsync of gigabytes) never
+    sets the pace of an emulated run; else the system's temporary directory (None)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    if mounts.fstype_of("/dev/shm") != "tmpfs" or st.f_bavail * st.f_frsize < SCRATCH_MIN_FREE:
+        return None
+    return "/dev/shm"
+
+
 def cli(*args: str) -> str:
     """Run a fusetrace command; its standard output, or its one-line error raised."""
     done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True)
@@ -20,15 +36,16 @@ def cli(*args: str) -> str:
 
 
 class ScratchMount:
-    """`with ScratchMount(*mount options) as m:` m.src (the directory below), m.mnt (the
-    mount point); unmounted and removed at the end of the block, however it ends."""
+    """`with ScratchMount(*mount options) as m:` m.src (the directory below, in
+    scratch_root()), m.mnt (the mount point); unmounted and removed at the end of the
+    block, however it ends."""
 
     def __init__(self, *options: str, prefix: str = "fusetrace-"):
         self.options = options
         self.prefix = prefix
 
     def __enter__(self):
-        self._tmp = tempfile.TemporaryDirectory(prefix=self.prefix)
+        self._tmp = tempfile.TemporaryDirectory(prefix=self.prefix, dir=scratch_root())
         self.src, self.mnt = os.path.join(self._tmp.name, "src"), os.path.join(self._tmp.name, "mnt")
         os.mkdir(self.src)
         os.mkdir(self.mnt)
@@ -46,6 +63,10 @@ class ScratchMount:
             raise UserError(f"{self.mnt}: {answer['error']}")
         return answer
 
+    def host(self) -> dict:
+        """How the emulating server keeps up: operations, late replies (see emulation.py)."""
+        return self.stats()["host"]
+
     def set(self, key: str, value) -> None:
         answer = request(self._control(), cmd="set", key=key, value=str(value))
         if "error" in answer:
@@ -59,3 +80,9 @@ class ScratchMount:
             cli("umount", self.mnt)
         finally:
             self._tmp.cleanup()
+
+
+def late_share(before: dict, after: dict) -> float:
+    """The share of replies later than their deadlines between two host() readings."""
+    ops = after["ops"] - before["ops"]
+    return (after["late"] - before["late"]) / ops if ops else 0.0

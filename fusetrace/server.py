@@ -152,7 +152,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     ops = Operations(opts.source, workers=workers, inline=InlinePolicy(_inline_threshold_us(opts)),
                      tracer=tracer,
                      shaper=emulation.shaper if emulation else None,
-                     attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout, xattrs=opts.xattrs)
+                     attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout,
+                     xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs))
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:

@@ -110,6 +110,7 @@ def test_credit_cliff_slows_everything(mount):
     assert walk.dur_ns.max() > 0.5e9  # the stat's path walk queued behind the data
     meta = json.loads((m.trace / "_metadata.json").read_text())
     assert meta["emulation"]["profile"] == "efs-tiny"
+    assert meta["host"] == socket.gethostname() and meta["host_load"]["ops"] > 0
     series = meta["metrics_per_minute"]
     assert series and series[-1]["DataWriteIOBytes"] >= 3 * MiB
     assert series[-1]["BurstCreditBalance"] == pytest.approx(0, abs=MiB)

@@ -92,3 +92,19 @@ def test_nothing_runs_on_the_loop_over_a_fuse_mount_or_when_told_not_to(mount):
         os.stat(m.mountpoint)
         (m.mountpoint / "g").write_bytes(b"y")
         assert _inline(m.mountpoint)["loop"] == []
+
+
+def test_an_emulated_efs_has_no_extended_attributes_unless_the_profile_says(mount):
+    efs = mount("--emulate", "efs-tiny", trace=True)
+    (efs.source / "f").write_bytes(b"")
+    os.setxattr(efs.source / "f", "user.a", b"1")
+    for _ in range(5):
+        assert _errno(os.getxattr, efs.mountpoint / "f", "user.a") == errno.EOPNOTSUPP  # as on EFS
+    done = fusetrace("set", str(efs.mountpoint), "xattrs=true", check=False)
+    assert done.returncode != 0 and "fixed at mount" in done.stderr
+    efs.unmount()
+    assert len(_getxattr_records(efs.trace)) <= 1
+    nfs42 = mount("--emulate", "efs-tiny", "--set", "xattrs=true")
+    (nfs42.source / "f").write_bytes(b"")
+    os.setxattr(nfs42.source / "f", "user.a", b"1")
+    assert os.getxattr(nfs42.mountpoint / "f", "user.a") == b"1"

@@ -8,6 +8,7 @@ every half second through the control socket, for the credit plots.
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -15,10 +16,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import fio
-from ..emulation import load_params
+from .. import children, fio
+from ..emulation import HOST_BOUND_SHARE, load_params
 from ..errors import UserError
-from ..scratch import ScratchMount
+from ..scratch import ScratchMount, late_share, scratch_root
 from .progress import Progress
 from .spec import Scenario, Step
 
@@ -67,7 +68,7 @@ def run(scenario: Scenario, out: Path, *, fast: bool = False, profile: str | Non
         "credits": scenario.credits, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "steps": [], "rows": [], "samples": [],
     }
-    with tempfile.TemporaryDirectory(prefix="fusetrace-work-") as work, \
+    with tempfile.TemporaryDirectory(prefix="fusetrace-work-", dir=scratch_root()) as work, \
             ScratchMount(*options, prefix="fusetrace-scenario-") as m:
         env = {**os.environ, **scenario.variables(fast), "MNT": m.mnt, "WORK": work}
         t0 = time.monotonic()
@@ -82,10 +83,11 @@ def run(scenario: Scenario, out: Path, *, fast: bool = False, profile: str | Non
                 progress.begin(i, step)
                 for key, value in step.set.items():
                     m.set(key, value)
-                begin = time.monotonic() - t0
+                begin, host = time.monotonic() - t0, m.host()
                 record = _run_step(scenario, step, m, env, fast, progress, t0)
                 record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
-                              published=step.published, inconsistent=step.inconsistent)
+                              published=step.published, inconsistent=step.inconsistent,
+                              late_share=late_share(host, m.host()))
                 result["steps"].append(record)
                 progress.end(i, step, record["metrics"])
         finally:
@@ -104,11 +106,17 @@ def rows(steps: list[dict]) -> list[dict]:
             if step["published"] and metric not in step["published"]:
                 continue
             published = step["published"].get(metric)
-            note = step["inconsistent"].get(metric, "")
             out.append({"step": step["name"], "metric": metric, "emulated": value, "published": published,
-                        "ratio": value / published if published else None,
-                        "note": f"published figures disagree: {note}" if note else ""})
+                        "ratio": value / published if published else None, "note": _note(step, metric)})
     return out
+
+
+def _note(step: dict, metric: str) -> str:
+    if step["late_share"] > HOST_BOUND_SHARE:
+        return (f"host-bound: {100 * step['late_share']:.0f}% of replies late, the host set the pace, "
+                f"not the model")
+    why = step["inconsistent"].get(metric)
+    return f"published figures disagree: {why}" if why else ""
 
 
 def _run_step(scenario: Scenario, step: Step, m: ScratchMount, env: dict, fast: bool,
@@ -191,19 +199,7 @@ def _shell(scenario: Scenario, step: str, command: str, cwd: str, env: dict, tic
     shell = "/bin/bash" if scenario.shell == "bash" else "/bin/sh"
     proc = subprocess.Popen([shell, "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    begin = time.monotonic()
-    try:
-        while True:
-            try:
-                out, err = proc.communicate(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if tick:
-                    tick(time.monotonic() - begin)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+    out, err = children.wait(proc, tick, kill=lambda p: os.killpg(p.pid, signal.SIGKILL))
     if proc.returncode != 0:
         last = err.strip().splitlines()[-1] if err.strip() else f"exit status {proc.returncode}"
         raise UserError(f"scenario {scenario.id}, step '{step}': {last}")

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fusetrace.scenario import spec  # noqa: E402
+from scenarios import spec  # noqa: E402
 
 
 def main() -> int:

@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run(args)
         if args.command == "scenario":
-            from .scenario import command
+            from scenarios import command
 
             return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
         return {"stats": _stats, "set": _set, "profiles": _profiles}[args.command](args)

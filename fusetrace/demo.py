@@ -5,8 +5,8 @@ import time
 
 from . import fio
 from .emulation import HOST_BOUND_SHARE
-from .scenario import spec as scenarios
-from .scenario.progress import Progress
+from scenarios import spec as scenarios
+from scenarios.progress import Progress
 from .scratch import ScratchMount
 from .scratch import late_share as late_share_of
 from .texttable import table as text_table

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, fusetrace, poll
 from fusetrace.errors import UserError
-from fusetrace.scenario import spec
+from scenarios import spec
 
 SCENARIO_MOUNT = "fusetrace-scenario-"
 
@@ -124,7 +124,7 @@ def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, name):
 
 
 def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace():
-    from fusetrace.scenario.runner import rows
+    from scenarios.runner import rows
 
     steps = [
         {"name": "qd1", "metrics": {"iops": 100.0, "mbps": 0.4, "lat_ms": 10.0}, "published": {"iops": 110},

@@ -8,9 +8,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
+from fusetrace.errors import UserError
 
-DIRECTORY = Path(__file__).resolve().parent.parent.parent / "scenarios"
+DIRECTORY = Path(__file__).resolve().parent  # the data files live beside the code
 
 _TOP = {"title", "system", "source", "profile", "scaling", "fast", "tools", "credits", "set", "vars",
         "fast_vars", "setup", "shell", "steps"}

@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..report import NoTrace, Trace
+from fusetrace.report import NoTrace, Trace
 
 THROUGHPUT, LATENCY, CREDITS, ITERATIONS = "throughput.png", "latency-cdf.png", "credits.png", "iterations.png"
 CDF_POINTS = 1000  # points per latency curve, whatever the number of records

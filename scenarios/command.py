@@ -4,8 +4,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import UserError
-from ..texttable import table
+from fusetrace.errors import UserError
+from fusetrace.texttable import table
 from . import runner, spec
 from .progress import Progress
 

@@ -16,10 +16,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import children, fio
-from ..emulation import HOST_BOUND_SHARE, load_params
-from ..errors import UserError
-from ..scratch import ScratchMount, late_share, scratch_root
+from fusetrace import children, fio
+from fusetrace.emulation import HOST_BOUND_SHARE, load_params
+from fusetrace.errors import UserError
+from fusetrace.scratch import ScratchMount, late_share, scratch_root
 from .progress import Progress
 from .spec import Scenario, Step
 

@@ -6,13 +6,13 @@ at the later of the two.  So local disk speed never leaks into the emulation,
 and concurrent operations overlap as the model says, never queueing behind one
 another's sleeps.
 
-The shaper also watches itself: an operation replied to later than its
-deadline by more than a share of its modelled time means the host, not the
-model, set the pace.  Those are counted and reported (`stats`, trace metadata).
-Operations the model times below twice FUSE's own share of a round trip (a
-buffered write into the client's page cache: 10 us) cannot be met by any FUSE
-mount however idle; they are not judged, or every write-heavy run would read as
-host-bound.
+The shaper also watches itself: it adds up the modelled time of every shaped
+operation and how late past its deadline each reply went out.  When the host
+adds more than a tenth to the modelled time, the host, not the model, set the
+pace (`stats`, trace metadata).  A sum, not a count of late replies: a buffered
+write the model times at 10 us is always late through FUSE, which matters when
+a workload is made of them (cpio's 512-byte writes) and not when a few come
+before a long wait (dd filling the client's dirty budget).
 """
 
 from time import monotonic_ns
@@ -29,9 +29,10 @@ class Shaper:
         self.model = model
         self.timer = timer
         self.late_share = late_share
-        self.ops = 0  # operations judged (modelled above the FUSE round trip)
+        self.ops = 0  # operations shaped
         self.late = 0  # replies later than deadline + late_share x modelled time
-        self.late_ns = 0
+        self.late_ns = 0  # all replies' time past their deadlines
+        self.modelled_ns = 0  # all shaped operations' modelled time
         # The kernel's and the caller's share of a round trip, outside the handler:
         # replies go out this much before the model's time, so the caller sees the
         # model's latency rather than the model's plus FUSE's.  Measured at mount.
@@ -54,6 +55,7 @@ class Shaper:
         else:
             op = Op(OpClass.META_READ, file=inode)
         done_at = self.model.admit(op, start_ns / _NS).done_at
+        self.ops += 1
         return int(done_at * _NS) - self.compensation_ns
 
     async def hold_until(self, deadline_ns: int, start_ns: int) -> int:
@@ -66,10 +68,9 @@ class Shaper:
         else:
             held = 0
         modelled = deadline_ns + self.compensation_ns - start_ns
-        if modelled > 2 * self.compensation_ns:
-            self.ops += 1
-            late = monotonic_ns() - deadline_ns
-            if late > self.late_share * modelled:
-                self.late += 1
-                self.late_ns += late
+        late = max(monotonic_ns() - deadline_ns, 0)
+        self.modelled_ns += modelled
+        self.late_ns += late
+        if late > self.late_share * modelled:
+            self.late += 1
         return held

@@ -26,7 +26,7 @@ from .errors import UserError
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
-HOST_BOUND_SHARE = 0.05  # late operations above this share mean the host sets the pace
+HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
 MAX_COMPENSATION_NS = 1_000_000  # a bound on the measured FUSE round-trip share
 
 
@@ -128,12 +128,13 @@ class Emulation:
             self.model.set_stored_bytes(size, _now())
 
     def host(self) -> dict:
-        ops, late = self.shaper.ops, self.shaper.late
-        share = late / ops if ops else 0.0
-        return {"ops": ops, "late": late, "late_share": share,
-                "mean_late_us": self.shaper.late_ns / late / 1e3 if late else 0.0,
-                "compensation_us": self.shaper.compensation_ns / 1e3,
-                "host_bound": share > HOST_BOUND_SHARE}
+        """How the host keeps up with the model: `added_share` is the time replies went
+        out past their deadlines, as a share of the modelled time."""
+        sh = self.shaper
+        added = sh.late_ns / sh.modelled_ns if sh.modelled_ns else 0.0
+        return {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
+                "added_share": added, "compensation_us": sh.compensation_ns / 1e3,
+                "host_bound": added > HOST_BOUND_SHARE}
 
     def stats(self) -> dict:
         return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}

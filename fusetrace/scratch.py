@@ -82,7 +82,8 @@ class ScratchMount:
             self._tmp.cleanup()
 
 
-def late_share(before: dict, after: dict) -> float:
-    """The share of replies later than their deadlines between two host() readings."""
-    ops = after["ops"] - before["ops"]
-    return (after["late"] - before["late"]) / ops if ops else 0.0
+def added_share(before: dict, after: dict) -> float:
+    """Between two host() readings: the time replies went out past their deadlines, as
+    a share of the modelled time (0.25: the host made it a quarter slower)."""
+    modelled = after["modelled_ns"] - before["modelled_ns"]
+    return (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0

@@ -44,8 +44,8 @@ def render(stats: dict) -> str:
     if host:
         verdict = "HOST-BOUND: the host, not the model, is setting the pace" if host.get("host_bound") \
             else "keeping up with the model"
-        lines.append(f"host: {verdict} ({host['late']:,} of {host['ops']:,} operations late, "
-                     f"{100 * host['late_share']:.1f} %)")
+        lines.append(f"host: {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in "
+                     f"all; {host['late']:,} of {host['ops']:,} operations late)")
     lines.append(f"inodes known: {stats['inodes']:,}, open files: {stats['open_files']:,}")
     lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")

@@ -6,13 +6,15 @@ at the later of the two.  So local disk speed never leaks into the emulation,
 and concurrent operations overlap as the model says, never queueing behind one
 another's sleeps.
 
-The shaper also watches itself: it adds up the modelled time of every shaped
-operation and how late past its deadline each reply went out.  When the host
-adds more than a tenth to the modelled time, the host, not the model, set the
-pace (`stats`, trace metadata).  A sum, not a count of late replies: a buffered
-write the model times at 10 us is always late through FUSE, which matters when
-a workload is made of them (cpio's 512-byte writes) and not when a few come
-before a long wait (dd filling the client's dirty budget).
+The shaper also watches itself: it adds up the modelled time of the operations
+a caller waits on and how late past its deadline each reply went out.  When the
+host adds more than a tenth to the modelled time, the host, not the model, set
+the pace (`stats`, trace metadata).  Buffered writes are left out: the model
+acknowledges them into the client's page cache in microseconds, which no FUSE
+round trip meets, yet their pace is set by the write-back the commits and the
+dirty budget wait on (dd through a fast host matches the model while every one
+of its writes is "late").  So a workload of tiny buffered writes (cpio's 512-byte
+pieces) is slowed by the host without being flagged.
 """
 
 from time import monotonic_ns
@@ -29,7 +31,7 @@ class Shaper:
         self.model = model
         self.timer = timer
         self.late_share = late_share
-        self.ops = 0  # operations shaped
+        self.ops = 0  # operations shaped (all; buffered writes too)
         self.late = 0  # replies later than deadline + late_share x modelled time
         self.late_ns = 0  # all replies' time past their deadlines
         self.modelled_ns = 0  # all shaped operations' modelled time
@@ -58,15 +60,18 @@ class Shaper:
         self.ops += 1
         return int(done_at * _NS) - self.compensation_ns
 
-    async def hold_until(self, deadline_ns: int, start_ns: int) -> int:
+    async def hold_until(self, deadline_ns: int, start_ns: int, judged: bool = True) -> int:
         """Wait for the deadline; return how long the operation was held after its
-        real completion (0 if the real syscall took longer than the model)."""
+        real completion (0 if the real syscall took longer than the model).
+        `judged`: whether its lateness counts towards host-bound (see above)."""
         now = monotonic_ns()
         if now < deadline_ns:
             await self.timer.sleep_until(deadline_ns)
             held = deadline_ns - now
         else:
             held = 0
+        if not judged:
+            return held
         modelled = deadline_ns + self.compensation_ns - start_ns
         late = max(monotonic_ns() - deadline_ns, 0)
         self.modelled_ns += modelled

@@ -4,11 +4,10 @@ jobs through it with a progress display, and print emulated against published fi
 import time
 
 from . import fio
-from .emulation import HOST_BOUND_SHARE
 from scenarios import spec as scenarios
 from scenarios.progress import Progress
 from .scratch import ScratchMount
-from .scratch import added_share
+from .scratch import host_load, load_text
 from .texttable import table as text_table
 
 SCENARIO = "efs-2016-fio"  # the demo's published experiment
@@ -36,11 +35,11 @@ def run_jobs(scenario: str, runtime: float, profile: str | None = None, override
             progress.begin(i, job)
             before = m.host()
             got = _fio(m, job, runtime, lambda t: progress.tick(t, None, runtime))
-            added = added_share(before, m.host())
+            load = host_load(before, m.host())
             progress.end(i, job, {metric: getattr(got, metric) for metric in job.published})
             for metric, figure in job.published.items():
                 rows.append({"job": job.name, "metric": metric, "emulated": getattr(got, metric),
-                             "published": figure, "ceiling": None, "added_share": added,
+                             "published": figure, "ceiling": None, "load": load,
                              "inconsistent": job.inconsistent.get(metric)})
     short = [r for r in rows if r["metric"] == "iops" and r["emulated"] < 0.85 * r["published"]]
     if short:
@@ -58,12 +57,12 @@ def host_bound(row: dict) -> bool:
     the emulated mount said it could not keep up with the model during the job."""
     if row["ceiling"] is None:
         return False
-    return row["published"] > 0.85 * row["ceiling"] or row["added_share"] > HOST_BOUND_SHARE
+    return row["published"] > 0.85 * row["ceiling"] or row["load"]["host_bound"]
 
 
 def note(row: dict) -> str:
     if host_bound(row):
-        return (f"host-bound: the host added {100 * row['added_share']:.0f}% to the modelled time; "
+        return (f"host-bound: {load_text(row['load'])}; "
                 f"a plain mount here drives {row['ceiling']:,.0f} IOPS")
     if row["inconsistent"]:
         return f"published figures disagree: {row['inconsistent']}"

@@ -21,12 +21,14 @@ from emulator.shaper import Shaper
 from emulator.timer import PreciseTimer
 
 from . import prometheus
+from .loopload import LoopLoad
 from .control import ControlError
 from .errors import UserError
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
+LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late
 MAX_COMPENSATION_NS = 1_000_000  # a bound on the measured FUSE round-trip share
 
 
@@ -49,6 +51,12 @@ def load_params(profile: str, overrides: list[str]):
         return apply_overrides(load_profile(profile), overrides)
     except ProfileError as exc:
         raise ProfileUserError(str(exc)) from None
+
+
+def host_bound(added_share: float, loop_busy: float) -> bool:
+    """The host, not the model, set the pace: replies went out over a tenth later than
+    modelled, or the loop was too busy to admit requests when they came."""
+    return added_share > HOST_BOUND_SHARE or loop_busy > LOOP_BOUND_SHARE
 
 
 def _now() -> float:
@@ -76,6 +84,7 @@ class Emulation:
         self.model = Model(params, _now())  # latency samples seeded by the `seed` parameter
         self.timer = PreciseTimer()
         self.shaper = Shaper(self.model, self.timer)
+        self.loop = LoopLoad()
         self.series: list[dict] = []
         self._tracer = None
 
@@ -89,6 +98,7 @@ class Emulation:
     async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None) -> None:
         self._tracer = tracer
         self.model.set_stored_bytes(_tree_bytes(self.source), _now())
+        trio.lowlevel.add_instrument(self.loop)
         nursery.start_soon(self.timer.run)
         nursery.start_soon(self._sample_every_minute)
         nursery.start_soon(self._measure_storage)
@@ -130,11 +140,13 @@ class Emulation:
     def host(self) -> dict:
         """How the host keeps up with the model: `added_share` is the time replies went
         out past their deadlines, as a share of the modelled time."""
-        sh = self.shaper
+        sh, loop = self.shaper, self.loop.reading()
         added = sh.late_ns / sh.modelled_ns if sh.modelled_ns else 0.0
+        busy = 1 - loop["idle_ns"] / loop["elapsed_ns"] if loop["elapsed_ns"] else 0.0
         return {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
                 "added_share": added, "compensation_us": sh.compensation_ns / 1e3,
-                "host_bound": added > HOST_BOUND_SHARE}
+                "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"], "loop_busy": busy,
+                "host_bound": host_bound(added, busy)}
 
     def stats(self) -> dict:
         return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}

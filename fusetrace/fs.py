@@ -125,7 +125,7 @@ class Operations(pyfuse3.Operations):
         except OSError as exc:
             err = exc.errno or E.EIO
         if deadline is not None:
-            held = await self.shaper.hold_until(deadline, start)
+            held = await self.shaper.hold_until(deadline, start, judged=kind != "buffered")
         else:
             held = 0
             if self.shaper is not None and self.shaper.calibrating:

@@ -8,6 +8,7 @@ import tempfile
 
 from . import mounts, runstate
 from .control import request
+from .emulation import host_bound
 from .errors import UserError
 
 
@@ -82,8 +83,18 @@ class ScratchMount:
             self._tmp.cleanup()
 
 
-def added_share(before: dict, after: dict) -> float:
-    """Between two host() readings: the time replies went out past their deadlines, as
-    a share of the modelled time (0.25: the host made it a quarter slower)."""
+def host_load(before: dict, after: dict) -> dict:
+    """Between two host() readings: `added_share`, the time replies went out past their
+    deadlines as a share of the modelled time (0.25: the host made it a quarter slower);
+    `loop_busy`, the share of the time the server's loop was busy; `host_bound`."""
     modelled = after["modelled_ns"] - before["modelled_ns"]
-    return (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
+    added = (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
+    elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
+    busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
+    return {"added_share": added, "loop_busy": busy, "host_bound": host_bound(added, busy)}
+
+
+def load_text(load: dict) -> str:
+    """A host_load() in words, for the tables."""
+    return (f"the host added {100 * load['added_share']:.0f}% to the modelled time, "
+            f"its loop busy {100 * load['loop_busy']:.0f}% of it")

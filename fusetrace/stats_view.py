@@ -45,7 +45,8 @@ def render(stats: dict) -> str:
         verdict = "HOST-BOUND: the host, not the model, is setting the pace" if host.get("host_bound") \
             else "keeping up with the model"
         lines.append(f"host: {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in "
-                     f"all; {host['late']:,} of {host['ops']:,} operations late)")
+                     f"all; {host['late']:,} of {host['ops']:,} operations late; loop busy "
+                     f"{100 * host['loop_busy']:.0f} % of the time since mounting)")
     lines.append(f"inodes known: {stats['inodes']:,}, open files: {stats['open_files']:,}")
     lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")

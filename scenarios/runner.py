@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fusetrace import children, fio
-from fusetrace.emulation import HOST_BOUND_SHARE, load_params
+from fusetrace.emulation import load_params
 from fusetrace.errors import UserError
-from fusetrace.scratch import ScratchMount, added_share, scratch_root
+from fusetrace.scratch import ScratchMount, host_load, load_text, scratch_root
 from .progress import Progress
 from .spec import Scenario, Step
 
@@ -87,7 +87,7 @@ def run(scenario: Scenario, out: Path, *, fast: bool = False, profile: str | Non
                 record = _run_step(scenario, step, m, env, fast, progress, t0)
                 record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
                               published=step.published, inconsistent=step.inconsistent,
-                              added_share=added_share(host, m.host()))
+                              load=host_load(host, m.host()))
                 result["steps"].append(record)
                 progress.end(i, step, record["metrics"])
         finally:
@@ -112,8 +112,8 @@ def rows(steps: list[dict]) -> list[dict]:
 
 
 def _note(step: dict, metric: str) -> str:
-    if step["added_share"] > HOST_BOUND_SHARE:
-        return f"host-bound: the host added {100 * step['added_share']:.0f}% to the modelled time"
+    if step["load"]["host_bound"]:
+        return f"host-bound: {load_text(step['load'])}"
     why = step["inconsistent"].get(metric)
     return f"published figures disagree: {why}" if why else ""
 

@@ -128,18 +128,18 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
 
     steps = [
         {"name": "qd1", "metrics": {"iops": 100.0, "mbps": 0.4, "lat_ms": 10.0}, "published": {"iops": 110},
-         "inconsistent": {}, "added_share": 0.0},
+         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
         {"name": "qd1024", "metrics": {"iops": 5000.0}, "published": {"iops": 7449}, "inconsistent": {},
-         "added_share": 0.3},
+         "load": {"added_share": 0.3, "loop_busy": 0.5, "host_bound": True}},
         {"name": "mixed", "metrics": {"read_iops": 30.0, "write_iops": 10.0}, "published": {},
-         "inconsistent": {}, "added_share": 0.0},
+         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
         {"name": "odd", "metrics": {"lat_ms": 9.0}, "published": {"lat_ms": 9.2},
-         "inconsistent": {"lat_ms": "Little's law"}, "added_share": 0.0},
+         "inconsistent": {"lat_ms": "Little's law"}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
     ]
     table = rows(steps)
     assert [(r["step"], r["metric"]) for r in table] == [
         ("qd1", "iops"), ("qd1024", "iops"), ("mixed", "read_iops"), ("mixed", "write_iops"), ("odd", "lat_ms")]
     assert table[0]["ratio"] == pytest.approx(100 / 110) and table[0]["note"] == ""
-    assert table[1]["note"] == "host-bound: the host added 30% to the modelled time"
+    assert table[1]["note"] == "host-bound: the host added 30% to the modelled time, its loop busy 50% of it"
     assert table[2]["published"] is None and table[2]["ratio"] is None
     assert "Little's law" in table[4]["note"]

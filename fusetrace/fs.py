@@ -87,7 +87,7 @@ class Operations(pyfuse3.Operations):
         self.workers = workers
         self.inline = inline
         # A test's simulated slow backend has no page cache to answer from at once.
-        self._cached_pread = None if workers.delay else _cached_pread
+        self._cached_pread = None if workers.delay else self._nowait_pread
         self.tracer = tracer
         self.shaper = shaper
         self.attr_timeout = attr_timeout
@@ -147,6 +147,13 @@ class Operations(pyfuse3.Operations):
         if err:
             raise FUSEError(err)
         return out
+
+    def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
+        try:
+            return _cached_pread(fd, size, offset)
+        except _NowaitUnsupported:
+            self._cached_pread = None  # tmpfs, for one: reads follow the inline policy from now on
+            return None
 
     def _process_of(self, tid: int) -> int:
         """FUSE names the calling thread; traces name its process (thread group)."""
@@ -618,15 +625,21 @@ def _link(node: Inode, newdir: int, name: str):
     return _open_path(newdir, name)
 
 
+class _NowaitUnsupported(Exception):
+    """The file system below has no RWF_NOWAIT read path."""
+
+
 def _cached_pread(fd: int, size: int, offset: int) -> bytes | None:
     """pread that never blocks: preadv2(RWF_NOWAIT) answers from the page cache below,
-    or says it cannot (EAGAIN; EOPNOTSUPP where the file system has no such path) and
-    the read goes to a worker.  A short answer may be a partly cached range rather
+    or says it cannot (EAGAIN) and the read goes to a worker; where the file system has
+    no such path (EOPNOTSUPP) _NowaitUnsupported is raised.  A short answer may be a partly cached range rather
     than the end of the file, so only a whole one is taken."""
     buf = bytearray(size)
     try:
         n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except (BlockingIOError, OSError):
+    except OSError as exc:
+        if exc.errno == E.EOPNOTSUPP:
+            raise _NowaitUnsupported from None
         return None
     if n == size:
         return bytes(buf)

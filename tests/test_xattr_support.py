@@ -108,3 +108,22 @@ def test_an_emulated_efs_has_no_extended_attributes_unless_the_profile_says(moun
     (nfs42.source / "f").write_bytes(b"")
     os.setxattr(nfs42.source / "f", "user.a", b"1")
     assert os.getxattr(nfs42.mountpoint / "f", "user.a") == b"1"
+
+
+def test_reads_over_a_file_system_without_nowait_reads_run_on_the_loop(mount):
+    """tmpfs has no RWF_NOWAIT path: reads then follow the inline policy, not all go to workers."""
+    import tempfile
+    from pathlib import Path
+
+    from fusetrace.mounts import fstype_of
+
+    if fstype_of("/dev/shm") != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        m = mount(source=Path(shm))
+        (m.source / "f").write_bytes(b"z" * 65536)
+        with open(m.mountpoint / "f", "rb", buffering=0) as f:
+            for i in range(20):
+                assert os.pread(f.fileno(), 4096, 4096 * (i % 16)) == b"z" * 4096
+        assert "read/read" in _inline(m.mountpoint)["loop"]
+        m.unmount()

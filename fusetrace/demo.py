@@ -3,11 +3,12 @@ jobs through it with a progress display, and print emulated against published fi
 
 import time
 
-from . import fio
 from scenarios import spec as scenarios
 from scenarios.progress import Progress
-from .scratch import ScratchMount
-from .scratch import host_load, load_text
+
+from . import fio
+from .emulation import host_load
+from .scratch import ScratchMount, load_text
 from .texttable import table as text_table
 
 SCENARIO = "efs-2016-fio"  # the demo's published experiment

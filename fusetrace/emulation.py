@@ -21,9 +21,9 @@ from emulator.shaper import Shaper
 from emulator.timer import PreciseTimer
 
 from . import prometheus
-from .loopload import LoopLoad
 from .control import ControlError
 from .errors import UserError
+from .loopload import LoopLoad
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
@@ -53,10 +53,21 @@ def load_params(profile: str, overrides: list[str]):
         raise ProfileUserError(str(exc)) from None
 
 
-def host_bound(added_share: float, loop_busy: float) -> bool:
-    """The host, not the model, set the pace: replies went out over a tenth later than
-    modelled, or the loop was too busy to admit requests when they came."""
-    return added_share > HOST_BOUND_SHARE or loop_busy > LOOP_BOUND_SHARE
+_NO_LOAD = {"late_ns": 0, "modelled_ns": 0, "loop_elapsed_ns": 0, "loop_idle_ns": 0}
+
+
+def host_load(before: dict, after: dict) -> dict:
+    """Between two readings of the host counters (Emulation.host()): `added_share`, the
+    time replies went out past their deadlines as a share of the modelled time (0.25:
+    the host made it a quarter slower); `loop_busy`, the share of the time the loop
+    was busy; `host_bound`: the host, not the model, set the pace (replies over a tenth
+    later than modelled, or a loop too busy to admit requests when they came)."""
+    modelled = after["modelled_ns"] - before["modelled_ns"]
+    added = (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
+    elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
+    busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
+    return {"added_share": added, "loop_busy": busy,
+            "host_bound": added > HOST_BOUND_SHARE or busy > LOOP_BOUND_SHARE}
 
 
 def _now() -> float:
@@ -138,15 +149,13 @@ class Emulation:
             self.model.set_stored_bytes(size, _now())
 
     def host(self) -> dict:
-        """How the host keeps up with the model: `added_share` is the time replies went
-        out past their deadlines, as a share of the modelled time."""
+        """How the host keeps up with the model since mounting: its counters, and
+        host_load() over them."""
         sh, loop = self.shaper, self.loop.reading()
-        added = sh.late_ns / sh.modelled_ns if sh.modelled_ns else 0.0
-        busy = 1 - loop["idle_ns"] / loop["elapsed_ns"] if loop["elapsed_ns"] else 0.0
-        return {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
-                "added_share": added, "compensation_us": sh.compensation_ns / 1e3,
-                "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"], "loop_busy": busy,
-                "host_bound": host_bound(added, busy)}
+        counters = {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
+                    "compensation_us": sh.compensation_ns / 1e3,
+                    "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
+        return {**counters, **host_load(_NO_LOAD, counters)}
 
     def stats(self) -> dict:
         return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}

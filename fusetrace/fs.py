@@ -632,8 +632,8 @@ class _NowaitUnsupported(Exception):
 def _cached_pread(fd: int, size: int, offset: int) -> bytes | None:
     """pread that never blocks: preadv2(RWF_NOWAIT) answers from the page cache below,
     or says it cannot (EAGAIN) and the read goes to a worker; where the file system has
-    no such path (EOPNOTSUPP) _NowaitUnsupported is raised.  A short answer may be a partly cached range rather
-    than the end of the file, so only a whole one is taken."""
+    no such path (EOPNOTSUPP) _NowaitUnsupported is raised.  A short answer may be a
+    partly cached range rather than the end of the file, so only a whole one is taken."""
     buf = bytearray(size)
     try:
         n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)

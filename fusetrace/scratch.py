@@ -8,9 +8,7 @@ import tempfile
 
 from . import mounts, runstate
 from .control import request
-from .emulation import host_bound
 from .errors import UserError
-
 
 SCRATCH_MIN_FREE = 4 << 30  # bytes a memory file system must have free to be used
 
@@ -65,7 +63,7 @@ class ScratchMount:
         return answer
 
     def host(self) -> dict:
-        """How the emulating server keeps up: operations, late replies (see emulation.py)."""
+        """How the emulating server keeps up: its counters (emulation.host_load() compares two)."""
         return self.stats()["host"]
 
     def set(self, key: str, value) -> None:
@@ -81,17 +79,6 @@ class ScratchMount:
             cli("umount", self.mnt)
         finally:
             self._tmp.cleanup()
-
-
-def host_load(before: dict, after: dict) -> dict:
-    """Between two host() readings: `added_share`, the time replies went out past their
-    deadlines as a share of the modelled time (0.25: the host made it a quarter slower);
-    `loop_busy`, the share of the time the server's loop was busy; `host_bound`."""
-    modelled = after["modelled_ns"] - before["modelled_ns"]
-    added = (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
-    elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
-    busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
-    return {"added_share": added, "loop_busy": busy, "host_bound": host_bound(added, busy)}
 
 
 def load_text(load: dict) -> str:

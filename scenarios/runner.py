@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fusetrace import children, fio
-from fusetrace.emulation import load_params
+from fusetrace.emulation import host_load, load_params
 from fusetrace.errors import UserError
-from fusetrace.scratch import ScratchMount, host_load, load_text, scratch_root
+from fusetrace.scratch import ScratchMount, load_text, scratch_root
 from .progress import Progress
 from .spec import Scenario, Step
 

@@ -143,3 +143,16 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
     assert table[1]["note"] == "host-bound: the host added 30% to the modelled time, its loop busy 50% of it"
     assert table[2]["published"] is None and table[2]["ratio"] is None
     assert "Little's law" in table[4]["note"]
+
+
+def test_host_load_between_two_readings():
+    from fusetrace.emulation import host_load
+
+    before = {"late_ns": 100, "modelled_ns": 1_000, "loop_elapsed_ns": 1_000, "loop_idle_ns": 500}
+    after = {"late_ns": 300, "modelled_ns": 2_000, "loop_elapsed_ns": 2_000, "loop_idle_ns": 600}
+    load = host_load(before, after)
+    assert load["added_share"] == pytest.approx(0.2) and load["loop_busy"] == pytest.approx(0.9)
+    assert load["host_bound"]
+    idle = host_load(before, {**after, "late_ns": 110, "loop_idle_ns": 1_400})
+    assert idle["added_share"] == pytest.approx(0.01) and idle["loop_busy"] == pytest.approx(0.1)
+    assert not idle["host_bound"]

@@ -21,6 +21,7 @@ _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
 _TFD_CLOEXEC = os.O_CLOEXEC
 _TFD_TIMER_ABSTIME = 1
+MAX_LEAD_NS = 200_000  # the most the timer is armed ahead of a deadline
 
 
 class _Timespec(ctypes.Structure):

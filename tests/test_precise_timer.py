@@ -1,0 +1,88 @@
+"""The shaper's timer: every sleeper wakes, none much before its deadline nor lost, whether the
+loop is idle or busy with other tasks, and a cancelled sleep leaves the others alone."""
+
+import random
+from time import monotonic_ns
+
+import pytest
+import trio
+
+from emulator.timer import MAX_LEAD_NS, PreciseTimer
+
+LOST = 1_000_000_000  # ns: a sleeper this late past its deadline was not woken by the timer
+
+
+async def _sleepers(timer: PreciseTimer, deadlines: list[int], woke: dict, busy: bool) -> None:
+    async def sleeper(i: int) -> None:
+        await timer.sleep_until(deadlines[i])
+        woke[i] = monotonic_ns()
+
+    async def spin(stop: trio.Event) -> None:
+        while not stop.is_set():
+            await trio.lowlevel.checkpoint()
+
+    try:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(timer.run)
+            stop = trio.Event()
+            if busy:
+                outer.start_soon(spin, stop)
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    order = list(range(len(deadlines)))
+                    random.Random(7).shuffle(order)
+                    for i in order:
+                        nursery.start_soon(sleeper, i)
+            stop.set()
+            outer.cancel_scope.cancel()
+    finally:
+        timer.close()
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle loop", "busy loop"])
+def test_every_sleeper_wakes_and_none_early(busy):
+    timer = PreciseTimer()
+    base = monotonic_ns() + 20_000_000
+    rng = random.Random(3)
+    # staggered, some equal, some a few microseconds apart, some already past
+    deadlines = [base + rng.choice([0, 1, 5, 50, 300, 2_000]) * 1_000 * i // 4 for i in range(200)]
+    deadlines += [monotonic_ns() - 1_000_000] * 5
+    woke: dict = {}
+    trio.run(_sleepers, timer, deadlines, woke, busy)
+    assert sorted(woke) == list(range(len(deadlines)))
+    for i, at in woke.items():
+        assert at >= deadlines[i] - MAX_LEAD_NS, (i, at - deadlines[i])
+        # a lost wake-up waits for something else to wake the loop
+        assert at < max(deadlines[i], base) + LOST, (i, at - deadlines[i])
+
+
+def test_a_cancelled_sleep_leaves_the_others_alone():
+    timer = PreciseTimer()
+    woke: list[int] = []
+
+    async def main():
+        try:
+            async with trio.open_nursery() as outer:
+                outer.start_soon(timer.run)
+                now = monotonic_ns()
+                with trio.fail_after(10):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_sleep_then_note, timer, now + 5_000_000, woke, 1)
+                        nursery.start_soon(_sleep_then_note, timer, now + 10_000_000, woke, 2)
+                        # the earliest sleeper goes away before its deadline
+                        with trio.CancelScope() as scope:
+                            scope.cancel()
+                            await timer.sleep_until(now + 1_000_000)
+                        assert scope.cancelled_caught
+                outer.cancel_scope.cancel()
+        finally:
+            timer.close()
+
+    trio.run(main)
+    assert sorted(woke) == [1, 2]
+
+
+async def _sleep_then_note(timer, deadline, woke, tag):
+    await timer.sleep_until(deadline)
+    assert monotonic_ns() >= deadline - MAX_LEAD_NS
+    woke.append(tag)

@@ -4,6 +4,7 @@ Every target is mounted over its own fresh source directory and unmounted (its s
 before the next one starts, so only one FUSE server runs at a time.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import tracecost  # noqa: E402
+from fusetrace import runstate  # noqa: E402
 from fusetrace.mounts import canonical, mounted_at  # noqa: E402
 
 CACHE = REPO / "bench" / "out"
@@ -162,10 +165,19 @@ class Fusetrace(Target):
             force_unmount(self.mnt)
             raise TargetError(f"umount: {done.stderr.strip()}")
 
+    def sample(self) -> tuple[float, int] | None:
+        """(the server's CPU seconds so far, operations it has recorded), traced only."""
+        if not self.trace:
+            return None
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=REPO, env=env,
+                              capture_output=True, text=True, check=True)
+        recorded = json.loads(done.stdout)["trace"]["recorded"]
+        return tracecost.server_cpu_s(runstate.read(self.mnt)["pid"]), recorded
+
     def after(self):
         if not self.trace or not self.trace_dir:
             return {}
-        import json
 
         d = Path(self.trace_dir)
         parts = list(d.glob("*.parquet"))
@@ -242,8 +254,8 @@ class PassthroughHP(Target):
     def describe(self) -> str:
         ver = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)
         lib = f", linked against libfuse {ver.stdout.strip()}" if ver.returncode == 0 else ""
-        return (f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand, see "
-                f"bench/README.md), default options, `--foreground` so this script owns the process")
+        return (f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand with "
+                f"extended-attribute support as libfuse's own build has it, see bench/README.md), default options, `--foreground` so this script owns the process")
 
     def command(self, src, mnt, placeholder=False):
         return [self.path, "--foreground", src, mnt]

@@ -212,7 +212,8 @@ class _Status:
         out = {"inodes": len(self.ops.inodes), "open_files": len(self.ops.handles),
                "inline": self.ops.inline.describe()}
         if self.tracer is not None:
-            out["trace"] = {"records": self.tracer.records, "dropped": self.tracer.dropped}
+            out["trace"] = {"records": self.tracer.records, "queued": self.tracer.queued,
+                            "recorded": self.tracer.recorded, "dropped": self.tracer.dropped}
         if self.emulation is not None:
             out.update(self.emulation.stats())
         return out

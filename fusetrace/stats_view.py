@@ -52,5 +52,6 @@ def render(stats: dict) -> str:
     lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")
     if trace:
-        lines.append(f"trace: {trace['records']:,} records, {trace['dropped']:,} dropped")
+        lines.append(f"trace: {trace['records']:,} records written, {trace.get('queued', 0):,} queued, "
+                     f"{trace['dropped']:,} dropped")
     return "\n".join(lines)

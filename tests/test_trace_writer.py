@@ -94,6 +94,7 @@ def test_overflow_drops_and_counts_without_blocking(tmp_path):
     for i in range(25):
         w.record(*row(i))
     assert w.dropped == 15
+    assert (w.queued, w.recorded, w.records) == (10, 10, 0)  # waiting for the next flush
     started = time.monotonic()
     for i in range(100_000):
         w.record(*row(i))
@@ -101,6 +102,7 @@ def test_overflow_drops_and_counts_without_blocking(tmp_path):
     assert w.dropped == 100_015
     summary = w.close()
     assert summary["records"] == 10 and summary["dropped"] == 100_015
+    assert (w.queued, w.recorded) == (0, 10)
     assert read_rows(d) == [row(i) for i in range(10)]  # the first ones are kept
     assert meta.read(d)["dropped"] == 100_015
 

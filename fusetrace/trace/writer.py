@@ -41,6 +41,7 @@ class TraceWriter:
         self._max_pending = max_pending
         self._pending: collections.deque[tuple] = collections.deque()
         self.records = 0  # written to parts
+        self._taken = 0  # taken from the queue to be written
         self.dropped = 0  # refused because max_pending records were waiting
         self.lost = 0  # taken from the queue but lost to a failed write
         self.files = 0
@@ -80,6 +81,16 @@ class TraceWriter:
             self._pending.append(fields)
         else:
             self.dropped += 1
+
+    @property
+    def queued(self) -> int:
+        """Records waiting for the writer thread."""
+        return len(self._pending)
+
+    @property
+    def recorded(self) -> int:
+        """Records given so far (and not dropped): written, being written or queued."""
+        return self._taken + len(self._pending)
 
     def update_metadata(self, **extra) -> None:
         """Add keys to _metadata.json; they are written at the next flush or at close."""
@@ -124,7 +135,9 @@ class TraceWriter:
         n = len(self._pending)
         if n:
             popleft = self._pending.popleft
-            self._write_part([popleft() for _ in range(n)])
+            rows = [popleft() for _ in range(n)]
+            self._taken += n
+            self._write_part(rows)
         self._flush_metadata()
 
     def _write_part(self, rows: list[tuple]) -> None:

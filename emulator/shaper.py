@@ -9,10 +9,7 @@ another's sleeps.
 The shaper also watches itself: it adds up the modelled time of the operations
 a caller waits on and how late past its deadline each reply went out.  When the
 host adds more than a tenth to the modelled time, the host, not the model, set
-the pace (`stats`, trace metadata).  It also counts the operations the model
-held in one of its queues (an IOPS limit, a slot, a throughput pipe): requests
-that arrive faster than the model serves them show that the model, not a busy
-host, set their pace.  Buffered writes are left out: the model
+the pace (`stats`, trace metadata).  Buffered writes are left out: the model
 acknowledges them into the client's page cache in microseconds, which no FUSE
 round trip meets, yet their pace is set by the write-back the commits and the
 dirty budget wait on (dd through a fast host matches the model while every one
@@ -38,8 +35,6 @@ class Shaper:
         self.late = 0  # replies later than deadline + late_share x modelled time
         self.late_ns = 0  # all replies' time past their deadlines
         self.modelled_ns = 0  # all shaped operations' modelled time
-        self.judged = 0  # operations a caller waits on (all but buffered writes) ...
-        self.queued = 0  # ... and of those, the ones the model held in a queue (IOPS, slots, pipes)
         # The kernel's and the caller's share of a round trip, outside the handler:
         # replies go out this much before the model's time, so the caller sees the
         # model's latency rather than the model's plus FUSE's.  Measured at mount.
@@ -61,12 +56,9 @@ class Shaper:
             op = Op(OpClass.META_WRITE, file=0 if namespace else inode, directory=inode if namespace else 0)
         else:
             op = Op(OpClass.META_READ, file=inode)
-        admission = self.model.admit(op, start_ns / _NS)
+        done_at = self.model.admit(op, start_ns / _NS).done_at
         self.ops += 1
-        if kind != "buffered":
-            self.judged += 1
-            self.queued += admission.wait > 0.0
-        return int(admission.done_at * _NS) - self.compensation_ns
+        return int(done_at * _NS) - self.compensation_ns
 
     async def hold_until(self, deadline_ns: int, start_ns: int, judged: bool = True) -> int:
         """Wait for the deadline; return how long the operation was held after its

@@ -28,8 +28,7 @@ from .loopload import LoopLoad
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
-LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late ...
-MODEL_PACED_SHARE = 0.5  # ... unless the model queued at least this share of the operations anyway
+LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late
 MAX_COMPENSATION_NS = 1_000_000  # a bound on the measured FUSE round-trip share
 
 
@@ -54,27 +53,21 @@ def load_params(profile: str, overrides: list[str]):
         raise ProfileUserError(str(exc)) from None
 
 
-_NO_LOAD = {"late_ns": 0, "modelled_ns": 0, "judged": 0, "queued": 0, "loop_elapsed_ns": 0, "loop_idle_ns": 0}
+_NO_LOAD = {"late_ns": 0, "modelled_ns": 0, "loop_elapsed_ns": 0, "loop_idle_ns": 0}
 
 
 def host_load(before: dict, after: dict) -> dict:
     """Between two readings of the host counters (Emulation.host()): `added_share`, the
     time replies went out past their deadlines as a share of the modelled time (0.25:
     the host made it a quarter slower); `loop_busy`, the share of the time the loop
-    was busy; `queued_share`, the share of the operations callers waited on that the
-    model held in one of its queues; `host_bound`: the host, not the model, set the
-    pace (replies over a tenth later than modelled, or a loop too busy to admit
-    requests when they came -- unless they came fast enough for the model to queue
-    most of them, so that its limits, not the loop, set the rate)."""
+    was busy; `host_bound`: the host, not the model, set the pace (replies over a tenth
+    later than modelled, or a loop too busy to admit requests when they came)."""
     modelled = after["modelled_ns"] - before["modelled_ns"]
     added = (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
     elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
     busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
-    judged = after["judged"] - before["judged"]
-    queued = (after["queued"] - before["queued"]) / judged if judged > 0 else 0.0
-    loop_bound = busy > LOOP_BOUND_SHARE and queued < MODEL_PACED_SHARE
-    return {"added_share": added, "loop_busy": busy, "queued_share": queued,
-            "host_bound": added > HOST_BOUND_SHARE or loop_bound}
+    return {"added_share": added, "loop_busy": busy,
+            "host_bound": added > HOST_BOUND_SHARE or busy > LOOP_BOUND_SHARE}
 
 
 def _now() -> float:
@@ -160,7 +153,6 @@ class Emulation:
         host_load() over them."""
         sh, loop = self.shaper, self.loop.reading()
         counters = {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
-                    "judged": sh.judged, "queued": sh.queued,
                     "compensation_us": sh.compensation_ns / 1e3,
                     "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
         return {**counters, **host_load(_NO_LOAD, counters)}

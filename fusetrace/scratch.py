@@ -84,5 +84,4 @@ class ScratchMount:
 def load_text(load: dict) -> str:
     """A host_load() in words, for the tables."""
     return (f"the host added {100 * load['added_share']:.0f}% to the modelled time, "
-            f"its loop busy {100 * load['loop_busy']:.0f}% of it, "
-            f"the model queuing {100 * load['queued_share']:.0f}% of operations")
+            f"its loop busy {100 * load['loop_busy']:.0f}% of it")

@@ -46,8 +46,7 @@ def render(stats: dict) -> str:
             else "keeping up with the model"
         lines.append(f"host: {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in "
                      f"all; {host['late']:,} of {host['ops']:,} operations late; loop busy "
-                     f"{100 * host['loop_busy']:.0f} % of the time since mounting; the model queued "
-                     f"{100 * host['queued_share']:.0f} % of operations)")
+                     f"{100 * host['loop_busy']:.0f} % of the time since mounting)")
     lines.append(f"inodes known: {stats['inodes']:,}, open files: {stats['open_files']:,}")
     lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")

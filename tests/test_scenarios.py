@@ -128,19 +128,19 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
 
     steps = [
         {"name": "qd1", "metrics": {"iops": 100.0, "mbps": 0.4, "lat_ms": 10.0}, "published": {"iops": 110},
-         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "queued_share": 0.0, "host_bound": False}},
+         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
         {"name": "qd1024", "metrics": {"iops": 5000.0}, "published": {"iops": 7449}, "inconsistent": {},
-         "load": {"added_share": 0.3, "loop_busy": 0.5, "queued_share": 0.0, "host_bound": True}},
+         "load": {"added_share": 0.3, "loop_busy": 0.5, "host_bound": True}},
         {"name": "mixed", "metrics": {"read_iops": 30.0, "write_iops": 10.0}, "published": {},
-         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "queued_share": 0.0, "host_bound": False}},
+         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
         {"name": "odd", "metrics": {"lat_ms": 9.0}, "published": {"lat_ms": 9.2},
-         "inconsistent": {"lat_ms": "Little's law"}, "load": {"added_share": 0.0, "loop_busy": 0.2, "queued_share": 0.0, "host_bound": False}},
+         "inconsistent": {"lat_ms": "Little's law"}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
     ]
     table = rows(steps)
     assert [(r["step"], r["metric"]) for r in table] == [
         ("qd1", "iops"), ("qd1024", "iops"), ("mixed", "read_iops"), ("mixed", "write_iops"), ("odd", "lat_ms")]
     assert table[0]["ratio"] == pytest.approx(100 / 110) and table[0]["note"] == ""
-    assert table[1]["note"] == "host-bound: the host added 30% to the modelled time, its loop busy 50% of it, the model queuing 0% of operations"
+    assert table[1]["note"] == "host-bound: the host added 30% to the modelled time, its loop busy 50% of it"
     assert table[2]["published"] is None and table[2]["ratio"] is None
     assert "Little's law" in table[4]["note"]
 
@@ -148,18 +148,11 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
 def test_host_load_between_two_readings():
     from fusetrace.emulation import host_load
 
-    before = {"late_ns": 100, "modelled_ns": 1_000, "judged": 10, "queued": 5,
-              "loop_elapsed_ns": 1_000, "loop_idle_ns": 500}
-    after = {"late_ns": 300, "modelled_ns": 2_000, "judged": 20, "queued": 6,
-             "loop_elapsed_ns": 2_000, "loop_idle_ns": 600}
+    before = {"late_ns": 100, "modelled_ns": 1_000, "loop_elapsed_ns": 1_000, "loop_idle_ns": 500}
+    after = {"late_ns": 300, "modelled_ns": 2_000, "loop_elapsed_ns": 2_000, "loop_idle_ns": 600}
     load = host_load(before, after)
     assert load["added_share"] == pytest.approx(0.2) and load["loop_busy"] == pytest.approx(0.9)
-    assert load["queued_share"] == pytest.approx(0.1)
     assert load["host_bound"]
     idle = host_load(before, {**after, "late_ns": 110, "loop_idle_ns": 1_400})
     assert idle["added_share"] == pytest.approx(0.01) and idle["loop_busy"] == pytest.approx(0.1)
     assert not idle["host_bound"]
-    # a busy loop that still delivers requests faster than the model's limits serve them
-    busy = {**after, "late_ns": 110}
-    assert host_load(before, busy)["host_bound"]  # the model queued 1 in 10: the loop set the pace
-    assert not host_load(before, {**busy, "queued": 14})["host_bound"]  # 9 in 10: the model did

@@ -167,8 +167,9 @@ def cost_rows(runtime):
     emulated = mount_cost(["--emulate", "efs-2016"], runtime)
     alone = trio.run(_emulator_alone, runtime, 1024)
     host = emulated["host"]
-    verdict = (f"{'host-bound' if host.get('host_bound') else 'keeping up'}: loop busy "
-               f"{100 * host.get('loop_busy', 0):.0f} %, model queued {100 * host.get('queued_share', 0):.0f} %")
+    verdict = (f"{'host-bound' if host.get('host_bound') else 'keeping up'}: replies "
+               f"{100 * host.get('added_share', 0):.0f} % later than modelled, loop busy "
+               f"{100 * host.get('loop_busy', 0):.0f} %")
     return [
         ("plain mount", f"{plain['iops']:,.0f} IOPS", f"{plain['cpu_us_per_op']:.0f}", ""),
         ("`--emulate efs-2016` (limit 7,400 IOPS)", f"{emulated['iops']:,.0f} IOPS",

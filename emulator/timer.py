@@ -5,6 +5,10 @@ lasts over a millisecond.  Here one timerfd, armed for the earliest deadline
 in a heap and watched by trio, wakes the waiting tasks directly.  The timer is
 armed a little early, by how late wake-ups have been running (a moving
 average), so replies land near their deadlines rather than always after them.
+
+A sleeper may say how much earlier than its deadline it can bear to wake (slack):
+when the timer fires, everyone whose slack reaches back to now wakes with it, so
+deadlines that fall close together cost one wake-up, not one each.
 """
 
 import ctypes
@@ -39,7 +43,7 @@ class PreciseTimer:
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_create: {os.strerror(err)}")
         self._fd = fd
-        self._heap: list = []  # (deadline_ns, seq, task); task None once cancelled
+        self._heap: list = []  # [deadline_ns, seq, task, earliest_ns]; task None once cancelled
         self._seq = itertools.count()
         self._armed = 0
         self._spec = _Itimerspec()
@@ -51,12 +55,14 @@ class PreciseTimer:
         _libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None)
         self._armed = deadline_ns
 
-    async def sleep_until(self, deadline_ns: int) -> None:
-        """Return at (about) monotonic_ns() == deadline_ns; at once if that is past."""
-        if deadline_ns <= monotonic_ns() + self.lead_ns:
+    async def sleep_until(self, deadline_ns: int, slack_ns: int = 0) -> None:
+        """Return at (about) monotonic_ns() == deadline_ns, or up to slack_ns before it
+        when another sleeper is woken then; at once if that is past."""
+        early = deadline_ns - slack_ns
+        if early <= monotonic_ns() + self.lead_ns:
             await trio.lowlevel.checkpoint()
             return
-        entry = [deadline_ns, next(self._seq), trio.lowlevel.current_task()]
+        entry = [deadline_ns, next(self._seq), trio.lowlevel.current_task(), early]
         heapq.heappush(self._heap, entry)
         if self._heap[0] is entry:
             self._arm(deadline_ns)
@@ -77,8 +83,8 @@ class PreciseTimer:
                 pass
             now = monotonic_ns()
             heap = self._heap
-            while heap and heap[0][0] <= now + self.lead_ns:
-                deadline, _, task = heapq.heappop(heap)
+            while heap and heap[0][3] <= now + self.lead_ns:
+                deadline, _, task, _ = heapq.heappop(heap)
                 if task is not None:
                     trio.lowlevel.reschedule(task)
                     late = now - deadline

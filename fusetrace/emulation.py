@@ -109,7 +109,7 @@ class Emulation:
     async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None) -> None:
         self._tracer = tracer
         self.model.set_stored_bytes(_tree_bytes(self.source), _now())
-        trio.lowlevel.add_instrument(self.loop)
+        self.loop = LoopLoad()  # on the loop's thread, whose CPU time it reads
         nursery.start_soon(self.timer.run)
         nursery.start_soon(self._sample_every_minute)
         nursery.start_soon(self._measure_storage)

@@ -86,3 +86,36 @@ async def _sleep_then_note(timer, deadline, woke, tag):
     await timer.sleep_until(deadline)
     assert monotonic_ns() >= deadline - MAX_LEAD_NS
     woke.append(tag)
+
+
+def test_slack_lets_a_sleeper_wake_early_with_another_never_earlier():
+    """Sleepers due within another's wake-up and the slack they allow leave with it."""
+    timer = PreciseTimer()
+    woke: dict = {}
+
+    async def sleeper(tag, deadline, slack):
+        await timer.sleep_until(deadline, slack)
+        woke[tag] = monotonic_ns()
+
+    async def main():
+        try:
+            async with trio.open_nursery() as outer:
+                outer.start_soon(timer.run)
+                now = monotonic_ns()
+                with trio.fail_after(10):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(sleeper, "first", now + 20_000_000, 0)
+                        nursery.start_soon(sleeper, "slack", now + 60_000_000, 45_000_000)
+                        nursery.start_soon(sleeper, "strict", now + 60_000_000, 0)
+                outer.cancel_scope.cancel()
+            return now
+        finally:
+            timer.close()
+
+    start = trio.run(main)
+    assert woke["first"] >= start + 20_000_000 - MAX_LEAD_NS
+    assert woke["slack"] >= start + 15_000_000 - MAX_LEAD_NS
+    assert woke["strict"] >= start + 60_000_000 - MAX_LEAD_NS
+    # the slack sleeper went with the first (its slack reached back to then), not alone later
+    assert woke["slack"] < woke["strict"]
+

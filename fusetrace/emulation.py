@@ -29,7 +29,8 @@ SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
 LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late
-MAX_COMPENSATION_NS = 1_000_000  # a bound on the measured FUSE round-trip share
+MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (about 40 µs here)
+WARM_UP_PROBES = 20  # the first round trips of a new mount (and a cold machine) run slow
 
 
 class ProfileUserError(UserError):
@@ -116,21 +117,25 @@ class Emulation:
         if metrics_port is not None:
             await nursery.start(prometheus.serve, metrics_port, self.prometheus_metrics)
 
-    async def calibrate(self, mountpoint: str, probes: int = 40) -> None:
+    async def calibrate(self, mountpoint: str, probes: int = 80) -> None:
         """Measure FUSE's own share of a round trip (statfs, which the kernel never
         caches: caller's time minus the handler's) and have the shaper reply that much
-        early, so the caller sees the model's latency, not the model's plus FUSE's."""
+        early, so the caller sees the model's latency, not the model's plus FUSE's.
+        Warm-up probes are left out and the lower quartile of the round trips taken:
+        on a busy or cold machine most probes can run late, and an overestimate would
+        send every reply early."""
         self.shaper.calibrating = True
         self.shaper.handler_ns.clear()
         try:
             # from another process: a thread of this one would wait for the GIL on return
             done = await trio.run_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
                                           capture_stdout=True)
-            rtts = [int(x) for x in done.stdout.split()]
+            rtts = [int(x) for x in done.stdout.split()][WARM_UP_PROBES:]
         finally:
             self.shaper.calibrating = False
-        outside = statistics.median_low(rtts) - statistics.median_low(self.shaper.handler_ns)
-        self.shaper.compensation_ns = min(max(outside, 0), MAX_COMPENSATION_NS)
+        handler = self.shaper.handler_ns[WARM_UP_PROBES:] or self.shaper.handler_ns
+        outside = statistics.quantiles(rtts, n=4)[0] - statistics.median_low(handler)
+        self.shaper.compensation_ns = min(max(int(outside), 0), MAX_COMPENSATION_NS)
 
     async def _sample_every_minute(self) -> None:
         while True:

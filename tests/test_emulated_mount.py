@@ -111,6 +111,7 @@ def test_credit_cliff_slows_everything(mount):
     meta = json.loads((m.trace / "_metadata.json").read_text())
     assert meta["emulation"]["profile"] == "efs-tiny"
     assert meta["host"] == socket.gethostname() and meta["host_load"]["ops"] > 0
+    assert 0 < meta["host_load"]["compensation_us"] <= 200  # FUSE's share, measured at mount, bounded
     series = meta["metrics_per_minute"]
     assert series and series[-1]["DataWriteIOBytes"] >= 3 * MiB
     assert series[-1]["BurstCreditBalance"] == pytest.approx(0, abs=MiB)

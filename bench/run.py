@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import roundtrip  # noqa: E402
 import targets as T  # noqa: E402
 import tracecost  # noqa: E402
 import workloads as W  # noqa: E402
@@ -33,9 +34,11 @@ INTRO = """\
 # Benchmarks
 
 How much a fusetrace mount costs against the plain directory below it, with and without
-tracing, and against two other passthrough file systems: the example that ships with pyfuse3
-(the Python library fusetrace is built on: a floor fusetrace must not fall below) and libfuse's
-multi-threaded C++ `passthrough_hp` (a ceiling for a FUSE passthrough on this kernel).
+tracing (and without extended attributes, `--no-xattrs`), and against two other passthrough
+file systems: the example that ships with pyfuse3 (the Python library fusetrace is built on: a
+floor fusetrace must not fall below) and libfuse's multi-threaded C++ `passthrough_hp` (a
+ceiling for a FUSE passthrough on this kernel). *Where the time goes* measures what one request
+costs a minimal pyfuse3 file system, the floor under any Python server here.
 
 Every figure below comes from one run of `bench/run.py` on the machine described, each target
 over a fresh directory on the same local disk, one target mounted at a time. The run goes
@@ -62,8 +65,8 @@ def main(argv=None) -> int:
                    help="run every target N times, in alternating order, and report the best "
                         "figure of each (default 2, 1 with --quick)")
     p.add_argument("--only", metavar="KEY[,KEY]",
-                   help="run only these targets (native, fusetrace, fusetrace+trace, pyfuse3-example, "
-                        "passthrough_hp); for development, the report then lacks the other columns")
+                   help="run only these targets (native, fusetrace, fusetrace+trace, fusetrace-noxattrs, "
+                        "pyfuse3-example, passthrough_hp); for development, the report then lacks the other columns")
     args = p.parse_args(argv)
 
     if os.geteuid() != 0 or not W.can_drop_caches():
@@ -77,7 +80,8 @@ def main(argv=None) -> int:
 
     sizes = W.QUICK if args.quick else W.FULL
     rows = W.make_rows(sizes)
-    targets = [T.Native(), T.Fusetrace(trace=False), T.Fusetrace(trace=True), T.PyfuseExample()]
+    targets = [T.Native(), T.Fusetrace(trace=False), T.Fusetrace(trace=True),
+               T.Fusetrace(trace=False, no_xattrs=True), T.PyfuseExample()]
     if args.passthrough_hp:
         targets.append(T.PassthroughHP(args.passthrough_hp))
     if args.only:
@@ -111,6 +115,9 @@ def main(argv=None) -> int:
     if "fusetrace+trace" in {t.key for t in targets}:
         _say("what tracing adds in CPU: the record on the loop, the writer thread")
         results["tracing_cpu_us"] = {"loop": tracecost.loop_us(), "writer": tracecost.writer_us()}
+    if not args.only:
+        _say("one request at a time: a minimal pyfuse3 file system, fusetrace, passthrough_hp")
+        results["roundtrip"] = roundtrip.measure_all(work, args.passthrough_hp)
     for target in targets:
         _summarise(results["targets"][target.key], rows)
     results["elapsed_s"] = time.monotonic() - t_start
@@ -196,6 +203,7 @@ def _run_target(target: T.Target, rows, sizes, work: Path, pool: Path) -> dict:
                 if before is not None:
                     cpu, ops = (b - a for a, b in zip(before, target.sample()))
                     details["server_cpu_us_per_op"] = cpu / ops * 1e6 if ops else None
+                    details["requests"] = ops
             except Exception as exc:
                 out["errors"][row.key] = f"{type(exc).__name__}: {exc}"
                 _say(f"{target.label}: {row.key}: FAILED: {exc}")
@@ -274,7 +282,7 @@ def _table(rows, targets, results):
     if {"fusetrace", "passthrough_hp"} <= have:
         extra.append("fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)")
     lines = ["| " + " | ".join(head + extra) + " |", "|" + "---|" * (len(head) + len(extra))]
-    misses = {"ex": [], "trace": [], "hp": []}
+    misses = {"ex": [], "nox": [], "trace": [], "hp": []}
     for row in rows:
         native = _value(results, "native", row)
         cells = [row.title]
@@ -291,13 +299,14 @@ def _table(rows, targets, results):
         if "fusetrace ÷ pyfuse3 example (target ≥ 1)" in extra:
             ex = _value(results, "pyfuse3-example", row)
             parts = []
-            for label, v in (("", ft), ("traced ", ftt)):
+            for label, v, miss in (("", ft, "ex"), ("traced ", ftt, "ex"),
+                                   ("--no-xattrs ", _value(results, "fusetrace-noxattrs", row), "nox")):
                 if v is not None and ex is not None:
                     r = row.speed(v) / row.speed(ex)
                     ok = r >= 1.0
                     parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}")
                     if not ok:
-                        misses["ex"].append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
+                        misses[miss].append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
             cells.append(" · ".join(parts) or "—")
         if TRACE_COL in extra:
             share = _tracing_share(results, row)
@@ -328,6 +337,9 @@ def _table(rows, targets, results):
     checks = []
     if "fusetrace ÷ pyfuse3 example (target ≥ 1)" in extra:
         checks.append(_verdict("fusetrace ≥ pyfuse3 example on every row", misses["ex"]))
+        if "fusetrace-noxattrs" in have:
+            checks.append(_verdict("with `--no-xattrs` (no extended attributes, like the example), "
+                                   "fusetrace ≥ pyfuse3 example on every row", misses["nox"]))
     if TRACE_COL in extra:
         checks.append(_verdict("tracing costs ≤ 10% against no tracing on every row (in CPU per "
                                "operation: see *The cost of tracing*)", misses["trace"]))
@@ -444,6 +456,57 @@ def _tracing_part(rows, results) -> list[str]:
             "not more.", ""]
 
 
+def _where_time_goes(results, sizes) -> list[str]:
+    L = ["## Where the time goes", ""]
+    rt = results.get("roundtrip", {})
+    if rt:
+        L += ["One request at a time (`bench/roundtrip.py`: `getxattr` of an attribute that is not "
+              "there, the request `ls -l` makes twice per file; the fastest of 3 passes of "
+              f"{roundtrip.REQUESTS:,}), the caller's wall time and the server's CPU per request:", "",
+              "| server | µs per request | server CPU, µs per request |", "|---|---|---|"]
+        L += [f"| {r['label']} | {r['wall_us']:.1f} | {r['cpu_us']:.1f} |" for r in rt.values()]
+        L += ["", "The minimal pyfuse3 file system (`bench/minimal_fs.py`) runs no file system code: "
+              "its figure is what pyfuse3, trio and the kernel cost a Python server per request "
+              "on this machine. What decides a row is how many requests it takes:", ""]
+    L += ["- **Writes.** Before every buffered write the kernel asks the file system for the "
+          "`security.capability` attribute (to drop set-uid bits and capabilities): two requests "
+          "per write. The pyfuse3 example implements no extended attributes; its first answer is "
+          "ENOSYS, the kernel stops asking, and its writes take one request each. fusetrace passes "
+          "extended attributes through (the differential test checks them), so it cannot skip the "
+          "question, except when the source has no extended attributes at all (NFS, so EFS: "
+          "then it answers ENOSYS like the example) or with `--no-xattrs` (its column). The kernel "
+          "would stop asking on its own (`SB_NOSEC`) if the server took "
+          "`FUSE_CAP_HANDLE_KILLPRIV_V2`, which pyfuse3 3.5 does not let a file system ask for."]
+    L += [_ls_bound(results, sizes, rt)]
+    L += ["- **Worker threads.** Handing a syscall to a thread and back costs 100-350 µs here, so "
+          "calls measured under 50 µs run on the event loop (README, *Where system calls run*).", ""]
+    return L
+
+
+def _ls_bound(results, sizes, rt) -> str:
+    """How far the `ls -l` target is from what any pyfuse3 server could do here."""
+    text = ("- **`ls -l`.** Two attribute requests per file (`security.selinux`, "
+            "`system.posix_acl_access`) on top of the listing")
+    traced = results["targets"].get("fusetrace+trace", {}).get("rows", {}).get("ls", {})
+    native = results["targets"].get("native", {}).get("rows", {}).get("ls", {}).get("value")
+    hp = results["targets"].get("passthrough_hp", {}).get("rows", {}).get("ls", {}).get("value")
+    if not (traced.get("requests") and native and hp and "minimal-pyfuse3" in rt):
+        return text + "."
+    per_ls = traced["requests"] / sizes.ls_reps
+    floor_ms = per_ls * rt["minimal-pyfuse3"]["wall_us"] / 1e3 + native
+    spare_us = (2 * hp - floor_ms) * 1e3 / per_ls
+    text += (f": about {per_ls:,.0f} requests for 2,000 files (the traced round). At the minimal "
+             f"pyfuse3 server's round trip, and with the native `ls -l`'s {native:.0f} ms of cold "
+             f"reads below, that is {floor_ms:.0f} ms before any file system code runs, against "
+             f"passthrough_hp's {hp:.0f} ms (within 2x: {2 * hp:.0f} ms)")
+    if spare_us <= 0:
+        return text + ": out of reach for a pyfuse3 server on this machine, whatever it does."
+    own = rt.get("fusetrace", {}).get("wall_us", 0) - rt["minimal-pyfuse3"]["wall_us"]
+    return (text + f": that leaves a file system {spare_us:.1f} µs of its own per request; "
+            f"fusetrace takes {own:.1f} µs more per request than the minimal server (its handler, "
+            "and the system call below).")
+
+
 def _report(rows, targets, results, table, checks, args, sizes) -> str:
     m = results["machine"]
     cmd = ".venv/bin/python bench/run.py" + (" --quick" if args.quick else "")
@@ -518,26 +581,7 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
             r = results["targets"][t.key].get("rows", {}).get(row.key)
             cells.append(f"{r['clat_mean_us']:.0f} / {r['clat_p99_us']:.0f}" if r else "—")
         L.append(f"| {row.key} | " + " | ".join(cells) + " |")
-    L += ["", "## Where the time goes", "",
-          "On this VM a FUSE request costs a Python server about 150-300 µs of round trip (kernel, "
-          "wake-ups, pyfuse3, trio), whatever the handler does; the syscall below is 2-30 µs. So "
-          "what decides a row is how many requests it takes:", "",
-          "- **Writes.** Before every buffered write the kernel asks the file system for the "
-          "`security.capability` attribute (to drop set-uid bits and capabilities): two requests "
-          "per write. The pyfuse3 example implements no extended attributes; its first answer is "
-          "ENOSYS, the kernel stops asking, and its writes take one request each. fusetrace passes "
-          "extended attributes through (the differential test checks them), so it cannot skip the "
-          "question, except when the source has no extended attributes at all (NFS, so EFS: "
-          "then it answers ENOSYS like the example) or with `--no-xattrs`. The kernel would stop "
-          "asking on its own (`SB_NOSEC`) if the server took `FUSE_CAP_HANDLE_KILLPRIV_V2`, "
-          "which pyfuse3 3.5 does not let a file system ask for.",
-          "- **`ls -l`.** Two attribute requests per file (`security.selinux`, "
-          "`system.posix_acl_access`) on top of the listing: about 4,000 round trips for 2,000 "
-          "files, which passthrough_hp's C threads serve in well under 100 ms and a Python "
-          "server cannot.",
-          "- **Worker threads.** Handing a syscall to a thread and back costs 100-350 µs here, so "
-          "calls measured under 50 µs run on the event loop (README, *Where system calls run*).",
-          ""]
+    L += ["", *_where_time_goes(results, sizes)]
     L += ["## The targets", ""]
     for t in targets:
         L.append(f"- **{t.label}**: {t.describe()}")

@@ -123,19 +123,25 @@ class Native(Target):
 
 
 class Fusetrace(Target):
-    def __init__(self, trace: bool):
+    def __init__(self, trace: bool, no_xattrs: bool = False):
         self.trace = trace
-        self.key = "fusetrace+trace" if trace else "fusetrace"
-        self.label = "fusetrace, traced" if trace else "fusetrace"
+        self.no_xattrs = no_xattrs
+        self.key = "fusetrace+trace" if trace else "fusetrace-noxattrs" if no_xattrs else "fusetrace"
+        self.label = "fusetrace, traced" if trace else "fusetrace --no-xattrs" if no_xattrs else "fusetrace"
         self.mnt = None
         self.trace_dir = None
 
     def describe(self) -> str:
         how = "`--trace DIR` (a new directory on the same disk)" if self.trace else "no trace"
+        if self.no_xattrs:
+            return (f"`python -m fusetrace mount SRC MNT --no-xattrs`, {how}: no extended attributes, "
+                    "like the pyfuse3 example (the kernel is answered ENOSYS once and asks no more)")
         return f"`python -m fusetrace mount SRC MNT` from this checkout, default options, {how}"
 
     def command(self, src, mnt, placeholder=False):
         cmd = [PY, "-m", "fusetrace", "mount", src, mnt]
+        if self.no_xattrs:
+            cmd.append("--no-xattrs")
         if self.trace:
             cmd += ["--trace", "TRACE_DIR" if placeholder or not self.trace_dir else self.trace_dir]
         return cmd

@@ -105,19 +105,23 @@ def main(argv=None) -> int:
 
     rounds = args.rounds or sizes.rounds
     results: dict = {"sizes": sizes.__dict__, "rounds": rounds, "machine": machine,
-                     "targets": {t.key: {"label": t.label, "rounds": []} for t in targets}}
+                     "targets": {t.key: {"label": t.label, "rounds": []} for t in targets},
+               "roundtrip_rounds": []}
     for n in range(rounds):
         order = targets if n % 2 == 0 else targets[::-1]  # alternate, so drift hits all alike
         _say(f"round {n + 1} of {rounds}: " + ", ".join(t.label for t in order))
         for target in order:
             results["targets"][target.key]["rounds"].append(_run_target(target, rows, sizes, work, pool))
+        if not args.only:  # in every round, so that the floor is judged as the rows are: best round
+            _say("one request at a time: a minimal pyfuse3 file system, fusetrace, passthrough_hp")
+            results["roundtrip_rounds"].append(roundtrip.measure_all(work, args.passthrough_hp))
     shutil.rmtree(pool, ignore_errors=True)
     if "fusetrace+trace" in {t.key for t in targets}:
         _say("what tracing adds in CPU: the record on the loop, the writer thread")
         results["tracing_cpu_us"] = {"loop": tracecost.loop_us(), "writer": tracecost.writer_us()}
-    if not args.only:
-        _say("one request at a time: a minimal pyfuse3 file system, fusetrace, passthrough_hp")
-        results["roundtrip"] = roundtrip.measure_all(work, args.passthrough_hp)
+    if results["roundtrip_rounds"]:
+        results["roundtrip"] = {k: min((r[k] for r in results["roundtrip_rounds"]), key=lambda x: x["wall_us"])
+                                for k in results["roundtrip_rounds"][0]}
     for target in targets:
         _summarise(results["targets"][target.key], rows)
     results["elapsed_s"] = time.monotonic() - t_start
@@ -462,7 +466,8 @@ def _where_time_goes(results, sizes) -> list[str]:
     if rt:
         L += ["One request at a time (`bench/roundtrip.py`: `getxattr` of an attribute that is not "
               "there, the request `ls -l` makes twice per file; the fastest of 3 passes of "
-              f"{roundtrip.REQUESTS:,}), the caller's wall time and the server's CPU per request:", "",
+              f"{roundtrip.REQUESTS:,}, after every round, the best round shown as for the rows), the "
+              "caller's wall time and the server's CPU per request:", "",
               "| server | µs per request | server CPU, µs per request |", "|---|---|---|"]
         L += [f"| {r['label']} | {r['wall_us']:.1f} | {r['cpu_us']:.1f} |" for r in rt.values()]
         L += ["", "The minimal pyfuse3 file system (`bench/minimal_fs.py`) runs no file system code: "
@@ -477,6 +482,13 @@ def _where_time_goes(results, sizes) -> list[str]:
           "then it answers ENOSYS like the example) or with `--no-xattrs` (its column). The kernel "
           "would stop asking on its own (`SB_NOSEC`) if the server took "
           "`FUSE_CAP_HANDLE_KILLPRIV_V2`, which pyfuse3 3.5 does not let a file system ask for."]
+    L += ["- **create.** A create takes three requests the caller waits for (lookup, create, "
+          "flush) and a release. The create itself varies with the state of ext4 below: its inode "
+          "allocator passes over recently deleted inodes (`recently_deleted` in `ext4_create` took a "
+          "quarter of the server's time in a `perf` profile made while writing this), which took an "
+          "`open(O_CREAT)` from 20 µs to 60-115 µs after earlier runs had deleted many files; each "
+          "target's fresh directory lands where it lands, so compare the per-round figures "
+          "(native's too)."]
     L += [_ls_bound(results, sizes, rt)]
     L += ["- **Worker threads.** Handing a syscall to a thread and back costs 100-350 µs here, so "
           "calls measured under 50 µs run on the event loop (README, *Where system calls run*).", ""]

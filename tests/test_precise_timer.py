@@ -12,43 +12,56 @@ from emulator.timer import MAX_LEAD_NS, PreciseTimer
 LOST = 1_000_000_000  # ns: a sleeper this late past its deadline was not woken by the timer
 
 
-async def _sleepers(timer: PreciseTimer, deadlines: list[int], woke: dict, busy: bool) -> None:
-    async def sleeper(i: int) -> None:
-        await timer.sleep_until(deadlines[i])
-        woke[i] = monotonic_ns()
+def _run(start_sleepers, busy: bool = False) -> int:
+    """Run the timer and, beside it, `start_sleepers(timer, nursery, now)` until every sleeper
+    it started has returned (10 s at most); with `busy`, another task keeps the loop turning.
+    Returns `now`, the time the sleepers were started."""
+    timer = PreciseTimer()
 
     async def spin(stop: trio.Event) -> None:
         while not stop.is_set():
             await trio.lowlevel.checkpoint()
 
-    try:
+    async def main() -> int:
         async with trio.open_nursery() as outer:
             outer.start_soon(timer.run)
             stop = trio.Event()
             if busy:
                 outer.start_soon(spin, stop)
+            now = monotonic_ns()
             with trio.fail_after(10):
                 async with trio.open_nursery() as nursery:
-                    order = list(range(len(deadlines)))
-                    random.Random(7).shuffle(order)
-                    for i in order:
-                        nursery.start_soon(sleeper, i)
+                    await start_sleepers(timer, nursery, now)
             stop.set()
             outer.cancel_scope.cancel()
+        return now
+
+    try:
+        return trio.run(main)
     finally:
         timer.close()
 
 
 @pytest.mark.parametrize("busy", [False, True], ids=["idle loop", "busy loop"])
 def test_every_sleeper_wakes_and_none_early(busy):
-    timer = PreciseTimer()
     base = monotonic_ns() + 20_000_000
     rng = random.Random(3)
     # staggered, some equal, some a few microseconds apart, some already past
     deadlines = [base + rng.choice([0, 1, 5, 50, 300, 2_000]) * 1_000 * i // 4 for i in range(200)]
     deadlines += [monotonic_ns() - 1_000_000] * 5
     woke: dict = {}
-    trio.run(_sleepers, timer, deadlines, woke, busy)
+
+    async def sleeper(timer, i):
+        await timer.sleep_until(deadlines[i])
+        woke[i] = monotonic_ns()
+
+    async def start(timer, nursery, _now):
+        order = list(range(len(deadlines)))
+        random.Random(7).shuffle(order)
+        for i in order:
+            nursery.start_soon(sleeper, timer, i)
+
+    _run(start, busy)
     assert sorted(woke) == list(range(len(deadlines)))
     for i, at in woke.items():
         assert at >= deadlines[i] - MAX_LEAD_NS, (i, at - deadlines[i])
@@ -57,65 +70,42 @@ def test_every_sleeper_wakes_and_none_early(busy):
 
 
 def test_a_cancelled_sleep_leaves_the_others_alone():
-    timer = PreciseTimer()
     woke: list[int] = []
 
-    async def main():
-        try:
-            async with trio.open_nursery() as outer:
-                outer.start_soon(timer.run)
-                now = monotonic_ns()
-                with trio.fail_after(10):
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(_sleep_then_note, timer, now + 5_000_000, woke, 1)
-                        nursery.start_soon(_sleep_then_note, timer, now + 10_000_000, woke, 2)
-                        # the earliest sleeper goes away before its deadline
-                        with trio.CancelScope() as scope:
-                            scope.cancel()
-                            await timer.sleep_until(now + 1_000_000)
-                        assert scope.cancelled_caught
-                outer.cancel_scope.cancel()
-        finally:
-            timer.close()
+    async def sleeper(timer, deadline, tag):
+        await timer.sleep_until(deadline)
+        assert monotonic_ns() >= deadline - MAX_LEAD_NS
+        woke.append(tag)
 
-    trio.run(main)
+    async def start(timer, nursery, now):
+        nursery.start_soon(sleeper, timer, now + 5_000_000, 1)
+        nursery.start_soon(sleeper, timer, now + 10_000_000, 2)
+        # the earliest sleeper goes away before its deadline
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await timer.sleep_until(now + 1_000_000)
+        assert scope.cancelled_caught
+
+    _run(start)
     assert sorted(woke) == [1, 2]
-
-
-async def _sleep_then_note(timer, deadline, woke, tag):
-    await timer.sleep_until(deadline)
-    assert monotonic_ns() >= deadline - MAX_LEAD_NS
-    woke.append(tag)
 
 
 def test_slack_lets_a_sleeper_wake_early_with_another_never_earlier():
     """Sleepers due within another's wake-up and the slack they allow leave with it."""
-    timer = PreciseTimer()
     woke: dict = {}
 
-    async def sleeper(tag, deadline, slack):
+    async def sleeper(timer, tag, deadline, slack):
         await timer.sleep_until(deadline, slack)
         woke[tag] = monotonic_ns()
 
-    async def main():
-        try:
-            async with trio.open_nursery() as outer:
-                outer.start_soon(timer.run)
-                now = monotonic_ns()
-                with trio.fail_after(10):
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(sleeper, "first", now + 20_000_000, 0)
-                        nursery.start_soon(sleeper, "slack", now + 60_000_000, 45_000_000)
-                        nursery.start_soon(sleeper, "strict", now + 60_000_000, 0)
-                outer.cancel_scope.cancel()
-            return now
-        finally:
-            timer.close()
+    async def start(timer, nursery, now):
+        nursery.start_soon(sleeper, timer, "first", now + 20_000_000, 0)
+        nursery.start_soon(sleeper, timer, "slack", now + 60_000_000, 45_000_000)
+        nursery.start_soon(sleeper, timer, "strict", now + 60_000_000, 0)
 
-    start = trio.run(main)
-    assert woke["first"] >= start + 20_000_000 - MAX_LEAD_NS
-    assert woke["slack"] >= start + 15_000_000 - MAX_LEAD_NS
-    assert woke["strict"] >= start + 60_000_000 - MAX_LEAD_NS
+    start_ns = _run(start)
+    assert woke["first"] >= start_ns + 20_000_000 - MAX_LEAD_NS
+    assert woke["slack"] >= start_ns + 15_000_000 - MAX_LEAD_NS
+    assert woke["strict"] >= start_ns + 60_000_000 - MAX_LEAD_NS
     # the slack sleeper went with the first (its slack reached back to then), not alone later
     assert woke["slack"] < woke["strict"]
-

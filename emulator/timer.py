@@ -7,8 +7,9 @@ armed a little early, by how late wake-ups have been running (a moving
 average), so replies land near their deadlines rather than always after them.
 
 A sleeper may say how much earlier than its deadline it can bear to wake (slack):
-when the timer fires, everyone whose slack reaches back to now wakes with it, so
-deadlines that fall close together cost one wake-up, not one each.
+when the timer fires it wakes sleepers in deadline order for as long as the next
+one's slack reaches back to now, so deadlines that fall close together cost one
+wake-up, not one each (a sleeper without slack due first stops the sweep there).
 """
 
 import ctypes

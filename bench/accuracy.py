@@ -25,19 +25,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from time import monotonic_ns
 
 import trio
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from emulator.model import Model  # noqa: E402
 from emulator.profiles import load_profile  # noqa: E402
 from emulator.shaper import Shaper  # noqa: E402
 from emulator.timer import PreciseTimer  # noqa: E402
 from fusetrace import runstate  # noqa: E402
+import tracecost  # noqa: E402
 
 MiB = 1 << 20
 MARK = "## Emulator accuracy"
@@ -119,10 +121,7 @@ def credit_row(runtime):
 
 def _server_cpu_s(mnt) -> float:
     """User + system CPU time of the mount's server so far (all its threads)."""
-    pid = runstate.read(mnt)["pid"]
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return tracecost.server_cpu_s(runstate.read(mnt)["pid"])
 
 
 def mount_cost(opts, runtime) -> dict:

@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     rounds = args.rounds or sizes.rounds
     results: dict = {"sizes": sizes.__dict__, "rounds": rounds, "machine": machine,
                      "targets": {t.key: {"label": t.label, "rounds": []} for t in targets},
-               "roundtrip_rounds": []}
+                     "roundtrip_rounds": []}
     for n in range(rounds):
         order = targets if n % 2 == 0 else targets[::-1]  # alternate, so drift hits all alike
         _say(f"round {n + 1} of {rounds}: " + ", ".join(t.label for t in order))
@@ -202,7 +202,7 @@ def _run_target(target: T.Target, rows, sizes, work: Path, pool: Path) -> dict:
     try:
         for row in rows:
             try:
-                before = target.sample() if hasattr(target, "sample") else None
+                before = target.sample()
                 value, details = W.run_row(row, where, str(src), sizes)
                 if before is not None:
                     cpu, ops = (b - a for a, b in zip(before, target.sample()))

@@ -105,6 +105,10 @@ class Target:
     def stop(self) -> None:
         pass
 
+    def sample(self) -> tuple[float, int] | None:
+        """(the server's CPU seconds so far, operations it has recorded), where it can tell."""
+        return None
+
     def after(self) -> dict:
         """Extra facts once stopped (e.g. trace size)."""
         return {}

@@ -68,9 +68,16 @@ def _mount(args, argv) -> int:
     if args.foreground:
         return serve(opts, ready_fd=args.ready_fd)
     preflight(opts)
-    log = args.log or runstate.path_for(opts.mountpoint, ".log")
+    if args.log:  # the user's own choice of file: followed if a link, but one line if unusable
+        log = args.log
+        try:
+            logfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise UserError(f"--log {log}: {(exc.strerror or str(exc)).lower()}") from None
+    else:  # in the private state directory, never through a link, ours or refused
+        log, logfd = runstate.open_log(opts.mountpoint)
     r, w = os.pipe()
-    with open(log, "ab") as logf:
+    with open(logfd, "ab") as logf:
         child = subprocess.Popen(
             [sys.executable, "-m", "fusetrace", *argv, "--foreground", "--ready-fd", str(w)],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, pass_fds=(w,), start_new_session=True,

@@ -20,26 +20,37 @@ class ControlError(Exception):
 
 
 async def serve(path: str, handlers: dict) -> None:
-    """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict."""
+    """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict.
+
+    The socket's directory is checked private (runstate.open_private_dir) and the
+    socket made relative to that descriptor (bound through /proc/self/fd/N/NAME), so
+    a path swapped after the check cannot move it elsewhere."""
+    from .runstate import open_private_dir
+
+    directory, name = os.path.split(path)
+    dfd = open_private_dir(directory, create=False)
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        await sock.bind(path)
-    finally:
-        os.umask(old)
-    sock.listen(16)
-    listener = trio.SocketListener(sock)
-    try:
-        await trio.serve_listeners(lambda stream: _answer(stream, handlers), [listener])
-    finally:
         try:
-            os.unlink(path)
+            os.unlink(name, dir_fd=dfd)  # a stale socket (unlink never follows a symlink)
         except FileNotFoundError:
             pass
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            await sock.bind(f"/proc/self/fd/{dfd}/{name}")
+        finally:
+            os.umask(old)
+        sock.listen(16)
+        listener = trio.SocketListener(sock)
+        try:
+            await trio.serve_listeners(lambda stream: _answer(stream, handlers), [listener])
+        finally:
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(dfd)
 
 
 def _peer_uid(stream: trio.SocketStream) -> int:

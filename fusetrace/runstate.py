@@ -1,53 +1,186 @@
 """Where a running server says who it is: one small JSON file per mountpoint.
 
 `fusetrace umount`, `stats` and `set` find the server (pid, control socket,
-trace directory) of a mountpoint here.  Private to the user (0700 directory).
+trace directory) of a mountpoint here; the background server's log and control
+socket live beside it.  The directory is private to the user: created 0700, and
+refused when it is a symlink, belongs to someone else or others may write in it
+(so nobody can plant a symlink in it, or a file for us to trust).  Every file in
+it is opened relative to a descriptor of the checked directory, never following
+a symlink, created exclusively where new and checked to be ours.
 """
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import secrets
+import stat
 
+from .errors import UserError
 from .mounts import canonical
+
+
+class NotPrivate(UserError):
+    """A directory or file that another user could have planted or may change."""
 
 
 def state_dir() -> str:
     if os.geteuid() == 0:
         return "/run/fusetrace"
-    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/fusetrace-{os.geteuid()}"
-    return os.path.join(base, "fusetrace") if "XDG_RUNTIME_DIR" in os.environ else base
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(runtime, "fusetrace") if runtime else f"/tmp/fusetrace-{os.geteuid()}"
 
 
-def _base(mountpoint: str) -> str:
-    digest = hashlib.sha1(canonical(mountpoint).encode()).hexdigest()[:16]
-    return os.path.join(state_dir(), digest)
+def open_private_dir(path: str, create: bool = True) -> int:
+    """A descriptor of directory `path`, made (mode 0700) when `create` and it is missing.
+
+    Raises NotPrivate (the reason, no path) when it is a symlink or no directory,
+    belongs to another user, or group or others may write in it, and OSError when it
+    cannot be made or opened (FileNotFoundError when missing and not `create`).
+    Opened with O_NOFOLLOW and checked through the descriptor, so what is checked is
+    what the caller then works in, whatever happens to the path afterwards."""
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except NotADirectoryError:  # O_NOFOLLOW on a symlink says ENOTDIR too
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise NotPrivate("is a symbolic link; refusing to follow it") from None
+        raise NotPrivate("exists and is not a directory") from None
+    try:
+        st = os.fstat(fd)
+        if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, "Read-only file system")  # EROFS: said before the checks below
+        if st.st_uid != os.geteuid():
+            raise NotPrivate(f"belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()}); "
+                             f"refusing to use a directory another user controls")
+        if st.st_mode & 0o022:
+            who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
+            raise NotPrivate(f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}); "
+                             f"make it private (chmod 700) or give another directory")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_own_file(fd: int, name: str) -> None:
+    """Refuse (NotPrivate) an opened file that is not a regular file of ours."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotPrivate(f"{name}: not a regular file")
+    if st.st_uid != os.geteuid():
+        raise NotPrivate(f"{name}: belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()})")
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+@contextlib.contextmanager
+def _state(create: bool = True):
+    """The checked state directory's descriptor (None when it is missing and not `create`)."""
+    path = state_dir()
+    try:
+        fd = open_private_dir(path, create)
+    except FileNotFoundError:
+        if not create:
+            yield None
+            return
+        raise UserError(f"state directory {path}: its parent does not exist") from None
+    except NotPrivate as exc:
+        raise UserError(f"state directory {path}: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"state directory {path}: {(exc.strerror or str(exc)).lower()}") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _name(mountpoint: str, suffix: str) -> str:
+    return hashlib.sha1(canonical(mountpoint).encode()).hexdigest()[:16] + suffix
 
 
 def path_for(mountpoint: str, suffix: str) -> str:
-    """A private file for this mountpoint's server: .json, .log, .sock."""
-    os.makedirs(state_dir(), mode=0o700, exist_ok=True)
-    return _base(mountpoint) + suffix
+    """A private file for this mountpoint's server: .json, .log, .sock.  Makes and
+    checks the state directory (UserError, one line, when it is not private)."""
+    with _state():
+        pass
+    return os.path.join(state_dir(), _name(mountpoint, suffix))
+
+
+def open_log(mountpoint: str) -> tuple[str, int]:
+    """The default server log, opened for appending: (path, descriptor).  Never
+    follows a symlink; refused (UserError) unless it is a regular file of ours."""
+    name = _name(mountpoint, ".log")
+    path = os.path.join(state_dir(), name)
+    with _state() as d:
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=d)
+        except OSError as exc:
+            why = "is a symbolic link; refusing to follow it" if exc.errno == errno.ELOOP else \
+                (exc.strerror or str(exc)).lower()
+            raise UserError(f"log {path}: {why}") from None
+        try:
+            check_own_file(fd, f"log {path}")
+        except NotPrivate:
+            os.close(fd)
+            raise
+    return path, fd
 
 
 def write(mountpoint: str, **state) -> None:
-    path = path_for(mountpoint, ".json")
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-    os.replace(tmp, path)
+    """Write this mountpoint's state, atomically: a new file under a unique name
+    (O_EXCL, never following a link), renamed over the old one."""
+    name = _name(mountpoint, ".json")
+    data = json.dumps(state).encode()
+    with _state() as d:
+        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=d)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=d)
+            raise
 
 
 def read(mountpoint: str) -> dict | None:
-    try:
-        with open(_base(mountpoint) + ".json") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    """The state a server wrote, or None (none, unreadable, or not a file of ours).
+    UserError when the state directory exists but is not private."""
+    with _state(create=False) as d:
+        if d is None:
+            return None
+        try:
+            fd = os.open(_name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=d)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            try:
+                check_own_file(f.fileno(), "state")
+                return json.load(f)
+            except (OSError, ValueError, NotPrivate):
+                return None
 
 
 def remove(mountpoint: str) -> None:
     try:
-        os.unlink(_base(mountpoint) + ".json")
-    except FileNotFoundError:
+        with _state(create=False) as d:
+            if d is not None:
+                os.unlink(_name(mountpoint, ".json"), dir_fd=d)
+    except (FileNotFoundError, UserError):
         pass

@@ -68,16 +68,34 @@ def _resolve(name: str, here: Path) -> Path:
         path = Path(name) if Path(name).is_absolute() or here == PROFILE_DIR else here / name
     else:
         path = PROFILE_DIR / f"{name}.toml"
+    if path.is_dir():
+        raise ProfileError(f"{path}: a directory, not a profile file")
+    if path.exists() and not path.is_file():
+        raise ProfileError(f"{path}: not a regular file")
     if not path.is_file():
         known = ", ".join(p.stem for p in sorted(PROFILE_DIR.glob("*.toml")))
         raise ProfileError(f"{name}: no such profile (shipped: {known}; or give a .toml file)")
     return path
 
 
+def _read(path: Path, label: str) -> str:
+    """The file's text; ProfileError naming the file if it cannot be read as UTF-8."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ProfileError(f"{label}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+                           f"profiles are TOML, which is UTF-8") from None
+
+
 def _settings(path: Path, depth: int) -> list:
     """The file's settings after those of its base, each with its file:line."""
     label = path.name if path.parent == PROFILE_DIR else str(path)
-    text = path.read_text()
+    text = _read(path, label)
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -12,6 +12,17 @@ from .errors import UserError
 READY_TIMEOUT = 30.0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (what is wrong, and where to read more), exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
+
+
+class _BadValue(UserError):
+    exit_code = 2
+
+
 def _mount_parser(sub) -> None:
     p = sub.add_parser("mount", help="mount SOURCE on MOUNTPOINT, tracing and/or emulating",
                        description="Mount a passthrough of SOURCE on MOUNTPOINT. Returns once the "
@@ -28,11 +39,12 @@ def _mount_parser(sub) -> None:
                    help="seconds the kernel may cache name lookups (default 1.0)")
     p.add_argument("-o", dest="fuse_options", action="append", default=[], metavar="OPT[,OPT]",
                    help="FUSE mount options, e.g. allow_other (permissions are then enforced by "
-                        "the kernel: default_permissions is always on)")
-    p.add_argument("--threads", type=int, default=64,
-                   help="worker threads for blocking syscalls below (default 64)")
-    p.add_argument("--max-requests", type=int, default=1024,
-                   help="FUSE requests served at once (default 1024)")
+                        "the kernel: default_permissions is always on); not fsname or subtype, "
+                        "which fusetrace sets")
+    p.add_argument("--threads", type=int, default=64, metavar="N",
+                   help="worker threads for blocking syscalls below (default 64; 1 to 1024)")
+    p.add_argument("--max-requests", type=int, default=1024, metavar="N",
+                   help="FUSE requests served at once (default 1024; 1 to 65536)")
     p.add_argument("--log", metavar="FILE", help="server log when running in the background")
     p.add_argument("--emulate", metavar="PROFILE",
                    help="make every operation take as long as on the profile's system "
@@ -40,7 +52,7 @@ def _mount_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile parameter (repeatable)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT")
+                   help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)")
     p.add_argument("--inline", choices=("auto", "always", "never"), default="auto",
                    help="run quick system calls (under 50 us, measured) on the event loop instead "
                         "of handing them to a worker thread; auto (default): not on network or "
@@ -178,12 +190,27 @@ def _stats(args) -> int:
 
 
 def _set(args) -> int:
-    for item in args.assignments:
+    from emulator.params import coerce
+
+    changes = []
+    for item in args.assignments:  # every value checked (key, type, bounds) before any is sent
         key, sep, value = item.partition("=")
         if not sep:
-            raise UserError(f"{item}: expected KEY=VALUE")
-        answer = _ask(args.mountpoint, cmd="set", key=key.strip(), value=value.strip())
-        print(f"{key.strip()} = {answer['value']}")
+            raise _BadValue(f"{args.mountpoint}: set {item}: expected KEY=VALUE")
+        key, value = key.strip(), value.strip()
+        try:
+            coerce(key, value, from_text=True)
+        except ValueError as exc:
+            raise _BadValue(f"{args.mountpoint}: set {exc}") from None
+        changes.append((key, value))
+    for key, value in changes:
+        try:
+            answer = _ask(args.mountpoint, cmd="set", key=key, value=value)
+        except UserError as exc:
+            if exc.args[0].startswith(f"{args.mountpoint}: set "):  # refused by the model: a bad value
+                raise _BadValue(exc.args[0]) from None
+            raise
+        print(f"{key} = {answer['value']}")
     return 0
 
 
@@ -216,7 +243,7 @@ def _scenario_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fusetrace", description=__doc__)
+    parser = _Parser(prog="fusetrace", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _mount_parser(sub)
     u = sub.add_parser("umount", help="unmount, after the server has flushed its trace")

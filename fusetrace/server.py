@@ -1,5 +1,6 @@
 """Run a fusetrace mount in this process: check, mount, serve, flush, unmount."""
 
+import math
 import os
 import platform
 import resource
@@ -45,8 +46,44 @@ class MountOptions:
         self.mountpoint = mounts.canonical(self.mountpoint)
 
 
+class BadValue(UserError):
+    """A command-line value out of its range: exit code 2, like a usage error."""
+
+    exit_code = 2
+
+
+MAX_THREADS = 1024  # worker threads; each may hold a blocking syscall on the source
+MAX_REQUESTS = 65536  # FUSE requests served at once (pyfuse3 takes a C int; the kernel queues ~1000)
+OWN_FUSE_OPTIONS = {  # set by fusetrace itself; another value would hide what the mount is
+    "subtype": "fusetrace umount and stats recognise their mounts by it",
+    "fsname": "it names the source in the mount table",
+}
+
+
+def check_values(opts: MountOptions) -> None:
+    """Every option's value within its range, each refused as one line naming the option."""
+    if not 1 <= opts.threads <= MAX_THREADS:
+        raise BadValue(f"--threads {opts.threads}: must be from 1 to {MAX_THREADS}")
+    if not 1 <= opts.max_requests <= MAX_REQUESTS:
+        raise BadValue(f"--max-requests {opts.max_requests}: must be from 1 to {MAX_REQUESTS}")
+    for name in ("attr_timeout", "entry_timeout"):
+        value = getattr(opts, name)
+        if not math.isfinite(value) or value < 0:
+            raise BadValue(f"--{name.replace('_', '-')} {value:g}: must be a finite number of seconds, 0 or more")
+    if not math.isfinite(opts.backend_delay) or opts.backend_delay < 0:
+        raise BadValue(f"--backend-delay-ms {opts.backend_delay * 1000:g}: must be finite, 0 or more")
+    if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
+        raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
+    for item in opts.fuse_options:
+        for option in item.split(","):
+            name = option.partition("=")[0].strip()
+            if name in OWN_FUSE_OPTIONS:
+                raise BadValue(f"-o {option}: fusetrace sets {name} itself ({OWN_FUSE_OPTIONS[name]})")
+
+
 def preflight(opts: MountOptions) -> None:
     """Every check that can fail before mounting, each as one clear line."""
+    check_values(opts)
     if not os.path.exists(opts.source):
         raise UserError(f"source {opts.source}: no such directory")
     if not os.path.isdir(opts.source):

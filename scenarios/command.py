@@ -1,7 +1,9 @@
 """`fusetrace scenario list` and `fusetrace scenario run`."""
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from fusetrace.errors import UserError
@@ -23,19 +25,24 @@ def list_scenarios(args) -> int:
 
 
 def run_scenarios(args) -> int:
+    if args.all and args.names:
+        raise UserError(f"scenario run: --all runs every scenario; give it no names "
+                        f"(got: {', '.join(args.names)})")
     names = spec.ids() if args.all else args.names
     if not names:
         raise UserError("scenario run: name one or more scenarios, or --all (see: fusetrace scenario list)")
-    scenarios = [spec.load(n) for n in names]
+    scenarios = [spec.load(n) for n in names]  # an unknown name: one line listing the known ones
+    out = writable_dir(args.out)
     for s in scenarios:  # everything that can be checked, before anything runs
         runner.preflight(s, args.profile, args.overrides)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     failed = []
     for s in scenarios:
         print(header(s, args.fast, args.profile))
         run_dir = out / s.id
-        run_dir.mkdir(exist_ok=True)
+        try:
+            run_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--out {args.out}: cannot create {run_dir} ({exc.strerror or exc})") from None
         try:
             result = runner.run(s, run_dir, fast=args.fast, profile=args.profile, sets=args.overrides,
                                 progress=Progress(s.id, s.steps))
@@ -43,14 +50,42 @@ def run_scenarios(args) -> int:
             print(f"fusetrace: {exc}", file=sys.stderr)
             failed.append(s.id)
             continue
-        write_run(run_dir, result)
+        try:
+            write_run(run_dir, result)
+        except OSError as exc:
+            raise UserError(f"--out {args.out}: cannot write {s.id}'s results "
+                            f"({exc.strerror or exc}{_where(exc)})") from None
         print(text(result))
         print(f"\n{s.id}: {result['duration_s']:.0f} s; report in {run_dir / 'index.html'}\n")
-    write_index(out)
+    try:
+        write_index(out)
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot write the index ({exc.strerror or exc}{_where(exc)})") from None
     if failed:
         print(f"fusetrace: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def writable_dir(path: str) -> Path:
+    """`path` as a directory that files can be created in (made if missing);
+    UserError naming it and why not."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"--out {path}: exists and is not a directory") from None
+    except OSError as exc:
+        raise UserError(f"--out {path}: cannot create it ({exc.strerror or exc}{_where(exc, path)})") from None
+    try:  # a directory of /proc or /sys, or a read-only mount, takes no new files even for root
+        os.rmdir(tempfile.mkdtemp(prefix=".fusetrace-probe-", dir=out))
+    except OSError as exc:
+        raise UserError(f"--out {path}: cannot create files there ({exc.strerror or exc})") from None
+    return out
+
+
+def _where(exc: OSError, named: str = "") -> str:
+    return f": {exc.filename}" if exc.filename and str(exc.filename) != named else ""
 
 
 def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:

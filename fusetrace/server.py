@@ -74,6 +74,17 @@ def check_values(opts: MountOptions) -> None:
         raise BadValue(f"--backend-delay-ms {opts.backend_delay * 1000:g}: must be finite, 0 or more")
     if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
         raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
+    if opts.metrics_port is not None and opts.emulate is None:
+        raise BadValue(f"--metrics-port {opts.metrics_port}: needs --emulate PROFILE (the metrics are the "
+                       f"emulator's)")
+    if opts.metrics_port is not None:  # taken, or privileged: said now, not by the server once mounted
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's listener does
+            try:
+                probe.bind(("127.0.0.1", opts.metrics_port))
+            except OSError as exc:
+                raise UserError(f"--metrics-port {opts.metrics_port}: cannot listen on 127.0.0.1:"
+                                f"{opts.metrics_port} ({exc.strerror or exc})") from None
     for item in opts.fuse_options:
         for option in item.split(","):
             name = option.partition("=")[0].strip()

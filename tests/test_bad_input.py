@@ -4,6 +4,7 @@ and no mount left behind (issue 10, item 6)."""
 
 import math
 import random
+import socket
 
 import pytest
 from conftest import fusetrace, is_mounted
@@ -182,6 +183,17 @@ def test_a_base_that_is_not_utf8_names_both_files(dirs):
 ])
 def test_mount_option_out_of_range(dirs, options, needles):
     _one_line(_mount_fails(dirs, *options), 2, *needles)
+
+
+def test_metrics_port_needs_emulation_and_a_free_port(dirs):
+    done = _mount_fails(dirs, "--metrics-port", "9108")
+    _one_line(done, 2, "--metrics-port 9108: needs --emulate")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _mount_fails(dirs, "--emulate", "efs-tiny", "--metrics-port", str(port))
+    _one_line(done, 1, f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}", "in use")
 
 
 def test_mount_option_foreground_is_checked_too(dirs):

@@ -11,7 +11,9 @@ import errno as E
 import functools
 import logging
 import os
+import resource
 import stat
+import tempfile
 from time import monotonic_ns
 
 import pyfuse3
@@ -19,7 +21,7 @@ from pyfuse3 import FUSEError
 
 from . import syscalls
 from .inline import InlinePolicy
-from .inodes import ROOT, Inode, InodeTable
+from .inodes import ROOT, Inode, InodeTable, version
 from .workers import Workers
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
 _O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 _AS_ROOT = os.geteuid() == 0
+_FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known inodes
 
 
 class Handle:
@@ -80,8 +83,10 @@ class Operations(pyfuse3.Operations):
     ):
         super().__init__()
         self.root_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        self.inodes = InodeTable(self.root_fd)
-        self.xattrs = xattrs and _has_xattrs(source)
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
+        self.xattrs = xattrs and _has_xattrs(self.root_fd)
+        self.link_xattrs = _proc_reaches_links()
         self.handles: dict[int, Handle] = {}
         self.dirs: dict[int, DirHandle] = {}
         self.workers = workers
@@ -100,16 +105,27 @@ class Operations(pyfuse3.Operations):
                     size=0, kind="meta_read", nowait=None):
         """Run fn(*args) as operation `op` on `inode` (or on the entry `name` in
         directory `inode`), shaped and traced: on the loop when the inline policy says
-        it is quick, else in a worker.  `nowait(*args)`, if given, is tried first on
-        the loop: it must not block, and returns None when it cannot answer at once
-        (the call then always goes to a worker)."""
+        it is quick, else in a worker.  An Inode among args reaches fn as its O_PATH
+        descriptor, opened again if it was closed, and held open for the call.
+        `nowait(*args)`, if given, is tried first on the loop: it must not block, and
+        returns None when it cannot answer at once (the call then always goes to a
+        worker)."""
         start = monotonic_ns()
         deadline = None
         if self.shaper is not None:
             deadline = self.shaper.admit(kind, inode.id, name is not None, size, start)
         err = 0
         out = None
+        held: list[Inode] = []
         try:
+            if any(type(a) is Inode for a in args):
+                for node in args:
+                    if type(node) is Inode:
+                        if node.fd < 0:
+                            self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
+                        self.inodes.pin(node)
+                        held.append(node)
+                args = tuple(a.fd if type(a) is Inode else a for a in args)
             if nowait is not None:
                 out = nowait(*args)
                 if out is None:
@@ -124,6 +140,9 @@ class Operations(pyfuse3.Operations):
                 out = await self.workers.run(fn, *args)
         except OSError as exc:
             err = exc.errno or E.EIO
+        finally:
+            for node in held:
+                self.inodes.unpin(node)
         if deadline is not None:
             held = await self.shaper.hold_until(deadline, start, judged=kind != "buffered")
         else:
@@ -209,7 +228,7 @@ class Operations(pyfuse3.Operations):
         name = os.fsdecode(name)
         if name in (".", ".."):
             raise FUSEError(E.EINVAL)  # never sent without export support
-        found = await self._call("lookup", parent, ctx, _open_path, parent.fd, name, name=name)
+        found = await self._call("lookup", parent, ctx, _open_path, parent, name, name=name)
         return self._new_entry(parent, name, found)
 
     async def forget(self, inode_list):
@@ -218,20 +237,22 @@ class Operations(pyfuse3.Operations):
 
     async def getattr(self, inode, ctx=None):
         node = self._inode(inode)
-        st = await self._call("getattr", node, ctx or _NOBODY, os.stat, node.fd)
+        st = await self._call("getattr", node, ctx or _NOBODY, os.stat, node)
+        node.seen = version(st)
         return self._entry(st, node.id)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
-        change = _Change(node, h.fd if h else None, attr, fields, self._nofollow_path(node))
-        st = await self._call("setattr", node, ctx, change.apply, fh=fh or 0,
+        change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
+        st = await self._call("setattr", node, ctx, change.apply, node, fh=fh or 0,
                               size=attr.st_size if fields.update_size else 0, kind="meta_write")
+        node.seen = version(st)
         return self._entry(st, node.id)
 
     async def readlink(self, inode, ctx):
         node = self._inode(inode)
-        target = await self._call("readlink", node, ctx, _readlink, node.fd)
+        target = await self._call("readlink", node, ctx, _readlink, node)
         return os.fsencode(target)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
@@ -247,25 +268,25 @@ class Operations(pyfuse3.Operations):
     async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        found = await self._call(op, parent, ctx, fn, parent.fd, name, *args, _owner_for(ctx),
+        found = await self._call(op, parent, ctx, fn, parent, name, *args, _owner_for(ctx),
                                  name=name, path2=path2, kind="meta_write")
         return self._new_entry(parent, name, found)
 
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call("unlink", parent, ctx, _unlink, name, parent.fd, name=name, kind="meta_write")
+        await self._call("unlink", parent, ctx, _unlink, name, parent, name=name, kind="meta_write")
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call("rmdir", parent, ctx, _rmdir, name, parent.fd, name=name, kind="meta_write")
+        await self._call("rmdir", parent, ctx, _rmdir, name, parent, name=name, kind="meta_write")
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
-        moved = await self._call("rename", old_dir, ctx, _rename, old_dir.fd, old, new_dir.fd, new, flags,
+        moved = await self._call("rename", old_dir, ctx, _rename, old_dir, old, new_dir, new, flags,
                                  name=old, path2=new_path, kind="meta_write")
         # Keep the best known paths of the objects that moved (for traces).
         for key, path in zip(moved, (new_path, old_path)):
@@ -277,7 +298,7 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         parent = self._inode(new_parent_inode)
         name = os.fsdecode(new_name)
-        found = await self._call("link", node, ctx, _link, node, parent.fd, name,
+        found = await self._call("link", node, ctx, _link, node, parent, name,
                                  path2=_join(parent.path, name), kind="meta_write")
         return self._new_entry(parent, name, found)
 
@@ -285,15 +306,24 @@ class Operations(pyfuse3.Operations):
 
     async def open(self, inode, flags, ctx):
         node = self._inode(inode)
-        fd = await self._call("open", node, ctx, _reopen, node.fd, flags & ~_OPEN_STRIP)
+        if node.is_symlink:
+            raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
+        fd, st = await self._call("open", node, ctx, _open_checked, node, flags & ~_OPEN_STRIP)
         self.handles[fd] = Handle(fd, node, flags, ctx)
-        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT))
+        # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
+        # last told its attributes (by another client, or below the mount) has its
+        # cached pages dropped and its attributes fetched again.
+        now = version(st)
+        changed, node.seen = now != node.seen, now
+        if changed:
+            pyfuse3.invalidate_inode(node.id, attr_only=True)
+        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         fd, st, path_fd = await self._call(
-            "create", parent, ctx, _create, parent.fd, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode,
+            "create", parent, ctx, _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode,
             _owner_for(ctx), name=name, kind="meta_write")
         entry = self._new_entry(parent, name, (st, path_fd))
         self.handles[fd] = Handle(fd, self.inodes.get(entry.st_ino), flags, ctx)
@@ -331,7 +361,7 @@ class Operations(pyfuse3.Operations):
 
     async def opendir(self, inode, ctx):
         node = self._inode(inode)
-        fd = await self._call("opendir", node, ctx, _reopen, node.fd, os.O_RDONLY | os.O_DIRECTORY)
+        fd = await self._call("opendir", node, ctx, _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
         self.dirs[fd] = DirHandle(fd, node, ctx)
         return fd
 
@@ -379,7 +409,7 @@ class Operations(pyfuse3.Operations):
 
     async def statfs(self, ctx):
         root = self.inodes.get(ROOT)
-        sv = await self._call("statfs", root, ctx, os.statvfs, root.proc_path)
+        sv = await self._call("statfs", root, ctx, os.statvfs, root)
         out = pyfuse3.StatvfsData()
         for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail", "f_namemax"):
             setattr(out, field, getattr(sv, field))
@@ -387,27 +417,29 @@ class Operations(pyfuse3.Operations):
 
     async def access(self, inode, mode, ctx):
         node = self._inode(inode)
-        return await self._call("access", node, ctx, os.access, node.proc_path, mode)
+        if node.is_symlink:
+            return True  # a link itself is rwx for all; the kernel follows links before asking
+        return await self._call("access", node, ctx, _access, node, mode)
 
     async def setxattr(self, inode, name, value, ctx):
         node = self._inode(inode)
-        await self._xattr_call("setxattr", node, ctx, _setxattr, self._xattr_path(node), name, value, node.is_symlink,
-                         size=len(value), path2=os.fsdecode(name), kind="meta_write")
+        await self._xattr_call("setxattr", node, ctx, _setxattr, node, name, value,
+                               size=len(value), path2=os.fsdecode(name), kind="meta_write")
 
     async def getxattr(self, inode, name, ctx):
         node = self._inode(inode)
-        return await self._xattr_call("getxattr", node, ctx, _getxattr, self._xattr_path(node), name, node.is_symlink,
-                                path2=os.fsdecode(name))
+        return await self._xattr_call("getxattr", node, ctx, _getxattr, node, name, path2=os.fsdecode(name))
 
     async def listxattr(self, inode, ctx):
         node = self._inode(inode)
-        names = await self._call("listxattr", node, ctx, _listxattr, self._xattr_path(node), node.is_symlink)
+        names = await self._call("listxattr", node, ctx, _listxattr if self._xattrs_at(node) else _no_xattr_names,
+                                 node)
         return [os.fsencode(n) for n in names]
 
     async def removexattr(self, inode, name, ctx):
         node = self._inode(inode)
-        await self._xattr_call("removexattr", node, ctx, _removexattr, self._xattr_path(node), name, node.is_symlink,
-                         path2=os.fsdecode(name), kind="meta_write")
+        await self._xattr_call("removexattr", node, ctx, _removexattr, node, name,
+                               path2=os.fsdecode(name), kind="meta_write")
 
     async def _xattr_call(self, op, node, ctx, fn, *args, **kw):
         """Below a file system with no extended attributes at all (NFS without RFC
@@ -416,15 +448,17 @@ class Operations(pyfuse3.Operations):
         answers callers EOPNOTSUPP itself, as the file system below would.
         listxattr is always passed through: such file systems may list no names
         rather than fail."""
-        return await self._call(op, node, ctx, fn if self.xattrs else _no_xattrs, *args, **kw)
+        if not self.xattrs:
+            fn = _no_xattrs
+        elif not self._xattrs_at(node):
+            fn = _link_xattrs_unsupported
+        return await self._call(op, node, ctx, fn, *args, **kw)
 
-    def _xattr_path(self, node: Inode) -> str:
-        return self._nofollow_path(node) if node.is_symlink else node.proc_path
-
-    def _nofollow_path(self, node: Inode) -> str:
-        """/proc/self/fd/N would follow a symbolic link to its target; to act on the
-        link itself, go by its best known path from the root descriptor."""
-        return f"/proc/self/fd/{self.root_fd}{node.path}"
+    def _xattrs_at(self, node: Inode) -> bool:
+        """A symbolic link's attributes are reached through its descriptor only where
+        /proc/self/fd/N of a link acts on the link itself (probed at start); never by
+        a path name, which a rename in the source could point elsewhere."""
+        return self.link_xattrs or not node.is_symlink
 
     def close(self) -> None:
         for fd in list(self.handles) + list(self.dirs):
@@ -491,6 +525,14 @@ def _owner_for(ctx):
 
 
 # ---- the blocking halves, run in worker threads ---------------------------------------
+#
+# None of them follows a symbolic link planted in the source (docs/SECURITY.md lists
+# every call): an existing object is reached through its own O_PATH descriptor (or,
+# where a call takes only a path, /proc/self/fd/N of it, which resolves to that very
+# object, and only for objects that are not links); a name is only ever looked up in
+# its parent's descriptor with O_NOFOLLOW or by a call that does not follow the last
+# component (mkdirat, mknodat, symlinkat, unlinkat, renameat, linkat); an object made
+# for another user is made as that user, so nothing is changed by name after it.
 
 
 def _open_path(dirfd: int, name: str):
@@ -502,35 +544,21 @@ def _open_path(dirfd: int, name: str):
         raise
 
 
-def _chown_new(dirfd: int, name: str, owner) -> None:
-    if owner is None:
-        return
-    uid, gid = owner
-    if os.stat(dirfd).st_mode & stat.S_ISGID:
-        gid = -1  # a set-group-ID directory gives its group, as it would natively
-    mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
-    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
-    if mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
-        # chown(2) clears set-user/group-ID bits of a non-directory; the caller asked
-        # for them (the kernel has already stripped any it may not have).
-        os.chmod(name, stat.S_IMODE(mode), dir_fd=dirfd)
-
-
 def _mknod(dirfd, name, mode, rdev, owner):
-    os.mknod(name, mode, rdev, dir_fd=dirfd)
-    _chown_new(dirfd, name, owner)
+    with syscalls.credentials(owner):
+        os.mknod(name, mode, rdev, dir_fd=dirfd)
     return _open_path(dirfd, name)
 
 
 def _mkdir(dirfd, name, mode, owner):
-    os.mkdir(name, stat.S_IMODE(mode), dir_fd=dirfd)
-    _chown_new(dirfd, name, owner)
+    with syscalls.credentials(owner):
+        os.mkdir(name, stat.S_IMODE(mode), dir_fd=dirfd)
     return _open_path(dirfd, name)
 
 
 def _symlink(dirfd, name, target, owner):
-    os.symlink(target, name, dir_fd=dirfd)
-    _chown_new(dirfd, name, owner)
+    with syscalls.credentials(owner):
+        os.symlink(target, name, dir_fd=dirfd)
     return _open_path(dirfd, name)
 
 
@@ -540,10 +568,9 @@ def _create(dirfd, name, flags, mode, owner):
         # appeared since the kernel's lookup, opening it as root would skip the caller's
         # permission check, so that race answers EEXIST.
         flags |= os.O_EXCL
-    fd = os.open(name, flags | os.O_CREAT | os.O_CLOEXEC, stat.S_IMODE(mode), dir_fd=dirfd)
+    with syscalls.credentials(owner):
+        fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, stat.S_IMODE(mode), dir_fd=dirfd)
     try:
-        if owner is not None:
-            _chown_new(dirfd, name, owner)
         path_fd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         return fd, os.stat(path_fd), path_fd
     except BaseException:
@@ -552,23 +579,35 @@ def _create(dirfd, name, flags, mode, owner):
 
 
 def _reopen(path_fd: int, flags: int) -> int:
+    """A descriptor with `flags` on the object path_fd holds (never a link: callers check)."""
     return os.open(f"/proc/self/fd/{path_fd}", flags | os.O_CLOEXEC)
+
+
+def _open_checked(path_fd: int, flags: int) -> tuple[int, os.stat_result]:
+    fd = _reopen(path_fd, flags)
+    try:
+        return fd, os.stat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _readlink(fd: int) -> str:
     return os.readlink("", dir_fd=fd)
 
 
-def _setxattr(path, name, value, nofollow):
-    os.setxattr(path, name, value, follow_symlinks=not nofollow)
+def _access(fd: int, mode: int) -> bool:
+    if not os.access(f"/proc/self/fd/{fd}", mode):
+        raise OSError(E.EACCES, "permission denied")
+    return True
 
 
-def _has_xattrs(source: str) -> bool:
-    """False when the file system of `source` supports no extended attribute
+def _has_xattrs(root_fd: int) -> bool:
+    """False when the file system of the source supports no extended attribute
     namespace (each probe answers EOPNOTSUPP)."""
     for name in ("user.fusetrace.probe", "security.capability"):
         try:
-            os.getxattr(source, name)
+            os.getxattr(f"/proc/self/fd/{root_fd}", name)
         except OSError as exc:
             if exc.errno != E.EOPNOTSUPP:
                 return True
@@ -577,20 +616,50 @@ def _has_xattrs(source: str) -> bool:
     return False
 
 
+def _proc_reaches_links() -> bool:
+    """Whether a path call through /proc/self/fd/N, N an O_PATH descriptor of a
+    symbolic link, acts on the link itself (as Linux 6 does) rather than following it:
+    probed on a dangling link, whose target would answer ENOENT."""
+    with tempfile.TemporaryDirectory(prefix="fusetrace-probe-") as tmp:
+        os.symlink("no-such-target", os.path.join(tmp, "link"))
+        fd = os.open(os.path.join(tmp, "link"), _O_PATH)
+        try:
+            os.getxattr(f"/proc/self/fd/{fd}", "user.fusetrace.probe")
+        except OSError as exc:
+            return exc.errno != E.ENOENT
+        finally:
+            os.close(fd)
+    return True
+
+
 def _no_xattrs(*_args):
     raise OSError(E.ENOSYS, "no extended attributes below")
 
 
-def _getxattr(path, name, nofollow):
-    return os.getxattr(path, name, follow_symlinks=not nofollow)
+def _link_xattrs_unsupported(*_args):
+    raise OSError(E.EOPNOTSUPP, "extended attributes of a symbolic link cannot be reached safely here")
 
 
-def _listxattr(path, nofollow):
-    return os.listxattr(path, follow_symlinks=not nofollow)
+def _no_xattr_names(_fd):
+    return []
 
 
-def _removexattr(path, name, nofollow):
-    os.removexattr(path, name, follow_symlinks=not nofollow)
+# Through /proc/self/fd/N: the object N holds itself (for a link, only where
+# _proc_reaches_links() said so).
+def _setxattr(fd, name, value):
+    os.setxattr(f"/proc/self/fd/{fd}", name, value)
+
+
+def _getxattr(fd, name):
+    return os.getxattr(f"/proc/self/fd/{fd}", name)
+
+
+def _listxattr(fd):
+    return os.listxattr(f"/proc/self/fd/{fd}")
+
+
+def _removexattr(fd, name):
+    os.removexattr(f"/proc/self/fd/{fd}", name)
 
 
 def _unlink(name, dirfd):
@@ -617,11 +686,12 @@ def _rename(olddir, old, newdir, new, flags):
     return keys
 
 
-def _link(node: Inode, newdir: int, name: str):
+def _link(fd: int, newdir: int, name: str):
     if _AS_ROOT:
-        syscalls.link_empty(node.fd, newdir, os.fsencode(name))
+        syscalls.link_empty(fd, newdir, os.fsencode(name))
     else:
-        os.link(node.proc_path, name, dst_dir_fd=newdir, follow_symlinks=True)
+        # the magic link resolves to the object fd holds (linkat with AT_EMPTY_PATH needs root)
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=newdir, follow_symlinks=True)
     return _open_path(newdir, name)
 
 
@@ -664,7 +734,7 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
         name = names[index]
         try:
             if index < 2:
-                entries.append((index, name, os.stat(name, dir_fd=dirfd), None))
+                entries.append((index, name, os.stat(name, dir_fd=dirfd, follow_symlinks=False), None))
             else:
                 entries.append((index, name, *_open_path(dirfd, name)))
         except FileNotFoundError:
@@ -686,10 +756,14 @@ class _Listing:
 
 
 class _Change:
-    """A setattr request: size, mode, owner, times, in that order, then fresh attributes."""
+    """A setattr request: size, mode, owner, times, in that order, then fresh attributes.
 
-    def __init__(self, node: Inode, fd: int | None, attr, fields, link_path: str):
-        self.node, self.fd, self.link_path = node, fd, link_path
+    Applied to the object's O_PATH descriptor (or the open file's own), never by a
+    name.  A symbolic link's size and mode cannot change (Linux has no lchmod), so
+    those answer as the kernel would natively rather than reach the link's target."""
+
+    def __init__(self, is_link: bool, fh: int | None, attr, fields):
+        self.is_link, self.fh = is_link, fh
         self.size = attr.st_size if fields.update_size else None
         self.mode = stat.S_IMODE(attr.st_mode) if fields.update_mode else None
         self.uid = attr.st_uid if fields.update_uid else -1
@@ -697,30 +771,18 @@ class _Change:
         self.atime = attr.st_atime_ns if fields.update_atime else None
         self.mtime = attr.st_mtime_ns if fields.update_mtime else None
 
-    def apply(self) -> os.stat_result:
-        node, fd = self.node, self.fd
-        target = fd if fd is not None else node.proc_path
+    def apply(self, path_fd: int) -> os.stat_result:
+        fh = self.fh
+        if self.is_link and (self.size is not None or self.mode is not None):
+            raise OSError(E.EINVAL if self.size is not None else E.EOPNOTSUPP, "not on a symbolic link")
+        target = fh if fh is not None else f"/proc/self/fd/{path_fd}"
         if self.size is not None:
             os.truncate(target, self.size)
         if self.mode is not None:
             os.chmod(target, self.mode)
         if self.uid != -1 or self.gid != -1:
-            if fd is not None:
-                os.fchown(fd, self.uid, self.gid)
-            else:
-                syscalls.fchown_empty(node.fd, self.uid, self.gid)
+            syscalls.fchown_empty(path_fd, self.uid, self.gid)
         if self.atime is not None or self.mtime is not None:
-            if node.is_symlink:
-                try:
-                    # the link itself through its descriptor: its best known path may
-                    # name another object by now, if it was renamed below
-                    syscalls.utimensat(node.fd, b"", self.atime, self.mtime,
-                                       syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
-                except OSError as exc:
-                    if exc.errno != E.EINVAL:  # EINVAL: a kernel without AT_EMPTY_PATH here (< 5.8)
-                        raise
-                    syscalls.utimensat(syscalls.AT_FDCWD, os.fsencode(self.link_path), self.atime,
-                                       self.mtime, syscalls.AT_SYMLINK_NOFOLLOW)
-            else:
-                syscalls.utimensat(syscalls.AT_FDCWD, os.fsencode(node.proc_path), self.atime, self.mtime, 0)
-        return os.stat(node.fd)
+            syscalls.utimensat(path_fd, b"", self.atime, self.mtime,
+                               syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
+        return os.stat(path_fd)

@@ -1,57 +1,95 @@
 """The inode table: FUSE node ids over the backing file system's inodes.
 
-Each known inode holds an O_PATH descriptor on the backing object, so an
-inode stays right when its file is renamed or removed behind the mount's back:
-operations reach the object itself, never a path string that may have moved.
+Each known inode is reached through an O_PATH descriptor on the backing object,
+so an inode stays right when its file is renamed or removed behind the mount's
+back: operations reach the object itself, never a path string that may have moved.
 Entries are keyed by the backing (st_dev, st_ino); the node id shown to the
 kernel is the backing st_ino where that is unambiguous, so `ls -i`, tar and
 rsync see stable inode numbers.
 
-All methods run on the trio thread; no locks are needed.
+The kernel may know far more inodes than the process may hold descriptors (a
+100,000-entry tree under a limit of 1,024), so at most `max_open` descriptors are
+held, least recently used closed first.  A closed inode keeps its file handle
+(name_to_handle_at) and is opened again by it (open_by_handle_at, which needs
+root) or, without one, by walking its best known path from the root one
+component at a time without following symbolic links, then checking it is still
+the same (st_dev, st_ino); anything else answers ESTALE, which the kernel's path
+walk retries with a fresh lookup.  A descriptor in use by a request is pinned
+and never closed under it.
+
+All methods but `reopen` run on the trio thread; no locks are needed.
 """
 
+import errno
 import os
 import stat
+from collections import OrderedDict
 
 import pyfuse3
 
+from . import syscalls
+
 ROOT = pyfuse3.ROOT_INODE
 _SYNTHETIC = 1 << 63  # node ids for objects on other devices, or backing ino 1
+_O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def version(st: os.stat_result) -> tuple[int, int, int]:
+    """What tells a file changed (NFS's close-to-open check): mtime, ctime, size."""
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
 class Inode:
-    __slots__ = ("id", "key", "fd", "nlookup", "path", "mode")
+    __slots__ = ("id", "key", "fd", "nlookup", "path", "mode", "handle", "pins", "seen")
 
-    def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, mode: int):
+    def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
         self.key = key
-        self.fd = fd  # O_PATH|O_NOFOLLOW descriptor of the backing object
+        self.fd = fd  # O_PATH|O_NOFOLLOW descriptor of the backing object; -1 while closed
         self.nlookup = 0
-        self.path = path  # best known path below the mount root, for traces
-        self.mode = mode
+        self.path = path  # best known path below the mount root: traces, and reopening
+        self.mode = st.st_mode
+        self.handle: bytes | None = None  # file handle, taken when the descriptor is closed
+        self.pins = 0  # requests using the descriptor now
+        self.seen = version(st)  # the attributes the kernel was last told
 
     @property
     def is_symlink(self) -> bool:
         return stat.S_ISLNK(self.mode)
 
-    @property
-    def proc_path(self) -> str:
-        """A path that reaches the object through its descriptor (follows symlinks)."""
-        return f"/proc/self/fd/{self.fd}"
-
 
 class InodeTable:
-    def __init__(self, root_fd: int):
+    def __init__(self, root_fd: int, *, max_open: int, by_handle: bool):
+        """root_fd: an O_PATH descriptor of the source root, owned by the caller.
+        by_handle: closed inodes are reopened by file handle (needs CAP_DAC_READ_SEARCH)."""
         st = os.fstat(root_fd)
+        self._root_fd = root_fd
         self._root_dev = st.st_dev
         self._next_synthetic = _SYNTHETIC
-        root = Inode(ROOT, (st.st_dev, st.st_ino), root_fd, "/", st.st_mode)
-        root.nlookup = 1  # never forgotten
+        self.max_open = max(16, max_open)
+        self._mount_fd = -1
+        self._mount_id = None
+        if by_handle:
+            try:
+                _, self._mount_id = syscalls.name_to_handle(root_fd)
+                # open_by_handle_at takes no O_PATH descriptor for its mount
+                self._mount_fd = os.open(f"/proc/self/fd/{root_fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                self._mount_id = None  # no file handles here (EOPNOTSUPP): reopen by path
+        root = Inode(ROOT, (st.st_dev, st.st_ino), root_fd, "/", st)
+        root.nlookup = 1  # never forgotten, never closed
         self._by_id: dict[int, Inode] = {ROOT: root}
         self._by_key: dict[tuple[int, int], Inode] = {root.key: root}
+        self._open: OrderedDict[int, Inode] = OrderedDict()  # holding a descriptor, oldest first
+        self.reopened = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+    @property
+    def open_count(self) -> int:
+        """Descriptors held on known inodes (the root's aside)."""
+        return len(self._open)
 
     def get(self, node_id: int) -> Inode | None:
         return self._by_id.get(node_id)
@@ -72,19 +110,25 @@ class InodeTable:
     def remember(self, st: os.stat_result, fd: int, path: str, node_id: int | None = None) -> Inode:
         """Count one kernel lookup of the object `fd` refers to.
 
-        Takes ownership of fd: it is kept for a new inode, closed for a known one.
+        Takes ownership of fd: it is kept for a new inode or one whose descriptor was
+        closed, else closed.
         """
         key = (st.st_dev, st.st_ino)
         inode = self._by_key.get(key)
         if inode is None:
             if node_id is None:
                 node_id = self.node_id_for(st)
-            inode = Inode(node_id, key, fd, path, st.st_mode)
+            inode = Inode(node_id, key, -1, path, st)
             self._by_id[node_id] = inode
             self._by_key[key] = inode
         else:
-            os.close(fd)
             inode.path = path
+            inode.seen = version(st)
+        if inode.fd < 0:
+            self._attach(inode, fd)
+        else:
+            os.close(fd)
+            self._touch(inode)
         inode.nlookup += 1
         return inode
 
@@ -96,11 +140,104 @@ class InodeTable:
         if inode.nlookup <= 0:
             del self._by_id[node_id]
             del self._by_key[inode.key]
-            os.close(inode.fd)
+            if inode.pins == 0:
+                self._close(inode)
+
+    # ---- descriptors -----------------------------------------------------------------
+
+    def pin(self, inode: Inode) -> None:
+        """Keep inode's descriptor (open: inode.fd >= 0) open until unpin."""
+        inode.pins += 1
+        self._touch(inode)
+
+    def unpin(self, inode: Inode) -> None:
+        inode.pins -= 1
+        if inode.pins == 0:
+            if inode.nlookup <= 0 and inode.id != ROOT:
+                self._close(inode)  # forgotten while in use
+            elif len(self._open) > self.max_open:
+                self._trim()
+
+    def reopen(self, inode: Inode) -> int:
+        """A new O_PATH descriptor of a closed inode (blocking: run it in a worker).
+        Hand it to attach() on the trio thread.  ESTALE when the object is gone."""
+        handle = inode.handle
+        if handle is not None:
+            fd = syscalls.open_by_handle(self._mount_fd, handle, _O_PATH)
+        else:
+            fd = _walk(self._root_fd, inode.path)
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != inode.key:
+                raise OSError(errno.ESTALE, "the object at its last known path is another one")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def attach(self, inode: Inode, fd: int) -> None:
+        """Take a descriptor from reopen(); kept unless another arrived first."""
+        if inode.fd >= 0 or (inode.nlookup <= 0 and inode.id != ROOT):
+            os.close(fd)
+            return
+        self.reopened += 1
+        self._attach(inode, fd)
 
     def close_all(self) -> None:
-        for inode in self._by_id.values():
-            if inode.id != ROOT:
-                os.close(inode.fd)
+        for inode in list(self._open.values()):
+            self._close(inode)
         self._by_id.clear()
         self._by_key.clear()
+        if self._mount_fd >= 0:
+            os.close(self._mount_fd)
+            self._mount_fd = -1
+
+    def _attach(self, inode: Inode, fd: int) -> None:
+        inode.fd = fd
+        self._open[inode.id] = inode
+        if len(self._open) > self.max_open:
+            self._trim()
+
+    def _touch(self, inode: Inode) -> None:
+        if inode.id in self._open:
+            self._open.move_to_end(inode.id)
+
+    def _trim(self) -> None:
+        """Close least recently used descriptors, down to max_open, skipping pinned ones."""
+        excess = len(self._open) - self.max_open
+        victims = []
+        for inode in self._open.values():
+            if len(victims) >= excess:
+                break
+            if inode.pins == 0:
+                victims.append(inode)
+        for inode in victims:
+            if self._mount_id is not None and inode.handle is None:
+                try:
+                    handle, mount_id = syscalls.name_to_handle(inode.fd)
+                    if mount_id == self._mount_id:
+                        inode.handle = handle
+                except OSError:
+                    pass  # reopened by path
+            self._close(inode)
+
+    def _close(self, inode: Inode) -> None:
+        if inode.fd >= 0 and inode.id != ROOT:
+            self._open.pop(inode.id, None)
+            os.close(inode.fd)
+            inode.fd = -1
+
+
+def _walk(root_fd: int, path: str) -> int:
+    """An O_PATH descriptor of `path` below root_fd, no component followed if it is a
+    symbolic link (O_NOFOLLOW at each step)."""
+    fd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            nxt = os.open(part, _O_PATH, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -8,6 +8,7 @@ UTIME_OMIT so one timestamp can change without a read-modify-write race.
 
 import ctypes
 import ctypes.util
+import errno
 import os
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -51,3 +52,91 @@ def utimensat(dirfd: int, path: bytes, atime_ns: int | None, mtime_ns: int | Non
         else:
             times[i].tv_sec, times[i].tv_nsec = divmod(ns, 1_000_000_000)
     _check(_libc.utimensat(dirfd, path, times, flags), path)
+
+
+# ---- credentials of one thread -------------------------------------------------------
+#
+# A file made for another user is made *as* that user: the thread's file-system uid and
+# gid are switched for the one call (setfsuid/setfsgid act on the calling thread only),
+# so the object is born with its owner and no chown or chmod by name follows, which a
+# name swapped for a symbolic link in between could redirect.  Switching fsuid away from
+# 0 clears the thread's file capabilities from its effective set; they are raised again
+# from its permitted set, because the kernel has already checked the caller's
+# permissions (default_permissions) with the caller's own groups.
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _raise_permitted_caps() -> None:
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(header), data))
+    for half in data:
+        half.effective = half.permitted
+    _check(_libc.capset(ctypes.byref(header), data))
+
+
+class credentials:
+    """`with credentials(uid, gid):` this thread creates files as uid:gid (None: as it is)."""
+
+    __slots__ = ("uid", "gid")
+
+    def __init__(self, owner: tuple[int, int] | None):
+        self.uid, self.gid = owner if owner is not None else (None, None)
+
+    def __enter__(self) -> None:
+        if self.uid is None:
+            return
+        _libc.setfsgid(self.gid)
+        _libc.setfsuid(self.uid)
+        try:
+            if _libc.setfsuid(-1) != self.uid or _libc.setfsgid(-1) != self.gid:
+                raise OSError(errno.EPERM, "cannot act as the calling user")
+            _raise_permitted_caps()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        if self.uid is None:
+            return
+        _libc.setfsuid(0)  # back to 0: the kernel restores the effective capabilities
+        _libc.setfsgid(0)
+
+
+# ---- file handles: reaching an inode again without a descriptor held open --------------
+
+MAX_HANDLE_SZ = 128
+
+
+class _FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * MAX_HANDLE_SZ)]
+
+
+def name_to_handle(fd: int) -> tuple[bytes, int]:
+    """(handle, mount id) of the object an O_PATH descriptor holds (AT_EMPTY_PATH)."""
+    fh = _FileHandle()
+    fh.handle_bytes = MAX_HANDLE_SZ
+    mount_id = ctypes.c_int()
+    _check(_libc.name_to_handle_at(fd, b"", ctypes.byref(fh), ctypes.byref(mount_id), AT_EMPTY_PATH))
+    return ctypes.string_at(ctypes.addressof(fh), 8 + fh.handle_bytes), mount_id.value
+
+
+def open_by_handle(mount_fd: int, handle: bytes, flags: int) -> int:
+    """open_by_handle_at(2): needs CAP_DAC_READ_SEARCH; ESTALE when the object is gone."""
+    buf = ctypes.create_string_buffer(handle, len(handle))
+    fd = _libc.open_by_handle_at(mount_fd, buf, flags)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd

@@ -86,7 +86,7 @@ class Operations(pyfuse3.Operations):
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
-        self.link_xattrs = _proc_reaches_links()
+        self.proc_reaches_links = _proc_reaches_links()
         self.handles: dict[int, Handle] = {}
         self.dirs: dict[int, DirHandle] = {}
         self.workers = workers
@@ -298,6 +298,8 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         parent = self._inode(new_parent_inode)
         name = os.fsdecode(new_name)
+        if node.is_symlink and not _AS_ROOT and not self.proc_reaches_links:
+            raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         found = await self._call("link", node, ctx, _link, node, parent, name,
                                  path2=_join(parent.path, name), kind="meta_write")
         return self._new_entry(parent, name, found)
@@ -458,7 +460,7 @@ class Operations(pyfuse3.Operations):
         """A symbolic link's attributes are reached through its descriptor only where
         /proc/self/fd/N of a link acts on the link itself (probed at start); never by
         a path name, which a rename in the source could point elsewhere."""
-        return self.link_xattrs or not node.is_symlink
+        return self.proc_reaches_links or not node.is_symlink
 
     def close(self) -> None:
         for fd in list(self.handles) + list(self.dirs):

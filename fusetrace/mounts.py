@@ -1,10 +1,34 @@
-"""What the kernel says about mounts: /proc/self/mountinfo and mountpoint states."""
+"""What the kernel says about mounts: /proc/self/mountinfo and mountpoint states.
 
-import errno
+A FUSE mount whose server is stopped or hung blocks whoever touches it, for as long
+as the server does not answer.  So nothing here makes a system call on a path
+before /proc/self/mountinfo has said whether a FUSE mount holds it; when one does,
+it is first probed with a stat in a child process that is given PROBE_TIMEOUT
+seconds (a child, not a thread: a request the server has taken and never answers
+leaves its caller in uninterruptible sleep, and a stuck child need not be waited for).
+"""
+
 import os
+import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 
+from .errors import UserError
+
 FSTYPE = "fuse.fusetrace"
+PROBE_TIMEOUT = 2.0  # seconds a FUSE mount has to answer a stat before it is called hung
+MAX_SYMLINKS = 40  # as the kernel's path walk
+
+HUNG, STALE = "hung", "stale"
+
+_STAT = """
+import os, sys
+try:
+    os.stat(sys.argv[1])
+except OSError as exc:
+    sys.exit(3 if exc.errno == 107 else 0)  # 107: ENOTCONN, a stale mount; any other answer is one
+"""
 
 
 @dataclass(frozen=True)
@@ -13,6 +37,24 @@ class MountInfo:
     fstype: str
     source: str
     dev_minor: int
+
+
+class NotAnswering(UserError):
+    """A path at or below a FUSE mount whose server does not answer, or has gone."""
+
+    def __init__(self, what: str, path: str, mount: MountInfo, answer: str, at: str | None = None):
+        """`path` as given; `at`, where it led (resolved), when not `path` itself."""
+        how = (f"fusetrace umount {mount.mountpoint}" if mount.fstype == FSTYPE
+               else f"fusermount3 -u {mount.mountpoint}")
+        where = "" if (at or path) == mount.mountpoint else f"on {mount.mountpoint}, "
+        if answer == STALE:
+            why = f"{where}a stale FUSE mount (transport endpoint is not connected)"
+        elif where:
+            why = f"{where}whose FUSE server does not answer (hung or stopped; no reply in {PROBE_TIMEOUT:g} s)"
+        else:
+            why = (f"a FUSE server is mounted there and does not answer (hung or stopped; "
+                   f"no reply in {PROBE_TIMEOUT:g} s)")
+        super().__init__(f"{what + ' ' if what else ''}{path}: {why}; clear it with: {how}")
 
 
 def _unescape(field: str) -> str:
@@ -28,45 +70,160 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
-def canonical(path: str) -> str:
-    """An absolute path with symlinks resolved in all but its last part, so the mount
-    itself is never touched (a stat of a live mount from its own server deadlocks)."""
-    path = os.path.abspath(path)
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def mounted_at(path: str) -> MountInfo | None:
-    """The topmost mount whose mount point is exactly `path` (absolute), if any."""
-    found = None
+def table() -> dict[str, MountInfo]:
+    """Every mount point, with its topmost mount."""
+    found = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             fields = left.split()
-            if _unescape(fields[4]) != path:
-                continue
+            point = _unescape(fields[4])
             fstype, source = right.split()[:2]
-            found = MountInfo(path, fstype, _unescape(source), int(fields[2].split(":")[1]))
+            found[point] = MountInfo(point, fstype, _unescape(source), int(fields[2].split(":")[1]))
     return found
+
+
+def is_fuse(fstype: str) -> bool:
+    return fstype in ("fuse", "fuseblk") or fstype.startswith(("fuse.", "fuseblk."))
+
+
+def holder(path: str, mounts: dict[str, MountInfo]) -> MountInfo:
+    """The mount holding `path` (absolute, resolved): that of the longest mount point at
+    or above it."""
+    while path not in mounts and path != "/":
+        path = os.path.dirname(path)
+    return mounts.get(path) or MountInfo("/", "", "", 0)  # no root in the table: nothing known
+
+
+def probe(path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """Whether `path` answers a stat within `timeout` seconds: None when it does (with
+    its attributes or an error), STALE when its FUSE server has gone (ENOTCONN), HUNG
+    when no answer came.  The stat runs in a child process, killed when late."""
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _STAT, path], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        code = child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _drop(child)
+        return HUNG
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): the child goes too
+        _drop(child)
+        raise
+    return STALE if code == 3 else None
+
+
+def _drop(child: subprocess.Popen) -> None:
+    child.kill()
+    try:
+        child.wait(0.5)
+    except subprocess.TimeoutExpired:
+        pass  # in uninterruptible sleep on the server: it goes when the mount does
+
+
+def _resolve(path: str, what: str, probe_last: bool) -> str:
+    """`path` absolute with every symlink resolved, never touching a mount point (they
+    are never symlinks) and probing each FUSE mount before the first system call below
+    it; a stale or hung one raises NotAnswering.  probe_last: when `path` itself is a
+    FUSE mount point, probe it too (it is about to be used, not only named)."""
+    mounts = table()
+    probed: set[str] = set()
+
+    def answers(p: str) -> None:
+        m = holder(p, mounts)
+        if is_fuse(m.fstype) and m.mountpoint not in probed:
+            probed.add(m.mountpoint)
+            answer = probe(m.mountpoint)
+            if answer is not None:
+                raise NotAnswering(what, path, m, answer, at=p)
+
+    rest = [c for c in os.path.abspath(path).split("/") if c]
+    done, hops = "/", 0
+    while rest:
+        name = rest.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            done = os.path.dirname(done)
+            continue
+        here = os.path.join(done, name)
+        if here in mounts:
+            if probe_last and not rest:
+                answers(here)
+            done = here
+            continue
+        answers(here)
+        try:
+            mode = os.lstat(here).st_mode
+        except OSError:
+            mode = 0  # missing (yet), or not reachable: taken as written, as realpath does
+        if not stat.S_ISLNK(mode):
+            done = here
+            continue
+        hops += 1
+        if hops > MAX_SYMLINKS:  # a loop: the rest as written, as realpath does
+            return os.path.join(here, *rest)
+        target = os.readlink(here)
+        if target.startswith("/"):
+            done = "/"
+        rest = [c for c in target.split("/") if c] + rest
+    return done
+
+
+def canonical(path: str) -> str:
+    """`path` absolute with its symlinks resolved, where that touches no mount point: the
+    mount itself is never touched (a stat of a live mount from its own server, or of a
+    hung one, blocks).  A stale or hung FUSE mount on the way raises NotAnswering."""
+    return _resolve(path, "", probe_last=False)
+
+
+def reachable(path: str, what: str = "") -> str:
+    """canonical(path), and when `path` is itself a FUSE mount point it was probed too:
+    a path about to be used (a source, a trace directory) raises NotAnswering, named as
+    `what`, rather than blocking."""
+    return _resolve(path, what, probe_last=True)
+
+
+def mounted_at(path: str) -> MountInfo | None:
+    """The topmost mount whose mount point is exactly `path` (absolute), if any."""
+    return table().get(path)
 
 
 def fstype_of(path: str) -> str:
     """The type of the file system holding `path` (absolute, resolved): that of the
     longest mount point above it."""
-    best, fstype = -1, ""
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            point = _unescape(left.split()[4])
-            inside = path == point or path.startswith(point.rstrip("/") + "/")
-            if inside and len(point) >= best:
-                best, fstype = len(point), right.split()[0]
-    return fstype
+    return holder(path, table()).fstype
 
 
 def stale(path: str) -> bool:
-    """True when a FUSE server has gone away and left its mount behind."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno == errno.ENOTCONN
-    return False
+    """True when a FUSE server has gone away and left its mount behind (bounded: a hung
+    one is not stale, and does not block)."""
+    m = mounted_at(path)
+    return m is not None and is_fuse(m.fstype) and probe(path) == STALE
+
+
+def check_mountpoint(source: str, mountpoint: str, trace_dir: str | None) -> None:
+    """The mount point (canonical) is a directory with nothing mounted on it, neither the
+    source (resolved) nor inside it, and the trace directory is not inside it; each
+    failure one line.  Nothing touches the mount point before the mount table says what
+    is there, and a FUSE mount there is probed with a bounded stat."""
+    busy = mounted_at(mountpoint)
+    if busy is not None:
+        if is_fuse(busy.fstype):
+            answer = probe(mountpoint)
+            if answer is not None:
+                raise NotAnswering("mountpoint", mountpoint, busy, answer)
+        raise UserError(f"mountpoint {mountpoint}: busy, {busy.fstype} from {busy.source} is mounted there")
+    if not os.path.exists(mountpoint):
+        raise UserError(f"mountpoint {mountpoint}: no such directory")
+    if not os.path.isdir(mountpoint):
+        raise UserError(f"mountpoint {mountpoint}: not a directory")
+    # the server would reach its own mount through the source, and deadlock on it
+    if mountpoint == source:
+        raise UserError(f"mountpoint {mountpoint}: is the source itself; mount on another directory")
+    if mountpoint.startswith(source.rstrip("/") + "/"):
+        raise UserError(f"mountpoint {mountpoint}: inside the source {source}; mount outside it")
+    if trace_dir is not None:
+        trace = reachable(trace_dir, "--trace")
+        if trace == mountpoint or trace.startswith(mountpoint.rstrip("/") + "/"):
+            raise UserError(f"--trace {trace_dir}: inside the mountpoint {mountpoint}, which the mount "
+                            f"would hide (its records would be lost); trace outside the mount")

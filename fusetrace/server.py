@@ -95,24 +95,14 @@ def check_values(opts: MountOptions) -> None:
 def preflight(opts: MountOptions) -> None:
     """Every check that can fail before mounting, each as one clear line."""
     check_values(opts)
+    mounts.reachable(opts.source, "source")  # a hung FUSE mount there is named, not waited on
     if not os.path.exists(opts.source):
         raise UserError(f"source {opts.source}: no such directory")
     if not os.path.isdir(opts.source):
         raise UserError(f"source {opts.source}: not a directory")
-    if mounts.stale(opts.mountpoint):
-        raise UserError(f"mountpoint {opts.mountpoint}: stale FUSE mount (transport endpoint is not "
-                        f"connected); clear it with: fusetrace umount {opts.mountpoint}")
-    if not os.path.exists(opts.mountpoint):
-        raise UserError(f"mountpoint {opts.mountpoint}: no such directory")
-    if not os.path.isdir(opts.mountpoint):
-        raise UserError(f"mountpoint {opts.mountpoint}: not a directory")
-    busy = mounts.mounted_at(opts.mountpoint)
-    if busy is not None:
-        raise UserError(f"mountpoint {opts.mountpoint}: busy, {busy.fstype} from {busy.source} "
-                        f"is mounted there")
-    if opts.mountpoint.startswith(opts.source.rstrip("/") + "/"):
-        # the server would walk into its own mount through the source and deadlock
-        raise UserError(f"mountpoint {opts.mountpoint}: inside the source {opts.source}")
+    # busy, stale or hung (a bounded probe), missing, not a directory, the source or inside
+    # it; a trace directory inside it
+    mounts.check_mountpoint(opts.source, opts.mountpoint, opts.trace_dir)
     if not os.path.exists("/dev/fuse"):
         raise UserError("/dev/fuse: no such device; load the fuse module (modprobe fuse) or give "
                         "the container the device")

@@ -3,6 +3,7 @@
 import argparse
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -130,9 +131,16 @@ def _read_answer(fd: int, child: subprocess.Popen) -> str:
     return data.decode(errors="replace").strip()
 
 
+UMOUNT_TIMEOUT = 10.0  # seconds fusermount3 may take (the kernel does not wait on the server)
+STALL_TIMEOUT = 10.0  # seconds an unmounted server may go without progress before it is called hung
+FLUSH_LIMIT = 300.0  # seconds an unmounted server may take to flush its trace and exit, at most
+
+
 def _umount(args) -> int:
-    from . import mounts, runstate
-    from .server import wait_gone
+    """Unmount, then wait for the server to flush its trace and exit; every wait bounded.
+    Nothing here touches the mount itself: it is found in the mount table, and the
+    kernel aborts the connection at unmount without asking the server."""
+    from . import children, mounts, runstate
 
     mnt = mounts.canonical(args.mountpoint)
     info = mounts.mounted_at(mnt)
@@ -141,16 +149,55 @@ def _umount(args) -> int:
     if info.fstype != mounts.FSTYPE:
         raise UserError(f"{mnt}: not a fusetrace mount ({info.fstype} from {info.source})")
     state = runstate.read(mnt) or {}
-    done = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
-    if done.returncode != 0:
-        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-        raise UserError(f"cannot unmount {mnt}: {reason}")
-    pid = state.get("pid")
-    if pid and not wait_gone(pid, timeout=120):
-        raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is still flushing after 120 s")
+    pid = state.get("pid") if children.is_fusetrace(state.get("pid")) else None
+    stopped = (f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
+               f"mount now with fusermount3 -uz {mnt}")
+    fusermount = subprocess.Popen(["fusermount3", "-u", mnt], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = fusermount.communicate(timeout=UMOUNT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        fusermount.kill()
+        hint = stopped if pid and children.stopped(pid) else f"; detach it with fusermount3 -uz {mnt}"
+        raise UserError(f"cannot unmount {mnt}: fusermount3 did not return within "
+                        f"{UMOUNT_TIMEOUT:.0f} s{hint}") from None
+    if fusermount.returncode != 0:
+        reason = err.strip().splitlines()[-1] if err.strip() else f"exit {fusermount.returncode}"
+        hint = stopped if pid and children.stopped(pid) else ""
+        raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
+    if pid:
+        _wait_server(mnt, pid, state.get("trace"))
     trace = f"; trace in {state['trace']}" if state.get("trace") else ""
     print(f"fusetrace: unmounted {mnt}{trace}")
     return 0
+
+
+def _wait_server(mnt: str, pid: int, trace: str | None) -> None:
+    """Wait for an unmounted server to flush and exit, as long as it makes progress (CPU
+    time or I/O): a stopped server is said at once, one that stalls after STALL_TIMEOUT."""
+    from . import children
+
+    what = "flush its trace" if trace else "exit"
+    begin = last_change = time.monotonic()
+    last = None
+    while True:
+        state = children.proc_state(pid)
+        if state is None:
+            return
+        now = time.monotonic()
+        if state in ("T", "t"):
+            raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is stopped and cannot {what}: "
+                            f"resume it with kill -CONT {pid}")
+        progress = children.progress(pid)
+        if progress != last:
+            last, last_change = progress, now
+        elif now - last_change > STALL_TIMEOUT:
+            raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) has made no progress for "
+                            f"{STALL_TIMEOUT:g} s (state {state}); it may be hung: end it with kill {pid}")
+        if now - begin > FLUSH_LIMIT:
+            raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is still working after "
+                            f"{FLUSH_LIMIT:.0f} s: see its log, or end it with kill {pid}")
+        time.sleep(0.02)
 
 
 def _server_of(mountpoint: str) -> dict:
@@ -271,8 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if args.command in ("demo", "scenario"):
+        _unwind_on_signals()
     try:
         if args.command == "mount":
+            _reachable(args)
             return _mount(args, argv)
         if args.command == "umount":
             return _umount(args)
@@ -292,5 +342,53 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated as exc:
+        _say_quietly(f"fusetrace: stopped by {signal.Signals(exc.signum).name}; mounts and scratch "
+                     f"directories removed")
+        return 128 + exc.signum
     except KeyboardInterrupt:
         return 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to a long-running command (demo, scenario run): raised where the
+    program is, like Ctrl-C's KeyboardInterrupt, so every `with ScratchMount` block and
+    child-process wait unwinds (unmount, kill the children, remove scratch directories)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _unwind_on_signals() -> None:
+    """SIGTERM and SIGHUP unwind as SIGINT does.  Only the first raises: a second one
+    while unwinding (a supervisor repeating itself) must not cut the clean-up short,
+    and every wait in it is bounded."""
+    received = []
+
+    def handler(signum, _frame):
+        if not received:
+            received.append(signum)
+            raise Terminated(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def _say_quietly(line: str) -> None:
+    try:  # after SIGHUP the terminal may be gone
+        print(line, file=sys.stderr)
+    except OSError:
+        pass
+
+
+def _reachable(args) -> None:
+    """The paths a mount will use answer, or their hung FUSE mount is named: checked
+    before anything resolves or stats them (the mount point itself is checked, with a
+    bounded probe, in preflight)."""
+    from . import mounts
+
+    mounts.reachable(args.source, "source")
+    for what, path in (("--trace", args.trace_dir), ("--log", args.log)):
+        if path is not None:
+            mounts.reachable(path, what)

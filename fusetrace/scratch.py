@@ -27,11 +27,20 @@ def scratch_root() -> str | None:
 
 
 def cli(*args: str) -> str:
-    """Run a fusetrace command; its standard output, or its one-line error raised."""
-    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(done.stderr.strip().removeprefix("fusetrace: ") or f"fusetrace {args[0]} failed")
-    return done.stdout
+    """Run a fusetrace command; its standard output, or its one-line error raised.
+    Interrupted (Ctrl-C, SIGTERM), it lets the command finish before the interruption
+    goes on: a mount or unmount cut in half is what leaves a mount behind (both are
+    bounded)."""
+    proc = subprocess.Popen([sys.executable, "-m", "fusetrace", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise UserError(err.strip().removeprefix("fusetrace: ") or f"fusetrace {args[0]} failed")
+    return out
 
 
 class ScratchMount:
@@ -50,8 +59,8 @@ class ScratchMount:
         os.mkdir(self.mnt)
         try:
             cli("mount", self.src, self.mnt, *self.options)
-        except BaseException:
-            self._tmp.cleanup()
+        except BaseException:  # interrupted, the mount may have come up all the same
+            self._remove()
             raise
         return self
 
@@ -75,10 +84,20 @@ class ScratchMount:
         return runstate.path_for(mounts.canonical(self.mnt), ".sock")
 
     def __exit__(self, *exc):
+        self._remove()
+
+    def _remove(self) -> None:
+        """Unmount if mounted, then remove the directory; but never remove through a mount
+        that would not go (the unmount's error says why)."""
         try:
-            cli("umount", self.mnt)
+            if self._mounted():
+                cli("umount", self.mnt)
         finally:
-            self._tmp.cleanup()
+            if not self._mounted():
+                self._tmp.cleanup()
+
+    def _mounted(self) -> bool:
+        return mounts.mounted_at(mounts.canonical(self.mnt)) is not None
 
 
 def load_text(load: dict) -> str:

@@ -27,6 +27,7 @@ from .loopload import LoopLoad
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
+CALIBRATE_WAIT = 5.0  # seconds the first walk waits for calibrate() to finish, at most
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
 LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late
 MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (about 40 µs here)
@@ -75,19 +76,55 @@ def _now() -> float:
     return monotonic_ns() / 1e9
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def _tree_bytes(root: str) -> int:
-    total, stack = 0, [root]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for e in entries:
+    """The bytes in the regular files below `root`.  Walked from directory descriptors,
+    each subdirectory opened relative to its parent's with O_NOFOLLOW: a directory
+    swapped for a symlink mid-walk is skipped, never followed out of the source.
+    Depth first, so it holds one descriptor per level, not one per directory seen."""
+    try:
+        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the source itself, as mounted
+    except OSError:
+        return 0
+    total, stack = 0, []  # stack: (descriptor, names of its subdirectories still to walk)
+    while True:
+        size, subdirs = _dir_bytes(fd)
+        total += size
+        stack.append((fd, subdirs))
+        fd = None
+        while stack and fd is None:
+            parent, names = stack[-1]
+            if not names:
+                os.close(parent)
+                stack.pop()
+                continue
+            try:
+                fd = os.open(names.pop(), _DIR_FLAGS, dir_fd=parent)
+            except OSError:
+                pass  # gone, or no longer a directory
+        if fd is None:
+            return total
+
+
+def _dir_bytes(fd: int) -> tuple[int, list[str]]:
+    """The bytes in the regular files of the directory open at `fd`, and the names of
+    its subdirectories (symlinks are neither)."""
+    total, subdirs = 0, []
+    try:
+        with os.scandir(fd) as entries:
+            for e in entries:
+                try:
                     if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
+                        subdirs.append(e.name)
                     elif e.is_file(follow_symlinks=False):
                         total += e.stat(follow_symlinks=False).st_size
-        except OSError:
-            pass
-    return total
+                except OSError:
+                    pass  # removed meanwhile
+    except OSError:
+        pass
+    return total, subdirs
 
 
 class Emulation:
@@ -99,6 +136,8 @@ class Emulation:
         self.loop = LoopLoad()
         self.series: list[dict] = []
         self._tracer = None
+        self._calibrated = trio.Event()
+        self.measured = False  # whether a walk of the source has given its size yet
 
     @classmethod
     def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
@@ -109,7 +148,6 @@ class Emulation:
 
     async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None) -> None:
         self._tracer = tracer
-        self.model.set_stored_bytes(_tree_bytes(self.source), _now())
         self.loop = LoopLoad()  # on the loop's thread, whose CPU time it reads
         nursery.start_soon(self.timer.run)
         nursery.start_soon(self._sample_every_minute)
@@ -133,6 +171,7 @@ class Emulation:
             rtts = [int(x) for x in done.stdout.split()][WARM_UP_PROBES:]
         finally:
             self.shaper.calibrating = False
+            self._calibrated.set()
         handler = self.shaper.handler_ns[WARM_UP_PROBES:] or self.shaper.handler_ns
         outside = statistics.quantiles(rtts, n=4)[0] - statistics.median_low(handler)
         self.shaper.compensation_ns = min(max(int(outside), 0), MAX_COMPENSATION_NS)
@@ -148,10 +187,18 @@ class Emulation:
             self._tracer.update_metadata(metrics_per_minute=self.series)
 
     async def _measure_storage(self) -> None:
+        """The source's size, now and then every MEASURE_EVERY seconds.  The walk runs in
+        a thread, never on the loop nor before the mount is ready (over a slow source it
+        takes minutes), and is abandoned at unmount; until the first one completes, the
+        model has the profile's stored_size alone.  It waits for calibrate() first (or a
+        few seconds), so that the walk's share of the GIL does not skew that."""
+        with trio.move_on_after(CALIBRATE_WAIT):
+            await self._calibrated.wait()
         while True:
-            await trio.sleep(MEASURE_EVERY)
-            size = await trio.to_thread.run_sync(_tree_bytes, self.source)
+            size = await trio.to_thread.run_sync(_tree_bytes, self.source, abandon_on_cancel=True)
             self.model.set_stored_bytes(size, _now())
+            self.measured = True
+            await trio.sleep(MEASURE_EVERY)
 
     def host(self) -> dict:
         """How the host keeps up with the model since mounting: its counters, and

@@ -125,18 +125,19 @@ def open_log(mountpoint: str) -> tuple[str, int]:
     name = _name(mountpoint, ".log")
     path = os.path.join(state_dir(), name)
     with _state() as d:
-        try:
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=d)
+        try:  # O_NONBLOCK: a FIFO put there must not hang us
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                         | os.O_NONBLOCK, 0o600, dir_fd=d)
         except OSError as exc:
-            why = "is a symbolic link; refusing to follow it" if exc.errno == errno.ELOOP else \
-                (exc.strerror or str(exc)).lower()
+            why = {errno.ELOOP: "is a symbolic link; refusing to follow it",
+                   errno.ENXIO: "not a regular file"}.get(exc.errno, (exc.strerror or str(exc)).lower())
             raise UserError(f"log {path}: {why}") from None
         try:
             check_own_file(fd, f"log {path}")
         except NotPrivate:
             os.close(fd)
             raise
+        os.set_blocking(fd, True)
     return path, fd
 
 
@@ -166,7 +167,8 @@ def read(mountpoint: str) -> dict | None:
         if d is None:
             return None
         try:
-            fd = os.open(_name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=d)
+            fd = os.open(_name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=d)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as f:

@@ -30,33 +30,40 @@ def to_wall_ns(metadata: dict, monotonic_ns: int) -> int:
     return metadata["start_wall_ns"] + (monotonic_ns - metadata["start_monotonic_ns"])
 
 
-def atomic_write(path: str, fill: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: str, fill: Callable[[BinaryIO], None], dir_fd: int | None = None) -> None:
     """Write `path` (mode 0600) through a hidden temporary name and rename it into place,
-    so a reader sees the whole file or none of it, even after a crash (fsync first)."""
+    so a reader sees the whole file or none of it, even after a crash (fsync first).
+
+    With `dir_fd`, `path` is a name in that directory (the TraceWriter's private trace
+    directory, where nobody else can create files).  The temporary file is created
+    exclusively and never through a symlink (O_EXCL|O_NOFOLLOW)."""
     directory, name = os.path.split(path)
     tmp = os.path.join(directory, f".{name}.tmp")
     try:
-        os.unlink(tmp)  # left by a crash: O_EXCL below must create it with our mode
+        os.unlink(tmp, dir_fd=dir_fd)  # left by a crash: O_EXCL below must create it with our mode
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                 dir_fd=dir_fd)
     try:
         with open(fd, "wb") as f:
             fill(f)
             f.flush()
             os.fsync(f.fileno())
-        os.rename(tmp, path)
+        os.rename(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
 
 
-def write(directory: str, metadata: dict) -> None:
+def write(directory: str, metadata: dict, dir_fd: int | None = None) -> None:
+    """Write the metadata into `directory` (or, given `dir_fd`, the directory it opens)."""
     data = json.dumps(metadata, indent=2, default=str).encode() + b"\n"
-    atomic_write(os.path.join(directory, NAME), lambda f: f.write(data))
+    atomic_write(NAME if dir_fd is not None else os.path.join(directory, NAME), lambda f: f.write(data),
+                 dir_fd=dir_fd)
 
 
 def read(directory: str) -> dict:
@@ -66,3 +73,31 @@ def read(directory: str) -> dict:
             return json.load(f)
     except FileNotFoundError:
         return {}
+
+
+def loss_summary(directory: str | os.PathLike) -> str | None:
+    """One line on what a finished trace lost (dropped, lost, failed writes, and whether
+    its final metadata was written), from its _metadata.json; None when it lost nothing
+    and was closed.  For `fusetrace umount`, once the server has exited.  Imports no
+    pyarrow."""
+    directory = os.path.abspath(directory)
+    try:
+        m = read(directory)
+    except (OSError, ValueError) as exc:
+        return f"trace {directory}: {NAME} unreadable ({exc}): losses unknown"
+    if not m:
+        return f"trace {directory}: no {NAME}: losses unknown"
+    dropped, lost, errors = m.get("dropped") or 0, m.get("lost") or 0, m.get("write_errors") or 0
+    closed = "end_wall_ns" in m
+    if closed and not (dropped or lost or errors):
+        return None
+    said = []
+    if dropped:
+        said.append(f"{dropped:,} records dropped (the writer's queue was full)")
+    if lost or errors:
+        said.append(f"{lost:,} records lost in {errors:,} failed writes (last: {m.get('last_error')})")
+    text = "; ".join(said) or "nothing dropped or lost as of its last flush"
+    if not closed:
+        text += (f"; its final {NAME} was not written (the trace disk full, or the server killed): "
+                 f"the counts are from an earlier flush")
+    return f"trace {directory}: {text}"

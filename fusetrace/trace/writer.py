@@ -4,12 +4,22 @@ The trio loop only appends a tuple to a deque (`record`); a daemon thread drains
 `flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches disk
 within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
 describes the files.
+
+Memory is bounded in bytes: records are dropped (and counted) once the queue's estimated
+size reaches `max_pending_bytes` (64 MiB), and the writer takes and converts at most
+`_ROW_GROUP` records at a time, so a stalled disk costs tens of MiB, not gigabytes.
+The counters are each written by one thread: `dropped` and the bytes queued by the loop
+(`record`), everything else by the writer thread (and by `close` once it has stopped).
+
+The directory is private (0700, ours, no symlink: see runstate.open_private_dir) and every
+file is made relative to a descriptor of it, exclusively and never through a link.
 """
 
 import collections
 import errno
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -17,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
+from ..runstate import NotPrivate, open_private_dir
 from . import metadata as meta
 from .schema import COLUMNS, SCHEMA
 
@@ -26,7 +37,30 @@ _ROW = pa.struct(list(SCHEMA))
 # Rows converted per pyarrow call.  Conversion holds the GIL for the whole call
 # (~1 us a row here), so small chunks keep the trio loop from stalling behind it.
 _CHUNK = 2048
+# Records the writer takes from the queue, converts and writes at a time (one Parquet row
+# group each): its own memory stays a few MiB however far behind it is.
+_ROW_GROUP = 16_384
 _PATHS = (COLUMNS.index("path"), COLUMNS.index("path2"))
+
+MAX_PENDING_BYTES = 64 << 20
+# Disk space held back (a hidden file, freed at close) so that a trace whose disk filled up
+# can still write its final _metadata.json, with the counts of what was lost.
+_RESERVE = ".reserve"
+_RESERVE_BYTES = 64 << 10
+# Estimated bytes of one queued record, its path's characters aside.  Measured with
+# tracemalloc (200,000 records appended to a deque, CPython 3.11): 552 bytes when every
+# int field is its own object (tuple of 15: 176, 13 ints of 28-32, the deque's slot 8),
+# 322 with the path shared and the small ints cached as most records have them, 432 with
+# a 27-character path of its own.  A path is charged as its own str (49 bytes + 1 a
+# character), even when shared with the inode: the estimate errs high.
+_RECORD_BYTES = 560 + 56  # 616, written out in TraceWriter.record
+_STR_BYTES = 56
+
+
+def _cost(fields: tuple) -> int:
+    """Estimated bytes a queued record holds (see _RECORD_BYTES)."""
+    path2 = fields[5]
+    return _RECORD_BYTES + len(fields[4] or "") + (0 if path2 is None else _STR_BYTES + len(path2))
 
 
 class TraceDirError(UserError):
@@ -35,22 +69,30 @@ class TraceDirError(UserError):
 
 class TraceWriter:
     def __init__(self, directory: str | os.PathLike, metadata: dict, *, flush_interval: float = 0.5,
-                 max_pending: int = 1_000_000):
+                 max_pending: int | None = None, max_pending_bytes: int | None = MAX_PENDING_BYTES):
+        """max_pending: at most this many records wait (None: no count limit);
+        max_pending_bytes: at most this many estimated bytes wait (None: no limit)."""
         self.directory = os.path.abspath(directory)
         self.flush_interval = flush_interval
-        self._max_pending = max_pending
+        self._max_pending = sys.maxsize if max_pending is None else max_pending
+        self._max_bytes = sys.maxsize if max_pending_bytes is None else max_pending_bytes
         self._pending: collections.deque[tuple] = collections.deque()
+        # the loop's (record) counters
+        self.dropped = 0  # refused because the queue was full (max_pending or max_pending_bytes)
+        self._bytes_in = 0  # estimated bytes of every record queued
+        # the writer thread's counters
         self.records = 0  # written to parts
         self._taken = 0  # taken from the queue to be written
-        self.dropped = 0  # refused because max_pending records were waiting
+        self._bytes_out = 0  # estimated bytes of every record taken from the queue
         self.lost = 0  # taken from the queue but lost to a failed write
         self.files = 0
         self.write_errors = 0
         self.last_error: str | None = None
+        self.final_metadata_written: bool | None = None  # known at close
         self._closed = False
         self._summary: dict = {}
 
-        _prepare(self.directory)
+        self._dirfd = _prepare(self.directory)
         # pyarrow's first conversion imports pandas (~0.4 s, GIL held); pay it now, not mid-trace
         pa.array([], type=_ROW)
         wall, mono = meta.clock_pair()
@@ -62,6 +104,7 @@ class TraceWriter:
             "clock": "CLOCK_MONOTONIC",
             "flush_interval": flush_interval,
             "max_pending": max_pending,
+            "max_pending_bytes": max_pending_bytes,
         }
         self._meta_lock = threading.Lock()
         self._meta_dirty = False
@@ -69,16 +112,22 @@ class TraceWriter:
         try:
             self._write_metadata()
         except OSError as exc:
+            os.close(self._dirfd)
             raise TraceDirError(f"trace directory {self.directory}: {_reason(exc)}") from None
+        self._reserved = _reserve(self._dirfd)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fusetrace-trace-writer", daemon=True)
         self._thread.start()
 
     def record(self, *fields) -> None:
-        """Queue one record, fields in schema order.  Never blocks: when max_pending
-        records are already waiting, the record is counted in `dropped` instead."""
-        if len(self._pending) < self._max_pending:
+        """Queue one record, fields in schema order.  Never blocks: when the queue is
+        full (max_pending records or max_pending_bytes waiting), the record is counted
+        in `dropped` instead.  Called from one thread (the trio loop)."""
+        path2 = fields[5]  # _cost(fields), inline: this runs on the loop for every operation
+        after = self._bytes_in + len(fields[4] or "") + (616 if path2 is None else 672 + len(path2))
+        if after - self._bytes_out <= self._max_bytes and len(self._pending) < self._max_pending:
             self._pending.append(fields)
+            self._bytes_in = after
         else:
             self.dropped += 1
 
@@ -88,9 +137,22 @@ class TraceWriter:
         return len(self._pending)
 
     @property
+    def queued_bytes(self) -> int:
+        """Estimated bytes of the records waiting (at most max_pending_bytes)."""
+        return max(0, self._bytes_in - self._bytes_out)
+
+    @property
     def recorded(self) -> int:
         """Records given so far (and not dropped): written, being written or queued."""
         return self._taken + len(self._pending)
+
+    def stats(self) -> dict:
+        """The counters, for `fusetrace stats`."""
+        return {"records": self.records, "queued": self.queued, "recorded": self.recorded,
+                "queued_bytes": self.queued_bytes,
+                "max_pending_bytes": None if self._max_bytes == sys.maxsize else self._max_bytes,
+                "dropped": self.dropped, "lost": self.lost, "files": self.files,
+                "write_errors": self.write_errors, "last_error": self.last_error}
 
     def update_metadata(self, **extra) -> None:
         """Add keys to _metadata.json; they are written at the next flush or at close."""
@@ -109,9 +171,23 @@ class TraceWriter:
             self._thread.join()
             end_wall, end_mono = meta.clock_pair()
             self.update_metadata(end_wall_ns=end_wall, end_monotonic_ns=end_mono)
-            self._flush_metadata()
+            errors = self.write_errors
+            self._final_metadata()
+            self.final_metadata_written = self.write_errors == errors
+            os.close(self._dirfd)
             self._summary = self._counters()
+            print(f"fusetrace: {self.closing_line()}", file=sys.stderr, flush=True)
         return self._summary
+
+    def closing_line(self) -> str:
+        """The counters in one line, as the server logs them at exit."""
+        line = (f"trace {self.directory} closed: {self.records:,} records in {self.files:,} parts, "
+                f"{self.dropped:,} dropped, {self.lost:,} lost, {self.write_errors:,} failed writes")
+        if self.last_error:
+            line += f" (last: {self.last_error})"
+        if self.final_metadata_written is False:
+            line += f"; its final {meta.NAME} could not be written: it holds the counts of an earlier flush"
+        return line
 
     def __enter__(self):
         return self
@@ -132,24 +208,42 @@ class TraceWriter:
         self._flush()
 
     def _flush(self) -> None:
-        n = len(self._pending)
+        n = len(self._pending)  # a part holds what is waiting now; later records wait for the next
         if n:
-            popleft = self._pending.popleft
-            rows = [popleft() for _ in range(n)]
-            self._taken += n
-            self._write_part(rows)
+            self._write_part(n)
         self._flush_metadata()
 
-    def _write_part(self, rows: list[tuple]) -> None:
-        path = os.path.join(self.directory, f"part-{self.files:06d}.parquet")
+    def _take(self, n: int) -> list[tuple]:
+        popleft = self._pending.popleft
+        rows = [popleft() for _ in range(n)]
+        self._taken += n
+        self._bytes_out += sum(map(_cost, rows))
+        return rows
+
+    def _write_part(self, n: int) -> None:
+        """Write the next `n` queued records as one part, taken, converted and written
+        `_ROW_GROUP` at a time.  A failed write loses all `n` (those not yet taken are
+        discarded too: a full disk must not keep the queue full)."""
+        taken = 0
+
+        def fill(f) -> None:
+            nonlocal taken
+            with pq.ParquetWriter(f, SCHEMA, compression="zstd") as out:
+                while taken < n:
+                    rows = self._take(min(_ROW_GROUP, n - taken))
+                    taken += len(rows)
+                    out.write_table(_table(rows))
+                    del rows
+
         try:
-            table = _table(rows)
-            meta.atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
+            meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
         except Exception as exc:  # disk full, directory gone, a bad field: keep serving
-            self._failed(exc, f"{len(rows)} records", len(rows))
+            if taken < n:
+                self._take(n - taken)
+            self._failed(exc, f"{n} records", n)
         else:
             self.files += 1
-            self.records += len(rows)
+            self.records += taken
 
     def _failed(self, exc: Exception, what: str, lost: int = 0) -> None:
         self.write_errors += 1
@@ -162,6 +256,30 @@ class TraceWriter:
     def _counters(self) -> dict:
         return {"records": self.records, "dropped": self.dropped, "lost": self.lost,
                 "files": self.files, "write_errors": self.write_errors, "last_error": self.last_error}
+
+    def _final_metadata(self) -> None:
+        """The closing metadata write.  On a full disk the space kept in `.reserve` since
+        the start is given back for it, so the trace still ends with its counts."""
+        try:
+            try:
+                self._write_metadata()
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._release_reserve():
+                    raise
+                self._write_metadata()
+        except Exception as exc:
+            self._failed(exc, meta.NAME)
+        self._release_reserve()
+
+    def _release_reserve(self) -> bool:
+        if not self._reserved:
+            return False
+        self._reserved = False
+        try:
+            os.unlink(_RESERVE, dir_fd=self._dirfd)
+        except OSError:
+            return False
+        return True
 
     def _flush_metadata(self) -> None:
         """Rewrite the metadata if keys were added or something went wrong since the
@@ -180,7 +298,31 @@ class TraceWriter:
             data = {**self._meta, **counters}
             self._meta_dirty = False
         self._meta_counts = (counters["dropped"], counters["lost"], counters["write_errors"])
-        meta.write(self.directory, data)
+        meta.write(self.directory, data, dir_fd=self._dirfd)
+
+
+def _reserve(dirfd: int) -> bool:
+    """Keep _RESERVE_BYTES of the trace's disk in a hidden file, for the final metadata."""
+    try:
+        os.unlink(_RESERVE, dir_fd=dirfd)  # left by a killed server
+    except OSError:
+        pass
+    try:
+        fd = os.open(_RESERVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dirfd)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, 0, _RESERVE_BYTES)
+        return True
+    except OSError:
+        try:
+            os.unlink(_RESERVE, dir_fd=dirfd)
+        except OSError:
+            pass
+        return False
+    finally:
+        os.close(fd)
 
 
 def _table(rows: list[tuple]) -> pa.Table:
@@ -206,22 +348,40 @@ def _utf8_paths(row: tuple) -> tuple:
     return tuple(out)
 
 
-def _prepare(directory: str) -> None:
-    """Create the trace directory (0700) or check an existing one holds nothing that
-    readers of the directory would mix up with this trace."""
+def _prepare(directory: str) -> int:
+    """Create the trace directory (0700; its missing parents as usual) or check an
+    existing one: ours, no symlink, writable by nobody else (runstate.open_private_dir),
+    holding nothing readers would mix up with this trace.  Returns its descriptor."""
+    parent = os.path.dirname(directory)
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        names = os.listdir(directory)
+        os.makedirs(parent, exist_ok=True)
+    except FileExistsError:
+        raise TraceDirError(f"trace directory {directory}: {parent} is not a directory") from None
     except OSError as exc:
         raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
-    parts = [n for n in names if n.endswith(".parquet") and not n.startswith(".")]
-    if parts or meta.NAME in names:
-        raise TraceDirError(f"trace directory {directory}: already holds a trace ({len(parts)} parts); "
-                            f"give a new or empty directory")
-    visible = sorted(n for n in names if not n.startswith("."))
-    if visible:
-        raise TraceDirError(f"trace directory {directory}: not empty (holds {visible[0]!r}); "
-                            f"give a new or empty directory")
+    try:
+        fd = open_private_dir(directory)
+    except NotPrivate as exc:
+        raise TraceDirError(f"trace directory {directory}: {exc}") from None
+    except OSError as exc:
+        raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
+    try:
+        try:
+            names = os.listdir(fd)
+        except OSError as exc:
+            raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
+        parts = [n for n in names if n.endswith(".parquet") and not n.startswith(".")]
+        if parts or meta.NAME in names:
+            raise TraceDirError(f"trace directory {directory}: already holds a trace ({len(parts)} parts); "
+                                f"give a new or empty directory")
+        visible = sorted(n for n in names if not n.startswith("."))
+        if visible:
+            raise TraceDirError(f"trace directory {directory}: not empty (holds {visible[0]!r}); "
+                                f"give a new or empty directory")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _reason(exc: OSError, path: str | None = None) -> str:

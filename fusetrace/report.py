@@ -157,17 +157,42 @@ def _header(s: dict) -> list[str]:
     if "start_wall_ns" in m:
         lines.append(f"started     {_wall(m['start_wall_ns'])}, records span {s['span_ns'] / 1e9:.3f} s")
     if m.get("dropped"):
-        lines.append(f"dropped     {_int(m['dropped'])} records: the writer's queue was full "
-                     f"(max_pending {m.get('max_pending', '?')})")
+        limit = f"max_pending {m['max_pending']}" if m.get("max_pending") is not None else \
+            f"{m['max_pending_bytes'] / 2**20:g} MiB" if m.get("max_pending_bytes") else "max_pending ?"
+        lines.append(f"dropped     {_int(m['dropped'])} records: the writer's queue was full ({limit})")
     if m.get("write_errors"):
         lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")
     if s["metadata_error"]:
         lines.append(f"warning     {s['metadata_error']}")
     elif not s["closed"]:
-        lines.append("warning     trace not closed (server killed or still running): the last second "
-                     "may be missing and the counts above are from the last flush")
+        lines.append(f"warning     {_not_closed(m)}")
     return lines
+
+
+def _not_closed(m: dict) -> str:
+    """Why a trace has no end time, as far as this host can tell: its server is still
+    running, or it stopped without writing its final metadata (killed, or the write
+    failed: with write errors already counted, a full disk is the likely cause)."""
+    counts = "the counts above are from its last metadata write"
+    pid = m.get("pid")
+    if pid and m.get("host") in (None, os.uname().nodename) and _is_fusetrace(pid):
+        return f"trace still being written (its server, pid {pid}, is running): {counts}"
+    if m.get("write_errors"):
+        return (f"trace not closed: its final {meta.NAME} could not be written, like the "
+                f"{_int(m['write_errors'])} failed writes above (last: {m.get('last_error')}; a full "
+                f"disk?) - or the server was killed: {counts}, more records may be lost")
+    return (f"trace not closed: its server stopped without writing its final {meta.NAME} "
+            f"(killed, or that write failed): the last second may be missing and {counts}")
+
+
+def _is_fusetrace(pid: int) -> bool:
+    """Whether process `pid` is a fusetrace server (not another that reused its pid)."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            return b"fusetrace" in f.read()
+    except (OSError, ValueError):
+        return False
 
 
 def _ops_table(s: dict) -> str:

@@ -250,8 +250,7 @@ class _Status:
         out = {"inodes": len(self.ops.inodes), "open_files": len(self.ops.handles),
                "inline": self.ops.inline.describe()}
         if self.tracer is not None:
-            out["trace"] = {"records": self.tracer.records, "queued": self.tracer.queued,
-                            "recorded": self.tracer.recorded, "dropped": self.tracer.dropped}
+            out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
         if self.emulation is not None:
             out.update(self.emulation.stats())
         return out

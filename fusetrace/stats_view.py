@@ -51,6 +51,18 @@ def render(stats: dict) -> str:
     lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")
     if trace:
-        lines.append(f"trace: {trace['records']:,} records written, {trace.get('queued', 0):,} queued, "
-                     f"{trace['dropped']:,} dropped")
+        lines.append(_trace_line(trace))
     return "\n".join(lines)
+
+
+def _trace_line(trace: dict) -> str:
+    queued = f"{trace.get('queued', 0):,} queued"
+    if trace.get("max_pending_bytes"):
+        queued += (f" ({_human_bytes(trace.get('queued_bytes', 0))} of "
+                   f"{_human_bytes(trace['max_pending_bytes'])})")
+    line = (f"trace: {trace['records']:,} records written, {queued}, "
+            f"{trace['dropped']:,} dropped (queue full), {trace.get('lost', 0):,} lost in "
+            f"{trace.get('write_errors', 0):,} failed writes")
+    if trace.get("last_error"):
+        line += f"; last error: {trace['last_error']}"
+    return line

@@ -68,7 +68,7 @@ def _mount_parser(sub) -> None:
 
 def _mount(args, argv) -> int:
     from . import runstate
-    from .server import MountOptions, preflight, serve
+    from .server import LOCKS, MountOptions, preflight, serve
 
     opts = MountOptions(
         source=args.source, mountpoint=args.mountpoint, trace_dir=args.trace_dir,
@@ -100,6 +100,7 @@ def _mount(args, argv) -> int:
     if answer == "ok":
         where = f", tracing to {os.path.abspath(args.trace_dir)}" if args.trace_dir else ""
         print(f"fusetrace: {opts.source} mounted on {opts.mountpoint}{where}")
+        print(f"fusetrace: note: locks are {LOCKS}")
         return 0
     if answer.startswith("error: "):
         raise UserError(answer[len("error: "):])
@@ -169,6 +170,12 @@ def _umount(args) -> int:
         _wait_server(mnt, pid, state.get("trace"))
     trace = f"; trace in {state['trace']}" if state.get("trace") else ""
     print(f"fusetrace: unmounted {mnt}{trace}")
+    if state.get("trace"):
+        from .trace.metadata import loss_summary
+
+        loss = loss_summary(state["trace"])
+        if loss:
+            print(f"fusetrace: warning: {loss}", file=sys.stderr)
     return 0
 
 

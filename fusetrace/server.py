@@ -7,7 +7,6 @@ import resource
 import signal
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 
 import pyfuse3
@@ -22,6 +21,9 @@ from .inline import InlinePolicy
 from .workers import Workers
 
 INLINE_THRESHOLD_US = 50.0  # a syscall quicker than this runs on the loop (see inline.py)
+# pyfuse3 has no lock operations: the kernel keeps flock and fcntl locks itself, per mount.
+LOCKS = ("local: flock and fcntl locks taken through the mount are kept by this machine's kernel "
+         "and do not reach the source or other clients")
 
 
 @dataclass
@@ -114,11 +116,6 @@ def preflight(opts: MountOptions) -> None:
         from .emulation import load_params
 
         load_params(opts.emulate, opts.overrides)
-    if opts.threads < 1:
-        raise UserError(f"--threads {opts.threads}: must be at least 1")
-    for name in ("attr_timeout", "entry_timeout"):
-        if getattr(opts, name) < 0:
-            raise UserError(f"--{name.replace('_', '-')} {getattr(opts, name)}: must not be negative")
 
 
 def _inline_threshold_us(opts: MountOptions) -> float:
@@ -164,6 +161,7 @@ def _metadata(opts: MountOptions) -> dict:
             "overrides": opts.overrides,
         },
         "pid": os.getpid(),
+        "locks": LOCKS,
     }
 
 
@@ -247,7 +245,9 @@ class _Status:
         self.ops, self.tracer, self.emulation = ops, tracer, emulation
 
     def stats(self, _request) -> dict:
-        out = {"inodes": len(self.ops.inodes), "open_files": len(self.ops.handles),
+        inodes = self.ops.inodes
+        out = {"inodes": len(inodes), "open_files": len(self.ops.handles),
+               "inode_fds": {"held": inodes.open_count, "most": inodes.max_open, "reopened": inodes.reopened},
                "inline": self.ops.inline.describe()}
         if self.tracer is not None:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
@@ -301,14 +301,3 @@ def _close(ops: Operations, workers: Workers, tracer) -> None:
     if tracer is not None:
         tracer.close()
 
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    """Poll until process `pid` has exited (it may be no child of ours)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.02)
-    return False

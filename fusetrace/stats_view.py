@@ -47,7 +47,10 @@ def render(stats: dict) -> str:
         lines.append(f"host: {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in "
                      f"all; {host['late']:,} of {host['ops']:,} operations late; loop busy "
                      f"{100 * host['loop_busy']:.0f} % of the time since mounting)")
-    lines.append(f"inodes known: {stats['inodes']:,}, open files: {stats['open_files']:,}")
+    fds = stats.get("inode_fds", {})
+    lines.append(f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
+                 f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
+                 f"{stats['open_files']:,}")
     lines.append(_inline_line(stats["inline"]))
     trace = stats.get("trace")
     if trace:

@@ -55,7 +55,7 @@ def loop_us(n: int = 100_000, repeats: int = 5) -> float:
         workers = Workers(1)
         plain = Operations(tmp, workers=workers, inline=InlinePolicy(50.0))
         writer = TraceWriter(os.path.join(tmp, "trace"), {}, flush_interval=3600.0,
-                             max_pending=n * repeats + 1)
+                             max_pending=n * repeats + 1, max_pending_bytes=None)
         traced = Operations(tmp, workers=workers, inline=InlinePolicy(50.0), tracer=writer)
         diffs = []
         for _ in range(repeats):
@@ -70,7 +70,8 @@ def loop_us(n: int = 100_000, repeats: int = 5) -> float:
 def writer_us(n: int = 200_000) -> float:
     """CPU (µs) of the writer thread per record, turning `n` queued records into Parquet."""
     with tempfile.TemporaryDirectory(prefix="fusetrace-tracecost-") as tmp:
-        writer = TraceWriter(os.path.join(tmp, "trace"), {}, flush_interval=3600.0, max_pending=n + 1)
+        writer = TraceWriter(os.path.join(tmp, "trace"), {}, flush_interval=3600.0, max_pending=n + 1,
+                             max_pending_bytes=None)
         for i in range(n):
             writer.record(i * 1000, 70_000, "read", 5, f"/dir/file{i % 100}", None, 7, i * 4096, 4096, 4096,
                           0, 1234, 0, 0, 0)

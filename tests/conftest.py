@@ -39,6 +39,16 @@ def poll(predicate, timeout: float = 10.0, interval: float = 0.02):
         time.sleep(interval)
 
 
+def one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
+    """A command failed with exactly one line on stderr, holding every needle."""
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
 class Mount:
     def __init__(self, source: Path, mountpoint: Path, trace: Path | None):
         self.source, self.mountpoint, self.trace = source, mountpoint, trace

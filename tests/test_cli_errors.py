@@ -5,22 +5,13 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT, fusetrace, is_mounted, poll
-
-
-def _one_line_error(done, *needles):
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+from conftest import ROOT, fusetrace, is_mounted, one_line_error, poll
 
 
 def test_missing_source(tmp_path):
     (tmp_path / "mnt").mkdir()
     done = fusetrace("mount", str(tmp_path / "nope"), str(tmp_path / "mnt"), check=False)
-    _one_line_error(done, "source", "nope", "no such directory")
+    one_line_error(done, "source", "nope", "no such directory")
     assert not is_mounted(tmp_path / "mnt")
 
 
@@ -28,19 +19,19 @@ def test_mountpoint_not_a_directory(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "file").write_text("x")
     done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "file"), check=False)
-    _one_line_error(done, "mountpoint", "file", "not a directory")
+    one_line_error(done, "mountpoint", "file", "not a directory")
 
 
 def test_busy_mountpoint(mount, tmp_path):
     m = mount()
     done = fusetrace("mount", str(m.source), str(m.mountpoint), check=False)
-    _one_line_error(done, str(m.mountpoint), "busy")
+    one_line_error(done, str(m.mountpoint), "busy")
 
 
 def test_mountpoint_inside_source(tmp_path):
     (tmp_path / "src" / "mnt").mkdir(parents=True)
     done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "src" / "mnt"), check=False)
-    _one_line_error(done, "inside the source")
+    one_line_error(done, "inside the source")
 
 
 def test_unwritable_trace_dir(tmp_path):
@@ -49,7 +40,7 @@ def test_unwritable_trace_dir(tmp_path):
     (tmp_path / "afile").write_text("x")
     done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"),
                      "--trace", str(tmp_path / "afile" / "trace"), check=False)
-    _one_line_error(done, "afile")
+    one_line_error(done, "afile")
     assert not is_mounted(tmp_path / "mnt")
 
 
@@ -61,7 +52,7 @@ def test_no_dev_fuse(tmp_path):
               f"mount {tmp_path}/src {tmp_path}/mnt")
     done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                           capture_output=True, text=True, timeout=60)
-    _one_line_error(done, "/dev/fuse")
+    one_line_error(done, "/dev/fuse")
 
 
 def test_stale_mount_is_named_and_cleared(mount):
@@ -73,7 +64,7 @@ def test_stale_mount_is_named_and_cleared(mount):
     os.kill(pid, signal.SIGKILL)
     poll(lambda: _stat_errno(m.mountpoint) == 107)  # ENOTCONN
     done = fusetrace("mount", str(m.source), str(m.mountpoint), check=False)
-    _one_line_error(done, "stale", "fusetrace umount")
+    one_line_error(done, "stale", "fusetrace umount")
     fusetrace("umount", str(m.mountpoint))
     assert not is_mounted(m.mountpoint)
 
@@ -98,7 +89,7 @@ def test_sigterm_unmounts_cleanly(mount):
 
 def test_umount_of_what_is_not_mounted(tmp_path):
     done = fusetrace("umount", str(tmp_path), check=False)
-    _one_line_error(done, "not mounted")
+    one_line_error(done, "not mounted")
 
 
 def test_umount_of_busy_mount(mount):
@@ -108,7 +99,7 @@ def test_umount_of_busy_mount(mount):
     fd = os.open(m.mountpoint / "d", os.O_RDONLY)
     try:
         done = fusetrace("umount", str(m.mountpoint), check=False)
-        _one_line_error(done, "cannot unmount", "busy")
+        one_line_error(done, "cannot unmount", "busy")
         assert is_mounted(m.mountpoint)
     finally:
         os.close(fd)

@@ -13,21 +13,12 @@ import uuid
 
 import pytest
 import trio
-from conftest import ROOT, fusetrace, is_mounted, poll
+from conftest import ROOT, fusetrace, is_mounted, one_line_error, poll
 
 from fusetrace import cli, emulation, runstate
 from fusetrace.errors import UserError
 
 GiB = 1 << 30
-
-
-def _one_line_error(done, *needles):
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _alive(pid: int) -> bool:
@@ -46,7 +37,7 @@ def test_mountpoint_equal_to_the_source_is_refused(tmp_path):
     (tmp_path / "link").symlink_to("src")
     for mountpoint in ("src", "link", "src/"):
         done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / mountpoint), check=False)
-        _one_line_error(done, "is the source itself")
+        one_line_error(done, "is the source itself")
         assert not is_mounted(tmp_path / "src")
 
 
@@ -57,7 +48,7 @@ def test_trace_inside_the_mountpoint_is_refused(tmp_path):
     for trace in ("mnt", "mnt/t", "mlink/deeper/t"):
         done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace",
                          str(tmp_path / trace), check=False)
-        _one_line_error(done, "inside the mountpoint", str(tmp_path / "mnt"))
+        one_line_error(done, "inside the mountpoint", str(tmp_path / "mnt"))
         assert not is_mounted(tmp_path / "mnt")
     assert not (tmp_path / "mnt" / "t").exists()
 
@@ -75,15 +66,15 @@ def test_a_stopped_server_is_named_quickly_and_umount_is_bounded(mount, tmp_path
         poll(lambda: _state(pid) == "T")
         begin = time.monotonic()
         done = fusetrace("mount", str(other), str(m.mountpoint), check=False, timeout=30)
-        _one_line_error(done, f"mountpoint {m.mountpoint}", "does not answer", "fusetrace umount")
+        one_line_error(done, f"mountpoint {m.mountpoint}", "does not answer", "fusetrace umount")
         named_in = time.monotonic() - begin
         assert named_in < 8, named_in
         # a source below the hung mount: named too, not waited on
         done = fusetrace("mount", str(m.mountpoint / "sub"), str(other), check=False, timeout=30)
-        _one_line_error(done, "source", f"on {m.mountpoint}", "does not answer")
+        one_line_error(done, "source", f"on {m.mountpoint}", "does not answer")
         begin = time.monotonic()
         done = fusetrace("umount", str(m.mountpoint), check=False, timeout=30)
-        _one_line_error(done, "stopped", f"kill -CONT {pid}")
+        one_line_error(done, "stopped", f"kill -CONT {pid}")
         assert time.monotonic() - begin < 8
         assert not is_mounted(m.mountpoint)
     finally:

@@ -6,9 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run.
+# fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run; acl: setfacl for the tests.
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod
-              parallel rsync cpio fpart tar)
+              parallel rsync cpio fpart tar acl)
 
 install_system() {
     local missing=()

@@ -86,6 +86,9 @@ class Operations(pyfuse3.Operations):
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
+        # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
+        # the server acts as root) and checks who may set them, where there are any.
+        self.enable_acl = self.xattrs
         self.proc_reaches_links = _proc_reaches_links()
         self.handles: dict[int, Handle] = {}
         self.dirs: dict[int, DirHandle] = {}
@@ -121,10 +124,10 @@ class Operations(pyfuse3.Operations):
             if any(type(a) is Inode for a in args):
                 for node in args:
                     if type(node) is Inode:
+                        self.inodes.pin(node)  # first, so attach's trim cannot take it
+                        held.append(node)
                         if node.fd < 0:
                             self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
-                        self.inodes.pin(node)
-                        held.append(node)
                 args = tuple(a.fd if type(a) is Inode else a for a in args)
             if nowait is not None:
                 out = nowait(*args)
@@ -311,15 +314,23 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
         fd, st = await self._call("open", node, ctx, _open_checked, node, flags & ~_OPEN_STRIP)
-        self.handles[fd] = Handle(fd, node, flags, ctx)
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
         # last told its attributes (by another client, or below the mount) has its
         # cached pages dropped and its attributes fetched again.
         now = version(st)
         changed, node.seen = now != node.seen, now
         if changed:
-            pyfuse3.invalidate_inode(node.id, attr_only=True)
+            try:
+                pyfuse3.invalidate_inode(node.id, attr_only=True)
+            except OSError as exc:
+                log.warning("fusetrace: cannot invalidate the attributes of inode %d: %s", node.id, exc)
+        self._opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
+
+    def _opened(self, h: Handle) -> None:
+        """Register an open file; its inode's descriptor stays open while it is."""
+        self.handles[h.fd] = h
+        self.inodes.pin(h.inode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._inode(parent_inode)
@@ -327,8 +338,12 @@ class Operations(pyfuse3.Operations):
         fd, st, path_fd = await self._call(
             "create", parent, ctx, _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode,
             _owner_for(ctx), name=name, kind="meta_write")
-        entry = self._new_entry(parent, name, (st, path_fd))
-        self.handles[fd] = Handle(fd, self.inodes.get(entry.st_ino), flags, ctx)
+        try:
+            entry = self._new_entry(parent, name, (st, path_fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        self._opened(Handle(fd, self.inodes.get(entry.st_ino), flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), entry
 
     async def read(self, fh, off, size):
@@ -351,7 +366,10 @@ class Operations(pyfuse3.Operations):
         h = self.handles.pop(fh, None)
         if h is None:
             raise FUSEError(E.EBADF)
-        await self._call("release", h.inode, h, os.close, fh, fh=fh, kind="commit" if h.dirty else "none")
+        try:
+            await self._call("release", h.inode, h, os.close, fh, fh=fh, kind="commit" if h.dirty else "none")
+        finally:
+            self.inodes.unpin(h.inode)
 
     async def fsync(self, fh, datasync):
         h = self._handle(fh)
@@ -365,6 +383,7 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         fd = await self._call("opendir", node, ctx, _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
         self.dirs[fd] = DirHandle(fd, node, ctx)
+        self.inodes.pin(node)
         return fd
 
     async def readdir(self, fh, start_id, token):
@@ -383,7 +402,7 @@ class Operations(pyfuse3.Operations):
                 known = d.inode if at_self else self.inodes.by_key((st.st_dev, st.st_ino))
                 node_id = known.id if known is not None else st.st_ino
             else:
-                node_id = self.inodes.node_id_for(st)
+                node_id = self.inodes.identify(st, fd)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(st, node_id), index + 1):
                 for *_, unsent in entries[i:]:
                     if unsent is not None:
@@ -391,7 +410,7 @@ class Operations(pyfuse3.Operations):
                 d.fit = max(i, 8)  # what the kernel's buffer holds: ask for that many next time
                 return
             if fd is not None:
-                # under the node id just sent: node_id_for hands out a new synthetic
+                # under the node id just sent: identify hands out a new synthetic
                 # id on every call for an object on another device
                 self.inodes.remember(st, fd, _join(d.inode.path, name), node_id)
 
@@ -399,7 +418,10 @@ class Operations(pyfuse3.Operations):
         d = self.dirs.pop(fh, None)
         if d is None:
             raise FUSEError(E.EBADF)
-        await self._call("releasedir", d.inode, d, os.close, fh, fh=fh, kind="none")
+        try:
+            await self._call("releasedir", d.inode, d, os.close, fh, fh=fh, kind="none")
+        finally:
+            self.inodes.unpin(d.inode)
 
     async def fsyncdir(self, fh, datasync):
         d = self.dirs.get(fh)
@@ -519,11 +541,15 @@ def _join(parent: str, name: str) -> str:
 
 
 def _owner_for(ctx):
-    """Who a new object must belong to, where that is not the server's own user:
-    the caller, as the kernel would make it natively."""
+    """Who a new object must be made as, where that is not the server's own user: the
+    caller with their supplementary groups, as the kernel would make it natively."""
     if not _AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):
         return None
-    return ctx.uid, ctx.gid
+    try:
+        groups = tuple(pyfuse3.get_sup_groups(ctx.pid))  # /proc/PID/status: from memory
+    except OSError:
+        groups = ()  # the caller is gone: its own uid and gid decide
+    return ctx.uid, ctx.gid, groups
 
 
 # ---- the blocking halves, run in worker threads ---------------------------------------
@@ -571,8 +597,15 @@ def _create(dirfd, name, flags, mode, owner):
         # permission check, so that race answers EEXIST.
         flags |= os.O_EXCL
     with syscalls.credentials(owner):
-        fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, stat.S_IMODE(mode), dir_fd=dirfd)
+        # O_NONBLOCK: a FIFO planted at the name since the kernel's lookup must not block
+        # the server; anything but a regular file is refused.
+        fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     stat.S_IMODE(mode), dir_fd=dirfd)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(E.EEXIST, "not a regular file")
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
         path_fd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         return fd, os.stat(path_fd), path_fd
     except BaseException:
@@ -732,16 +765,22 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
         names = [".", ".."] + os.listdir(dirfd)
     entries = []
     index = start
-    while index < len(names) and len(entries) < count:
-        name = names[index]
-        try:
-            if index < 2:
-                entries.append((index, name, os.stat(name, dir_fd=dirfd, follow_symlinks=False), None))
-            else:
-                entries.append((index, name, *_open_path(dirfd, name)))
-        except FileNotFoundError:
-            pass  # removed since the listing was taken
-        index += 1
+    try:
+        while index < len(names) and len(entries) < count:
+            name = names[index]
+            try:
+                if index < 2:
+                    entries.append((index, name, os.stat(name, dir_fd=dirfd, follow_symlinks=False), None))
+                else:
+                    entries.append((index, name, *_open_path(dirfd, name)))
+            except FileNotFoundError:
+                pass  # removed since the listing was taken
+            index += 1
+    except BaseException:
+        for *_, fd in entries:
+            if fd is not None:
+                os.close(fd)
+        raise
     return _Listing(names, entries)
 
 
@@ -785,6 +824,10 @@ class _Change:
         if self.uid != -1 or self.gid != -1:
             syscalls.fchown_empty(path_fd, self.uid, self.gid)
         if self.atime is not None or self.mtime is not None:
-            syscalls.utimensat(path_fd, b"", self.atime, self.mtime,
-                               syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
+            if self.is_link:  # the link itself (AT_EMPTY_PATH here needs Linux 5.8)
+                syscalls.utimensat(path_fd, b"", self.atime, self.mtime,
+                                   syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
+            else:
+                syscalls.utimensat(syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), self.atime,
+                                   self.mtime, 0)
         return os.stat(path_fd)

@@ -9,13 +9,18 @@ rsync see stable inode numbers.
 
 The kernel may know far more inodes than the process may hold descriptors (a
 100,000-entry tree under a limit of 1,024), so at most `max_open` descriptors are
-held, least recently used closed first.  A closed inode keeps its file handle
-(name_to_handle_at) and is opened again by it (open_by_handle_at, which needs
-root) or, without one, by walking its best known path from the root one
-component at a time without following symbolic links, then checking it is still
-the same (st_dev, st_ino); anything else answers ESTALE, which the kernel's path
-walk retries with a fresh lookup.  A descriptor in use by a request is pinned
-and never closed under it.
+held, least recently used closed first.  A descriptor in use by a request, or
+under an open file, is pinned and never closed under it.  Closing one gives up
+what kept the object's inode number from being reused below, so a closed inode
+keeps its file handle (name_to_handle_at, which carries the inode's generation)
+as its identity; an object that cannot give one is never closed.  It is opened
+again by that handle (open_by_handle_at, which needs root) or, without root, by
+walking its best known path from the root one component at a time without
+following symbolic links, and is then the same object only if its handle is the
+same.  A new object found under a closed inode's number (the number reused) is
+another inode with another node id; the old one answers ESTALE until the kernel
+forgets it.  ESTALE is also the answer when the object is gone: the kernel's path
+walk retries it with a fresh lookup.
 
 All methods but `reopen` run on the trio thread; no locks are needed.
 """
@@ -40,7 +45,7 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("id", "key", "fd", "nlookup", "path", "mode", "handle", "pins", "seen")
+    __slots__ = ("fd", "handle", "id", "key", "mode", "nlookup", "path", "pins", "retired", "seen")
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -50,7 +55,8 @@ class Inode:
         self.path = path  # best known path below the mount root: traces, and reopening
         self.mode = st.st_mode
         self.handle: bytes | None = None  # file handle, taken when the descriptor is closed
-        self.pins = 0  # requests using the descriptor now
+        self.pins = 0  # requests using the descriptor now, and open files on it
+        self.retired = False  # its number now belongs to another object below
         self.seen = version(st)  # the attributes the kernel was last told
 
     @property
@@ -61,7 +67,8 @@ class Inode:
 class InodeTable:
     def __init__(self, root_fd: int, *, max_open: int, by_handle: bool):
         """root_fd: an O_PATH descriptor of the source root, owned by the caller.
-        by_handle: closed inodes are reopened by file handle (needs CAP_DAC_READ_SEARCH)."""
+        by_handle: closed inodes are reopened by file handle (needs CAP_DAC_READ_SEARCH),
+        else by path."""
         st = os.fstat(root_fd)
         self._root_fd = root_fd
         self._root_dev = st.st_dev
@@ -75,12 +82,13 @@ class InodeTable:
                 # open_by_handle_at takes no O_PATH descriptor for its mount
                 self._mount_fd = os.open(f"/proc/self/fd/{root_fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
-                self._mount_id = None  # no file handles here (EOPNOTSUPP): reopen by path
+                self._mount_id = None  # no file handles here (EOPNOTSUPP): nothing is closed
         root = Inode(ROOT, (st.st_dev, st.st_ino), root_fd, "/", st)
         root.nlookup = 1  # never forgotten, never closed
         self._by_id: dict[int, Inode] = {ROOT: root}
         self._by_key: dict[tuple[int, int], Inode] = {root.key: root}
         self._open: OrderedDict[int, Inode] = OrderedDict()  # holding a descriptor, oldest first
+        self._closable = True  # False where the file system gives no handles: nothing is closed
         self.reopened = 0
 
     def __len__(self) -> int:
@@ -97,27 +105,29 @@ class InodeTable:
     def by_key(self, key) -> Inode | None:
         return self._by_key.get(key)
 
-    def node_id_for(self, st: os.stat_result) -> int:
-        """The node id an object with this stat would get (existing or new)."""
-        known = self._by_key.get((st.st_dev, st.st_ino))
+    def identify(self, st: os.stat_result, fd: int) -> int:
+        """The node id of the object `fd` holds (with stat `st`): a known inode's, or
+        the one a new inode would get."""
+        known = self._known(st, fd)
         if known is not None:
             return known.id
-        if st.st_dev == self._root_dev and st.st_ino != ROOT and st.st_ino < _SYNTHETIC:
+        if (st.st_dev == self._root_dev and st.st_ino != ROOT and st.st_ino < _SYNTHETIC
+                and st.st_ino not in self._by_id):  # a retired inode may hold the number yet
             return st.st_ino
         self._next_synthetic += 1
         return self._next_synthetic
 
     def remember(self, st: os.stat_result, fd: int, path: str, node_id: int | None = None) -> Inode:
-        """Count one kernel lookup of the object `fd` refers to.
+        """Count one kernel lookup of the object `fd` refers to (node_id: from identify()).
 
         Takes ownership of fd: it is kept for a new inode or one whose descriptor was
         closed, else closed.
         """
         key = (st.st_dev, st.st_ino)
-        inode = self._by_key.get(key)
+        inode = self._known(st, fd)
         if inode is None:
             if node_id is None:
-                node_id = self.node_id_for(st)
+                node_id = self.identify(st, fd)
             inode = Inode(node_id, key, -1, path, st)
             self._by_id[node_id] = inode
             self._by_key[key] = inode
@@ -139,14 +149,15 @@ class InodeTable:
         inode.nlookup -= nlookup
         if inode.nlookup <= 0:
             del self._by_id[node_id]
-            del self._by_key[inode.key]
+            if self._by_key.get(inode.key) is inode:
+                del self._by_key[inode.key]
             if inode.pins == 0:
                 self._close(inode)
 
     # ---- descriptors -----------------------------------------------------------------
 
     def pin(self, inode: Inode) -> None:
-        """Keep inode's descriptor (open: inode.fd >= 0) open until unpin."""
+        """Keep inode's descriptor open, once it is (attach), until unpin."""
         inode.pins += 1
         self._touch(inode)
 
@@ -160,15 +171,19 @@ class InodeTable:
 
     def reopen(self, inode: Inode) -> int:
         """A new O_PATH descriptor of a closed inode (blocking: run it in a worker).
-        Hand it to attach() on the trio thread.  ESTALE when the object is gone."""
-        handle = inode.handle
-        if handle is not None:
-            fd = syscalls.open_by_handle(self._mount_fd, handle, _O_PATH)
+        Hand it to attach() on the trio thread.  ESTALE when the object is gone or its
+        number belongs to another object now."""
+        if inode.retired or inode.handle is None:
+            raise OSError(errno.ESTALE, "no longer the object the kernel knows")
+        if self._mount_id is not None:
+            fd = syscalls.open_by_handle(self._mount_fd, inode.handle, _O_PATH)
         else:
-            fd = _walk(self._root_fd, inode.path)
+            try:
+                fd = _walk(self._root_fd, inode.path)
+            except OSError as exc:
+                raise OSError(errno.ESTALE, f"not at its last known path ({exc.strerror})") from None
         try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != inode.key:
+            if syscalls.name_to_handle(fd)[0] != inode.handle:
                 raise OSError(errno.ESTALE, "the object at its last known path is another one")
         except BaseException:
             os.close(fd)
@@ -192,6 +207,23 @@ class InodeTable:
             os.close(self._mount_fd)
             self._mount_fd = -1
 
+    def _known(self, st: os.stat_result, fd: int) -> Inode | None:
+        """The known inode of the object fd holds.  One whose descriptor was closed is
+        that object only if their handles agree; else its number was reused below, and
+        it is retired: it keeps its node id, and answers ESTALE, until forgotten."""
+        known = self._by_key.get((st.st_dev, st.st_ino))
+        if known is None or known.fd >= 0:
+            return known  # a held descriptor keeps its object's number from reuse
+        try:
+            same = syscalls.name_to_handle(fd)[0] == known.handle
+        except OSError:
+            same = False
+        if not same:
+            known.retired = True
+            del self._by_key[known.key]
+            return None
+        return known
+
     def _attach(self, inode: Inode, fd: int) -> None:
         inode.fd = fd
         self._open[inode.id] = inode
@@ -205,6 +237,8 @@ class InodeTable:
     def _trim(self) -> None:
         """Close least recently used descriptors, down to max_open, skipping pinned ones."""
         excess = len(self._open) - self.max_open
+        if not self._closable:
+            return
         victims = []
         for inode in self._open.values():
             if len(victims) >= excess:
@@ -212,18 +246,23 @@ class InodeTable:
             if inode.pins == 0:
                 victims.append(inode)
         for inode in victims:
-            if self._mount_id is not None and inode.handle is None:
+            if inode.handle is None:
                 try:
                     handle, mount_id = syscalls.name_to_handle(inode.fd)
-                    if mount_id == self._mount_id:
-                        inode.handle = handle
-                except OSError:
-                    pass  # reopened by path
+                except OSError as exc:
+                    if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
+                        self._closable = False  # none will have one: stop trying
+                        return
+                    continue  # no identity to know it again by: kept open
+                if self._mount_id is not None and mount_id != self._mount_id:
+                    continue  # on a mount below the source: no handle opens it here
+                inode.handle = handle
             self._close(inode)
 
     def _close(self, inode: Inode) -> None:
         if inode.fd >= 0 and inode.id != ROOT:
-            self._open.pop(inode.id, None)
+            if self._open.get(inode.id) is inode:
+                del self._open[inode.id]
             os.close(inode.fd)
             inode.fd = -1
 

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import platform
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
@@ -56,61 +57,58 @@ def utimensat(dirfd: int, path: bytes, atime_ns: int | None, mtime_ns: int | Non
 
 # ---- credentials of one thread -------------------------------------------------------
 #
-# A file made for another user is made *as* that user: the thread's file-system uid and
-# gid are switched for the one call (setfsuid/setfsgid act on the calling thread only),
+# A file made for another user is made *as* that user: the thread's file-system uid
+# and gid, and its supplementary groups, are switched to the caller's for the one call,
 # so the object is born with its owner and no chown or chmod by name follows, which a
-# name swapped for a symbolic link in between could redirect.  Switching fsuid away from
-# 0 clears the thread's file capabilities from its effective set; they are raised again
-# from its permitted set, because the kernel has already checked the caller's
-# permissions (default_permissions) with the caller's own groups.
+# name swapped for a symbolic link in between could redirect.  setfsuid and setfsgid
+# act on the calling thread only, and so does the raw setgroups system call (glibc's
+# wrapper would change every thread).  Switching fsuid away from 0 drops the thread's
+# file capabilities, so the file system below (an NFS server too, which never sees
+# local capabilities) decides with the caller's own credentials, as it would natively;
+# switching back restores them.
 
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+_SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}.get(platform.machine())
 
 
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-
-def _raise_permitted_caps() -> None:
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capget(ctypes.byref(header), data))
-    for half in data:
-        half.effective = half.permitted
-    _check(_libc.capset(ctypes.byref(header), data))
+def _set_thread_groups(groups) -> None:
+    if _SYS_SETGROUPS is None:
+        raise OSError(errno.ENOSYS, f"setgroups: no system call number known for {platform.machine()}")
+    array = (ctypes.c_uint32 * max(len(groups), 1))(*groups)
+    _check(_libc.syscall(_SYS_SETGROUPS, ctypes.c_size_t(len(groups)), array))
 
 
 class credentials:
-    """`with credentials(uid, gid):` this thread creates files as uid:gid (None: as it is)."""
+    """`with credentials((uid, gid, groups)):` this thread acts as that user in the file
+    system (None: as it is)."""
 
-    __slots__ = ("uid", "gid")
+    __slots__ = ("gid", "groups", "saved", "uid")
 
-    def __init__(self, owner: tuple[int, int] | None):
-        self.uid, self.gid = owner if owner is not None else (None, None)
+    def __init__(self, owner: tuple[int, int, tuple[int, ...]] | None):
+        self.uid, self.gid, self.groups = owner if owner is not None else (None, None, ())
+        self.saved: tuple[int, int, list[int]] | None = None
 
     def __enter__(self) -> None:
         if self.uid is None:
             return
-        _libc.setfsgid(self.gid)
-        _libc.setfsuid(self.uid)
         try:
-            if _libc.setfsuid(-1) != self.uid or _libc.setfsgid(-1) != self.gid:
+            self.saved = (_libc.setfsuid(-1) & 0xFFFFFFFF, _libc.setfsgid(-1) & 0xFFFFFFFF, os.getgroups())
+            _set_thread_groups(self.groups)
+            _libc.setfsgid(self.gid)
+            _libc.setfsuid(self.uid)
+            if (_libc.setfsuid(-1) & 0xFFFFFFFF, _libc.setfsgid(-1) & 0xFFFFFFFF) != (self.uid, self.gid):
                 raise OSError(errno.EPERM, "cannot act as the calling user")
-            _raise_permitted_caps()
         except BaseException:
             self.__exit__()
             raise
 
     def __exit__(self, *exc) -> None:
-        if self.uid is None:
+        if self.saved is None:
             return
-        _libc.setfsuid(0)  # back to 0: the kernel restores the effective capabilities
-        _libc.setfsgid(0)
+        uid, gid, groups = self.saved
+        self.saved = None
+        _libc.setfsuid(uid)
+        _libc.setfsgid(gid)
+        _set_thread_groups(groups)
 
 
 # ---- file handles: reaching an inode again without a descriptor held open --------------

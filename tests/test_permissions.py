@@ -1,0 +1,69 @@
+"""Nobody gains a permission through an allow_other mount that the source would not give.
+
+The server runs as root, so the kernel's checks are all that stand between a user and
+the source: POSIX ACLs are enforced by the kernel too (a mode-bits check alone let a
+user read a file whose ACL denied them), and files are made with the caller's own
+uid, gid and supplementary groups, so a group that grants access below grants it
+through the mount, and one the caller lacks does not.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import Mount, fusetrace
+
+NOBODY = 65534
+GROUP = 4242  # a supplementary group given to the caller in one test
+PYTHON = "/usr/bin/python3"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setfacl"),
+                                reason="needs root (allow_other) and setfacl (package acl)")
+
+
+@pytest.fixture
+def shared():
+    """(source, mountpoint) of an allow_other mount in a directory every user can reach."""
+    base = Path(tempfile.mkdtemp(prefix="fusetrace-perm-"))
+    os.chmod(base, 0o755)
+    src, mnt = base / "src", base / "mnt"
+    src.mkdir(mode=0o755)
+    mnt.mkdir(mode=0o755)
+    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", "--attr-timeout", "0", "--entry-timeout", "0")
+    yield src, mnt
+    Mount(src, mnt, None).unmount()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _as_nobody(code: str, *args, groups=()) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-c", code, *map(str, args)], user=NOBODY, group=NOBODY,
+                          extra_groups=list(groups), capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_an_acl_that_denies_a_user_denies_them_through_the_mount(shared):
+    src, mnt = shared
+    (src / "f").write_text("secret")
+    os.chmod(src / "f", 0o644)
+    subprocess.run(["setfacl", "-m", f"u:{NOBODY}:---", str(src / "f")], check=True)
+    read = "import sys; print(open(sys.argv[1]).read())"
+    assert _as_nobody(read, src / "f").returncode != 0  # natively
+    done = _as_nobody(read, mnt / "f")
+    assert done.returncode != 0 and "Permission denied" in done.stderr
+    assert (mnt / "f").read_text() == "secret"  # root still reads it
+
+
+def test_files_are_made_with_the_callers_groups(shared):
+    src, mnt = shared
+    (src / "team").mkdir(mode=0o775)
+    os.chown(src / "team", 0, GROUP)
+    os.chmod(src / "team", 0o775)
+    make = "import os, sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640))"
+    assert _as_nobody(make, mnt / "team" / "mine", groups=[GROUP]).returncode == 0
+    st = os.stat(src / "team" / "mine")
+    assert (st.st_uid, st.st_gid) == (NOBODY, NOBODY)
+    denied = _as_nobody(make, mnt / "team" / "not-mine")
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    assert not (src / "team" / "not-mine").exists()

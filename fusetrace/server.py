@@ -166,7 +166,8 @@ def _metadata(opts: MountOptions) -> dict:
 
 
 def _raise_fd_limit() -> None:
-    """Every inode the kernel knows holds a descriptor; allow as many as we may."""
+    """As libfuse's passthrough_hp does: the inode table holds descriptors on up to half of
+    the limit (fusetrace/inodes.py), open files and the rest take the other half."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -39,11 +39,16 @@ def poll(predicate, timeout: float = 10.0, interval: float = 0.02):
         time.sleep(interval)
 
 
-def one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
-    """A command failed with exactly one line on stderr, holding every needle."""
-    assert done.returncode != 0
+def one_line_error(done: subprocess.CompletedProcess, *needles: str, code: int | None = None) -> str:
+    """A command failed (with exit code `code`, if given) with exactly one line on
+    stderr, no traceback, holding every needle."""
+    if code is None:
+        assert done.returncode != 0
+    else:
+        assert done.returncode == code, (done.returncode, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]

@@ -7,23 +7,13 @@ import random
 import socket
 
 import pytest
-from conftest import fusetrace, is_mounted
+from conftest import fusetrace, is_mounted, one_line_error
 
 from emulator.model import Model, Op, OpClass
 from emulator.params import HOUR_MS, SPECS, ProfileError
 from emulator.profiles import apply_overrides, load_profile
 
 INT64_NS = 2**63 - 1
-
-
-def _one_line(done, code, *needles):
-    assert done.returncode == code, (done.returncode, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -118,17 +108,17 @@ def test_the_model_works_at_every_bound(edge):
 
 def test_mount_refuses_an_out_of_bounds_set(dirs):
     done = _mount_fails(dirs, "--emulate", "efs-tiny", "--set", "file_write_slots=1e23")
-    _one_line(done, 2, "--set file_write_slots", "at most 1,024")
+    one_line_error(done, "--set file_write_slots", "at most 1,024", code=2)
 
 
 def test_fusetrace_set_refuses_out_of_bounds(mount):
     m = mount("--emulate", "efs-tiny")
     done = fusetrace("set", str(m.mountpoint), "file_write_slots=1e30", check=False)
-    _one_line(done, 2, str(m.mountpoint), "set file_write_slots", "at most 1,024", "1e30")
+    one_line_error(done, str(m.mountpoint), "set file_write_slots", "at most 1,024", "1e30", code=2)
     done = fusetrace("set", str(m.mountpoint), "read_latency_p99_ms=0.001", check=False)  # the model refuses
-    _one_line(done, 2, "set read_latency_p99_ms", "must not be below read_latency_ms")
+    one_line_error(done, "set read_latency_p99_ms", "must not be below read_latency_ms", code=2)
     done = fusetrace("set", str(m.mountpoint), "burst_mibps=5", "read_iops=1e30", check=False)
-    _one_line(done, 2, "set read_iops")
+    one_line_error(done, "set read_iops", code=2)
     (m.mountpoint / "f").write_bytes(b"x" * 65536)  # the mount serves on, unchanged
     assert (m.mountpoint / "f").read_bytes() == b"x" * 65536
     assert "file_write_slots = 1024" in fusetrace("set", str(m.mountpoint), "file_write_slots=1024").stdout
@@ -141,25 +131,25 @@ def test_a_profile_that_is_not_utf8(dirs):
     path = dirs / "latin1.toml"
     path.write_bytes(b'base = "efs-tiny"\ndescription = "caf\xe9"\n')
     done = _mount_fails(dirs, "--emulate", str(path))
-    _one_line(done, 2, f"{path}:2: not UTF-8")
+    one_line_error(done, f"{path}:2: not UTF-8", code=2)
 
 
 def test_a_profile_that_is_a_directory(dirs):
     (dirs / "dir.toml").mkdir()
     done = _mount_fails(dirs, "--emulate", str(dirs / "dir.toml"))
-    _one_line(done, 2, str(dirs / "dir.toml"), "a directory")
+    one_line_error(done, str(dirs / "dir.toml"), "a directory", code=2)
 
 
 def test_a_profile_that_cannot_be_read(dirs):
     done = _mount_fails(dirs, "--emulate", "/proc/self/mem")  # a regular file whose read fails, even for root
-    _one_line(done, 2, "/proc/self/mem: cannot read")
+    one_line_error(done, "/proc/self/mem: cannot read", code=2)
 
 
 def test_a_base_that_is_not_utf8_names_both_files(dirs):
     (dirs / "latin1.toml").write_bytes(b'description = "\xff"\n')
     (dirs / "top.toml").write_text('base = "latin1.toml"\n')
     done = _mount_fails(dirs, "--emulate", str(dirs / "top.toml"))
-    _one_line(done, 2, "top.toml:1: base:", "latin1.toml:1: not UTF-8")
+    one_line_error(done, "top.toml:1: base:", "latin1.toml:1: not UTF-8", code=2)
 
 
 # ---- mount options ----------------------------------------------------------------------
@@ -182,42 +172,42 @@ def test_a_base_that_is_not_utf8_names_both_files(dirs):
     (["-o", "allow_other,fsname=elsewhere"], ["-o fsname=elsewhere", "fusetrace sets fsname itself"]),
 ])
 def test_mount_option_out_of_range(dirs, options, needles):
-    _one_line(_mount_fails(dirs, *options), 2, *needles)
+    one_line_error(_mount_fails(dirs, *options), *needles, code=2)
 
 
 def test_metrics_port_needs_emulation_and_a_free_port(dirs):
     done = _mount_fails(dirs, "--metrics-port", "9108")
-    _one_line(done, 2, "--metrics-port 9108: needs --emulate")
+    one_line_error(done, "--metrics-port 9108: needs --emulate", code=2)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         done = _mount_fails(dirs, "--emulate", "efs-tiny", "--metrics-port", str(port))
-    _one_line(done, 1, f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}", "in use")
+    one_line_error(done, f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}", "in use", code=1)
 
 
 def test_mount_option_foreground_is_checked_too(dirs):
     done = _mount_fails(dirs, "--foreground", "--max-requests", "0")
-    _one_line(done, 2, "--max-requests 0")
+    one_line_error(done, "--max-requests 0", code=2)
 
 
 def test_mount_option_of_the_wrong_type_is_one_line(dirs):
     done = _mount_fails(dirs, "--threads", "many")
-    _one_line(done, 2, "--threads", "invalid int value: 'many'", "fusetrace mount --help")
+    one_line_error(done, "--threads", "invalid int value: 'many'", "fusetrace mount --help", code=2)
     done = fusetrace("mount", str(dirs / "src"), check=False)
-    _one_line(done, 2, "required: mountpoint")
+    one_line_error(done, "required: mountpoint", code=2)
 
 
 # ---- scenario run ---------------------------------------------------------------------
 
 def test_scenario_names_with_all_are_refused():
     done = fusetrace("scenario", "run", "--all", "nosuch", check=False)
-    _one_line(done, 1, "--all", "nosuch")
+    one_line_error(done, "--all", "nosuch", code=1)
 
 
 def test_an_unknown_scenario_lists_the_known_ones():
     done = fusetrace("scenario", "run", "efs-2018-touch", "nosuch", check=False)
-    _one_line(done, 1, "scenario nosuch: no such scenario", "efs-2018-touch", "efs-2019-credit-cliff")
+    one_line_error(done, "scenario nosuch: no such scenario", "efs-2018-touch", "efs-2019-credit-cliff", code=1)
 
 
 @pytest.mark.parametrize("where, needles", [
@@ -230,5 +220,5 @@ def test_scenario_out_that_cannot_take_results(tmp_path, where, needles):
     (tmp_path / "file").write_text("x")
     out = where if where.startswith("/") else str(tmp_path / where)
     done = fusetrace("scenario", "run", "efs-2018-touch", "--fast", "--out", out, check=False)
-    _one_line(done, 1, f"--out {out}", *needles)
+    one_line_error(done, f"--out {out}", *needles, code=1)
     assert (tmp_path / "file").read_text() == "x"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, fusetrace, is_mounted
+from conftest import ROOT, fusetrace, is_mounted, one_line_error
 from fusetrace import runstate
 from fusetrace.errors import UserError
 from fusetrace.mounts import canonical
@@ -142,11 +142,8 @@ def plant_links(state: Path, mnt: Path, home: Path) -> None:
 
 
 def one_line(code: int, err: str, *needles: str) -> None:
-    assert code != 0
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+    """one_line_error for an exit code and stderr got from a non-root run."""
+    one_line_error(subprocess.CompletedProcess([], code, "", err), *needles)
 
 
 @pytest.mark.parametrize("squat", ["another user's", "writable by all", "a symlink", "a file"])
@@ -320,7 +317,7 @@ def test_mount_refuses_another_users_trace_directory_in_one_line(tmp_path):
     os.chown(trace, NOBODY, NOBODY)
     (trace / ".part-000000.parquet.tmp").write_bytes(b"hidden by its owner")
     done = fusetrace("mount", str(src), str(mnt), "--trace", str(trace), check=False)
-    one_line(done.returncode, done.stderr, f"trace directory {trace}", f"belongs to uid {NOBODY}")
+    one_line_error(done, f"trace directory {trace}", f"belongs to uid {NOBODY}")
     assert not is_mounted(mnt)
     assert os.listdir(trace) == [".part-000000.parquet.tmp"]
 
@@ -344,5 +341,5 @@ def test_an_unusable_log_file_is_one_line(tmp_path, where):
     mnt.mkdir()
     log = tmp_path / "no" / "such.log" if where == "missing directory" else tmp_path
     done = fusetrace("mount", str(src), str(mnt), "--log", str(log), check=False)
-    one_line(done.returncode, done.stderr, str(log))
+    one_line_error(done, str(log))
     assert "Traceback" not in done.stderr and not is_mounted(mnt)

@@ -34,11 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from emulator.model import Model  # noqa: E402
-from emulator.profiles import load_profile  # noqa: E402
-from emulator.shaper import Shaper  # noqa: E402
-from emulator.timer import PreciseTimer  # noqa: E402
-from fusetrace import runstate  # noqa: E402
+from fusetrace.emulator.model import Model  # noqa: E402
+from fusetrace.emulator.profiles import load_profile  # noqa: E402
+from fusetrace.shaping.shaper import Shaper  # noqa: E402
+from fusetrace.shaping.timer import PreciseTimer  # noqa: E402
+from fusetrace.server import runstate  # noqa: E402
 import tracecost  # noqa: E402
 
 MiB = 1 << 20

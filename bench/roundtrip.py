@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import targets as T  # noqa: E402
 import tracecost  # noqa: E402
-from fusetrace import runstate  # noqa: E402
+from fusetrace.server import runstate  # noqa: E402
 
 REQUESTS = 20_000
 PASSES = 3

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scenarios import spec  # noqa: E402
+from fusetrace.scenarios import spec  # noqa: E402
 
 
 def main() -> int:

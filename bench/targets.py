@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import tracecost  # noqa: E402
-from fusetrace import runstate  # noqa: E402
-from fusetrace.mounts import canonical, mounted_at  # noqa: E402
+from fusetrace.server import runstate  # noqa: E402
+from fusetrace.server.mounts import canonical, mounted_at  # noqa: E402
 
 CACHE = REPO / "bench" / "out"
 PY = sys.executable

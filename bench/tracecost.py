@@ -22,11 +22,11 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fusetrace.fs import Operations  # noqa: E402
-from fusetrace.inline import InlinePolicy  # noqa: E402
-from fusetrace.inodes import ROOT  # noqa: E402
+from fusetrace.server.handlers import Operations  # noqa: E402
+from fusetrace.server.inline import InlinePolicy  # noqa: E402
+from fusetrace.server.inodes import ROOT  # noqa: E402
 from fusetrace.trace.writer import TraceWriter  # noqa: E402
-from fusetrace.workers import Workers  # noqa: E402
+from fusetrace.server.workers import Workers  # noqa: E402
 
 
 class _Caller:

@@ -67,8 +67,8 @@ def _mount_parser(sub) -> None:
 
 
 def _mount(args, argv) -> int:
-    from . import runstate
-    from .server import LOCKS, MountOptions, preflight, serve
+    from .server import runstate
+    from .server.main import LOCKS, MountOptions, preflight, serve
 
     opts = MountOptions(
         source=args.source, mountpoint=args.mountpoint, trace_dir=args.trace_dir,
@@ -92,7 +92,9 @@ def _mount(args, argv) -> int:
     r, w = os.pipe()
     with open(logfd, "ab") as logf:
         child = subprocess.Popen(
-            [sys.executable, "-m", "fusetrace", *argv, "--foreground", "--ready-fd", str(w)],
+            # -P: the working directory is not put on sys.path, so a folder named fusetrace
+            # there (the clone itself, run from the folder that holds it) cannot shadow us
+            [sys.executable, "-P", "-m", "fusetrace", *argv, "--foreground", "--ready-fd", str(w)],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, pass_fds=(w,), start_new_session=True,
         )
     os.close(w)
@@ -141,7 +143,8 @@ def _umount(args) -> int:
     """Unmount, then wait for the server to flush its trace and exit; every wait bounded.
     Nothing here touches the mount itself: it is found in the mount table, and the
     kernel aborts the connection at unmount without asking the server."""
-    from . import children, mounts, runstate
+    from .scenarios import children
+    from .server import mounts, runstate
 
     mnt = mounts.canonical(args.mountpoint)
     info = mounts.mounted_at(mnt)
@@ -182,7 +185,7 @@ def _umount(args) -> int:
 def _wait_server(mnt: str, pid: int, trace: str | None) -> None:
     """Wait for an unmounted server to flush and exit, as long as it makes progress (CPU
     time or I/O): a stopped server is said at once, one that stalls after STALL_TIMEOUT."""
-    from . import children
+    from .scenarios import children
 
     what = "flush its trace" if trace else "exit"
     begin = last_change = time.monotonic()
@@ -208,7 +211,7 @@ def _wait_server(mnt: str, pid: int, trace: str | None) -> None:
 
 
 def _server_of(mountpoint: str) -> dict:
-    from . import mounts, runstate
+    from .server import mounts, runstate
 
     mnt = mounts.canonical(mountpoint)
     state = runstate.read(mnt)
@@ -218,7 +221,7 @@ def _server_of(mountpoint: str) -> dict:
 
 
 def _ask(mountpoint: str, **req) -> dict:
-    from .control import request
+    from .server.control import request
 
     state = _server_of(mountpoint)
     try:
@@ -244,7 +247,7 @@ def _stats(args) -> int:
 
 
 def _set(args) -> int:
-    from emulator.params import coerce
+    from fusetrace.emulator.params import coerce
 
     changes = []
     for item in args.assignments:  # every value checked (key, type, bounds) before any is sent
@@ -269,7 +272,7 @@ def _set(args) -> int:
 
 
 def _profiles(args) -> int:
-    from emulator.profiles import list_profiles
+    from fusetrace.emulator.profiles import list_profiles
 
     rows = list_profiles()
     width = max(len(name) for name, _ in rows)
@@ -338,11 +341,11 @@ def main(argv: list[str] | None = None) -> int:
 
             return run(args)
         if args.command == "demo":
-            from .demo import run
+            from .scenarios.demo import run
 
             return run(args)
         if args.command == "scenario":
-            from scenarios import command
+            from fusetrace.scenarios import command
 
             return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
         return {"stats": _stats, "set": _set, "profiles": _profiles}[args.command](args)
@@ -393,7 +396,7 @@ def _reachable(args) -> None:
     """The paths a mount will use answer, or their hung FUSE mount is named: checked
     before anything resolves or stats them (the mount point itself is checked, with a
     bounded probe, in preflight)."""
-    from . import mounts
+    from .server import mounts
 
     mounts.reachable(args.source, "source")
     for what, path in (("--trace", args.trace_dir), ("--log", args.log)):

@@ -16,10 +16,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fusetrace import children, fio
-from fusetrace.emulation import host_load, load_params
+from . import children, fio
+from ..shaping.hostload import host_load
+from ..shaping.profile import load_params
 from fusetrace.errors import UserError
-from fusetrace.scratch import ScratchMount, load_text, scratch_root
+from fusetrace.scenarios.scratch import ScratchMount, load_text, scratch_root
 from .progress import Progress
 from .spec import Scenario, Step
 

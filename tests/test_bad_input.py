@@ -9,9 +9,9 @@ import socket
 import pytest
 from conftest import fusetrace, is_mounted, one_line_error
 
-from emulator.model import Model, Op, OpClass
-from emulator.params import HOUR_MS, SPECS, ProfileError
-from emulator.profiles import apply_overrides, load_profile
+from fusetrace.emulator.model import Model, Op, OpClass
+from fusetrace.emulator.params import HOUR_MS, SPECS, ProfileError
+from fusetrace.emulator.profiles import apply_overrides, load_profile
 
 INT64_NS = 2**63 - 1
 

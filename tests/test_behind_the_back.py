@@ -1,6 +1,6 @@
 """Inodes stay right when the source directory changes behind the mount's back.
 
-Every object the kernel knows is held by an O_PATH descriptor (fusetrace/inodes.py),
+Every object the kernel knows is held by an O_PATH descriptor (fusetrace/server/inodes.py),
 so what the kernel calls inode N stays the object it was when its name changes
 below.  Here files and directories are renamed, replaced and removed in the
 SOURCE directory (not through the mount) while the mount has them open, looked

@@ -7,7 +7,7 @@ contradict each other are shown but not matched (see scenarios/alinas-2016-fio.t
 
 import pytest
 
-from fusetrace.demo import checked, run_jobs, table
+from fusetrace.scenarios.demo import checked, run_jobs, table
 
 RUNTIME = 3.0
 

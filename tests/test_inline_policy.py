@@ -1,6 +1,6 @@
 """The inline policy: which system calls run on the trio loop (a pure model, no clock)."""
 
-from fusetrace.inline import EVICT_FACTOR, PROBE_EVERY, InlinePolicy, is_network
+from fusetrace.server.inline import EVICT_FACTOR, PROBE_EVERY, InlinePolicy, is_network
 
 US = 1000
 KEY = ("getattr", "meta_read")

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from fusetrace.inodes import InodeTable
+from fusetrace.server.inodes import InodeTable
 
 
 def _lookup(table: InodeTable, parent_fd: int, name: str, path: str):

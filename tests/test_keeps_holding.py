@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from conftest import poll
 
-from fusetrace import runstate
+from fusetrace.server import runstate
 
 FLUSH_BOUND_S = 1.5  # the writer flushes every 0.5 s; a part takes milliseconds to write
 

@@ -24,7 +24,7 @@ def _mount_limited(src, mnt, nofile: int, *options: str) -> Mount:
 
 
 def _server_fds(mnt) -> int:
-    from fusetrace import runstate
+    from fusetrace.server import runstate
 
     pid = runstate.read(str(mnt))["pid"]
     return len(os.listdir(f"/proc/{pid}/fd"))

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from emulator.model import Gate, Model, Op, OpClass
-from emulator.params import GiB, KiB, MiB, TiB
-from emulator.profiles import apply_overrides, load_profile
-from emulator.simulate import closed_loop, dd_write, fio_job
+from fusetrace.emulator.model import Gate, Model, Op, OpClass
+from fusetrace.emulator.params import GiB, KiB, MiB, TiB
+from fusetrace.emulator.profiles import apply_overrides, load_profile
+from fusetrace.emulator.simulate import closed_loop, dd_write, fio_job
 
 
 def model_of(profile: str, *overrides: str, now: float = 0.0) -> Model:

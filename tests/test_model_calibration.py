@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.model import Model
-from emulator.params import MiB
-from emulator.profiles import apply_overrides, load_profile
-from emulator.simulate import closed_loop, dd_write, fio_job
+from fusetrace.emulator.model import Model
+from fusetrace.emulator.params import MiB
+from fusetrace.emulator.profiles import apply_overrides, load_profile
+from fusetrace.emulator.simulate import closed_loop, dd_write, fio_job
 
 TOLERANCE = 0.10
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from emulator.model import Model, Op, OpClass
-from emulator.profiles import load_profile
+from fusetrace.emulator.model import Model, Op, OpClass
+from fusetrace.emulator.profiles import load_profile
 
 BUDGET_S = 40e-6
 OPS = {

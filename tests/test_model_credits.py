@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from emulator.model import Model, Op, OpClass
-from emulator.params import GiB, KiB, MiB, TiB, Params
-from emulator.profiles import load_profile
-from emulator.simulate import closed_loop
-from emulator.throughput import baseline_rate, burst_rate, credit_cap
+from fusetrace.emulator.model import Model, Op, OpClass
+from fusetrace.emulator.params import GiB, KiB, MiB, TiB, Params
+from fusetrace.emulator.profiles import load_profile
+from fusetrace.emulator.simulate import closed_loop
+from fusetrace.emulator.throughput import baseline_rate, burst_rate, credit_cap
 
 TINY = load_profile("efs-tiny")
 EPS = 1e-6

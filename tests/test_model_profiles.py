@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.model import Model
-from emulator.params import SPECS, GiB, KiB, MB, MiB, TiB, Params, ProfileError
-from emulator.profiles import PROFILE_DIR, apply_overrides, list_profiles, load_profile
+from fusetrace.emulator.model import Model
+from fusetrace.emulator.params import SPECS, GiB, KiB, MB, MiB, TiB, Params, ProfileError
+from fusetrace.emulator.profiles import PROFILE_DIR, apply_overrides, list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ["efs-2016", "efs-bursting", "efs-elastic", "efs-provisioned", "alinas-2016", "efs-tiny"]

@@ -7,7 +7,7 @@ from time import monotonic_ns
 import pytest
 import trio
 
-from emulator.timer import MAX_LEAD_NS, PreciseTimer
+from fusetrace.shaping.timer import MAX_LEAD_NS, PreciseTimer
 
 LOST = 1_000_000_000  # ns: a sleeper this late past its deadline was not woken by the timer
 

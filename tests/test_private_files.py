@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, fusetrace, is_mounted, one_line_error
-from fusetrace import runstate
+from fusetrace.server import runstate
 from fusetrace.errors import UserError
-from fusetrace.mounts import canonical
+from fusetrace.server.mounts import canonical
 from fusetrace.trace.writer import TraceDirError, TraceWriter
 
 NOBODY = 65534

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from conftest import poll
-from scenarios import html, plots
+from fusetrace.scenarios import html, plots
 from fusetrace.trace.writer import TraceWriter
 
 T0 = 5_000_000_000_000  # the run's t=0, CLOCK_MONOTONIC ns

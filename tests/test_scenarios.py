@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, fusetrace, poll
 from fusetrace.errors import UserError
-from scenarios import spec
+from fusetrace.scenarios import spec
 
 SCENARIO_MOUNT = "fusetrace-scenario-"
 
@@ -29,7 +29,7 @@ def _write(tmp_path, text: str, name: str = "sc.toml"):
 
 
 def test_every_data_file_loads_and_names_a_real_profile():
-    from fusetrace.emulation import load_params
+    from fusetrace.shaping.profile import load_params
 
     names = spec.ids()
     assert len(names) == 12
@@ -124,7 +124,7 @@ def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, name):
 
 
 def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace():
-    from scenarios.runner import rows
+    from fusetrace.scenarios.runner import rows
 
     steps = [
         {"name": "qd1", "metrics": {"iops": 100.0, "mbps": 0.4, "lat_ms": 10.0}, "published": {"iops": 110},
@@ -146,7 +146,7 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
 
 
 def test_host_load_between_two_readings():
-    from fusetrace.emulation import host_load
+    from fusetrace.shaping.hostload import host_load
 
     before = {"late_ns": 100, "modelled_ns": 1_000, "loop_elapsed_ns": 1_000, "loop_idle_ns": 500}
     after = {"late_ns": 300, "modelled_ns": 2_000, "loop_elapsed_ns": 2_000, "loop_idle_ns": 600}

@@ -115,7 +115,7 @@ def test_reads_over_a_file_system_without_nowait_reads_run_on_the_loop(mount):
     import tempfile
     from pathlib import Path
 
-    from fusetrace.mounts import fstype_of
+    from fusetrace.server.mounts import fstype_of
 
     if fstype_of("/dev/shm") != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm")

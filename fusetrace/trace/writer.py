@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
-from ..runstate import NotPrivate, open_private_dir
+from ..server.runstate import NotPrivate, open_private_dir
 from . import metadata as meta
 from .schema import COLUMNS, SCHEMA
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .errors import UserError
+from ..errors import UserError
 
 FSTYPE = "fuse.fusetrace"
 PROBE_TIMEOUT = 2.0  # seconds a FUSE mount has to answer a stat before it is called hung

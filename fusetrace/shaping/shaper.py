@@ -19,7 +19,7 @@ pieces) is slowed by the host without being flagged.
 
 from time import monotonic_ns
 
-from .model import Op, OpClass
+from ..emulator.model import Op, OpClass
 
 # How fusetrace's handlers name the kind of an operation, as the model sees it.
 _WRITE_MODES = {"buffered", "direct", "sync"}

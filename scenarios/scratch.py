@@ -6,9 +6,9 @@ import subprocess
 import sys
 import tempfile
 
-from . import mounts, runstate
-from .control import request
-from .errors import UserError
+from ..server import mounts, runstate
+from ..server.control import request
+from ..errors import UserError
 
 SCRATCH_MIN_FREE = 4 << 30  # bytes a memory file system must have free to be used
 
@@ -31,7 +31,7 @@ def cli(*args: str) -> str:
     Interrupted (Ctrl-C, SIGTERM), it lets the command finish before the interruption
     goes on: a mount or unmount cut in half is what leaves a mount behind (both are
     bounded)."""
-    proc = subprocess.Popen([sys.executable, "-m", "fusetrace", *args], stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "fusetrace", *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate()
@@ -72,7 +72,7 @@ class ScratchMount:
         return answer
 
     def host(self) -> dict:
-        """How the emulating server keeps up: its counters (emulation.host_load() compares two)."""
+        """How the emulating server keeps up: its counters (shaping.hostload.host_load() compares two)."""
         return self.stats()["host"]
 
     def set(self, key: str, value) -> None:

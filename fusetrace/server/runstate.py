@@ -17,7 +17,7 @@ import os
 import secrets
 import stat
 
-from .errors import UserError
+from ..errors import UserError
 from .mounts import canonical
 
 

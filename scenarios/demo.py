@@ -3,13 +3,13 @@ jobs through it with a progress display, and print emulated against published fi
 
 import time
 
-from scenarios import spec as scenarios
-from scenarios.progress import Progress
+from fusetrace.scenarios import spec as scenarios
+from fusetrace.scenarios.progress import Progress
 
 from . import fio
-from .emulation import host_load
+from ..shaping.hostload import host_load
 from .scratch import ScratchMount, load_text
-from .texttable import table as text_table
+from ..texttable import table as text_table
 
 SCENARIO = "efs-2016-fio"  # the demo's published experiment
 

@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 
 from . import children
-from .errors import UserError
+from ..errors import UserError
 
 
 @dataclass

@@ -15,28 +15,21 @@ from time import monotonic_ns
 
 import trio
 
-from emulator.model import Model
-from emulator.profiles import ProfileError, apply_overrides, load_profile
-from emulator.shaper import Shaper
-from emulator.timer import PreciseTimer
-
+from ..emulator.model import Model
+from ..emulator.params import ProfileError
+from ..server.control import ControlError
 from . import prometheus
-from .control import ControlError
-from .errors import UserError
+from .hostload import NO_LOAD, host_load
 from .loopload import LoopLoad
+from .profile import load_params
+from .shaper import Shaper
+from .timer import PreciseTimer
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 CALIBRATE_WAIT = 5.0  # seconds the first walk waits for calibrate() to finish, at most
-HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
-LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late
 MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (about 40 µs here)
 WARM_UP_PROBES = 20  # the first round trips of a new mount (and a cold machine) run slow
-
-
-class ProfileUserError(UserError):
-    exit_code = 2
-
 
 _PROBE = """
 import os, sys, time
@@ -45,31 +38,6 @@ for _ in range(int(sys.argv[2])):
     os.statvfs(sys.argv[1])
     print(time.monotonic_ns() - t)
 """
-
-
-def load_params(profile: str, overrides: list[str]):
-    """The profile's parameters with --set overrides applied; a bad one is one line, exit 2."""
-    try:
-        return apply_overrides(load_profile(profile), overrides)
-    except ProfileError as exc:
-        raise ProfileUserError(str(exc)) from None
-
-
-_NO_LOAD = {"late_ns": 0, "modelled_ns": 0, "loop_elapsed_ns": 0, "loop_idle_ns": 0}
-
-
-def host_load(before: dict, after: dict) -> dict:
-    """Between two readings of the host counters (Emulation.host()): `added_share`, the
-    time replies went out past their deadlines as a share of the modelled time (0.25:
-    the host made it a quarter slower); `loop_busy`, the share of the time the loop
-    was busy; `host_bound`: the host, not the model, set the pace (replies over a tenth
-    later than modelled, or a loop too busy to admit requests when they came)."""
-    modelled = after["modelled_ns"] - before["modelled_ns"]
-    added = (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
-    elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
-    busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
-    return {"added_share": added, "loop_busy": busy,
-            "host_bound": added > HOST_BOUND_SHARE or busy > LOOP_BOUND_SHARE}
 
 
 def _now() -> float:
@@ -207,7 +175,7 @@ class Emulation:
         counters = {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
                     "compensation_us": sh.compensation_ns / 1e3,
                     "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
-        return {**counters, **host_load(_NO_LOAD, counters)}
+        return {**counters, **host_load(NO_LOAD, counters)}
 
     def stats(self) -> dict:
         return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from . import __version__, fusectl, inline, mounts, runstate
+from .. import __version__
+from . import fusectl, inline, mounts, runstate
 from .control import ControlError
 from .control import serve as serve_control
-from .errors import UserError
-from .fs import Operations
+from ..errors import UserError
+from .handlers import Operations
 from .inline import InlinePolicy
 from .workers import Workers
 
@@ -40,7 +41,7 @@ class MountOptions:
     emulate: str | None = None  # profile name or .toml path
     overrides: list[str] = field(default_factory=list)  # --set key=value
     metrics_port: int | None = None
-    inline: str = "auto"  # auto, always or never: see fusetrace/inline.py
+    inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
 
     def __post_init__(self):
@@ -113,7 +114,7 @@ def preflight(opts: MountOptions) -> None:
     if opts.overrides and opts.emulate is None:
         raise UserError("--set needs --emulate PROFILE")
     if opts.emulate is not None:
-        from .emulation import load_params
+        from ..shaping.profile import load_params
 
         load_params(opts.emulate, opts.overrides)
 
@@ -167,7 +168,7 @@ def _metadata(opts: MountOptions) -> dict:
 
 def _raise_fd_limit() -> None:
     """As libfuse's passthrough_hp does: the inode table holds descriptors on up to half of
-    the limit (fusetrace/inodes.py), open files and the rest take the other half."""
+    the limit (fusetrace/server/inodes.py), open files and the rest take the other half."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -220,7 +221,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
 def _open_emulation(opts: MountOptions):
     if opts.emulate is None:
         return None
-    from .emulation import Emulation
+    from ..shaping.emulation import Emulation
 
     return Emulation.open(opts.emulate, opts.overrides, opts.source)
 
@@ -228,7 +229,7 @@ def _open_emulation(opts: MountOptions):
 def _open_tracer(opts: MountOptions, emulation):
     if opts.trace_dir is None:
         return None
-    from .trace.writer import TraceDirError, TraceWriter
+    from ..trace.writer import TraceDirError, TraceWriter
 
     meta = _metadata(opts)
     if emulation is not None:

@@ -13,8 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fusetrace.scenarios.demo import run_jobs, table  # noqa: E402
 from fusetrace.scenarios import spec  # noqa: E402
+from fusetrace.scenarios.demo import run_jobs, table  # noqa: E402
 
 
 def main() -> None:

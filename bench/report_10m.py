@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from fusetrace.report import TOP_GROUPS, Trace, render  # noqa: E402
-from fusetrace.trace import metadata as meta  # noqa: E402
-from fusetrace.trace.schema import SCHEMA  # noqa: E402
+from fusetrace.report import TOP_GROUPS, Trace, render
+from fusetrace.trace import metadata as meta
+from fusetrace.trace.schema import SCHEMA
 
 OPS = np.array(["getattr", "lookup", "read", "write", "open", "release", "flush", "readdir"])
 OP_WEIGHTS = np.array([0.30, 0.20, 0.20, 0.15, 0.05, 0.05, 0.04, 0.01])

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import targets as T  # noqa: E402
-import tracecost  # noqa: E402
-from fusetrace.server import runstate  # noqa: E402
+import targets as T
+import tracecost
+
+from fusetrace.server import runstate
 
 REQUESTS = 20_000
 PASSES = 3

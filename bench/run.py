@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import roundtrip  # noqa: E402
-import targets as T  # noqa: E402
-import tracecost  # noqa: E402
-import workloads as W  # noqa: E402
+import roundtrip
+import targets as T
+import tracecost
+import workloads as W
 
 DEFAULT_WORKDIR = "/var/tmp/fusetrace-bench"
 
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
 
     table, checks = _table(rows, targets, results)
     T.CACHE.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     raw = T.CACHE / f"results-{stamp}.json"
     raw.write_text(json.dumps(results, indent=2, default=str))
     out = Path(args.out)
@@ -388,7 +388,7 @@ def _machine(work: Path) -> dict:
     real = str(work)
     found = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--target", real],
                            capture_output=True, text=True).stdout.split()  # the mount holding it
-    fs, dev = (found + ["?", "?"])[:2]
+    fs, dev = ([*found, "?", "?"])[:2]
     import pyfuse3
     import trio
 
@@ -407,7 +407,7 @@ def _machine(work: Path) -> dict:
         "mem_gib": round(mem_kb / 2**20, 1),
         "kernel": platform.release(),
         "os": out(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"]),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "fio": out(["fio", "--version"]),
         "python": platform.python_version(),
         "pyfuse3": pyfuse3.__version__,

@@ -12,7 +12,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,7 @@ def _table(result: dict) -> str:
 def _when(results: dict) -> str:
     started = sorted(r["started"] for r in results.values())
     if not started:
-        return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"{started[0]} to {started[-1]}"
 
 

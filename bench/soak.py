@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from fusetrace.server import runstate
 from fusetrace.scenarios.scratch import ScratchMount
+from fusetrace.server import runstate
 from fusetrace.trace import metadata
 
 RACE = "No such file or directory"

@@ -15,6 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import tracecost  # noqa: E402
+
 from fusetrace.server import runstate  # noqa: E402
 from fusetrace.server.mounts import canonical, mounted_at  # noqa: E402
 
@@ -156,7 +157,7 @@ class Fusetrace(Target):
         self.mnt = mnt
         env = dict(os.environ, PYTHONPATH=str(REPO))
         log = scratch / "fusetrace.log"
-        done = subprocess.run(self.command(src, mnt) + ["--log", str(log)], cwd=REPO, env=env,
+        done = subprocess.run([*self.command(src, mnt), "--log", str(log)], cwd=REPO, env=env,
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise TargetError((done.stderr or done.stdout).strip() or f"exit {done.returncode}")
@@ -265,7 +266,8 @@ class PassthroughHP(Target):
         ver = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)
         lib = f", linked against libfuse {ver.stdout.strip()}" if ver.returncode == 0 else ""
         return (f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand with "
-                f"extended-attribute support as libfuse's own build has it, see bench/README.md), default options, `--foreground` so this script owns the process")
+                f"extended-attribute support as libfuse's own build has it, see bench/README.md), default options, "
+                f"`--foreground` so this script owns the process")
 
     def command(self, src, mnt, placeholder=False):
         return [self.path, "--foreground", src, mnt]

@@ -22,11 +22,11 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fusetrace.server.handlers import Operations  # noqa: E402
-from fusetrace.server.inline import InlinePolicy  # noqa: E402
-from fusetrace.server.inodes import ROOT  # noqa: E402
-from fusetrace.trace.writer import TraceWriter  # noqa: E402
-from fusetrace.server.workers import Workers  # noqa: E402
+from fusetrace.server.handlers import Operations
+from fusetrace.server.inline import InlinePolicy
+from fusetrace.server.inodes import ROOT
+from fusetrace.server.workers import Workers
+from fusetrace.trace.writer import TraceWriter
 
 
 class _Caller:

@@ -15,7 +15,7 @@ already queued keep the times they were given.
 
 
 class CreditPipe:
-    __slots__ = ("hi", "lo", "earn", "cap", "free_at", "balance", "zero_at")
+    __slots__ = ("balance", "cap", "earn", "free_at", "hi", "lo", "zero_at")
 
     def __init__(self, hi: float, lo: float, earn: float, cap: float, balance: float, now: float):
         self.hi, self.lo, self.earn, self.cap = hi, lo, earn, cap

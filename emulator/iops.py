@@ -10,7 +10,7 @@ _WINDOW_S = 60  # PercentIOLimit looks back one CloudWatch period
 
 
 class IopsLimit:
-    __slots__ = ("rate", "tolerance", "tat", "_sec", "_count")
+    __slots__ = ("_count", "_sec", "rate", "tat", "tolerance")
 
     def __init__(self, rate: float, burst_s: float):
         self.tat = float("-inf")

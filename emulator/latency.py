@@ -8,7 +8,7 @@ _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 class Lognormal:
     """Samples in seconds from a lognormal with the given median and p99 (ms)."""
 
-    __slots__ = ("median", "sigma", "mean")
+    __slots__ = ("mean", "median", "sigma")
 
     def __init__(self, median_ms: float, p99_ms: float):
         self.median = median_ms / 1000

@@ -10,7 +10,7 @@ class Counters:
     """Cumulative operations, bytes and metered bytes since the model started;
     `nbytes` holds data bytes for data operations, the metadata size for others."""
 
-    __slots__ = ("ops", "nbytes", "metered")
+    __slots__ = ("metered", "nbytes", "ops")
 
     def __init__(self):
         self.ops = [0] * len(CLASSES)

@@ -36,7 +36,7 @@ from .slots import SlotPools
 from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
 from .writeback import Writeback
 
-__all__ = ["Model", "Op", "OpClass", "Admission", "Gate", "Params"]
+__all__ = ["Admission", "Gate", "Model", "Op", "OpClass", "Params"]
 
 _READ, _WRITE, _META_READ, _META_WRITE, _COMMIT = CLASSES
 # per class, in that order: is it a read (read IOPS limit, read factor), does it carry data
@@ -47,8 +47,17 @@ _DATA = (True, True, False, False, False)
 class _Route:
     """How operations of one class are served, derived from the parameters."""
 
-    __slots__ = ("index", "limits", "latency", "pipe", "charge_per_byte", "charge_fixed",
-                 "metered_per_byte", "metered_fixed", "fixed_bytes")
+    __slots__ = (
+        "charge_fixed",
+        "charge_per_byte",
+        "fixed_bytes",
+        "index",
+        "latency",
+        "limits",
+        "metered_fixed",
+        "metered_per_byte",
+        "pipe",
+    )
 
     def __init__(self, index: int):
         self.index = index
@@ -160,7 +169,8 @@ class Model:
     # ---- serving an operation -----------------------------------------------------------
 
     def _serve(self, route: _Route, now: float, nbytes: int, cost: float, pool: SlotPools | None,
-               key: int, hold: float, extra_latency: float, ready: float = -math.inf) -> tuple[float, Gate, float, float]:
+               key: int, hold: float, extra_latency: float,
+               ready: float = -math.inf) -> tuple[float, Gate, float, float]:
         """Run the gates for one request admitted at `now` whose service may not
         start before `ready` (a commit: its file's dirty data has drained; a
         write-back: the write got into the page cache): (done, gate, latency,

@@ -29,7 +29,7 @@ class Op:
             raise ValueError(f"Op.write_mode must be one of {', '.join(WRITE_MODES)}, got {self.write_mode!r}")
 
 
-class Gate(str, enum.Enum):
+class Gate(enum.StrEnum):
     """What set an operation's completion time."""
 
     LATENCY = "latency"  # its own latency and transfer: nothing held it

@@ -128,7 +128,8 @@ class Params:
                                      MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
     client_network_mbps: float = _param(0.0, "number", "the client's network rate, or its burst rate (0: none)",
                                         MAX_MBPS, "Mbit/s", least=LEAST_MBPS)
-    client_network_baseline_mbps: float = _param(0.0, "number", "client network rate once its credits are spent (0: no credits)",
+    client_network_baseline_mbps: float = _param(0.0, "number",
+                                                 "client network rate once its credits are spent (0: no credits)",
                                                  MAX_MBPS, "Mbit/s", least=LEAST_MBPS)
     client_network_credit: float = _param(0.0, "bytes", "the client's network credits, and their cap", MAX_BYTES)
     client_dirty_limit: float = _param(256 * MiB, "bytes", "buffered-write data the client holds before writers wait",

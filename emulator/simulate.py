@@ -9,8 +9,8 @@ figures in docs/EMULATOR.md come from here.
 
 import heapq
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .model import Model
 from .ops import Op, OpClass

@@ -7,7 +7,7 @@ _SWEEP_AT = 4096  # tidy idle entries away once this many keys are kept
 
 
 class SlotPools:
-    __slots__ = ("slots", "label", "_free", "_sweep_at")
+    __slots__ = ("_free", "_sweep_at", "label", "slots")
 
     def __init__(self, slots: int, label):
         self.slots = slots

@@ -2,7 +2,7 @@
 the credit cap, the throughput modes, and the client's own limits.  All rates
 in bytes/s, sizes in bytes."""
 
-from .params import GiB, KiB, MB, MiB, TiB, Params
+from .params import MB, GiB, KiB, MiB, Params, TiB
 
 MIN_RATE = 1 * KiB  # no limit falls below this, so every operation completes
 

@@ -15,7 +15,7 @@ _COMPACT_AT = 4096
 
 
 class Writeback:
-    __slots__ = ("limit", "_done", "_cum", "_head", "_total", "_file_done")
+    __slots__ = ("_cum", "_done", "_file_done", "_head", "_total", "limit")
 
     def __init__(self, limit: float):
         self.limit = limit

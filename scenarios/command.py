@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fusetrace.errors import UserError
 from fusetrace.texttable import table
+
 from . import runner, spec
 from .progress import Progress
 

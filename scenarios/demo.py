@@ -6,10 +6,10 @@ import time
 from fusetrace.scenarios import spec as scenarios
 from fusetrace.scenarios.progress import Progress
 
-from . import fio
 from ..shaping.hostload import host_load
-from .scratch import ScratchMount, load_text
 from ..texttable import table as text_table
+from . import fio
+from .scratch import ScratchMount, load_text
 
 SCENARIO = "efs-2016-fio"  # the demo's published experiment
 

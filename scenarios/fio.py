@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from . import children
 from ..errors import UserError
+from . import children
 
 
 @dataclass
@@ -84,7 +84,8 @@ def collect(proc: subprocess.Popen, args: list[str], on_tick=None) -> FioResult:
     the wait ends (an error, Ctrl-C), fio does not outlive it."""
     out, err = children.wait(proc, on_tick)
     if proc.returncode != 0:
-        raise UserError(f"fio {' '.join(args)}: failed ({err.strip().splitlines()[-1] if err.strip() else proc.returncode})")
+        why = err.strip().splitlines()[-1] if err.strip() else proc.returncode
+        raise UserError(f"fio {' '.join(args)}: failed ({why})")
     job = json.loads(out[out.index("{"):])["jobs"][0]
     return FioResult(read=_side(job["read"]), write=_side(job["write"]))
 

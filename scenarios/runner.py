@@ -13,14 +13,15 @@ import subprocess
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from . import children, fio
-from ..shaping.hostload import host_load
-from ..shaping.profile import load_params
 from fusetrace.errors import UserError
 from fusetrace.scenarios.scratch import ScratchMount, load_text, scratch_root
+
+from ..shaping.hostload import host_load
+from ..shaping.profile import load_params
+from . import children, fio
 from .progress import Progress
 from .spec import Scenario, Step
 
@@ -66,7 +67,7 @@ def run(scenario: Scenario, out: Path, *, fast: bool = False, profile: str | Non
         "id": scenario.id, "title": scenario.title, "system": scenario.system, "source": scenario.source,
         "profile": profile, "overrides": dict(kv.split("=", 1) for kv in overrides),
         "scaling": scenario.scaling, "fast": fast, "fast_note": scenario.fast if fast else "",
-        "credits": scenario.credits, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "credits": scenario.credits, "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "steps": [], "rows": [], "samples": [],
     }
     with tempfile.TemporaryDirectory(prefix="fusetrace-work-", dir=scratch_root()) as work, \

@@ -11,6 +11,7 @@ entry timeouts 0, so the kernel revalidates every name and nothing here waits.
 import ctypes
 import ctypes.util
 import os
+import pathlib
 import subprocess
 from contextlib import contextmanager
 
@@ -196,7 +197,7 @@ def test_cwd_in_a_directory_renamed_in_the_source(mount):
             f.write(b"made after the rename")
         os.mkdir("subdir")
         assert sorted(os.listdir(".")) == ["created", "inside", "subdir"]
-        assert open("inside", "rb").read() == b"i"
+        assert pathlib.Path("inside").read_bytes() == b"i"
         assert os.stat(".").st_ino == ino
         # getcwd() is not checked: it is the kernel's own record of the path (the
         # name the mount last told it), and the kernel cannot know of a rename below
@@ -214,7 +215,7 @@ def test_cwd_in_a_directory_removed_in_the_source(mount):
     with cwd(m.mountpoint / "d"):
         os.rmdir(m.source / "d")
         with pytest.raises(FileNotFoundError):
-            open("created", "wb")  # as in any directory that was removed
+            pathlib.Path("created").write_bytes(b"")  # as in any directory that was removed
         assert os.listdir(".") == []
     assert not (m.source / "d").exists()
 

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import Mount, fusetrace, is_mounted
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -45,8 +46,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-
-from conftest import Mount, fusetrace, is_mounted
 
 pytestmark = pytest.mark.slow
 
@@ -206,13 +205,13 @@ class Differential(RuleBasedStateMachine):
 
     def both(self, fn, what=""):
         """fn(side) on the mount (side 0) and on the plain directory (side 1): same outcome."""
-        got = [self._as_user(lambda: fn(side)) for side in (0, 1)]
+        got = [self._as_user(lambda side=side: fn(side)) for side in (0, 1)]
         assert got[0] == got[1], f"{what}: mount gave {got[0]!r}, plain directory {got[1]!r}"
         return got[1]
 
     def both_raw(self, fn):
         """Like both() for operations whose successful results (descriptors) differ."""
-        return [self._as_user(lambda: fn(side)) for side in (0, 1)]
+        return [self._as_user(lambda side=side: fn(side)) for side in (0, 1)]
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -223,12 +222,12 @@ class Differential(RuleBasedStateMachine):
             populate = populate | {"d"}
         for item in sorted(populate):
             if item in ("d", "e"):
-                self.both(lambda s: os.mkdir(self.path(s, item), 0o755), f"mkdir {item}")
+                self.both(lambda s, item=item: os.mkdir(self.path(s, item), 0o755), f"mkdir {item}")
             elif "->" in item:
                 name, to = item.split("->")
-                self.both(lambda s: os.symlink(to, self.path(s, name)), f"symlink {to} {name}")
+                self.both(lambda s, to=to, name=name: os.symlink(to, self.path(s, name)), f"symlink {to} {name}")
             else:
-                def make(s):
+                def make(s, item=item):
                     fd = os.open(self.path(s, item), os.O_CREAT | os.O_WRONLY, 0o644)
                     os.write(fd, item.encode() * 10)
                     os.close(fd)

@@ -10,7 +10,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import fusetrace, is_mounted, poll
 
 MiB = 1 << 20

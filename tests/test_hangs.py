@@ -16,9 +16,9 @@ import trio
 from conftest import ROOT, fusetrace, is_mounted, one_line_error, poll
 
 from fusetrace import cli
+from fusetrace.errors import UserError
 from fusetrace.server import runstate
 from fusetrace.shaping import emulation
-from fusetrace.errors import UserError
 
 GiB = 1 << 30
 

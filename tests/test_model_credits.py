@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fusetrace.emulator.model import Model, Op, OpClass
-from fusetrace.emulator.params import GiB, KiB, MiB, TiB, Params
+from fusetrace.emulator.params import GiB, KiB, MiB, Params, TiB
 from fusetrace.emulator.profiles import load_profile
 from fusetrace.emulator.simulate import closed_loop
 from fusetrace.emulator.throughput import baseline_rate, burst_rate, credit_cap

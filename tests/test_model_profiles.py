@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fusetrace.emulator.model import Model
-from fusetrace.emulator.params import SPECS, GiB, KiB, MB, MiB, TiB, Params, ProfileError
+from fusetrace.emulator.params import MB, SPECS, GiB, KiB, MiB, Params, ProfileError, TiB
 from fusetrace.emulator.profiles import PROFILE_DIR, apply_overrides, list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent

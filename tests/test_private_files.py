@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, fusetrace, is_mounted, one_line_error
-from fusetrace.server import runstate
+
 from fusetrace.errors import UserError
+from fusetrace.server import runstate
 from fusetrace.server.mounts import canonical
 from fusetrace.trace.writer import TraceDirError, TraceWriter
 
@@ -173,7 +173,7 @@ def test_a_squatted_state_directory_is_refused(python, world, squat):
             os.chown(STATE, NOBODY, NOBODY)
             why = "writable by group and others (mode 0777)"
     before = snapshot(home)
-    [(code, out, err)] = as_nobody(python, world / "dev", ["fusetrace", "mount", str(src), str(mnt)])
+    [(code, _out, err)] = as_nobody(python, world / "dev", ["fusetrace", "mount", str(src), str(mnt)])
     one_line(code, err, str(STATE), why)
     assert snapshot(home) == before
     assert not is_mounted(mnt)

@@ -10,8 +10,8 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import ROOT, poll
+
 from fusetrace.report import Trace, render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.writer import TraceWriter
@@ -50,7 +50,7 @@ def write(directory, cols: dict[str, np.ndarray], batches: int = 4, **writer_arg
         done = w.files
         for r in rows[b * n // batches:(b + 1) * n // batches]:
             w.record(*r)
-        poll(lambda: w.files > done, timeout=5)
+        poll(lambda done=done: w.files > done, timeout=5)
     return w
 
 

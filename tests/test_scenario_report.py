@@ -8,9 +8,9 @@ import re
 
 import numpy as np
 import pytest
+from conftest import poll
 from PIL import Image
 
-from conftest import poll
 from fusetrace.scenarios import html, plots
 from fusetrace.trace.writer import TraceWriter
 
@@ -39,7 +39,7 @@ def write_trace(directory, *batches) -> None:
         for t, dur, op, nbytes, err in batch:
             w.record(T0 + round(t * 1e9), round(dur * 1e9), op, 2, "/f", None, 3, 0, nbytes, nbytes, err,
                      100, 0, 0, 0)
-        poll(lambda: w.files > done, timeout=5)
+        poll(lambda done=done: w.files > done, timeout=5)
     w.close()
 
 

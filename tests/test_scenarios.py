@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, fusetrace, poll
+
 from fusetrace.errors import UserError
 from fusetrace.scenarios import spec
 

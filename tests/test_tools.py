@@ -99,7 +99,7 @@ def snapshot(root: Path, *, xattrs: bool = True, root_times: bool = False, dir_t
     xattrs), plus "<hard links>": the set of name groups that share a st_ino."""
     out, by_ino = {}, {}
     for dirpath, dirnames, filenames in os.walk(root):
-        for name in [""] + dirnames + filenames if dirpath == str(root) else dirnames + filenames:
+        for name in ["", *dirnames, *filenames] if dirpath == str(root) else dirnames + filenames:
             p = os.path.join(dirpath, name) if name else dirpath
             rel = os.path.relpath(p, root)
             st = os.lstat(p)

@@ -11,8 +11,8 @@ import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import ROOT, fusetrace, is_mounted, poll
+
 from fusetrace.report import Trace, render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace import writer as tw

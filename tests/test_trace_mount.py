@@ -7,7 +7,6 @@ import stat
 
 import duckdb
 import pandas as pd
-
 from conftest import fusetrace
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import ROOT, poll
+
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import COLUMNS, SCHEMA
 from fusetrace.trace.writer import TraceDirError, TraceWriter

@@ -8,7 +8,6 @@ import subprocess
 
 import pandas as pd
 import pytest
-
 from conftest import fusetrace
 
 
@@ -46,7 +45,7 @@ def test_no_xattrs_below_gives_callers_the_same_errors_and_the_kernel_stops_aski
     assert _errno(os.removexattr, mounted, "user.a") == errno.EOPNOTSUPP
     assert os.listxattr(mounted) == os.listxattr(native) == []
     with open(mounted, "r+b") as f:  # buffered writes ask for security.capability no more
-        for i in range(20):
+        for _i in range(20):
             f.write(b"x")
             f.flush()
     m.unmount()

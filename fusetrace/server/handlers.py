@@ -37,7 +37,7 @@ _FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known in
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("fd", "inode", "flags", "pid", "uid", "gid", "dirty")
+    __slots__ = ("dirty", "fd", "flags", "gid", "inode", "pid", "uid")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx):
         self.fd = fd
@@ -54,7 +54,7 @@ class Handle:
 
 
 class DirHandle:
-    __slots__ = ("fd", "inode", "names", "fit", "pid", "uid", "gid")
+    __slots__ = ("fd", "fit", "gid", "inode", "names", "pid", "uid")
 
     def __init__(self, fd: int, inode: Inode, ctx):
         self.fd = fd
@@ -435,7 +435,8 @@ class Operations(pyfuse3.Operations):
         root = self.inodes.get(ROOT)
         sv = await self._call("statfs", root, ctx, os.statvfs, root)
         out = pyfuse3.StatvfsData()
-        for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail", "f_namemax"):
+        for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail",
+                      "f_namemax"):
             setattr(out, field, getattr(sv, field))
         return out
 
@@ -762,7 +763,7 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
     and an O_PATH descriptor each ("." and ".." get none: they are not looked up).
     The listing is taken once per pass (offset 0)."""
     if names is None:
-        names = [".", ".."] + os.listdir(dirfd)
+        names = [".", "..", *os.listdir(dirfd)]
     entries = []
     index = start
     try:
@@ -787,7 +788,7 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
 class _Listing:
     """A readdir chunk; its length (for the trace) is the entries it carries."""
 
-    __slots__ = ("names", "entries")
+    __slots__ = ("entries", "names")
 
     def __init__(self, names, entries):
         self.names, self.entries = names, entries

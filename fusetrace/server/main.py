@@ -13,10 +13,10 @@ import pyfuse3
 import trio
 
 from .. import __version__
+from ..errors import UserError
 from . import fusectl, inline, mounts, runstate
 from .control import ControlError
 from .control import serve as serve_control
-from ..errors import UserError
 from .handlers import Operations
 from .inline import InlinePolicy
 from .workers import Workers

@@ -1,0 +1,37 @@
+"""The static checks run with the tests: ruff over the repository and mypy over the
+package as installed (emulator/ and scenarios/ are fusetrace.emulator and
+fusetrace.scenarios, so mypy reads them through a folder of links in that shape)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "pyproject.toml"
+
+
+def _tool(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def test_ruff_is_clean():
+    done = subprocess.run([_tool("ruff"), "check", "--no-cache", "--config", str(CONFIG), str(REPO)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_is_clean(tmp_path):
+    package = tmp_path / "fusetrace"
+    package.mkdir()
+    for entry in (REPO / "fusetrace").iterdir():
+        if entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry)
+    for top in ("emulator", "scenarios"):
+        (package / top).symlink_to(REPO / top)
+    done = subprocess.run([_tool("mypy"), "--config-file", str(CONFIG), "--cache-dir", str(tmp_path / "cache"),
+                           "-p", "fusetrace"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "MYPYPATH": str(tmp_path)})
+    report = done.stdout.replace(f"fusetrace{os.sep}emulator{os.sep}", f"emulator{os.sep}")
+    report = report.replace(f"fusetrace{os.sep}scenarios{os.sep}", f"scenarios{os.sep}")
+    assert done.returncode == 0, report + done.stderr

@@ -59,6 +59,16 @@ class _Route:
         "pipe",
     )
 
+    # set by Model._configure from the parameters
+    charge_fixed: float
+    charge_per_byte: float
+    fixed_bytes: float
+    latency: Lognormal
+    limits: tuple[IopsLimit, ...]
+    metered_fixed: float
+    metered_per_byte: float
+    pipe: CreditPipe | None
+
     def __init__(self, index: int):
         self.index = index
 
@@ -238,7 +248,8 @@ class Model:
             self._apply_measured(boundary)
 
     def _apply_measured(self, at: float) -> None:
-        self._measured, self._measured_pending = self._measured_pending, None
+        if self._measured_pending is not None:
+            self._measured, self._measured_pending = self._measured_pending, None
         self._configure(at)
 
     def _configure(self, now: float) -> None:
@@ -281,11 +292,13 @@ class Model:
                 route.charge_per_byte, route.charge_fixed = route.metered_per_byte, route.metered_fixed
 
     def _elastic_pipes(self, now: float) -> tuple[CreditPipe | None, CreditPipe | None]:
-        return tuple(_keep(pipe, (rate, rate, rate, 0.0) if rate > 0 else None, now)
-                     for pipe, rate in zip(self._elastic, elastic_rates(self.params)))
+        read, write = (_keep(pipe, (rate, rate, rate, 0.0) if rate > 0 else None, now)
+                       for pipe, rate in zip(self._elastic, elastic_rates(self.params)))
+        return read, write
 
 
-def _keep(pipe: CreditPipe | None, rates, now: float) -> CreditPipe | None:
+def _keep(pipe: CreditPipe | None, rates: tuple[float, float, float, float] | None,
+          now: float) -> CreditPipe | None:
     """The pipe reconfigured to `rates` (hi, lo, earn, cap), made if new (with a
     full balance), or None if there is no limit."""
     if rates is None:

@@ -257,6 +257,6 @@ def _size(key: str, value) -> float:
         return value
     m = _SIZE.fullmatch(value)
     unit = m and _SIZE_UNITS.get(m.group(2).lower() or "b")
-    if not unit:
+    if m is None or not unit:
         raise ValueError(f"{key}: expected a size such as '300 MiB' or '15 GB', got {value!r}")
     return float(m.group(1)) * unit

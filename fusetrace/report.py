@@ -45,9 +45,11 @@ class Trace:
                 self.metadata_error = f"no {meta.NAME}: source, start time and drops unknown"
         self._db = duckdb.connect()
         self._db.read_parquet(self.files).create_view("trace")
-        self.records, self.first_ns, self.last_ns, self.total_ns = self._db.execute(
+        summary = self._db.execute(
             "select count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0) "
             "from trace").fetchone()
+        assert summary is not None  # an aggregate always has its one row
+        self.records, self.first_ns, self.last_ns, self.total_ns = summary
         self.span_ns = self.last_ns - self.first_ns if self.records else 0
 
     def ops(self, by: str | None = None, top: int | None = None) -> tuple[list[dict], int]:

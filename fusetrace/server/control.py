@@ -41,9 +41,13 @@ async def serve(path: str, handlers: dict) -> None:
         finally:
             os.umask(old)
         sock.listen(16)
-        listener = trio.SocketListener(sock)
+        listeners = [trio.SocketListener(sock)]
+
+        async def answer(stream: trio.SocketStream) -> None:
+            await _answer(stream, handlers)
+
         try:
-            await trio.serve_listeners(lambda stream: _answer(stream, handlers), [listener])
+            await trio.serve_listeners(answer, listeners)
         finally:
             try:
                 os.unlink(name, dir_fd=dfd)

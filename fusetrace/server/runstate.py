@@ -130,7 +130,7 @@ def open_log(mountpoint: str) -> tuple[str, int]:
                          | os.O_NONBLOCK, 0o600, dir_fd=d)
         except OSError as exc:
             why = {errno.ELOOP: "is a symbolic link; refusing to follow it",
-                   errno.ENXIO: "not a regular file"}.get(exc.errno, (exc.strerror or str(exc)).lower())
+                   errno.ENXIO: "not a regular file"}.get(exc.errno or 0, (exc.strerror or str(exc)).lower())
             raise UserError(f"log {path}: {why}") from None
         try:
             check_own_file(fd, f"log {path}")

@@ -84,6 +84,9 @@ class credentials:
     __slots__ = ("gid", "groups", "saved", "uid")
 
     def __init__(self, owner: tuple[int, int, tuple[int, ...]] | None):
+        self.uid: int | None
+        self.gid: int | None
+        self.groups: tuple[int, ...]
         self.uid, self.gid, self.groups = owner if owner is not None else (None, None, ())
         self.saved: tuple[int, int, list[int]] | None = None
 

@@ -154,7 +154,7 @@ class Model:
             self._apply_measured(self._now)
 
     def metrics(self, now: float) -> dict[str, float]:
-        """CloudWatch-style figures at `now` (efs-model.md section 5); byte
+        """CloudWatch-style figures at `now` (EFS user guide, "Amazon CloudWatch metrics for Amazon EFS"); byte
         counters are cumulative, others are current values."""
         self._advance(now)
         now = self._now

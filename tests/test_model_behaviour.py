@@ -1,4 +1,4 @@
-"""The behaviours of efs-model.md section 4, the throughput modes, live changes and
+"""The behaviours of docs/EMULATOR.md ("How an operation is timed", "NFS write semantics"), the throughput modes, live changes and
 metrics, each run against a shipped profile in virtual time."""
 
 import math

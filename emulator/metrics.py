@@ -1,4 +1,5 @@
-"""The counters behind the CloudWatch-style metrics (EFS user guide, "Amazon CloudWatch metrics for Amazon EFS"; docs/EMULATOR.md, Metrics)."""
+"""The counters behind the CloudWatch-style metrics (EFS user guide, "Amazon CloudWatch
+metrics for Amazon EFS"; docs/EMULATOR.md, Metrics)."""
 
 from .ops import OpClass
 

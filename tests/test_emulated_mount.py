@@ -7,7 +7,6 @@ import stat
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 from conftest import fusetrace, is_mounted, poll
@@ -120,13 +119,3 @@ def _write_and_fsync(path, size):
     with open(path, "wb") as f:
         f.write(b"y" * size)
         os.fsync(f.fileno())
-
-
-def test_prometheus_endpoint(mount):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    m = mount("--emulate", "efs-tiny", "--metrics-port", str(port))
-    (m.mountpoint / "f").write_bytes(b"z" * 4096)
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    assert "efs_burst_credit_balance" in body and "efs_permitted_throughput" in body

@@ -121,7 +121,7 @@ class Emulation:
         nursery.start_soon(self._sample_every_minute)
         nursery.start_soon(self._measure_storage)
         if metrics_port is not None:
-            await nursery.start(prometheus.serve, metrics_port, self.prometheus_metrics)
+            prometheus.serve(metrics_port, self.prometheus_metrics)
 
     async def calibrate(self, mountpoint: str, probes: int = 80) -> None:
         """Measure FUSE's own share of a round trip (statfs, which the kernel never
@@ -189,7 +189,10 @@ class Emulation:
             raise ControlError(str(exc)) from None
 
     def prometheus_metrics(self) -> dict[str, float]:
-        return {**self.model.metrics(_now()), "fusetrace_late_operations": self.shaper.late}
+        """The model's CloudWatch-named metrics and the host's counters at one instant,
+        for prometheus.METRICS; on the loop's thread (prometheus.serve runs it there)."""
+        host = self.host()
+        return {**self.model.metrics(_now()), **host, "loop_busy_ns": host["loop_elapsed_ns"] - host["loop_idle_ns"]}
 
     def final_metadata(self) -> dict:
         self._sample()

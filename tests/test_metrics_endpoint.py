@@ -1,0 +1,115 @@
+"""The Prometheus endpoint of an emulated mount (`--metrics-port`), its names, and the
+Grafana dashboard in docs/ that charts them."""
+
+import json
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+from conftest import poll
+from prometheus_client.parser import text_string_to_metric_families
+
+from fusetrace.emulator.model import Model
+from fusetrace.shaping.emulation import Emulation
+from fusetrace.shaping.prometheus import METRICS, Kind
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+MiB = 1 << 20
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+
+def _values(body: str) -> dict[str, float]:
+    """Sample values by name, labelled samples summed."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} spell them) listening on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, _, hex_port = local.partition(":")
+                if int(hex_port, 16) == port and state == "0A":  # LISTEN
+                    found.add(address)
+    return found
+
+
+def test_prometheus_endpoint(mount):
+    port = _free_port()
+    m = mount("--emulate", "efs-tiny", "--metrics-port", str(port))
+    (m.mountpoint / "f").write_bytes(b"z" * 4096)
+    body = _scrape(port)
+    assert "efs_burst_credit_balance" in body and "efs_permitted_throughput" in body
+    assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1 alone
+
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    assert set(families) == {metric.family for metric in METRICS}
+    for metric in METRICS:
+        family = families[metric.family]
+        assert family.type == metric.kind.value, metric.name
+        assert f"# HELP {metric.name} " in body and family.documentation, metric.name
+        assert f"# TYPE {metric.name} {metric.kind.value}" in body
+        assert {s.name for s in family.samples} == {metric.name}
+    assert families["efs_burst_credit_balance_bytes"].type == "gauge"
+    assert families["fusetrace_late_operations"].type == "counter"
+
+
+def test_counters_rise_with_io_through_the_mount(mount):
+    port = _free_port()
+    m = mount("--emulate", "efs-tiny", "--metrics-port", str(port))
+    before = _values(_scrape(port))
+    with open(m.mountpoint / "f", "wb") as f:
+        f.write(b"w" * MiB)
+    after = poll(lambda: (v := _values(_scrape(port)))["efs_data_write_io_bytes_total"] >= before[
+        "efs_data_write_io_bytes_total"] + MiB and v)
+    for name in ("efs_metered_io_bytes_total", "efs_total_io_bytes_total", "efs_operations_total",
+                 "fusetrace_shaped_operations_total"):
+        assert after[name] > before[name], name
+
+
+def test_every_model_figure_and_host_counter_is_exported():
+    emulation = Emulation.open("efs-tiny", [], "/nonexistent")
+    snapshot = emulation.prometheus_metrics()
+    sources = {key for metric in METRICS for _, key in metric.sources}
+    assert sources <= set(snapshot)
+    assert set(Model(emulation.model.params, 0.0).metrics(0.0)) <= sources  # no figure of the model left out
+    for metric in METRICS:
+        assert metric.name.startswith(("efs_", "fusetrace_")), metric.name
+        assert metric.name.endswith("_total") == (metric.kind is Kind.COUNTER), metric.name
+        assert metric.name.startswith("efs_") == bool(metric.cloudwatch), metric.name
+        assert ("CloudWatch" in metric.help) and metric.help.endswith("."), metric.name
+
+
+def test_dashboard_queries_only_exported_metrics():
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    exported = {metric.name for metric in METRICS}
+    queried = set()
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            names = set(re.findall(r"\b(?:efs|fusetrace)_[a-z_]+\b", target["expr"]))
+            assert names and names <= exported, (panel["title"], names - exported)
+            queried |= names
+    for needed in ("efs_data_read_io_bytes_total", "efs_data_write_io_bytes_total",
+                   "efs_burst_credit_balance_bytes", "efs_percent_io_limit",
+                   "efs_permitted_throughput_bytes_per_second", "fusetrace_late_operations_total"):
+        assert needed in queried, needed

@@ -5,3 +5,8 @@ class UserError(Exception):
     """Bad input or a broken environment, said in one line naming what and where."""
 
     exit_code = 1
+
+
+class ControlError(Exception):
+    """A control request (`fusetrace stats`, `fusetrace set`) the server refuses: the
+    message goes back to the client as the answer's error."""

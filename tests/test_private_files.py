@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fusetrace, is_mounted, one_line_error
+from conftest import fusetrace, is_mounted, one_line_error
 
 from fusetrace.errors import UserError
 from fusetrace.server import runstate
@@ -51,9 +51,31 @@ exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
 """
 
 
+_SITE: list[Path] = []  # made at first use, removed after the module's tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _site_removed():
+    yield
+    for folder in _SITE:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _site() -> str:
+    """A folder nobody may read whose sitecustomize adds this environment's packages as a
+    site directory: their .pth files run, so the editable install's finder maps
+    fusetrace.emulator and fusetrace.scenarios as it does for us."""
+    if not _SITE:
+        _SITE.append(Path(tempfile.mkdtemp(prefix="fusetrace-site-")))
+        _SITE[0].chmod(0o755)
+    folder = _SITE[0]
+    (folder / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return str(folder)
+
+
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "HOME")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])
+    env["PYTHONPATH"] = _site()
     env["HOME"] = "/nonexistent"
     return env
 
@@ -62,7 +84,8 @@ def _interpreter() -> str | None:
     """A Python nobody may execute, and its children again (the background server),
     that imports fusetrace's dependencies (a venv under /root is not one)."""
     versioned = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    probe = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import pyfuse3, trio'], check=True)"
+    probe = ("import subprocess, sys; "
+             "subprocess.run([sys.executable, '-c', 'import pyfuse3, trio, fusetrace.scenarios.children'], check=True)")
     for exe in dict.fromkeys([sys.executable, versioned]):
         done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", exe, "-c",
                                probe], capture_output=True, text=True, env=_env(), timeout=60)

@@ -12,21 +12,18 @@ import struct
 
 import trio
 
+from ..errors import ControlError
+from ..private import open_private_dir
+
 MAX_REQUEST = 64 * 1024
-
-
-class ControlError(Exception):
-    pass
 
 
 async def serve(path: str, handlers: dict) -> None:
     """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict.
 
-    The socket's directory is checked private (runstate.open_private_dir) and the
+    The socket's directory is checked private (fusetrace/private.py) and the
     socket made relative to that descriptor (bound through /proc/self/fd/N/NAME), so
     a path swapped after the check cannot move it elsewhere."""
-    from .runstate import open_private_dir
-
     directory, name = os.path.split(path)
     dfd = open_private_dir(directory, create=False)
     try:

@@ -15,14 +15,10 @@ import hashlib
 import json
 import os
 import secrets
-import stat
 
 from ..errors import UserError
+from ..private import NotPrivate, check_own_file, open_private_dir
 from .mounts import canonical
-
-
-class NotPrivate(UserError):
-    """A directory or file that another user could have planted or may change."""
 
 
 def state_dir() -> str:
@@ -30,60 +26,6 @@ def state_dir() -> str:
         return "/run/fusetrace"
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     return os.path.join(runtime, "fusetrace") if runtime else f"/tmp/fusetrace-{os.geteuid()}"
-
-
-def open_private_dir(path: str, create: bool = True) -> int:
-    """A descriptor of directory `path`, made (mode 0700) when `create` and it is missing.
-
-    Raises NotPrivate (the reason, no path) when it is a symlink or no directory,
-    belongs to another user, or group or others may write in it, and OSError when it
-    cannot be made or opened (FileNotFoundError when missing and not `create`).
-    Opened with O_NOFOLLOW and checked through the descriptor, so what is checked is
-    what the caller then works in, whatever happens to the path afterwards."""
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except NotADirectoryError:  # O_NOFOLLOW on a symlink says ENOTDIR too
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            raise NotPrivate("is a symbolic link; refusing to follow it") from None
-        raise NotPrivate("exists and is not a directory") from None
-    try:
-        st = os.fstat(fd)
-        if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
-            raise OSError(errno.EROFS, "Read-only file system")  # EROFS: said before the checks below
-        if st.st_uid != os.geteuid():
-            raise NotPrivate(f"belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()}); "
-                             f"refusing to use a directory another user controls")
-        if st.st_mode & 0o022:
-            who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
-            raise NotPrivate(f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}); "
-                             f"make it private (chmod 700) or give another directory")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def check_own_file(fd: int, name: str) -> None:
-    """Refuse (NotPrivate) an opened file that is not a regular file of ours."""
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise NotPrivate(f"{name}: not a regular file")
-    if st.st_uid != os.geteuid():
-        raise NotPrivate(f"{name}: belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()})")
-
-
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (KeyError, ImportError):
-        return f"uid {uid}"
 
 
 @contextlib.contextmanager

@@ -113,3 +113,10 @@ def test_dashboard_queries_only_exported_metrics():
                    "efs_burst_credit_balance_bytes", "efs_percent_io_limit",
                    "efs_permitted_throughput_bytes_per_second", "fusetrace_late_operations_total"):
         assert needed in queried, needed
+
+
+def test_docs_list_every_metric_with_its_type():
+    text = (DASHBOARD.parent / "EMULATOR.md").read_text()
+    for metric in METRICS:
+        label = r"\{" + metric.label + r"\}" if metric.label else ""
+        assert re.search(rf"^\| `{metric.name}{label}` \| {metric.kind.value} \|", text, re.M), metric.name

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from . import __version__, logs
 from .errors import UserError
 
 READY_TIMEOUT = 30.0
@@ -24,7 +25,7 @@ class _BadValue(UserError):
     exit_code = 2
 
 
-def _mount_parser(sub) -> None:
+def _mount_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("mount", help="mount SOURCE on MOUNTPOINT, tracing and/or emulating",
                        description="Mount a passthrough of SOURCE on MOUNTPOINT. Returns once the "
                                    "mount is live; the server runs on in the background.")
@@ -39,9 +40,11 @@ def _mount_parser(sub) -> None:
     p.add_argument("--entry-timeout", type=float, default=1.0, metavar="S",
                    help="seconds the kernel may cache name lookups (default 1.0)")
     p.add_argument("-o", dest="fuse_options", action="append", default=[], metavar="OPT[,OPT]",
-                   help="FUSE mount options, e.g. allow_other (permissions are then enforced by "
-                        "the kernel: default_permissions is always on); not fsname or subtype, "
-                        "which fusetrace sets")
+                   help="mount options, as in /etc/fstab: FUSE's (e.g. allow_other: permissions are "
+                        "then enforced by the kernel, default_permissions is always on; ro; not "
+                        "fsname or subtype, which fusetrace sets) and fusetrace's own, each by its "
+                        "long name, dashes as underscores (trace=DIR, emulate=PROFILE, "
+                        "set=KEY=VALUE, no_xattrs, debug, ...)")
     p.add_argument("--threads", type=int, default=64, metavar="N",
                    help="worker threads for blocking syscalls below (default 64; 1 to 1024)")
     p.add_argument("--max-requests", type=int, default=1024, metavar="N",
@@ -62,8 +65,105 @@ def _mount_parser(sub) -> None:
                    help="answer extended attribute requests as unsupported, so the kernel stops "
                         "sending them (one per buffered write, two per file in ls -l); automatic "
                         "when the source has no extended attributes (NFS, so EFS)")
+    p.add_argument("--debug", action="store_true",
+                   help="log fusetrace's (and pyfuse3's) debug messages to the server's log")
+    p.add_argument("--debug-fuse", action="store_true",
+                   help="have libfuse log every request and reply to the server's log (very verbose)")
     p.add_argument("--backend-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    return p
+
+
+# mount(8) runs /sbin/mount.fuse3, which runs `fusetrace SOURCE MOUNTPOINT -o OPTIONS`: every
+# option of `fusetrace mount` is an -o option by its long name, dashes as underscores, except
+# these (mount(8) waits for its helper to return, so --foreground would hold it until unmounted)
+NOT_MOUNT_OPTIONS = ("--foreground", "--help")
+# what libfuse 3 takes as -o (lib/mount.c, lib/fuse_lowlevel.c), besides "debug", which is ours
+FUSE_MOUNT_OPTIONS = frozenset((
+    "allow_other", "allow_root", "auto_unmount", "default_permissions", "fsname", "subtype", "max_read",
+    "blksize", "blkdev", "context", "fscontext", "defcontext", "rootcontext", "user",
+    "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync", "dirsync",
+    "atime", "noatime"))
+# for mount(8) or other programs, not the file system: ignored, as mount.fuse3 ignores them
+NOT_FOR_US = frozenset(("", "defaults", "user", "nouser", "users", "auto", "noauto", "nofail", "_netdev"))
+
+
+def _own_mount_options() -> dict[str, argparse.Action]:
+    """`fusetrace mount`'s options by their -o name."""
+    actions = _mount_parser(_Parser().add_subparsers())._actions
+    return {a.option_strings[-1][2:].replace("-", "_"): a for a in actions
+            if a.option_strings and a.option_strings[-1].startswith("--")
+            and a.option_strings[-1] not in NOT_MOUNT_OPTIONS and a.help != argparse.SUPPRESS}
+
+
+def _mount_argv(argv: list[str]) -> list[str]:
+    """`fusetrace SOURCE MOUNTPOINT -o OPTIONS` (the form mount.fuse3 runs) as `fusetrace mount
+    ...`, and in either form, fusetrace's own -o options as their long options: `-o
+    trace=DIR,allow_other` is `--trace DIR -o allow_other`.  An unknown option is refused
+    here, before anything is mounted."""
+    if argv[0] != "mount":
+        if argv[1].startswith("/dev/fd/"):
+            raise _BadValue(f"{argv[1]}: -o drop_privileges is not supported (fusetrace mounts by itself)")
+        argv = ["mount", *argv]
+    own = _own_mount_options()
+    out: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item == "--":
+            out += [item, *items]
+        elif item.startswith("-o") and (options := item[2:] or next(items, None)) is not None:
+            fuse = []
+            for option in options.split(","):
+                name, sep, value = option.partition("=")
+                action = own.get(name.replace("-", "_"))
+                if action is not None and action.nargs == 0:
+                    if sep:
+                        raise _BadValue(f"-o {option}: {name} takes no value")
+                    out.append(action.option_strings[-1])
+                elif action is not None:
+                    if not value:
+                        raise _BadValue(f"-o {option}: give a value, {name}={action.metavar or 'VALUE'}")
+                    out += [action.option_strings[-1], value]
+                elif name in FUSE_MOUNT_OPTIONS:
+                    fuse.append(option)
+                elif name not in NOT_FOR_US and not name.startswith("x-") and name != "comment":
+                    raise _BadValue(f"-o {name}: unknown mount option (fusetrace's: {', '.join(own)}; "
+                                    f"FUSE's: {', '.join(sorted(FUSE_MOUNT_OPTIONS))})")
+            if fuse:
+                out += ["-o", ",".join(fuse)]
+        else:
+            out.append(item)
+    return out
+
+
+def _is_mount_form(argv: list[str], commands: set[str]) -> bool:
+    """`fusetrace SOURCE MOUNTPOINT ...`: a first word that is no command but a path."""
+    return (len(argv) >= 2 and argv[0] not in commands and not argv[0].startswith("-")
+            and ("/" in argv[0] or os.path.exists(argv[0])))
+
+
+class _Version(argparse.Action):
+    """--version: fusetrace's, then what it runs on (read only when asked: pyfuse3 is slow to import)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of fusetrace, python, "
+                                                             "pyfuse3 and libfuse, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import ctypes
+        import platform
+
+        import pyfuse3
+
+        try:  # the libfuse pyfuse3 was linked with, already loaded
+            pkgversion = ctypes.CDLL("libfuse3.so.3").fuse_pkgversion
+            pkgversion.restype = ctypes.c_char_p
+            libfuse = pkgversion().decode()
+        except (OSError, AttributeError):
+            libfuse = "unknown"
+        print(f"fusetrace {__version__}\npython {platform.python_version()}, pyfuse3 {pyfuse3.__version__}, "
+              f"libfuse {libfuse}")
+        parser.exit()
 
 
 def _mount(args, argv) -> int:
@@ -76,9 +176,10 @@ def _mount(args, argv) -> int:
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         backend_delay=args.backend_delay_ms / 1000.0,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
-        inline=args.inline, xattrs=args.xattrs,
+        inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse,
     )
     if args.foreground:
+        logs.configure(server=True, debug=args.debug)
         return serve(opts, ready_fd=args.ready_fd)
     preflight(opts)
     if args.log:  # the user's own choice of file: followed if a link, but one line if unusable
@@ -103,6 +204,8 @@ def _mount(args, argv) -> int:
         where = f", tracing to {os.path.abspath(args.trace_dir)}" if args.trace_dir else ""
         print(f"fusetrace: {opts.source} mounted on {opts.mountpoint}{where}")
         print(f"fusetrace: note: locks are {LOCKS}")
+        if args.debug or args.debug_fuse:
+            print(f"fusetrace: debug log in {log}")
         return 0
     if answer.startswith("error: "):
         raise UserError(answer[len("error: "):])
@@ -300,7 +403,11 @@ def _scenario_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fusetrace", description=__doc__)
+    parser = _Parser(prog="fusetrace", description=__doc__,
+                     epilog="fusetrace SOURCE MOUNTPOINT -o OPTIONS is `fusetrace mount`, in the form "
+                            "mount(8) and /etc/fstab use (type fuse.fusetrace): see `fusetrace mount "
+                            "--help` for -o")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _mount_parser(sub)
     u = sub.add_parser("umount", help="unmount, after the server has flushed its trace")
@@ -327,10 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
-    if args.command in ("demo", "scenario"):
-        _unwind_on_signals()
+    logs.configure()
+    parser = build_parser()
     try:
+        if argv[:1] == ["mount"] or _is_mount_form(argv, _commands(parser)):
+            argv = _mount_argv(argv)
+        args = parser.parse_args(argv)
+        if args.command in ("demo", "scenario"):
+            _unwind_on_signals()
         if args.command == "mount":
             _reachable(args)
             return _mount(args, argv)
@@ -360,6 +471,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    return {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices}
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP to a long-running command (demo, scenario run): raised where the
     program is, like Ctrl-C's KeyboardInterrupt, so every `with ScratchMount` block and
@@ -374,7 +490,7 @@ def _unwind_on_signals() -> None:
     """SIGTERM and SIGHUP unwind as SIGINT does.  Only the first raises: a second one
     while unwinding (a supervisor repeating itself) must not cut the clean-up short,
     and every wait in it is bounded."""
-    received = []
+    received: list[int] = []
 
     def handler(signum, _frame):
         if not received:

@@ -104,3 +104,33 @@ def test_umount_of_busy_mount(mount):
     finally:
         os.close(fd)
     assert os.getcwd() == cwd
+
+
+def test_unknown_mount_option(tmp_path):
+    """In both forms (`fusetrace mount` and mount(8)'s `fusetrace SRC MNT -o ...`): one
+    line naming the option, exit code 2, nothing mounted."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    for form in (["mount"], []):
+        done = fusetrace(*form, str(tmp_path / "src"), str(tmp_path / "mnt"), "-o", "allow_other,bogus=1",
+                         check=False)
+        one_line_error(done, "-o bogus", "unknown mount option", "trace", "allow_other", code=2)
+        assert not is_mounted(tmp_path / "mnt")
+
+
+def test_mount_option_values(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    src, mnt = str(tmp_path / "src"), str(tmp_path / "mnt")
+    one_line_error(fusetrace(src, mnt, "-o", "no_xattrs=yes", check=False), "-o no_xattrs=yes", "takes no value",
+                   code=2)
+    one_line_error(fusetrace(src, mnt, "-o", "trace", check=False), "-o trace", "trace=DIR", code=2)
+    one_line_error(fusetrace(src, mnt, "-o", "threads=0", check=False), "--threads 0", code=2)
+    one_line_error(fusetrace(src, mnt, "-o", "fsname=x", check=False), "-o fsname=x", "fusetrace sets", code=2)
+    one_line_error(fusetrace(src, "/dev/fd/3", "-o", "rw", check=False), "drop_privileges", code=2)
+    assert not is_mounted(tmp_path / "mnt")
+
+
+def test_a_mistyped_command_is_not_taken_for_a_source(tmp_path):
+    done = fusetrace("stas", str(tmp_path), check=False)
+    one_line_error(done, "invalid choice: 'stas'", code=2)

@@ -1,12 +1,13 @@
 """Run a fusetrace mount in this process: check, mount, serve, flush, unmount."""
 
+import faulthandler
+import logging
 import math
 import os
 import platform
 import resource
 import signal
 import socket
-import sys
 from dataclasses import dataclass, field
 
 import pyfuse3
@@ -20,6 +21,8 @@ from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy
 from .workers import Workers
+
+log = logging.getLogger(__name__)
 
 INLINE_THRESHOLD_US = 50.0  # a syscall quicker than this runs on the loop (see inline.py)
 # pyfuse3 has no lock operations: the kernel keeps flock and fcntl locks itself, per mount.
@@ -43,6 +46,7 @@ class MountOptions:
     metrics_port: int | None = None
     inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
+    debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
 
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
@@ -131,6 +135,8 @@ def _inline_threshold_us(opts: MountOptions) -> float:
 
 def _fuse_options(opts: MountOptions) -> set[str]:
     out = {"fsname=" + opts.source.replace(",", "\\,"), "subtype=fusetrace", "default_permissions"}
+    if opts.debug_fuse:
+        out.add("debug")
     for item in opts.fuse_options:
         out.update(o for o in item.split(",") if o)
     return out
@@ -176,7 +182,11 @@ def _raise_fd_limit() -> None:
 
 def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted or signalled.  Reports readiness (or the one-line
-    reason it failed) on ready_fd, for the `fusetrace mount` that started it."""
+    reason it failed) on ready_fd, for the `fusetrace mount` that started it.  A fatal
+    signal, or SIGUSR1 (`kill -USR1 PID`, to see where a hung server is), writes every
+    thread's Python traceback to standard error: the log."""
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         preflight(opts)
         emulation = _open_emulation(opts)
@@ -202,10 +212,12 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     info = mounts.mounted_at(opts.mountpoint)
     warning = fusectl.raise_limits(info.dev_minor, max_background=1000) if info else "mount not found"
     if warning:
-        print(f"fusetrace: warning: {warning}", file=sys.stderr)
+        log.warning("%s", warning)
     control = runstate.path_for(opts.mountpoint, ".sock")
     runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=opts.trace_dir,
                    control=control, emulate=opts.emulate)
+    log.debug("FUSE options %s, inline threshold %g us, descriptor limit %d", sorted(_fuse_options(opts)),
+              _inline_threshold_us(opts), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     try:
         trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation), control)
     finally:
@@ -215,6 +227,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
             tracer.update_metadata(**emulation.final_metadata())
         _close(ops, workers, tracer)
         runstate.remove(opts.mountpoint)
+        log.info("%s: server (pid %d) stopped", opts.mountpoint, os.getpid())
     return 0
 
 
@@ -273,6 +286,8 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         if status.emulation is not None:
             await status.emulation.calibrate(opts.mountpoint)
         _say(ready_fd, "ok")
+        log.info("%s mounted on %s (pid %d; fusetrace %s, pyfuse3 %s, python %s)", opts.source, opts.mountpoint,
+                 os.getpid(), __version__, pyfuse3.__version__, platform.python_version())
 
 
 async def _serve_fuse(opts: MountOptions, scope: trio.CancelScope) -> None:

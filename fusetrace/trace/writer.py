@@ -176,7 +176,7 @@ class TraceWriter:
             self.final_metadata_written = self.write_errors == errors
             os.close(self._dirfd)
             self._summary = self._counters()
-            print(f"fusetrace: {self.closing_line()}", file=sys.stderr, flush=True)
+            log.info("%s", self.closing_line())
         return self._summary
 
     def closing_line(self) -> str:

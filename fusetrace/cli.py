@@ -78,10 +78,11 @@ def _mount_parser(sub) -> argparse.ArgumentParser:
 # option of `fusetrace mount` is an -o option by its long name, dashes as underscores, except
 # these (mount(8) waits for its helper to return, so --foreground would hold it until unmounted)
 NOT_MOUNT_OPTIONS = ("--foreground", "--help")
-# what libfuse 3 takes as -o (lib/mount.c, lib/fuse_lowlevel.c), besides "debug", which is ours
+# what libfuse 3 takes as -o (lib/mount.c, lib/fuse_lowlevel.c), besides "debug", which is ours, and
+# blkdev, blksize and user=, for block devices and fusermount's mtab
 FUSE_MOUNT_OPTIONS = frozenset((
     "allow_other", "allow_root", "auto_unmount", "default_permissions", "fsname", "subtype", "max_read",
-    "blksize", "blkdev", "context", "fscontext", "defcontext", "rootcontext", "user",
+    "context", "fscontext", "defcontext", "rootcontext",
     "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync", "dirsync",
     "atime", "noatime"))
 # for mount(8) or other programs, not the file system: ignored, as mount.fuse3 ignores them

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # fusetrace's two jobs on a fresh Debian 12 machine, as root:
-#   ./run.sh demo   install what is missing, then run the demo and print its table
-#   ./run.sh test   install what is missing, then run the whole test suite
+#   ./run.sh demo          install what is missing, then run the demo and print its table
+#   ./run.sh test          install what is missing, then run the quick suite (a few minutes:
+#                          every test but those marked slow, which take over ten seconds each)
+#   ./run.sh test --all    the same, every test (the slow ones too); what .ci/run runs
+# Other arguments after `test` go to pytest as they are (-k NAME, a file, -x ...).
 # Everything it needs (Debian packages, a virtualenv in .venv) it installs itself.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -44,7 +47,13 @@ case "${1:-}" in
         shift; exec .venv/bin/fusetrace demo "$@" ;;
     test)
         install_system; install_python
-        shift; exec .venv/bin/python -m pytest "$@" ;;
+        shift
+        select=(-m "not slow")
+        args=()
+        for a in "$@"; do
+            if [ "$a" = --all ]; then select=(); else args+=("$a"); fi
+        done
+        exec .venv/bin/python -m pytest "${select[@]}" "${args[@]}" ;;
     *)
-        echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;;
+        echo "usage: ./run.sh demo [args...] | ./run.sh test [--all] [pytest args...]" >&2; exit 2 ;;
 esac

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fusetrace.server import runstate
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -54,9 +56,43 @@ def one_line_error(done: subprocess.CompletedProcess, *needles: str, code: int |
     return lines[0]
 
 
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: command line} of every process below `pid` (its children, theirs, and so on),
+    from /proc/PID/task/*/children: only processes a test started, never a look-up by name
+    that could match anything else on the machine.  Processes that exit meanwhile are left out."""
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                continue
+            for child in children:
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as f:
+                        found[child] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+                except FileNotFoundError:
+                    continue
+                todo.append(child)
+    return found
+
+
 class Mount:
     def __init__(self, source: Path, mountpoint: Path, trace: Path | None):
         self.source, self.mountpoint, self.trace = source, mountpoint, trace
+
+    def server_pid(self) -> int:
+        """The pid the mount's server recorded in its run state (the one `fusetrace umount` signals)."""
+        state = runstate.read(str(self.mountpoint))
+        assert state is not None, f"no run state for {self.mountpoint}"
+        return state["pid"]
 
     def unmount(self) -> None:
         if is_mounted(self.mountpoint):

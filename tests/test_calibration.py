@@ -12,6 +12,7 @@ from fusetrace.scenarios.demo import checked, run_jobs, table
 RUNTIME = 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["efs-2016-fio", "alinas-2016-fio"])
 def test_published_fio_figures_within_15_percent(scenario):
     rows = run_jobs(scenario, RUNTIME)

@@ -59,8 +59,7 @@ def test_stale_mount_is_named_and_cleared(mount):
     m = mount()
     state = [p for p in os.listdir("/run/fusetrace") if p.endswith(".json")]
     assert state
-    pid = int(subprocess.run(["pgrep", "-f", f"fusetrace mount {m.source} {m.mountpoint}"],
-                             capture_output=True, text=True).stdout.split()[0])
+    pid = m.server_pid()
     os.kill(pid, signal.SIGKILL)
     poll(lambda: _stat_errno(m.mountpoint) == 107)  # ENOTCONN
     done = fusetrace("mount", str(m.source), str(m.mountpoint), check=False)
@@ -80,8 +79,7 @@ def _stat_errno(path):
 def test_sigterm_unmounts_cleanly(mount):
     m = mount()
     (m.mountpoint / "x").write_text("y")
-    pid = int(subprocess.run(["pgrep", "-f", f"fusetrace mount {m.source} {m.mountpoint}"],
-                             capture_output=True, text=True).stdout.split()[0])
+    pid = m.server_pid()
     os.kill(pid, signal.SIGTERM)
     poll(lambda: not is_mounted(m.mountpoint))
     assert (m.source / "x").read_text() == "y"

@@ -31,6 +31,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from conftest import Mount, fusetrace, is_mounted
@@ -46,8 +47,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-
-pytestmark = pytest.mark.slow
 
 # ---- libc calls os does not offer (written here, not taken from fusetrace) ------------
 
@@ -120,9 +119,6 @@ creat_flags = st.tuples(st.sampled_from(["w", "rw"]),
 
 USER = (65534, 65534)  # nobody:nogroup, the uid of the unprivileged run
 
-ERRNOS_SEEN: collections.Counter = collections.Counter()  # over the whole module
-
-
 class Fds:
     """An open file on both sides."""
 
@@ -137,12 +133,13 @@ class Fds:
         return self.label
 
 
-def _outcome(fn):
+def _outcome(fn, errnos_seen: collections.Counter):
     try:
         return "ok", fn()
     except OSError as exc:
-        ERRNOS_SEEN[errno.errorcode.get(exc.errno, exc.errno)] += 1
-        return "err", errno.errorcode.get(exc.errno, exc.errno)
+        name = errno.errorcode.get(exc.errno, exc.errno)
+        errnos_seen[name] += 1
+        return "err", name
 
 
 def norm_stat(st_: os.stat_result) -> dict:
@@ -157,12 +154,14 @@ def norm_stat(st_: os.stat_result) -> dict:
 
 
 class Differential(RuleBasedStateMachine):
-    """Subclassed per run with: mnt_base, plain_base (Paths), user ((uid, gid) or None)."""
+    """Subclassed per run with: mnt_base, plain_base (Paths), user ((uid, gid) or None),
+    and its own counter and errnos_seen (the errors of every example of the run)."""
 
     mnt_base: Path
     plain_base: Path
     user = None
     counter = itertools.count()
+    errnos_seen: ClassVar[collections.Counter] = collections.Counter()
 
     fds = Bundle("fds")
 
@@ -190,14 +189,14 @@ class Differential(RuleBasedStateMachine):
 
     def _as_user(self, fn):
         if not self.user:
-            return _outcome(fn)
+            return _outcome(fn, self.errnos_seen)
         uid, gid = self.user
         groups = os.getgroups()
         os.setgroups([gid])
         os.setegid(gid)
         os.seteuid(uid)
         try:
-            return _outcome(fn)
+            return _outcome(fn, self.errnos_seen)
         finally:
             os.seteuid(0)
             os.setegid(0)
@@ -517,24 +516,27 @@ def _machine(trees, user, tag):
         (side / tag).mkdir()
     return type(f"Differential_{tag}", (Differential,),
                 {"mnt_base": m.mountpoint / tag, "plain_base": plain / tag, "user": user,
-                 "counter": itertools.count()})
+                 "counter": itertools.count(), "errnos_seen": collections.Counter()})
 
 
-def test_same_as_plain_directory_as_root(trees):
-    run_state_machine_as_test(_machine(trees, None, "root"), settings=SETTINGS)
-
-
-def test_same_as_plain_directory_as_user(trees):
-    run_state_machine_as_test(_machine(trees, USER, "user"), settings=SETTINGS)
-
-
-def test_errors_were_exercised():
-    """The namespace is small enough that errors happen often in the random runs
-    (the rarer ENOTEMPTY, EACCES, EBADF, ELOOP have their scripted cases below)."""
-    if not ERRNOS_SEEN:
-        pytest.skip("the differential runs did not run")
+def _run_and_check_errors(machine) -> None:
+    """Run the machine; then check that its random run met the common errors: the
+    namespace is small enough that they happen often (the rarer ENOTEMPTY, EACCES,
+    EBADF, ELOOP have their scripted cases below)."""
+    run_state_machine_as_test(machine, settings=SETTINGS)
+    seen = machine.errnos_seen
     for name in ("ENOENT", "EEXIST", "ENOTDIR", "EISDIR", "ENODATA", "EINVAL"):
-        assert ERRNOS_SEEN[name] > 0, f"no {name} in {dict(ERRNOS_SEEN)}"
+        assert seen[name] > 0, f"no {name} in {dict(seen)}"
+
+
+@pytest.mark.slow
+def test_same_as_plain_directory_as_root(trees):
+    _run_and_check_errors(_machine(trees, None, "root"))
+
+
+@pytest.mark.slow
+def test_same_as_plain_directory_as_user(trees):
+    _run_and_check_errors(_machine(trees, USER, "user"))
 
 
 def _script(m, as_root, fd):

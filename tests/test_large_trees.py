@@ -65,6 +65,7 @@ def _serves_normally(m: Mount) -> None:
         os.close(fd)
 
 
+@pytest.mark.slow
 def test_listing_more_entries_than_descriptors(limited):
     m = limited(256, "--attr-timeout", "0", "--entry-timeout", "0")
     _make_tree(m.source, 3000, 3000)

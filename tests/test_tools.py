@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 TOOLS = ("fio", "dd", "tar", "rsync", "cp")
 
 

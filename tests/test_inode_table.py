@@ -3,6 +3,7 @@
 import errno
 import os
 
+import pyfuse3
 import pytest
 
 from fusetrace.server.inodes import InodeTable
@@ -141,3 +142,94 @@ def test_looked_up_again_while_the_forgotten_one_is_in_use(tree):
     table.unpin(old)
     assert old.fd < 0 and new.fd >= 0
     assert table.open_count == 1
+
+
+def _crowd_out(table: InodeTable, root_fd: int) -> None:
+    """Look up f0..f39 so that the least recently used descriptors are closed."""
+    for i in range(40):
+        _lookup(table, root_fd, f"f{i}", f"/f{i}")
+
+
+def test_node_ids_are_backing_inode_numbers_and_lookups_are_counted(tree):
+    src, root_fd = tree
+    table = InodeTable(root_fd, max_open=16, by_handle=False)
+    before = _fds()
+    fd = os.open("f1", os.O_PATH | os.O_NOFOLLOW, dir_fd=root_fd)
+    assert table.identify(os.fstat(fd), fd) == os.stat(src / "f1").st_ino
+    node = table.remember(os.fstat(fd), fd, "/f1")
+    assert node.id == os.stat(src / "f1").st_ino and node.nlookup == 1
+    assert _lookup(table, root_fd, "f1", "/f1") is node and node.nlookup == 2
+    assert _fds() - before == 1  # the second lookup's descriptor was closed, not kept
+    table.forget(node.id, 1)
+    assert table.get(node.id) is node and node.fd >= 0
+    table.forget(node.id, 1)
+    assert table.get(node.id) is None and table.by_key(node.key) is None and node.fd < 0
+    assert _fds() == before
+    table.forget(pyfuse3.ROOT_INODE, 5)  # the root is never forgotten
+    assert table.get(pyfuse3.ROOT_INODE) is not None
+
+
+def test_an_object_on_another_device_gets_a_node_id_of_its_own(tree):
+    _, root_fd = tree
+    table = InodeTable(root_fd, max_open=16, by_handle=False)
+    fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
+    try:
+        st = os.fstat(fd)
+        assert st.st_dev != os.fstat(root_fd).st_dev
+        first, second = table.identify(st, fd), table.identify(st, fd)
+        assert first >= 1 << 63 and second != first  # never a number a backing inode could have
+    finally:
+        os.close(fd)
+
+
+def test_only_the_first_reopened_descriptor_is_kept(tree):
+    _, root_fd = tree
+    table = InodeTable(root_fd, max_open=16, by_handle=False)
+    _crowd_out(table, root_fd)
+    node = table.by_key((os.fstat(root_fd).st_dev, os.stat("f0", dir_fd=root_fd).st_ino))
+    assert node is not None and node.fd < 0
+    before = _fds()
+    first, second = table.reopen(node), table.reopen(node)  # two requests raced to reopen it
+    table.attach(node, first)
+    table.attach(node, second)
+    assert node.fd == first and table.reopened == 1
+    assert _fds() == before and table.open_count == 16  # one more held, the oldest closed, the other reopen's dropped
+
+
+@pytest.mark.parametrize("by_handle", [True, False])
+def test_renamed_behind_the_back_while_closed(tree, by_handle):
+    """By handle a closed inode is found wherever it went; by path it answers ESTALE,
+    and the kernel's fresh lookup under the new name finds the same inode again."""
+    if by_handle and os.geteuid() != 0:
+        pytest.skip("open_by_handle_at needs root")
+    src, root_fd = tree
+    table = InodeTable(root_fd, max_open=16, by_handle=by_handle)
+    _crowd_out(table, root_fd)
+    node = table.by_key((os.fstat(root_fd).st_dev, os.stat(src / "f0").st_ino))
+    assert node is not None and node.fd < 0
+    os.rename(src / "f0", src / "moved")
+    if by_handle:
+        table.attach(node, table.reopen(node))
+        assert os.readlink(f"/proc/self/fd/{node.fd}") == str(src / "moved")
+        return
+    with pytest.raises(OSError) as err:
+        table.reopen(node)
+    assert err.value.errno == errno.ESTALE
+    again = _lookup(table, root_fd, "moved", "/moved")
+    assert again is node and node.fd >= 0 and node.path == "/moved" and node.nlookup == 2
+
+
+@pytest.mark.parametrize("by_handle", [True, False])
+def test_an_object_gone_while_closed_answers_estale(tree, by_handle):
+    if by_handle and os.geteuid() != 0:
+        pytest.skip("open_by_handle_at needs root")
+    src, root_fd = tree
+    table = InodeTable(root_fd, max_open=16, by_handle=by_handle)
+    _crowd_out(table, root_fd)
+    node = table.by_key((os.fstat(root_fd).st_dev, os.stat(src / "f0").st_ino))
+    assert node is not None and node.fd < 0
+    os.unlink(src / "f0")
+    with pytest.raises(OSError) as err:
+        table.reopen(node)
+    assert err.value.errno == errno.ESTALE
+    assert node.fd < 0 and table.get(node.id) is node  # known until the kernel forgets it

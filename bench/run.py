@@ -450,7 +450,7 @@ def _tracing_part(rows, results) -> list[str]:
             "cannot be read from the traced and untraced columns; their difference is shown, as *wall*, "
             "for what it is. "
             "What tracing adds is CPU work, measured apart (`bench/tracecost.py`): "
-            f"{added['loop']:.2f} µs per operation on the event loop (`Operations._call` with and "
+            f"{added['loop']:.2f} µs per operation on the event loop (`Operations.read` of a cached block, with and "
             f"without a tracer, in one process) and {added['writer']:.2f} µs per record in the writer "
             "thread (turning queued records into Parquet), against what an operation of each row cost "
             "the traced server in CPU (all its threads, from /proc, over the row, per record queued): "

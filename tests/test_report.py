@@ -14,6 +14,7 @@ from conftest import ROOT, poll
 
 from fusetrace.report import Trace, render
 from fusetrace.trace import metadata as meta
+from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
 OPS = ["read", "write", "getattr", "lookup", "open"]
@@ -49,7 +50,7 @@ def write(directory, cols: dict[str, np.ndarray], batches: int = 4, **writer_arg
     for b in range(batches):
         done = w.files
         for r in rows[b * n // batches:(b + 1) * n // batches]:
-            w.record(*r)
+            w.record(TraceRecord(*r))
         poll(lambda done=done: w.files > done, timeout=5)
     return w
 

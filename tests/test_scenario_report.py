@@ -12,6 +12,7 @@ from conftest import poll
 from PIL import Image
 
 from fusetrace.scenarios import html, plots
+from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
 T0 = 5_000_000_000_000  # the run's t=0, CLOCK_MONOTONIC ns
@@ -37,8 +38,8 @@ def write_trace(directory, *batches) -> None:
     for batch in batches:
         done = w.files
         for t, dur, op, nbytes, err in batch:
-            w.record(T0 + round(t * 1e9), round(dur * 1e9), op, 2, "/f", None, 3, 0, nbytes, nbytes, err,
-                     100, 0, 0, 0)
+            w.record(TraceRecord(T0 + round(t * 1e9), round(dur * 1e9), op, 2, "/f", None, 3, 0, nbytes, nbytes,
+                                 err, 100, 0, 0, 0))
         poll(lambda done=done: w.files > done, timeout=5)
     w.close()
 

@@ -16,6 +16,7 @@ from conftest import ROOT, fusetrace, is_mounted, poll
 from fusetrace.report import Trace, render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace import writer as tw
+from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
 
@@ -32,7 +33,7 @@ def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):
         given = 0
         for i in range(3000):
             path = "/d/" + "x" * (i % 7 * 300)  # 3 to 1,803 characters
-            w.record(*rec(i, path, None if i % 3 else path + ".new"))
+            w.record(TraceRecord(*rec(i, path, None if i % 3 else path + ".new")))
             given += 1
             assert w.queued_bytes <= bound
         assert w.dropped > 0 and w.queued + w.dropped == given
@@ -53,7 +54,7 @@ def test_the_estimate_is_not_below_what_the_queue_holds(tmp_path):
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         for i in range(records):
-            w.record(*rec(i, f"/some/dir/file{i:07d}", f"/other/name{i}" if i % 2 else None))
+            w.record(TraceRecord(*rec(i, f"/some/dir/file{i:07d}", f"/other/name{i}" if i % 2 else None)))
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         assert w.dropped == 0
@@ -68,6 +69,7 @@ def test_default_bound_is_tens_of_mib_and_rss_stays_near_it():
     ~280 MB; now the queue stops at 64 MiB estimated (~45 MB real)."""
     script = """
 import os, sys, tempfile
+from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import MAX_PENDING_BYTES, TraceWriter
 def rss():
     with open("/proc/self/status") as f:
@@ -76,7 +78,8 @@ w = TraceWriter(os.path.join(tempfile.mkdtemp(), "t"), {}, flush_interval=3600)
 base = rss()
 for i in range(600_000):
     big = 10**6 + i
-    w.record(10**12 + i, big, "write", big, "/some/dir/file%07d" % i, None, big, big, big, big, 0, big, big, big, big)
+    w.record(TraceRecord(10**12 + i, big, "write", big, "/some/dir/file%07d" % i, None, big, big, big, big, 0, big,
+                         big, big, big))
 print(MAX_PENDING_BYTES, w.queued, w.dropped, w.queued_bytes, rss() - base)
 w.close()
 """
@@ -95,7 +98,7 @@ def test_writer_converts_and_writes_in_bounded_row_groups(tmp_path):
     n = 2 * tw._ROW_GROUP + 100
     with TraceWriter(d, {}, flush_interval=3600) as w:
         for i in range(n):
-            w.record(*rec(i, f"/f{i}"))
+            w.record(TraceRecord(*rec(i, f"/f{i}")))
     [part] = [p for p in os.listdir(d) if p.endswith(".parquet")]
     f = pq.ParquetFile(d / part)
     assert f.metadata.num_rows == n and f.metadata.num_row_groups == 3
@@ -108,7 +111,7 @@ def test_a_failed_part_discards_its_records_and_frees_the_queue(tmp_path):
     w = TraceWriter(d, {}, flush_interval=0.01)
     shutil.rmtree(d)  # the writer's descriptor now names a removed directory: every write fails
     for i in range(100):
-        w.record(*rec(i, "/f"))
+        w.record(TraceRecord(*rec(i, "/f")))
     poll(lambda: w.lost == 100, timeout=5)
     assert w.queued == 0 and w.queued_bytes == 0 and w.records == 0
     assert "lost in" not in w.closing_line() and "100 lost" in w.closing_line()
@@ -179,7 +182,7 @@ def test_a_full_trace_disk_is_said_by_stats_report_and_umount(tmp_path, small_di
 def test_report_says_why_a_trace_was_not_closed(tmp_path):
     d = tmp_path / "t"
     with TraceWriter(d, {"source": "/s"}) as w:
-        w.record(*rec(0, "/f"))
+        w.record(TraceRecord(*rec(0, "/f")))
     m = meta.read(d)
     del m["end_wall_ns"]
     m.update(pid=os.getpid(), host=os.uname().nodename)  # pytest: not a fusetrace server

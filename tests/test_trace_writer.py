@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, poll
 
 from fusetrace.trace import metadata as meta
-from fusetrace.trace.schema import COLUMNS, SCHEMA
+from fusetrace.trace.schema import COLUMNS, SCHEMA, TraceRecord
 from fusetrace.trace.writer import TraceDirError, TraceWriter
 
 U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
@@ -43,7 +43,7 @@ def test_records_round_trip_exactly(tmp_path):
     ]
     with TraceWriter(tmp_path / "t", {"source": "/src"}) as w:
         for r in rows:
-            w.record(*r)
+            w.record(TraceRecord(*r))
     assert read_rows(tmp_path / "t") == rows
 
 
@@ -51,7 +51,7 @@ def test_many_records_keep_their_order(tmp_path):
     d = tmp_path / "t"
     with TraceWriter(d, {}) as w:
         for i in range(10_000):  # several conversion chunks
-            w.record(*row(i, op=("read", "write", "getattr")[i % 3]))
+            w.record(TraceRecord(*row(i, op=("read", "write", "getattr")[i % 3])))
     got = read_rows(d)
     assert got == [row(i, op=("read", "write", "getattr")[i % 3]) for i in range(10_000)]
 
@@ -59,8 +59,8 @@ def test_many_records_keep_their_order(tmp_path):
 def test_names_that_are_not_utf8_are_kept_as_escapes(tmp_path):
     name = os.fsdecode(b"/dir/caf\xe9")  # a Latin-1 name, as the backend sees it
     with TraceWriter(tmp_path / "t", {}) as w:
-        w.record(*row(0, path=name, path2=name))
-        w.record(*row(1, path="/ok"))
+        w.record(TraceRecord(*row(0, path=name, path2=name)))
+        w.record(TraceRecord(*row(1, path="/ok")))
     got = read_rows(tmp_path / "t")
     assert [r[4] for r in got] == ["/dir/caf\\xe9", "/ok"]
     assert got[0][5] == "/dir/caf\\xe9"
@@ -70,10 +70,10 @@ def test_a_part_appears_within_about_a_second(tmp_path):
     d = tmp_path / "t"
     w = TraceWriter(d, {})
     try:
-        w.record(*row(0))
+        w.record(TraceRecord(*row(0)))
         poll(lambda: parts(d), timeout=5)
         assert read_rows(d) == [row(0)]
-        w.record(*row(1))
+        w.record(TraceRecord(*row(1)))
         poll(lambda: len(parts(d)) == 2, timeout=5)
     finally:
         w.close()
@@ -92,12 +92,12 @@ def test_overflow_drops_and_counts_without_blocking(tmp_path):
     d = tmp_path / "t"
     w = TraceWriter(d, {}, flush_interval=3600, max_pending=10)
     for i in range(25):
-        w.record(*row(i))
+        w.record(TraceRecord(*row(i)))
     assert w.dropped == 15
     assert (w.queued, w.recorded, w.records) == (10, 10, 0)  # waiting for the next flush
     started = time.monotonic()
     for i in range(100_000):
-        w.record(*row(i))
+        w.record(TraceRecord(*row(i)))
     assert time.monotonic() - started < 5
     assert w.dropped == 100_015
     summary = w.close()
@@ -112,7 +112,7 @@ def test_files_are_private_whatever_the_umask(tmp_path):
     old = os.umask(0)
     try:
         with TraceWriter(d, {}) as w:
-            w.record(*row(0))
+            w.record(TraceRecord(*row(0)))
     finally:
         os.umask(old)
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
@@ -130,7 +130,7 @@ def test_metadata_at_start_and_close(tmp_path):
     assert abs(start["start_wall_ns"] - time.time_ns()) < 60e9
     assert abs(start["start_monotonic_ns"] - time.monotonic_ns()) < 60e9
     assert "end_wall_ns" not in start
-    w.record(*row(0))
+    w.record(TraceRecord(*row(0)))
     w.close()
     end = meta.read(d)
     assert end["end_wall_ns"] >= start["start_wall_ns"]
@@ -159,9 +159,9 @@ def test_update_metadata_lands_on_the_next_flush(tmp_path):
 def test_close_is_idempotent_and_later_records_are_not_queued(tmp_path):
     d = tmp_path / "t"
     w = TraceWriter(d, {})
-    w.record(*row(0))
+    w.record(TraceRecord(*row(0)))
     first = w.close()
-    w.record(*row(1))
+    w.record(TraceRecord(*row(1)))
     assert w.close() == first
     assert w.dropped == 1 and len(w._pending) == 0
     assert read_rows(d) == [row(0)]
@@ -171,7 +171,7 @@ def test_write_errors_are_counted_not_raised(tmp_path):
     d = tmp_path / "t"
     w = TraceWriter(d, {}, flush_interval=0.01)
     shutil.rmtree(d)
-    w.record(*row(0))
+    w.record(TraceRecord(*row(0)))
     poll(lambda: w.write_errors, timeout=5)
     summary = w.close()
     assert summary["lost"] == 1 and summary["records"] == 0
@@ -227,7 +227,7 @@ def test_read_only_file_system(tmp_path):
 def test_refuses_a_directory_holding_another_trace(tmp_path):
     d = tmp_path / "t"
     with TraceWriter(d, {}) as w:
-        w.record(*row(0))
+        w.record(TraceRecord(*row(0)))
     with pytest.raises(TraceDirError) as err:
         TraceWriter(d, {})
     _one_line(err.value, str(d), "already holds a trace (1 parts)")
@@ -245,3 +245,7 @@ def test_refuses_a_directory_with_other_files_but_not_hidden_ones(tmp_path):
     with pytest.raises(TraceDirError) as err:
         TraceWriter(other, {})
     _one_line(err.value, str(other), "not empty", "notes.txt")
+
+
+def test_the_record_type_is_the_schema_field_for_field():
+    assert list(TraceRecord._fields) == COLUMNS

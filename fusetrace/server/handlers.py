@@ -1,8 +1,10 @@
 """The FUSE operations: a passthrough to a source directory, traced and shaped.
 
-Every handler goes the same way (DESIGN.md): start the clock, ask the shaper
-when the operation may complete (emulation only), run the real syscall in a
-worker thread, wait out the shaper's deadline, write the trace record.  Only
+Every handler goes the same way (Operations._call): it names its request (a
+Request: fusetrace/server/request.py) and where the trace should place it; the
+shaper says when the operation may complete (emulation only); the real syscall
+is placed on the loop or in a worker thread (fusetrace/server/inline.py); the
+reply waits out the shaper's deadline; the trace record is queued.  Only
 pyfuse3.FUSEError leaves a handler; an OSError from below becomes the same
 errno.
 """
@@ -14,14 +16,18 @@ import os
 import resource
 import stat
 import tempfile
+from collections.abc import Callable
 from time import monotonic_ns
+from typing import Any, NamedTuple
 
 import pyfuse3
 from pyfuse3 import FUSEError
 
+from ..trace.schema import TraceRecord
 from . import syscalls
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
+from .request import Kind, Request, WriteMode
 from .workers import Workers
 
 log = logging.getLogger(__name__)
@@ -47,10 +53,10 @@ class Handle:
         self.dirty = False  # written since the last commit (flush/fsync)
 
     @property
-    def write_mode(self) -> str:
+    def write_mode(self) -> WriteMode:
         if self.flags & os.O_DIRECT:
-            return "direct"
-        return "sync" if self.flags & _SYNC_FLAGS else "buffered"
+            return WriteMode.DIRECT
+        return WriteMode.SYNC if self.flags & _SYNC_FLAGS else WriteMode.BUFFERED
 
 
 class DirHandle:
@@ -94,8 +100,7 @@ class Operations(pyfuse3.Operations):
         self.dirs: dict[int, DirHandle] = {}
         self.workers = workers
         self.inline = inline
-        # A test's simulated slow backend has no page cache to answer from at once.
-        self._cached_pread = None if workers.delay else self._nowait_pread
+        self._cached_pread: Callable[[int, int, int], bytes | None] | None = self._nowait_pread
         self.tracer = tracer
         self.shaper = shaper
         self.attr_timeout = attr_timeout
@@ -104,21 +109,28 @@ class Operations(pyfuse3.Operations):
 
     # ---- the common path of every request -------------------------------------------
 
-    async def _call(self, op, inode: Inode, who, fn, *args, name=None, path2=None, fh=0, offset=0,
-                    size=0, kind="meta_read", nowait=None):
-        """Run fn(*args) as operation `op` on `inode` (or on the entry `name` in
-        directory `inode`), shaped and traced: on the loop when the inline policy says
-        it is quick, else in a worker.  An Inode among args reaches fn as its O_PATH
-        descriptor, opened again if it was closed, and held open for the call.
-        `nowait(*args)`, if given, is tried first on the loop: it must not block, and
-        returns None when it cannot answer at once (the call then always goes to a
-        worker)."""
+    async def _call(self, req: Request, site: "_Site", who, fn, *args, nowait=None):
+        """Run fn(*args) for `req`: admitted by the shaper, placed on the loop or in a
+        worker, held until the shaper's deadline, traced at `site` on behalf of `who`
+        (a request context or an open handle).  An OSError from fn answers its errno.
+        `nowait(*args)`, if given, is tried first on the loop (see _place)."""
         start = monotonic_ns()
-        deadline = None
-        if self.shaper is not None:
-            deadline = self.shaper.admit(kind, inode.id, name is not None, size, start)
-        err = 0
-        out = None
+        deadline = None if self.shaper is None else self.shaper.admit(req, start)
+        out, err = await self._place(req, fn, args, nowait)
+        held = 0 if self.shaper is None else await self.shaper.hold(req, deadline, start)
+        if self.tracer is not None:
+            self._trace(req, site, who, start, out, err, held)
+        if err:
+            raise FUSEError(err)
+        return out
+
+    async def _place(self, req: Request, fn, args: tuple, nowait=None) -> tuple[Any, int]:
+        """Run fn(*args) where it belongs: on the loop while the inline policy finds
+        `req`'s calls quick, else in a worker thread.  Returns (result, errno).  An
+        Inode among args reaches fn as its O_PATH descriptor, opened again if it was
+        closed, and held open for the call.  `nowait(*args)`, if given, is tried first
+        on the loop: it must not block, and returns None when it cannot answer at once
+        (the call then always goes to a worker)."""
         held: list[Inode] = []
         try:
             if any(type(a) is Inode for a in args):
@@ -133,42 +145,40 @@ class Operations(pyfuse3.Operations):
                 out = nowait(*args)
                 if out is None:
                     out = await self.workers.run(fn, *args)
-            elif self.inline.inline((op, kind)):
+                return out, 0
+            key = (req.op, req.label)
+            if self.inline.inline(key):
                 t0 = monotonic_ns()
                 try:
-                    out = fn(*args)
+                    return fn(*args), 0
                 finally:
-                    self.inline.observe((op, kind), monotonic_ns() - t0)
-            else:
-                out = await self.workers.run(fn, *args)
+                    self.inline.observe(key, monotonic_ns() - t0)
+            return await self.workers.run(fn, *args), 0
         except OSError as exc:
-            err = exc.errno or E.EIO
+            return None, exc.errno or E.EIO
         finally:
             for node in held:
                 self.inodes.unpin(node)
-        if deadline is not None:
-            held = await self.shaper.hold_until(deadline, start, judged=kind != "buffered")
+
+    def _trace(self, req: Request, site: "_Site", who, start: int, out, err: int, held: int) -> None:
+        """Queue the request's trace record (self.tracer is set)."""
+        if err or isinstance(out, bool):
+            result = 0
+        elif isinstance(out, int):
+            result = out  # bytes written
+        elif isinstance(out, (bytes, str, list, _Listing)):
+            result = len(out)  # bytes read, link length, xattr names, entries
         else:
-            held = 0
-            if self.shaper is not None and self.shaper.calibrating:
-                self.shaper.handler_ns.append(monotonic_ns() - start)
-        if self.tracer is not None:
-            if err or isinstance(out, bool):
-                result = 0
-            elif isinstance(out, int):
-                result = out  # bytes written
-            elif isinstance(out, (bytes, str, list, _Listing)):
-                result = len(out)  # bytes read, link length, xattr names, entries
-            else:
-                result = 0
-            self.tracer.record(
-                start, monotonic_ns() - start, op, inode.id,
-                inode.path if name is None else _join(inode.path, name), path2,
-                fh, offset, size, result, err, self._process_of(who.pid), who.uid, who.gid, held,
-            )
-        if err:
-            raise FUSEError(err)
-        return out
+            result = 0
+        self.tracer.record(TraceRecord(
+            start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, site.fh, site.offset,
+            req.size, result, err, self._process_of(who.pid), who.uid, who.gid, held))
+
+    def stats(self) -> dict:
+        """For `fusetrace stats`: the inode table, the open files and where calls run."""
+        table = self.inodes.stats()
+        return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
+                "inline": self.inline.describe()}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
@@ -231,7 +241,8 @@ class Operations(pyfuse3.Operations):
         name = os.fsdecode(name)
         if name in (".", ".."):
             raise FUSEError(E.EINVAL)  # never sent without export support
-        found = await self._call("lookup", parent, ctx, _open_path, parent, name, name=name)
+        found = await self._call(Request("lookup", Kind.META_READ, parent.id), _at(parent, name), ctx,
+                                 _open_path, parent, name)
         return self._new_entry(parent, name, found)
 
     async def forget(self, inode_list):
@@ -240,7 +251,7 @@ class Operations(pyfuse3.Operations):
 
     async def getattr(self, inode, ctx=None):
         node = self._inode(inode)
-        st = await self._call("getattr", node, ctx or _NOBODY, os.stat, node)
+        st = await self._call(Request("getattr", Kind.META_READ, node.id), _at(node), ctx or _NOBODY, os.stat, node)
         node.seen = version(st)
         return self._entry(st, node.id)
 
@@ -248,14 +259,14 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
-        st = await self._call("setattr", node, ctx, change.apply, node, fh=fh or 0,
-                              size=attr.st_size if fields.update_size else 0, kind="meta_write")
+        req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0)
+        st = await self._call(req, _at(node, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
         return self._entry(st, node.id)
 
     async def readlink(self, inode, ctx):
         node = self._inode(inode)
-        target = await self._call("readlink", node, ctx, _readlink, node)
+        target = await self._call(Request("readlink", Kind.META_READ, node.id), _at(node), ctx, _readlink, node)
         return os.fsencode(target)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
@@ -271,26 +282,30 @@ class Operations(pyfuse3.Operations):
     async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        found = await self._call(op, parent, ctx, fn, parent, name, *args, _owner_for(ctx),
-                                 name=name, path2=path2, kind="meta_write")
+        found = await self._call(Request(op, Kind.META_WRITE, directory=parent.id), _at(parent, name, path2),
+                                 ctx, fn, parent, name, *args, _owner_for(ctx))
         return self._new_entry(parent, name, found)
 
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call("unlink", parent, ctx, _unlink, name, parent, name=name, kind="meta_write")
+        await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id), _at(parent, name), ctx,
+                         _unlink, name, parent)
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call("rmdir", parent, ctx, _rmdir, name, parent, name=name, kind="meta_write")
+        await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id), _at(parent, name), ctx,
+                         _rmdir, name, parent)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
-        moved = await self._call("rename", old_dir, ctx, _rename, old_dir, old, new_dir, new, flags,
-                                 name=old, path2=new_path, kind="meta_write")
+        # charged to the directory the entry leaves, as the trace names it
+        moved = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id),
+                                 _Site(old_dir.id, old_path, new_path), ctx,
+                                 _rename, old_dir, old, new_dir, new, flags)
         # Keep the best known paths of the objects that moved (for traces).
         for key, path in zip(moved, (new_path, old_path)):
             known = self.inodes.by_key(key)
@@ -303,8 +318,9 @@ class Operations(pyfuse3.Operations):
         name = os.fsdecode(new_name)
         if node.is_symlink and not _AS_ROOT and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
-        found = await self._call("link", node, ctx, _link, node, parent, name,
-                                 path2=_join(parent.path, name), kind="meta_write")
+        # a new entry in `parent`: its directory's slot, like every namespace change
+        found = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id),
+                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name)
         return self._new_entry(parent, name, found)
 
     # ---- files --------------------------------------------------------------------
@@ -313,7 +329,8 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        fd, st = await self._call("open", node, ctx, _open_checked, node, flags & ~_OPEN_STRIP)
+        fd, st = await self._call(Request("open", Kind.META_READ, node.id), _at(node), ctx,
+                                  _open_checked, node, flags & ~_OPEN_STRIP)
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
         # last told its attributes (by another client, or below the mount) has its
         # cached pages dropped and its attributes fetched again.
@@ -336,52 +353,55 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         fd, st, path_fd = await self._call(
-            "create", parent, ctx, _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode,
-            _owner_for(ctx), name=name, kind="meta_write")
+            Request("create", Kind.META_WRITE, directory=parent.id), _at(parent, name), ctx,
+            _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode, _owner_for(ctx))
         try:
-            entry = self._new_entry(parent, name, (st, path_fd))
+            inode = self.inodes.remember(st, path_fd, _join(parent.path, name))
         except BaseException:
             os.close(fd)
             raise
-        self._opened(Handle(fd, self.inodes.get(entry.st_ino), flags, ctx))
-        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), entry
+        self._opened(Handle(fd, inode, flags, ctx))
+        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
     async def read(self, fh, off, size):
         h = self._handle(fh)
-        return await self._call("read", h.inode, h, os.pread, fh, size, off, fh=fh, offset=off, size=size,
-                                kind="read", nowait=self._cached_pread)
+        return await self._call(Request("read", Kind.READ, h.inode.id, size=size), _at(h.inode, fh=fh, offset=off),
+                                h, os.pread, fh, size, off, nowait=self._cached_pread)
 
     async def write(self, fh, off, buf):
         h = self._handle(fh)
         h.dirty = True
-        return await self._call("write", h.inode, h, os.pwrite, fh, buf, off,
-                                fh=fh, offset=off, size=len(buf), kind=h.write_mode)
+        req = Request("write", Kind.WRITE, h.inode.id, size=len(buf), write_mode=h.write_mode)
+        return await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
 
     async def flush(self, fh):
         h = self._handle(fh)
         commit, h.dirty = h.dirty, False
-        await self._call("flush", h.inode, h, _flush, fh, fh=fh, kind="commit" if commit else "meta_read")
+        req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id)
+        await self._call(req, _at(h.inode, fh=fh), h, _flush, fh)
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)
         if h is None:
             raise FUSEError(E.EBADF)
         try:
-            await self._call("release", h.inode, h, os.close, fh, fh=fh, kind="commit" if h.dirty else "none")
+            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, h.inode.id)
+            await self._call(req, _at(h.inode, fh=fh), h, os.close, fh)
         finally:
             self.inodes.unpin(h.inode)
 
     async def fsync(self, fh, datasync):
         h = self._handle(fh)
         commit, h.dirty = h.dirty, False  # NFS sends no COMMIT for a handle with nothing written
-        await self._call("fsync", h.inode, h, os.fdatasync if datasync else os.fsync, fh, fh=fh,
-                         kind="commit" if commit else "none")
+        req = Request("fsync", Kind.COMMIT if commit else Kind.NONE, h.inode.id)
+        await self._call(req, _at(h.inode, fh=fh), h, os.fdatasync if datasync else os.fsync, fh)
 
     # ---- directories ----------------------------------------------------------------
 
     async def opendir(self, inode, ctx):
         node = self._inode(inode)
-        fd = await self._call("opendir", node, ctx, _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
+        fd = await self._call(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
+                              _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
         self.dirs[fd] = DirHandle(fd, node, ctx)
         self.inodes.pin(node)
         return fd
@@ -393,8 +413,8 @@ class Operations(pyfuse3.Operations):
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
         names = None if start_id == 0 else d.names
-        listing = await self._call("readdir", d.inode, d, _list_chunk, d.fd, names, start_id, d.fit,
-                                   fh=fh, offset=start_id, size=d.fit)
+        listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=d.fit),
+                                   _at(d.inode, fh=fh, offset=start_id), d, _list_chunk, d.fd, names, start_id, d.fit)
         d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
             if fd is None:  # "." or "..": the kernel takes no lookup of these
@@ -419,7 +439,7 @@ class Operations(pyfuse3.Operations):
         if d is None:
             raise FUSEError(E.EBADF)
         try:
-            await self._call("releasedir", d.inode, d, os.close, fh, fh=fh, kind="none")
+            await self._call(Request("releasedir", Kind.NONE, d.inode.id), _at(d.inode, fh=fh), d, os.close, fh)
         finally:
             self.inodes.unpin(d.inode)
 
@@ -427,13 +447,13 @@ class Operations(pyfuse3.Operations):
         d = self.dirs.get(fh)
         if d is None:
             raise FUSEError(E.EBADF)
-        await self._call("fsyncdir", d.inode, d, os.fsync, fh, fh=fh, kind="commit")
+        await self._call(Request("fsyncdir", Kind.COMMIT, d.inode.id), _at(d.inode, fh=fh), d, os.fsync, fh)
 
     # ---- everything else -------------------------------------------------------------
 
     async def statfs(self, ctx):
-        root = self.inodes.get(ROOT)
-        sv = await self._call("statfs", root, ctx, os.statvfs, root)
+        root = self._inode(ROOT)
+        sv = await self._call(Request("statfs", Kind.META_READ, root.id), _at(root), ctx, os.statvfs, root)
         out = pyfuse3.StatvfsData()
         for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail",
                       "f_namemax"):
@@ -444,29 +464,30 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             return True  # a link itself is rwx for all; the kernel follows links before asking
-        return await self._call("access", node, ctx, _access, node, mode)
+        return await self._call(Request("access", Kind.META_READ, node.id), _at(node), ctx, _access, node, mode)
 
     async def setxattr(self, inode, name, value, ctx):
         node = self._inode(inode)
-        await self._xattr_call("setxattr", node, ctx, _setxattr, node, name, value,
-                               size=len(value), path2=os.fsdecode(name), kind="meta_write")
+        await self._xattr_call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
+                               _at(node, path2=os.fsdecode(name)), ctx, _setxattr, node, name, value)
 
     async def getxattr(self, inode, name, ctx):
         node = self._inode(inode)
-        return await self._xattr_call("getxattr", node, ctx, _getxattr, node, name, path2=os.fsdecode(name))
+        return await self._xattr_call(Request("getxattr", Kind.META_READ, node.id), _at(node, path2=os.fsdecode(name)),
+                                      ctx, _getxattr, node, name)
 
     async def listxattr(self, inode, ctx):
         node = self._inode(inode)
-        names = await self._call("listxattr", node, ctx, _listxattr if self._xattrs_at(node) else _no_xattr_names,
-                                 node)
+        names = await self._call(Request("listxattr", Kind.META_READ, node.id), _at(node), ctx,
+                                 _listxattr if self._xattrs_at(node) else _no_xattr_names, node)
         return [os.fsencode(n) for n in names]
 
     async def removexattr(self, inode, name, ctx):
         node = self._inode(inode)
-        await self._xattr_call("removexattr", node, ctx, _removexattr, node, name,
-                               path2=os.fsdecode(name), kind="meta_write")
+        await self._xattr_call(Request("removexattr", Kind.META_WRITE, node.id), _at(node, path2=os.fsdecode(name)),
+                               ctx, _removexattr, node, name)
 
-    async def _xattr_call(self, op, node, ctx, fn, *args, **kw):
+    async def _xattr_call(self, req: Request, site: "_Site", ctx, fn, node: Inode, *args):
         """Below a file system with no extended attributes at all (NFS without RFC
         8276 support, so EFS), or with --no-xattrs, answer ENOSYS: the kernel then
         stops asking (ls -l asks twice per file, every buffered write once) and
@@ -477,7 +498,7 @@ class Operations(pyfuse3.Operations):
             fn = _no_xattrs
         elif not self._xattrs_at(node):
             fn = _link_xattrs_unsupported
-        return await self._call(op, node, ctx, fn, *args, **kw)
+        return await self._call(req, site, ctx, fn, node, *args)
 
     def _xattrs_at(self, node: Inode) -> bool:
         """A symbolic link's attributes are reached through its descriptor only where
@@ -517,6 +538,22 @@ for _name in ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mk
               "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs",
               "access", "setxattr", "getxattr", "listxattr", "removexattr"):
     setattr(Operations, _name, _guarded(getattr(Operations, _name)))
+
+
+class _Site(NamedTuple):
+    """Where a request is, as its trace record names it: the inode (the directory, for
+    an entry in it), the path, a second name, the file handle and the offset."""
+
+    inode: int
+    path: str
+    path2: str | None = None
+    fh: int = 0
+    offset: int = 0
+
+
+def _at(node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0) -> _Site:
+    """The site of a request on `node`, or on the entry `name` in directory `node`."""
+    return _Site(node.id, node.path if name is None else _join(node.path, name), path2, fh, offset)
 
 
 class _Nobody:
@@ -712,7 +749,7 @@ def _rename(olddir, old, newdir, new, flags):
         syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
     else:
         os.rename(old, new, src_dir_fd=olddir, dst_dir_fd=newdir)
-    keys = []
+    keys: list[tuple[int, int] | None] = []
     for d, n in ((newdir, new), (olddir, old)):
         try:
             st = os.stat(n, dir_fd=d, follow_symlinks=False)
@@ -764,7 +801,7 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
     The listing is taken once per pass (offset 0)."""
     if names is None:
         names = [".", "..", *os.listdir(dirfd)]
-    entries = []
+    entries: list[tuple[int, str, os.stat_result, int | None]] = []
     index = start
     try:
         while index < len(names) and len(entries) < count:

@@ -16,11 +16,13 @@ network file systems (and FUSE ones) nothing runs inline unless asked for
 never do.
 """
 
+from .request import Kind, WriteMode
+
 NETWORK_FSTYPES = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "9p", "afs", "lustre",
     "gpfs", "beegfs", "ocfs2", "gfs2", "davfs", "sshfs", "orangefs", "pvfs2",
 })
-NEVER_INLINE_KINDS = frozenset({"commit", "sync"})
+NEVER_INLINE_KINDS = frozenset({Kind.COMMIT, WriteMode.SYNC})  # as Request.label names them
 SLOW_SHARE = 0.2  # inline while under this share of recent calls were slow
 WEIGHT = 0.1  # of the newest call in the running share
 EVICT_FACTOR = 20
@@ -32,8 +34,8 @@ def is_network(fstype: str) -> bool:
 
 
 class InlinePolicy:
-    """Per (operation, kind): the running share of slow calls, and whether the next
-    call runs inline."""
+    """Per (operation, kind) key, (Request.op, Request.label): the running share of
+    slow calls, and whether the next call runs inline."""
 
     def __init__(self, threshold_us: float):
         self.threshold_ns = threshold_us * 1000.0
@@ -62,7 +64,7 @@ class InlinePolicy:
 
     def describe(self) -> dict:
         """For `fusetrace stats`: the threshold, and which operations run where."""
-        where = {"loop": [], "workers": []}
+        where: dict[str, list[str]] = {"loop": [], "workers": []}
         for (op, kind), share in sorted(self._slow.items()):
             where["loop" if share < SLOW_SHARE else "workers"].append(f"{op}/{kind}")
         return {"threshold_us": self.threshold_ns / 1000.0, **where}

@@ -99,6 +99,12 @@ class InodeTable:
         """Descriptors held on known inodes (the root's aside)."""
         return len(self._open)
 
+    def stats(self) -> dict[str, int]:
+        """For `fusetrace stats`: inodes known, descriptors held on them, the most held
+        at once, and how many closed ones were opened again."""
+        return {"known": len(self._by_id), "held": len(self._open), "most": self.max_open,
+                "reopened": self.reopened}
+
     def get(self, node_id: int) -> Inode | None:
         return self._by_id.get(node_id)
 
@@ -239,7 +245,7 @@ class InodeTable:
         excess = len(self._open) - self.max_open
         if not self._closable:
             return
-        victims = []
+        victims: list[Inode] = []
         for inode in self._open.values():
             if len(victims) >= excess:
                 break

@@ -260,10 +260,7 @@ class _Status:
         self.ops, self.tracer, self.emulation = ops, tracer, emulation
 
     def stats(self, _request) -> dict:
-        inodes = self.ops.inodes
-        out = {"inodes": len(inodes), "open_files": len(self.ops.handles),
-               "inode_fds": {"held": inodes.open_count, "most": inodes.max_open, "reopened": inodes.reopened},
-               "inline": self.ops.inline.describe()}
+        out = self.ops.stats()  # inodes, open files, inode descriptors, where calls run
         if self.tracer is not None:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
         if self.emulation is not None:

@@ -61,19 +61,20 @@ def _tree_bytes(root: str) -> int:
         size, subdirs = _dir_bytes(fd)
         total += size
         stack.append((fd, subdirs))
-        fd = None
-        while stack and fd is None:
+        below: int | None = None
+        while stack and below is None:
             parent, names = stack[-1]
             if not names:
                 os.close(parent)
                 stack.pop()
                 continue
             try:
-                fd = os.open(names.pop(), _DIR_FLAGS, dir_fd=parent)
+                below = os.open(names.pop(), _DIR_FLAGS, dir_fd=parent)
             except OSError:
                 pass  # gone, or no longer a directory
-        if fd is None:
+        if below is None:
             return total
+        fd = below
 
 
 def _dir_bytes(fd: int) -> tuple[int, list[str]]:
@@ -130,19 +131,17 @@ class Emulation:
         Warm-up probes are left out and the lower quartile of the round trips taken:
         on a busy or cold machine most probes can run late, and an overestimate would
         send every reply early."""
-        self.shaper.calibrating = True
-        self.shaper.handler_ns.clear()
         try:
-            # from another process: a thread of this one would wait for the GIL on return
-            done = await trio.run_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
-                                          capture_stdout=True)
-            rtts = [int(x) for x in done.stdout.split()][WARM_UP_PROBES:]
+            with self.shaper.calibration() as handler_ns:
+                # from another process: a thread of this one would wait for the GIL on return
+                done = await trio.run_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
+                                              capture_stdout=True)
         finally:
-            self.shaper.calibrating = False
             self._calibrated.set()
-        handler = self.shaper.handler_ns[WARM_UP_PROBES:] or self.shaper.handler_ns
+        rtts = [int(x) for x in done.stdout.split()][WARM_UP_PROBES:]
+        handler = handler_ns[WARM_UP_PROBES:] or handler_ns
         outside = statistics.quantiles(rtts, n=4)[0] - statistics.median_low(handler)
-        self.shaper.compensation_ns = min(max(int(outside), 0), MAX_COMPENSATION_NS)
+        self.shaper.compensate(min(max(int(outside), 0), MAX_COMPENSATION_NS))
 
     async def _sample_every_minute(self) -> None:
         while True:

@@ -17,13 +17,32 @@ of its writes is "late").  So a workload of tiny buffered writes (cpio's 512-byt
 pieces) is slowed by the host without being flagged.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from time import monotonic_ns
 
-from ..emulator.model import Op, OpClass
+from ..emulator.ops import Op, OpClass
+from ..server.request import Kind, Request, WriteMode
 
-# How fusetrace's handlers name the kind of an operation, as the model sees it.
-_WRITE_MODES = {"buffered", "direct", "sync"}
 _NS = 1_000_000_000
+
+
+def model_op(request: Request) -> Op | None:
+    """The model's view of a request; None for one that is never shaped."""
+    kind = request.kind
+    if kind is Kind.READ:
+        return Op(OpClass.DATA_READ, nbytes=request.size, file=request.file)
+    if kind is Kind.WRITE:
+        if request.write_mode is None:
+            raise ValueError(f"{request.op}: a write without a write mode")
+        return Op(OpClass.DATA_WRITE, nbytes=request.size, file=request.file, write_mode=request.write_mode)
+    if kind is Kind.COMMIT:
+        return Op(OpClass.COMMIT, file=request.file)
+    if kind is Kind.META_WRITE:
+        return Op(OpClass.META_WRITE, file=request.file, directory=request.directory)
+    if kind is Kind.META_READ:
+        return Op(OpClass.META_READ, file=request.file)
+    return None  # Kind.NONE
 
 
 class Shaper:
@@ -42,28 +61,47 @@ class Shaper:
         self.modelled_ns = 0  # all shaped operations' modelled time
         # The kernel's and the caller's share of a round trip, outside the handler:
         # replies go out this much before the model's time, so the caller sees the
-        # model's latency rather than the model's plus FUSE's.  Measured at mount.
+        # model's latency rather than the model's plus FUSE's.  Measured at mount
+        # (fusetrace/shaping/emulation.py, calibrate) and set with compensate().
         self.compensation_ns = 0
-        self.calibrating = False  # while measuring it: nothing is shaped
-        self.handler_ns: list[int] = []
+        self._samples: list[int] | None = None  # while calibrating: handler times; nothing is shaped
 
-    def admit(self, kind: str, inode: int, namespace: bool, size: int, start_ns: int) -> int | None:
+    @contextmanager
+    def calibration(self) -> Iterator[list[int]]:
+        """While inside: nothing is shaped, and the list given fills with the time
+        (ns) each request spent in its handler."""
+        samples: list[int] = []
+        self._samples = samples
+        try:
+            yield samples
+        finally:
+            self._samples = None
+
+    def compensate(self, ns: int) -> None:
+        """Reply this many ns before the model's time from now on (see compensation_ns)."""
+        self.compensation_ns = ns
+
+    def admit(self, request: Request, start_ns: int) -> int | None:
         """The monotonic ns by which the operation may complete, or None if unshaped."""
-        if kind == "none" or self.calibrating:
+        if self._samples is not None:
             return None
-        if kind == "read":
-            op = Op(OpClass.DATA_READ, nbytes=size, file=inode)
-        elif kind in _WRITE_MODES:
-            op = Op(OpClass.DATA_WRITE, nbytes=size, file=inode, write_mode=kind)
-        elif kind == "commit":
-            op = Op(OpClass.COMMIT, file=inode)
-        elif kind == "meta_write":
-            op = Op(OpClass.META_WRITE, file=0 if namespace else inode, directory=inode if namespace else 0)
-        else:
-            op = Op(OpClass.META_READ, file=inode)
+        op = model_op(request)
+        if op is None:
+            return None
         done_at = self.model.admit(op, start_ns / _NS).done_at
         self.ops += 1
         return int(done_at * _NS) - self.compensation_ns
+
+    async def hold(self, request: Request, deadline_ns: int | None, start_ns: int) -> int:
+        """Wait for the deadline admit() gave (None: none); return how long the
+        operation was held after its real completion (0 if the real syscall took
+        longer than the model).  A buffered write's lateness does not count towards
+        host-bound (see above)."""
+        if deadline_ns is None:
+            if self._samples is not None:
+                self._samples.append(monotonic_ns() - start_ns)
+            return 0
+        return await self.hold_until(deadline_ns, start_ns, judged=request.write_mode is not WriteMode.BUFFERED)
 
     async def hold_until(self, deadline_ns: int, start_ns: int, judged: bool = True) -> int:
         """Wait for the deadline; return how long the operation was held after its

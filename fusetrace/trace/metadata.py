@@ -62,7 +62,7 @@ def atomic_write(path: str, fill: Callable[[BinaryIO], None], dir_fd: int | None
 def write(directory: str, metadata: dict, dir_fd: int | None = None) -> None:
     """Write the metadata into `directory` (or, given `dir_fd`, the directory it opens)."""
     data = json.dumps(metadata, indent=2, default=str).encode() + b"\n"
-    atomic_write(NAME if dir_fd is not None else os.path.join(directory, NAME), lambda f: f.write(data),
+    atomic_write(NAME if dir_fd is not None else os.path.join(directory, NAME), lambda f: _write_all(f, data),
                  dir_fd=dir_fd)
 
 
@@ -101,3 +101,7 @@ def loss_summary(directory: str | os.PathLike) -> str | None:
         text += (f"; its final {NAME} was not written (the trace disk full, or the server killed): "
                  f"the counts are from an earlier flush")
     return f"trace {directory}: {text}"
+
+
+def _write_all(f: BinaryIO, data: bytes) -> None:
+    f.write(data)

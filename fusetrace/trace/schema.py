@@ -1,7 +1,10 @@
-"""Columns of a trace record, in the order `TraceWriter.record` takes them.
+"""Columns of a trace record: `TraceRecord`, what `TraceWriter.record` takes, and the
+Parquet schema, field for field in the same order (tests/test_trace_writer.py checks).
 
-docs/TRACE_FORMAT.md documents every column; keep the two in step.
+docs/TRACE_FORMAT.md documents every column; keep the three in step.
 """
+
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -26,3 +29,23 @@ SCHEMA = pa.schema(
 )
 
 COLUMNS = SCHEMA.names
+
+
+class TraceRecord(NamedTuple):
+    """One operation's row; see SCHEMA for what each field holds."""
+
+    start_ns: int
+    dur_ns: int
+    op: str
+    inode: int
+    path: str
+    path2: str | None
+    fh: int
+    offset: int
+    size: int
+    result: int
+    errno: int
+    pid: int
+    uid: int
+    gid: int
+    shaped_ns: int

@@ -1,6 +1,6 @@
 """TraceWriter: one record per FUSE operation, written as Parquet parts in the background.
 
-The trio loop only appends a tuple to a deque (`record`); a daemon thread drains it every
+The trio loop only appends a TraceRecord to a deque (`record`); a daemon thread drains it every
 `flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches disk
 within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
 describes the files.
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from ..errors import UserError
 from ..server.runstate import NotPrivate, open_private_dir
 from . import metadata as meta
-from .schema import COLUMNS, SCHEMA
+from .schema import SCHEMA, TraceRecord
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ _CHUNK = 2048
 # Records the writer takes from the queue, converts and writes at a time (one Parquet row
 # group each): its own memory stays a few MiB however far behind it is.
 _ROW_GROUP = 16_384
-_PATHS = (COLUMNS.index("path"), COLUMNS.index("path2"))
 
 MAX_PENDING_BYTES = 64 << 20
 # Disk space held back (a hidden file, freed at close) so that a trace whose disk filled up
@@ -57,10 +56,10 @@ _RECORD_BYTES = 560 + 56  # 616, written out in TraceWriter.record
 _STR_BYTES = 56
 
 
-def _cost(fields: tuple) -> int:
+def _cost(rec: TraceRecord) -> int:
     """Estimated bytes a queued record holds (see _RECORD_BYTES)."""
-    path2 = fields[5]
-    return _RECORD_BYTES + len(fields[4] or "") + (0 if path2 is None else _STR_BYTES + len(path2))
+    path2 = rec.path2
+    return _RECORD_BYTES + len(rec.path or "") + (0 if path2 is None else _STR_BYTES + len(path2))
 
 
 class TraceDirError(UserError):
@@ -76,7 +75,7 @@ class TraceWriter:
         self.flush_interval = flush_interval
         self._max_pending = sys.maxsize if max_pending is None else max_pending
         self._max_bytes = sys.maxsize if max_pending_bytes is None else max_pending_bytes
-        self._pending: collections.deque[tuple] = collections.deque()
+        self._pending: collections.deque[TraceRecord] = collections.deque()
         # the loop's (record) counters
         self.dropped = 0  # refused because the queue was full (max_pending or max_pending_bytes)
         self._bytes_in = 0  # estimated bytes of every record queued
@@ -108,7 +107,7 @@ class TraceWriter:
         }
         self._meta_lock = threading.Lock()
         self._meta_dirty = False
-        self._meta_counts = None
+        self._meta_counts: tuple[int, int, int] | None = None
         try:
             self._write_metadata()
         except OSError as exc:
@@ -119,14 +118,14 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._run, name="fusetrace-trace-writer", daemon=True)
         self._thread.start()
 
-    def record(self, *fields) -> None:
-        """Queue one record, fields in schema order.  Never blocks: when the queue is
-        full (max_pending records or max_pending_bytes waiting), the record is counted
-        in `dropped` instead.  Called from one thread (the trio loop)."""
-        path2 = fields[5]  # _cost(fields), inline: this runs on the loop for every operation
-        after = self._bytes_in + len(fields[4] or "") + (616 if path2 is None else 672 + len(path2))
+    def record(self, rec: TraceRecord) -> None:
+        """Queue one record.  Never blocks: when the queue is full (max_pending records
+        or max_pending_bytes waiting), the record is counted in `dropped` instead.
+        Called from one thread (the trio loop)."""
+        path2 = rec.path2  # _cost(rec), inline: this runs on the loop for every operation
+        after = self._bytes_in + len(rec.path or "") + (616 if path2 is None else 672 + len(path2))
         if after - self._bytes_out <= self._max_bytes and len(self._pending) < self._max_pending:
-            self._pending.append(fields)
+            self._pending.append(rec)
             self._bytes_in = after
         else:
             self.dropped += 1
@@ -213,7 +212,7 @@ class TraceWriter:
             self._write_part(n)
         self._flush_metadata()
 
-    def _take(self, n: int) -> list[tuple]:
+    def _take(self, n: int) -> list[TraceRecord]:
         popleft = self._pending.popleft
         rows = [popleft() for _ in range(n)]
         self._taken += n
@@ -325,7 +324,7 @@ def _reserve(dirfd: int) -> bool:
         os.close(fd)
 
 
-def _table(rows: list[tuple]) -> pa.Table:
+def _table(rows: list[TraceRecord]) -> pa.Table:
     """Rows to a Table, converted row-wise by pyarrow (measured faster than
     transposing with zip(*rows) and converting column by column)."""
     batches = []
@@ -339,13 +338,14 @@ def _table(rows: list[tuple]) -> pa.Table:
     return pa.Table.from_batches(batches, schema=SCHEMA)
 
 
-def _utf8_paths(row: tuple) -> tuple:
+def _utf8_paths(row: TraceRecord) -> TraceRecord:
     """The row with undecodable bytes in its paths written as \\xNN."""
-    out = list(row)
-    for i in _PATHS:
-        if out[i] is not None:
-            out[i] = out[i].encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return tuple(out)
+    path2 = row.path2
+    return row._replace(path=_utf8(row.path), path2=None if path2 is None else _utf8(path2))
+
+
+def _utf8(path: str) -> str:
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _prepare(directory: str) -> int:

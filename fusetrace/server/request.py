@@ -1,0 +1,58 @@
+"""What a handler tells the rest of the server about one FUSE request.
+
+`Kind` is every kind of operation the shaper, the inline policy and the trace tell
+apart, in one place; `Request` is the value a handler hands the shaper (and the
+inline policy keys on).  The model's own vocabulary (`OpClass`, `Op` in
+fusetrace/emulator/ops.py) stays the model's: the shaper translates.
+"""
+
+import enum
+from dataclasses import dataclass
+
+
+class Kind(enum.StrEnum):
+    """How the remote file system would see an operation."""
+
+    META_READ = "meta_read"  # lookup, getattr, open, readdir, access...: a metadata read
+    META_WRITE = "meta_write"  # setattr, xattr changes and namespace changes (with a directory)
+    READ = "read"  # a data read
+    WRITE = "write"  # a data write (its WriteMode says how)
+    COMMIT = "commit"  # written data made durable: fsync, fsyncdir, a flush or close after writes
+    NONE = "none"  # local only (a close with nothing written): never shaped
+
+
+class WriteMode(enum.StrEnum):
+    """How a data write reaches the server: the open file's flags."""
+
+    BUFFERED = "buffered"  # into the client's page cache, written back later
+    DIRECT = "direct"  # O_DIRECT: one round trip, not committed
+    SYNC = "sync"  # O_SYNC or O_DSYNC: a round trip and a commit
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One operation, as the shaper sees it.
+
+    `file` is the FUSE inode the operation is on (0 for a namespace change whose
+    object is not known yet); `directory` the parent directory whose entries a
+    namespace change alters (create, mknod, mkdir, symlink, link, unlink, rmdir,
+    rename), else 0; `size` the bytes asked for; `write_mode` given for writes only.
+    """
+
+    op: str
+    kind: Kind
+    file: int = 0
+    directory: int = 0
+    size: int = 0
+    write_mode: WriteMode | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind is Kind.WRITE) != (self.write_mode is not None):
+            raise ValueError(f"{self.op}: a write mode is given with writes, and only with them")
+        if self.directory and self.kind is not Kind.META_WRITE:
+            raise ValueError(f"{self.op}: only a namespace change (meta_write) names a directory")
+
+    @property
+    def label(self) -> str:
+        """The kind as the inline policy and `fusetrace stats` name it: a write by its mode."""
+        return self.write_mode if self.write_mode is not None else self.kind

@@ -1,0 +1,211 @@
+"""The request path in process (no mount): handlers over a real source directory, a
+real shaper and model, the real timer, worker threads and trace writer.  Each request
+is admitted, placed (loop or worker), held and traced; namespace changes name the
+directory they change."""
+
+import errno
+import os
+import stat
+import threading
+from time import monotonic_ns
+
+import pyarrow.parquet as pq
+import pytest
+import trio
+from pyfuse3 import FUSEError
+
+from fusetrace.emulator.model import Model
+from fusetrace.server.handlers import Operations
+from fusetrace.server.inline import InlinePolicy
+from fusetrace.server.inodes import ROOT
+from fusetrace.server.request import Kind, Request, WriteMode
+from fusetrace.server.workers import Workers
+from fusetrace.shaping.profile import load_params
+from fusetrace.shaping.shaper import Shaper
+from fusetrace.shaping.timer import PreciseTimer
+from fusetrace.trace.writer import TraceWriter
+
+QUICK = ["meta_read_latency_ms=0.2", "meta_read_latency_p99_ms=0.4", "meta_write_latency_ms=0.2",
+         "meta_write_latency_p99_ms=0.4", "read_latency_ms=0.2", "read_latency_p99_ms=0.4",
+         "write_latency_ms=0.2", "write_latency_p99_ms=0.4", "commit_latency_ms=0.2", "commit_latency_p99_ms=0.4",
+         "dir_write_hold_ms=0.2"]
+
+
+class Caller:
+    """A request's context, as pyfuse3 gives it: the calling process and its user."""
+
+    pid = os.getpid()
+    uid = os.getuid()
+    gid = os.getgid()
+
+
+CTX = Caller()
+
+
+class SeenShaper(Shaper):
+    """The real shaper, keeping each request it was handed."""
+
+    def __init__(self, model, timer):
+        super().__init__(model, timer)
+        self.requests: list[Request] = []
+
+    def admit(self, request: Request, start_ns: int) -> int | None:
+        self.requests.append(request)
+        return super().admit(request, start_ns)
+
+
+def serve(tmp_path, body, *, threshold_us: float = 50.0) -> tuple[list[Request], list[dict]]:
+    """Run `body(ops)` on a trio loop against Operations over tmp_path/src, shaped and
+    traced; return the requests the shaper saw and the trace's records in order."""
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    trace = tmp_path / "trace"
+
+    async def main() -> list[Request]:
+        timer = PreciseTimer()
+        shaper = SeenShaper(Model(load_params("efs-bursting", QUICK), monotonic_ns() / 1e9), timer)
+        workers = Workers(4)
+        tracer = TraceWriter(trace, {}, flush_interval=3600)
+        ops = Operations(str(source), workers=workers, inline=InlinePolicy(threshold_us), tracer=tracer,
+                         shaper=shaper)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(timer.run)
+                await body(ops)
+                nursery.cancel_scope.cancel()
+        finally:
+            ops.close()
+            workers.close()
+            tracer.close()
+            timer.close()
+        return shaper.requests
+
+    requests = trio.run(main)
+    rows = sorted(pq.read_table(trace).to_pylist(), key=lambda r: r["start_ns"]) if any(trace.glob("*.parquet")) else []
+    return requests, rows
+
+
+def test_every_namespace_change_names_its_directory(tmp_path):
+    ids = {}
+
+    async def body(ops):
+        d = await ops.mkdir(ROOT, b"d", stat.S_IFDIR | 0o755, CTX)
+        e = await ops.mkdir(ROOT, b"e", stat.S_IFDIR | 0o755, CTX)
+        info, f = await ops.create(d.st_ino, b"f", 0o644, os.O_WRONLY, CTX)
+        await ops.mknod(d.st_ino, b"p", stat.S_IFIFO | 0o644, 0, CTX)
+        await ops.symlink(d.st_ino, b"s", b"f", CTX)
+        await ops.link(f.st_ino, e.st_ino, b"g", CTX)
+        await ops.rename(d.st_ino, b"p", e.st_ino, b"q", 0, CTX)
+        await ops.unlink(e.st_ino, b"q", CTX)
+        await ops.release(info.fh)
+        await ops.mkdir(e.st_ino, b"x", stat.S_IFDIR | 0o755, CTX)
+        await ops.rmdir(e.st_ino, b"x", CTX)
+        ids.update(d=d.st_ino, e=e.st_ino, f=f.st_ino)
+
+    requests, rows = serve(tmp_path, body)
+    changes = [(r.op, r.file, r.directory) for r in requests if r.kind is Kind.META_WRITE]
+    d, e, f = ids["d"], ids["e"], ids["f"]
+    assert changes == [
+        ("mkdir", 0, ROOT), ("mkdir", 0, ROOT), ("create", 0, d), ("mknod", 0, d), ("symlink", 0, d),
+        ("link", f, e),  # the new parent's slot, not the file's
+        ("rename", 0, d), ("unlink", 0, e), ("mkdir", 0, e), ("rmdir", 0, e),
+    ]
+    # the trace names them as before: the linked file, and the entry's old and new paths
+    link = next(r for r in rows if r["op"] == "link")
+    assert (link["inode"], link["path"], link["path2"]) == (f, "/d/f", "/e/g")
+    rename = next(r for r in rows if r["op"] == "rename")
+    assert (rename["inode"], rename["path"], rename["path2"]) == (d, "/d/p", "/e/q")
+    assert (tmp_path / "src" / "e" / "g").exists() and not (tmp_path / "src" / "e" / "q").exists()
+
+
+def test_a_request_is_admitted_placed_held_and_traced(tmp_path):
+    found = {}
+
+    async def body(ops):
+        info, f = await ops.create(ROOT, b"f", 0o644, os.O_RDWR, CTX)
+        found["f"], found["fh"] = f.st_ino, info.fh
+        assert await ops.write(info.fh, 0, b"x" * 4096) == 4096
+        assert await ops.read(info.fh, 1024, 2048) == b"x" * 2048
+        await ops.fsync(info.fh, False)
+        await ops.release(info.fh)
+        with pytest.raises(FUSEError) as missing:
+            await ops.lookup(ROOT, b"missing", CTX)
+        assert missing.value.errno == errno.ENOENT
+
+    requests, rows = serve(tmp_path, body)
+    f, fh = found["f"], found["fh"]
+    assert [(r.op, r.kind, r.file, r.size, r.write_mode) for r in requests] == [
+        ("create", Kind.META_WRITE, 0, 0, None),
+        ("write", Kind.WRITE, f, 4096, WriteMode.BUFFERED),
+        ("read", Kind.READ, f, 2048, None),
+        ("fsync", Kind.COMMIT, f, 0, None),  # written since the last commit
+        ("release", Kind.NONE, f, 0, None),  # nothing written since: never shaped
+        ("lookup", Kind.META_READ, ROOT, 0, None),
+    ]
+    assert [r["op"] for r in rows] == ["create", "write", "read", "fsync", "release", "lookup"]
+    by_op = {r["op"]: r for r in rows}
+    assert {k: by_op["write"][k] for k in ("inode", "path", "fh", "offset", "size", "result", "errno")} == \
+        {"inode": f, "path": "/f", "fh": fh, "offset": 0, "size": 4096, "result": 4096, "errno": 0}
+    assert (by_op["read"]["offset"], by_op["read"]["size"], by_op["read"]["result"]) == (1024, 2048, 2048)
+    assert (by_op["lookup"]["path"], by_op["lookup"]["errno"], by_op["lookup"]["result"]) == \
+        ("/missing", errno.ENOENT, 0)
+    assert by_op["release"]["shaped_ns"] == 0
+    assert all(r["pid"] == os.getpid() and r["uid"] == os.getuid() for r in rows)
+    assert all(r["dur_ns"] >= r["shaped_ns"] >= 0 for r in rows)
+
+
+def test_calibration_samples_come_from_the_handlers_and_nothing_is_shaped(tmp_path):
+    seen = {}
+
+    async def body(ops):
+        with ops.shaper.calibration() as samples:
+            for _ in range(3):
+                await ops.statfs(CTX)
+            seen["samples"] = list(samples)
+        seen["ops"] = ops.shaper.ops
+        await ops.statfs(CTX)
+        seen["after"] = ops.shaper.ops
+
+    _, rows = serve(tmp_path, body)
+    assert len(seen["samples"]) == 3 and all(ns > 0 for ns in seen["samples"])
+    assert (seen["ops"], seen["after"]) == (0, 1)
+    assert [r["shaped_ns"] for r in rows[:3]] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("threshold_us", [50.0, 0.0])
+def test_placement_on_the_loop_or_in_a_worker(tmp_path, threshold_us):
+    """A quick metadata call runs on the loop's own thread while the inline policy lets
+    it (never with a zero threshold); a commit always goes to a worker."""
+    seen = {}
+
+    async def body(ops):
+        loop = threading.get_ident()
+        getattr_req = Request("getattr", Kind.META_READ, ROOT)
+        seen["getattr"] = await ops._place(getattr_req, threading.get_ident, ()) == (loop, 0)
+        seen["commit"] = await ops._place(Request("fsync", Kind.COMMIT, ROOT), threading.get_ident, ()) == (loop, 0)
+        seen["error"] = await ops._place(getattr_req, os.stat, ("/no/such/path",))
+        root = ops.inodes.get(ROOT)
+        out, err = await ops._place(getattr_req, os.fstat, (root,))  # an Inode reaches fn as its descriptor
+        seen["inode"] = (err, out.st_ino)
+
+    serve(tmp_path, body, threshold_us=threshold_us)
+    assert seen["getattr"] is (threshold_us > 0)
+    assert seen["commit"] is False
+    assert seen["error"] == (None, errno.ENOENT)
+    assert seen["inode"] == (0, os.stat(tmp_path / "src").st_ino)
+
+
+def test_stats_are_read_through_the_operations(tmp_path):
+    seen = {}
+
+    async def body(ops):
+        info, _ = await ops.create(ROOT, b"f", 0o644, os.O_WRONLY, CTX)
+        seen["open"] = ops.stats()
+        await ops.release(info.fh)
+        seen["closed"] = ops.stats()
+
+    serve(tmp_path, body)
+    assert seen["open"]["inodes"] == 2 and seen["open"]["open_files"] == 1
+    assert seen["open"]["inode_fds"]["held"] == 1 and seen["open"]["inode_fds"]["reopened"] == 0
+    assert set(seen["open"]["inline"]) == {"threshold_us", "loop", "workers"}
+    assert seen["closed"]["open_files"] == 0

@@ -1,0 +1,138 @@
+"""The shaper in process: requests in, the model's deadlines out, replies held by the
+real timer (no mount)."""
+
+from time import monotonic_ns
+
+import pytest
+import trio
+
+from fusetrace.emulator.model import Model
+from fusetrace.emulator.ops import Gate, OpClass
+from fusetrace.server.request import Kind, Request, WriteMode
+from fusetrace.shaping.profile import load_params
+from fusetrace.shaping.shaper import Shaper, model_op
+from fusetrace.shaping.timer import PreciseTimer
+
+MS = 1_000_000
+# Fixed latencies (median = p99), one namespace change per directory at a time, each
+# holding its directory's slot 100 ms: what a request is charged to shows in its deadline.
+STEADY = ["meta_write_latency_ms=1", "meta_write_latency_p99_ms=1", "read_latency_ms=5", "read_latency_p99_ms=5",
+          "dir_write_slots=1", "dir_write_hold_ms=100"]
+
+
+def shaper(*overrides: str, timer=None) -> Shaper:
+    params = load_params("efs-bursting", [*STEADY, *overrides])
+    return Shaper(Model(params, monotonic_ns() / 1e9), timer)
+
+
+def test_every_kind_reaches_the_model_as_its_class():
+    classes = {
+        Kind.META_READ: OpClass.META_READ, Kind.META_WRITE: OpClass.META_WRITE, Kind.READ: OpClass.DATA_READ,
+        Kind.WRITE: OpClass.DATA_WRITE, Kind.COMMIT: OpClass.COMMIT,
+    }
+    for kind in Kind:
+        mode = WriteMode.DIRECT if kind is Kind.WRITE else None
+        op = model_op(Request("op", kind, 7, size=4096, write_mode=mode))
+        if kind is Kind.NONE:
+            assert op is None  # never shaped
+        else:
+            assert op is not None and op.cls is classes[kind] and op.file == 7
+    write = model_op(Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.SYNC))
+    assert write is not None and (write.nbytes, write.write_mode) == (4096, "sync")
+    link = model_op(Request("link", Kind.META_WRITE, 7, directory=5))
+    assert link is not None and (link.file, link.directory) == (7, 5)
+
+
+def test_an_unknown_kind_or_a_mismatched_request_cannot_be_made():
+    with pytest.raises(ValueError):
+        Kind("metadata")
+    with pytest.raises(ValueError, match="write mode"):
+        Request("write", Kind.WRITE, 7, size=1)  # a write says how it is written
+    with pytest.raises(ValueError, match="write mode"):
+        Request("read", Kind.READ, 7, write_mode=WriteMode.BUFFERED)
+    with pytest.raises(ValueError, match="directory"):
+        Request("getattr", Kind.META_READ, 7, directory=1)
+
+
+def test_link_is_charged_to_the_new_parent_directory():
+    sh = shaper()
+    now = monotonic_ns()
+    first = sh.admit(Request("link", Kind.META_WRITE, 7, directory=5), now)
+    same_dir = sh.admit(Request("link", Kind.META_WRITE, 8, directory=5), now)
+    other_dir = sh.admit(Request("link", Kind.META_WRITE, 7, directory=6), now)  # the same file
+    assert first is not None and same_dir is not None and other_dir is not None
+    assert same_dir - first >= 99 * MS  # waited for directory 5's one slot
+    assert other_dir == first  # directory 6's slot was free: the file's own links do not queue
+    # and the model says so
+    model = Model(load_params("efs-bursting", STEADY), 0.0)
+    ops = [model_op(Request("link", Kind.META_WRITE, f, directory=5)) for f in (7, 8)]
+    assert [model.admit(op, 0.0).gate for op in ops if op is not None] == [Gate.LATENCY, Gate.DIRECTORY]
+
+
+def test_nothing_is_shaped_while_calibrating_and_each_handler_time_is_a_sample():
+    sh = shaper()
+    req = Request("statfs", Kind.META_READ, 1)
+
+    async def main():
+        with sh.calibration() as samples:
+            start = monotonic_ns()
+            deadline = sh.admit(req, start)
+            assert deadline is None
+            assert await sh.hold(req, deadline, start) == 0
+            assert len(samples) == 1 and samples[0] >= 0
+        assert sh.ops == 0
+        assert sh.admit(req, monotonic_ns()) is not None  # shaped again afterwards
+        assert len(samples) == 1
+
+    trio.run(main)
+
+
+def test_compensation_sends_replies_that_much_earlier():
+    params = load_params("efs-bursting", STEADY)
+    plain, early = (Shaper(Model(params, 0.0), None) for _ in range(2))
+    early.compensate(40_000)
+    req = Request("getattr", Kind.META_READ, 1)
+    assert plain.admit(req, 10**9) - early.admit(req, 10**9) == 40_000
+
+
+def test_a_reply_is_held_by_the_timer_until_its_deadline():
+    async def main():
+        timer = PreciseTimer()
+        sh = shaper(timer=timer)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(timer.run)
+                req = Request("read", Kind.READ, 7, size=4096)
+                start = monotonic_ns()
+                deadline = sh.admit(req, start)
+                assert deadline is not None and deadline - start >= 5 * MS
+                held = await sh.hold(req, deadline, start)
+                slack = sh.slack_share * (deadline - start)
+                assert monotonic_ns() >= deadline - slack  # never before its time
+                assert held > 0  # the real work (none) finished first
+                assert (sh.ops, sh.modelled_ns) == (1, deadline - start)
+                nursery.cancel_scope.cancel()
+        finally:
+            timer.close()
+
+    trio.run(main)
+
+
+def test_a_buffered_write_is_held_but_not_judged():
+    async def main():
+        timer = PreciseTimer()
+        sh = shaper(timer=timer)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(timer.run)
+                req = Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.BUFFERED)
+                start = monotonic_ns()
+                deadline = sh.admit(req, start)
+                assert deadline is not None
+                await sh.hold(req, deadline, start)
+                assert sh.ops == 1 and sh.modelled_ns == 0 and sh.late == 0  # left out of host-bound
+                nursery.cancel_scope.cancel()
+        finally:
+            timer.close()
+
+    trio.run(main)

@@ -69,7 +69,6 @@ def _mount_parser(sub) -> argparse.ArgumentParser:
                    help="log fusetrace's (and pyfuse3's) debug messages to the server's log")
     p.add_argument("--debug-fuse", action="store_true",
                    help="have libfuse log every request and reply to the server's log (very verbose)")
-    p.add_argument("--backend-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     return p
 
@@ -175,7 +174,6 @@ def _mount(args, argv) -> int:
         source=args.source, mountpoint=args.mountpoint, trace_dir=args.trace_dir,
         attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout,
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
-        backend_delay=args.backend_delay_ms / 1000.0,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
         inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse,
     )

@@ -1,17 +1,55 @@
 """Concurrency through the mount: blocking syscalls below must overlap.
 
-The mount runs with a test-only per-syscall delay standing in for a slow
-network file system; the claims are ratios and overlaps measured in one run.
+The mount's source is a slow FUSE file system of the tests' own (tests/slow_fs.py),
+every read of which takes a fixed delay, as a network file system's round trips do;
+the claims are ratios and overlaps measured in one run.
 """
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import duckdb
+import pytest
+from conftest import Mount, fusetrace, is_mounted, poll
 
 DELAY_MS = 20
 BLOCK = 4096
+SLOW_FS = Path(__file__).with_name("slow_fs.py")
+
+
+@pytest.fixture
+def slow_mount(tmp_path):
+    """slow_mount(delay_ms, size, trace=False) -> Mount: a fusetrace mount over a slow_fs
+    one; both unmounted at the end of the test, the fusetrace one first."""
+    made: list[tuple[subprocess.Popen, Path, Mount]] = []
+
+    def make(delay_ms: float, size: int, trace: bool = False) -> Mount:
+        below, mnt = tmp_path / "slow", tmp_path / "mnt"
+        below.mkdir()
+        mnt.mkdir()
+        server = subprocess.Popen([sys.executable, str(SLOW_FS), str(below), "--delay-ms", str(delay_ms),
+                                   "--size", str(size)])
+        m = Mount(below, mnt, tmp_path / "trace" if trace else None)
+        made.append((server, below, m))
+        poll(lambda: is_mounted(below) or server.poll() is not None)
+        assert is_mounted(below), f"slow_fs exited ({server.returncode})"
+        fusetrace("mount", str(below), str(mnt), *(["--trace", str(m.trace)] if trace else []))
+        return m
+
+    yield make
+    for server, below, m in made:
+        m.unmount()
+        if is_mounted(below):
+            subprocess.run(["fusermount3", "-u", str(below)], check=False)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def _read_all(fd, offsets):
@@ -35,9 +73,8 @@ def _run_readers(path, offsets, nthreads):
     return elapsed
 
 
-def test_sixteen_readers_ten_times_faster_than_one(mount):
-    m = mount("--backend-delay-ms", str(DELAY_MS))
-    (m.source / "f").write_bytes(os.urandom(256 * BLOCK))
+def test_sixteen_readers_ten_times_faster_than_one(slow_mount):
+    m = slow_mount(DELAY_MS, 256 * BLOCK)
     path = m.mountpoint / "f"
     offsets = [i * BLOCK for i in range(128)]
     serial = _run_readers(path, offsets, 1)
@@ -45,9 +82,8 @@ def test_sixteen_readers_ten_times_faster_than_one(mount):
     assert serial / parallel >= 10, f"serial {serial:.3f} s, 16 readers {parallel:.3f} s"
 
 
-def test_sixty_four_requests_in_flight(mount):
-    m = mount("--backend-delay-ms", "300", trace=True)
-    (m.source / "f").write_bytes(os.urandom(64 * BLOCK))
+def test_sixty_four_requests_in_flight(slow_mount):
+    m = slow_mount(300, 64 * BLOCK, trace=True)
     path = m.mountpoint / "f"
     barrier = threading.Barrier(64)
 

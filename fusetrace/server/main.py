@@ -40,7 +40,6 @@ class MountOptions:
     fuse_options: list[str] = field(default_factory=list)
     threads: int = 64
     max_requests: int = 1024
-    backend_delay: float = 0.0  # test-only: seconds added to every backend syscall
     emulate: str | None = None  # profile name or .toml path
     overrides: list[str] = field(default_factory=list)  # --set key=value
     metrics_port: int | None = None
@@ -77,8 +76,6 @@ def check_values(opts: MountOptions) -> None:
         value = getattr(opts, name)
         if not math.isfinite(value) or value < 0:
             raise BadValue(f"--{name.replace('_', '-')} {value:g}: must be a finite number of seconds, 0 or more")
-    if not math.isfinite(opts.backend_delay) or opts.backend_delay < 0:
-        raise BadValue(f"--backend-delay-ms {opts.backend_delay * 1000:g}: must be finite, 0 or more")
     if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
         raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
     if opts.metrics_port is not None and opts.emulate is None:
@@ -124,9 +121,8 @@ def preflight(opts: MountOptions) -> None:
 
 
 def _inline_threshold_us(opts: MountOptions) -> float:
-    """0 (nothing inline) on network file systems unless asked for, and when a
-    test's simulated slow backend must be met in the workers."""
-    if opts.inline == "never" or opts.backend_delay:
+    """0 (nothing inline) on network file systems unless asked for."""
+    if opts.inline == "never":
         return 0.0
     if opts.inline == "auto" and inline.is_network(mounts.fstype_of(opts.source)):
         return 0.0
@@ -160,7 +156,6 @@ def _metadata(opts: MountOptions) -> dict:
             "fuse_options": sorted(_fuse_options(opts)),
             "threads": opts.threads,
             "max_requests": opts.max_requests,
-            "backend_delay": opts.backend_delay,
             "inline": opts.inline,
             "inline_threshold_us": _inline_threshold_us(opts),
             "xattrs": opts.xattrs,
@@ -196,7 +191,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         raise
     os.umask(0)  # modes arrive with the caller's umask applied already
     _raise_fd_limit()
-    workers = Workers(opts.threads, delay=opts.backend_delay)
+    workers = Workers(opts.threads)
     ops = Operations(opts.source, workers=workers, inline=InlinePolicy(_inline_threshold_us(opts)),
                      tracer=tracer,
                      shaper=emulation.shaper if emulation else None,

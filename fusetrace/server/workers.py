@@ -8,19 +8,15 @@ the threads never sleep between jobs and the loop's wakeups coalesce.
 
 import queue
 import threading
-import time
 
 import outcome
 import trio
 
 
 class Workers:
-    def __init__(self, nthreads: int, delay: float = 0.0):
-        """`delay` seconds are added to every job: a test-only stand-in for a slow
-        network file system below."""
+    def __init__(self, nthreads: int):
         if nthreads < 1:
             raise ValueError("need at least one worker thread")
-        self.delay = delay
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"fusetrace-io-{i}", daemon=True)
@@ -35,8 +31,6 @@ class Workers:
             if job is None:
                 return
             fn, args, task, token = job
-            if self.delay:
-                time.sleep(self.delay)
             result = outcome.capture(fn, *args)
             try:
                 token.run_sync_soon(trio.lowlevel.reschedule, task, result)

@@ -39,6 +39,7 @@ import tracecost  # noqa: E402
 from fusetrace.emulator.model import Model  # noqa: E402
 from fusetrace.emulator.profiles import load_profile  # noqa: E402
 from fusetrace.server import runstate  # noqa: E402
+from fusetrace.server.request import Kind, Request  # noqa: E402
 from fusetrace.shaping.shaper import Shaper  # noqa: E402
 from fusetrace.shaping.timer import PreciseTimer  # noqa: E402
 
@@ -140,13 +141,14 @@ async def _emulator_alone(runtime: float, tasks: int) -> dict:
     model = Model(load_profile("efs-2016"), monotonic_ns() / 1e9)
     timer = PreciseTimer()
     shaper = Shaper(model, timer)
+    req = Request("read", Kind.READ, 2, size=4096)
     done = 0
 
     async def reader():
         nonlocal done
         while True:
             start = monotonic_ns()
-            await shaper.hold_until(shaper.admit("read", 2, False, 4096, start), start)
+            await shaper.hold(req, shaper.admit(req, start), start)
             done += 1
 
     async with trio.open_nursery() as nursery:

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 
 from fusetrace.report import NoTrace, Trace
@@ -21,6 +23,23 @@ from fusetrace.report import NoTrace, Trace
 THROUGHPUT, LATENCY, CREDITS, ITERATIONS = "throughput.png", "latency-cdf.png", "credits.png", "iterations.png"
 CDF_POINTS = 1000  # points per latency curve, whatever the number of records
 MiB, GiB = 2**20, 2**30
+
+# One colour and dash per FUSE operation, the same in every plot of every run (a palette
+# cycled per plot repeats after ten: the touch scenario shows 14 operations).  The ten most
+# common operations take tab10's colours, solid; the next ten Dark2's eight, black and navy,
+# dashed; the rarest Set1's (but its yellow) and a dark indigo, dotted.
+_OPERATIONS = ("read", "write", "getattr", "lookup", "create", "flush", "release", "open", "setattr", "unlink",
+               "readdir", "statfs", "opendir", "releasedir", "mkdir", "rmdir", "rename", "fsync", "access",
+               "getxattr", "forget", "readlink", "symlink", "link", "mknod", "fsyncdir", "setxattr", "listxattr",
+               "removexattr")
+_PALETTE = ([(c, "-") for c in ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                "#7f7f7f", "#bcbd22", "#17becf")]
+            + [(c, "--") for c in ("#000000", "#1b9e77", "#e7298a", "#e6ab02", "#000080", "#66a61e", "#7570b3",
+                                   "#d95f02", "#a6761d", "#666666")]
+            + [(c, ":") for c in ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf",
+                                  "#999999", "#393b79")])
+OP_STYLE: dict[str, tuple[str, str]] = dict(zip(_OPERATIONS, _PALETTE, strict=True))
+UNKNOWN_OP_STYLE = ("#808080", "-.")  # an operation this table does not know yet
 
 
 @dataclass(frozen=True)
@@ -117,11 +136,12 @@ def plot_throughput(path: Path, records: Records, steps: list[dict]) -> Plot:
         return Plot(path.name, title, False, _empty_reason(records, "no read or write records"))
     edges, read_mb, write_mb = bins
     fig, (ax,) = _figure(1, 3.6)
-    _mark_steps(ax, steps, labels=True)
-    ax.stairs(read_mb, edges, label="read", color="tab:blue", linewidth=1.2)
-    ax.stairs(write_mb, edges, label="write", color="tab:orange", linewidth=1.2)
+    _mark_steps(ax, steps)
+    ax.stairs(read_mb, edges, label="read", color=OP_STYLE["read"][0], linewidth=1.2)
+    ax.stairs(write_mb, edges, label="write", color=OP_STYLE["write"][0], linewidth=1.2)
     ax.set(xlabel="seconds since the run's t=0", ylabel="MB/s", ylim=(0, None))
     ax.legend(loc="upper right", fontsize=8)
+    label_steps(fig, ax, steps)
     fig.savefig(path, format="png")
     return Plot(path.name, title, True, "Bytes read and written per 1 s bin (MB = 10^6 bytes), counted "
                                         "when each operation completed; shaded bands are the steps."
@@ -136,14 +156,17 @@ def plot_latency_cdf(path: Path, records: Records) -> Plot:
     fig, (ax,) = _figure(1, 4.2)
     for name, (ms, fraction, n) in curves.items():
         ms = np.maximum(ms, 1e-6)  # 0 ns has no place on a log axis
-        ax.step(np.r_[ms[0], ms], np.r_[0, fraction], where="post", label=f"{name} ({n:,})", linewidth=1.1)
+        colour, dash = OP_STYLE.get(name, UNKNOWN_OP_STYLE)
+        ax.step(np.r_[ms[0], ms], np.r_[0, fraction], where="post", label=f"{name} ({n:,})", linewidth=1.1,
+                color=colour, linestyle=dash)
     ax.set_xscale("log")
     ax.set(xlabel="latency, ms (log scale)", ylabel="fraction of operations", ylim=(0, 1.01))
     ax.grid(True, which="major", linewidth=0.4, alpha=0.5)
     ax.legend(loc="lower right", fontsize=7, ncols=2)
     fig.savefig(path, format="png")
     return Plot(path.name, title, True, "Cumulative distribution of dur_ns (admission to reply, emulated "
-                                        "delay included) per FUSE operation, record counts in brackets."
+                                        "delay included) per FUSE operation, record counts in brackets; an "
+                                        "operation has the same colour and dash in every run's plot."
                 + _missing_note(records))
 
 
@@ -157,13 +180,14 @@ def plot_credits(path: Path, result: dict) -> Plot:
         return Plot(path.name, title, False, "the emulator reported no credit metrics during the run.")
     unit, scale = ("GiB", GiB) if np.nanmax(np.append(balance, 0)) >= GiB else ("MiB", MiB)
     fig, (top, bottom) = _figure(2, 5.0, sharex=True)
-    _mark_steps(top, result["steps"], labels=True)
-    _mark_steps(bottom, result["steps"], labels=False)
+    _mark_steps(top, result["steps"])
+    _mark_steps(bottom, result["steps"])
     top.plot(t, balance / scale, color="tab:green", linewidth=1.2)
     top.set(ylabel=f"BurstCreditBalance, {unit}", ylim=(0, None))
     bottom.plot(t, permitted / MiB, color="tab:purple", linewidth=1.2)
     bottom.set(ylabel="PermittedThroughput, MiB/s", ylim=(0, None), xlabel="seconds since the run's t=0",
                xlim=(0, result["duration_s"]))
+    label_steps(fig, top, result["steps"])
     fig.savefig(path, format="png")
     return Plot(path.name, title, True, "The emulator's BurstCreditBalance and PermittedThroughput, "
                                         "sampled about every 0.5 s; shaded bands are the steps.")
@@ -212,16 +236,43 @@ def _missing_note(records: Records) -> str:
     return f" The trace writer dropped or lost {records.missing:,} records: they are not counted."
 
 
-def _mark_steps(ax, steps: list[dict], labels: bool) -> None:
-    """Steps as alternating grey bands, named (when `labels`) up their left edge."""
+def _mark_steps(ax: Axes, steps: list[dict]) -> None:
+    """Steps as alternating grey bands."""
     for k, step in enumerate(steps):
         ax.axvspan(step["t0"], step["t1"], color="0.92" if k % 2 else "0.86", linewidth=0, zorder=0)
-        if labels:
-            ax.text(step["t0"], 0.97, f" {step['name']}", transform=ax.get_xaxis_transform(), rotation=90,
-                    ha="left", va="top", fontsize=7, color="0.35", parse_math=False, clip_on=True)
 
 
-def _figure(rows: int, height: float, sharex: bool = False) -> tuple[Figure, list]:
+LABEL_GAP_PX = 2.0  # between two step names moved apart
+
+
+def label_steps(fig: Figure, ax: Axes, steps: list[dict]) -> list[Annotation]:
+    """Name each step up the left edge of its band, once the axes are otherwise complete.
+    Steps shorter than a line of text would print their names over one another, so a name
+    that would touch the one before moves right just past it (and the next ones with it);
+    a name pushed out of the axes is left out.  Returns the names drawn."""
+    fig.draw_without_rendering()  # lay the figure out: display positions are final from here
+    assert isinstance(fig.canvas, FigureCanvasAgg)  # _figure's
+    renderer = fig.canvas.get_renderer()
+    right_edge = ax.get_window_extent(renderer).x1
+    placed: list[Annotation] = []
+    after = -np.inf  # after: display x where the last name drawn ends
+    for step in steps:
+        label = ax.annotate(f" {step['name']}", (step["t0"], 0.97), xycoords=ax.get_xaxis_transform(),
+                            textcoords="offset points", xytext=(0, 0), rotation=90, ha="left", va="top",
+                            fontsize=7, color="0.35", parse_math=False, clip_on=True)
+        label.set_in_layout(False)  # names never change the layout they were placed in
+        box = label.get_window_extent(renderer)
+        shift = max(after + LABEL_GAP_PX - box.x0, 0.0)
+        if box.x1 + shift > right_edge:
+            label.remove()
+            continue
+        label.xyann = (shift * 72 / fig.dpi, 0)  # pixels to points
+        after = box.x1 + shift
+        placed.append(label)
+    return placed
+
+
+def _figure(rows: int, height: float, sharex: bool = False) -> tuple[Figure, list[Axes]]:
     """A figure on the Agg canvas (no display, no pyplot state) and its `rows` axes."""
     fig = Figure(figsize=(9, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)

@@ -3,7 +3,8 @@
 Names follow CloudWatch's EFS metrics in Prometheus style (`MeteredIOBytes` is
 `efs_metered_io_bytes_total`): cumulative figures are counters, current values
 gauges, units in the names.  What CloudWatch does not show (the emulated NFS
-client's state, how the host keeps up with the model) is named `fusetrace_...`.
+client's state, how the host keeps up with the model) is named `fusetrace_...`; and
+prometheus_client's usual `process_...` metrics describe the server process.
 docs/EMULATOR.md lists them all; docs/grafana-dashboard.json charts them.
 
 Nothing is counted per operation here: the collector reads the model's own
@@ -15,7 +16,7 @@ import enum
 from collections.abc import Callable, Iterator, Mapping
 
 import trio
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 HOST = "127.0.0.1"
@@ -132,4 +133,5 @@ def serve(port: int, snapshot: Callable[[], Mapping[str, float]]) -> None:
     a scrape after the loop has stopped gets HTTP 500."""
     registry = CollectorRegistry(auto_describe=False)  # never collects at registration
     registry.register(EmulationCollector(snapshot, trio.lowlevel.current_trio_token()))
+    ProcessCollector(registry=registry)  # CPU, memory and descriptors, read from /proc at each scrape
     start_http_server(port, addr=HOST, registry=registry)

@@ -3,6 +3,10 @@ line per step otherwise (CI logs)."""
 
 import sys
 import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from .spec import Step
 
 WIDTH = 24
 
@@ -12,18 +16,18 @@ def _fmt(metrics: dict) -> str:
 
 
 class Progress:
-    def __init__(self, scenario: str, steps: list, stream=None):
+    def __init__(self, scenario: str, steps: Sequence[Step], stream: TextIO | None = None):
         self.scenario = scenario
         self.total = len(steps)
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
-        self._step = None
+        self._step: tuple[int, str] | None = None
         self._begin = time.monotonic()
 
     def note(self, text: str) -> None:
         self._line(f"{self.scenario}: {text}")
 
-    def begin(self, i: int, step) -> None:
+    def begin(self, i: int, step: Step) -> None:
         self._step = (i + 1, step.name)
         self._begin = time.monotonic()
         if not self.live:
@@ -35,6 +39,7 @@ class Progress:
         if not self.live or self._step is None:
             return
         spent = time.monotonic() - self._begin
+        eta: float | None
         if done is None:
             share, eta = min(elapsed / of, 1.0), max(of - elapsed, 0.0)
         else:
@@ -46,7 +51,7 @@ class Progress:
         self.stream.write(f"\r{self.scenario} [{n}/{self.total}] {name[:28]:<28} [{bar}] {spent:5.0f} s {eta_text} ")
         self.stream.flush()
 
-    def end(self, i: int, step, metrics: dict) -> None:
+    def end(self, i: int, step: Step, metrics: dict) -> None:
         took = time.monotonic() - self._begin
         if self.live:
             self.stream.write("\r" + " " * 100 + "\r")

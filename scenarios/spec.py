@@ -1,10 +1,11 @@
 """Scenario data files (scenarios/<id>.toml): loading and checking them.
 
-The format is documented in docs/SCENARIOS.md.  Every mistake in a file is one line
+The format is documented in docs/SCENARIO_FORMAT.md.  Every mistake in a file is one line
 naming the file, the step and the key, before anything is mounted.
 """
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,9 +15,9 @@ DIRECTORY = Path(__file__).resolve().parent  # the data files live beside the co
 
 _TOP = {"title", "system", "source", "profile", "scaling", "fast", "tools", "credits", "set", "vars",
         "fast_vars", "setup", "shell", "steps"}
-_FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set", "published", "inconsistent"}
-_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "published",
-          "inconsistent"}
+_FIGURES = {"published", "inconsistent", "also_published"}
+_FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set"} | _FIGURES
+_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set"} | _FIGURES
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Step:
     set: dict = field(default_factory=dict)
     published: dict = field(default_factory=dict)
     inconsistent: dict = field(default_factory=dict)
+    also_published: dict = field(default_factory=dict)  # figures of the source that are not metrics
 
     def iterations(self, fast: bool) -> int:
         return self.fast_repeat if fast else self.repeat
@@ -67,7 +69,7 @@ class Scenario:
     def variables(self, fast: bool) -> dict[str, str]:
         return {**self.vars, **(self.fast_vars if fast else {})}
 
-    def overrides(self, extra: list[str] = ()) -> list[str]:
+    def overrides(self, extra: Sequence[str] = ()) -> list[str]:
         """The file's [set] as KEY=VALUE items, then the user's --set items."""
         return [f"{k}={v}" for k, v in self.set.items()] + list(extra)
 
@@ -123,9 +125,12 @@ def _step(where: str, i: int, raw: dict) -> Step:
     for key in ("runtime", "fast_runtime", "clients", "repeat", "fast_repeat"):
         if key in raw and not (isinstance(raw[key], (int, float)) and raw[key] > 0):
             raise UserError(f"{where}: {key} = {raw[key]!r}: must be a positive number")
-    for key in ("published", "inconsistent"):
+    for key in sorted(_FIGURES):
         if not isinstance(raw.get(key, {}), dict):
             raise UserError(f"{where}: '{key}' must be a table of metric = value")
+    for key, value in raw.get("also_published", {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where}: also_published {key!r} = {value!r}: must be a number")
     return Step(kind=kind, **{**raw, "name": name})
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fusetrace.scenarios import spec  # noqa: E402
-from fusetrace.scenarios.demo import run_jobs, table  # noqa: E402
+from fusetrace.scenarios import command, runner, spec  # noqa: E402
 
 
 def main() -> None:
@@ -38,8 +37,8 @@ def main() -> None:
     ]
     for name in ("efs-2016-fio", "alinas-2016-fio"):
         s = spec.load(name)
-        rows = run_jobs(name, args.runtime)
-        parts.append(f"## {name}: {s.title}\n\nMeasured on: {s.system}.\n\n```\n{table(rows)}\n```\n")
+        rows = runner.run_checked(s, runtime=args.runtime)["rows"]
+        parts.append(f"## {name}: {s.title}\n\nMeasured on: {s.system}.\n\n```\n{command.table(rows)}\n```\n")
     Path(args.out).write_text("\n".join(parts))
     print(f"wrote {args.out}")
 

@@ -1,19 +1,19 @@
 """`fusetrace scenario list` and `fusetrace scenario run`."""
 
+import argparse
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from fusetrace.errors import UserError
-from fusetrace.texttable import table
-
+from ..errors import UserError
+from ..texttable import table as text_table
 from . import runner, spec
 from .progress import Progress
 
 
-def list_scenarios(args) -> int:
+def list_scenarios(args: argparse.Namespace) -> int:
     rows = []
     for name in spec.ids():
         s = spec.load(name)
@@ -21,11 +21,11 @@ def list_scenarios(args) -> int:
         missing = runner.missing_tools(s)
         rows.append([s.id, s.profile, str(figures) if figures else "-",
                      s.title + (f"  (missing: {', '.join(missing)})" if missing else "")])
-    print(table(["scenario", "profile", "published", "what"], rows, "llrl"))
+    print(text_table(["scenario", "profile", "published", "what"], rows, "llrl"))
     return 0
 
 
-def run_scenarios(args) -> int:
+def run_scenarios(args: argparse.Namespace) -> int:
     if args.all and args.names:
         raise UserError(f"scenario run: --all runs every scenario; give it no names "
                         f"(got: {', '.join(args.names)})")
@@ -56,7 +56,7 @@ def run_scenarios(args) -> int:
         except OSError as exc:
             raise UserError(f"--out {args.out}: cannot write {s.id}'s results "
                             f"({exc.strerror or exc}{_where(exc)})") from None
-        print(text(result))
+        print(table(result["rows"]))
         print(f"\n{s.id}: {result['duration_s']:.0f} s; report in {run_dir / 'index.html'}\n")
     try:
         write_index(out)
@@ -99,13 +99,13 @@ def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:
     return "\n".join(lines)
 
 
-def text(result: dict) -> str:
-    """The side-by-side table: metric, emulated, published, ratio."""
+def table(rows: list[dict]) -> str:
+    """The side-by-side table of a run's rows: metric, emulated, published, ratio."""
     body = [[r["step"], r["metric"], f"{r['emulated']:,.2f}",
              f"{r['published']:,.2f}" if r["published"] is not None else "-",
              f"{r['ratio']:.2f}" if r["ratio"] is not None else "-", r["note"]]
-            for r in result["rows"]]
-    return table(["step", "metric", "emulated", "published", "ratio", "note"], body, "llrrrl")
+            for r in rows]
+    return text_table(["step", "metric", "emulated", "published", "ratio", "note"], body, "llrrrl")
 
 
 def write_run(run_dir: Path, result: dict) -> None:

@@ -5,6 +5,7 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -22,23 +23,6 @@ class Side:
 class FioResult:
     read: Side
     write: Side
-
-    @property
-    def main(self) -> Side:
-        """The side the job mostly did."""
-        return self.write if self.write.mbps > self.read.mbps else self.read
-
-    @property
-    def iops(self) -> float:
-        return self.main.iops
-
-    @property
-    def mbps(self) -> float:
-        return self.main.mbps
-
-    @property
-    def lat_ms(self) -> float:
-        return self.main.lat_ms
 
 
 def parse_size(text: str) -> int:
@@ -79,7 +63,7 @@ def start(mountpoint: str, args: list[str], runtime: float, filename: str = "fio
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def collect(proc: subprocess.Popen, args: list[str], on_tick=None) -> FioResult:
+def collect(proc: subprocess.Popen, args: list[str], on_tick: Callable[[float], None] | None = None) -> FioResult:
     """Wait for a started fio; on_tick(elapsed) about every 0.2 s meanwhile.  However
     the wait ends (an error, Ctrl-C), fio does not outlive it."""
     out, err = children.wait(proc, on_tick)
@@ -94,9 +78,3 @@ def _side(side: dict) -> Side:
     lat = side.get("clat_ns") or side.get("lat_ns") or {"mean": 0}
     return Side(iops=side["iops"], mbps=side["bw_bytes"] / 1e6, lat_ms=lat["mean"] / 1e6)
 
-
-def run(mountpoint: str, args: list[str], runtime: float, filename: str = "fio.dat",
-        on_tick=None) -> FioResult:
-    """Run fio time-based for `runtime` seconds on MOUNTPOINT/filename; on_tick(elapsed) is
-    called about every 0.2 s while it runs (for progress displays)."""
-    return collect(start(mountpoint, args, runtime, filename), args, on_tick)

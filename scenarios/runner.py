@@ -4,8 +4,13 @@ The mount is made over a new temporary directory with the scenario's profile and
 overrides and a trace into the output directory; it is unmounted however the run ends
 (a failed step, Ctrl-C).  While the steps run, a thread samples the emulator's metrics
 every half second through the control socket, for the credit plots.
+
+check_ceilings() is the demo's and the calibration's second look at a run: a job that falls
+short of a published IOPS figure runs again on a mount with no emulation, which gives the
+most this machine drives through FUSE.
 """
 
+import functools
 import os
 import shutil
 import signal
@@ -13,19 +18,21 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from fusetrace.errors import UserError
-from fusetrace.scenarios.scratch import ScratchMount, load_text, scratch_root
-
+from ..errors import UserError
 from ..shaping.hostload import host_load
 from ..shaping.profile import load_params
 from . import children, fio
 from .progress import Progress
+from .scratch import ScratchMount, load_text, scratch_root
 from .spec import Scenario, Step
 
 SAMPLE_EVERY = 0.5  # seconds between metric samples
+SHORT = 0.85  # a fio step under this share of a published IOPS figure gets a ceiling check
 SAMPLED = ("BurstCreditBalance", "PermittedThroughput", "MeteredIOBytes", "DataReadIOBytes",
            "DataWriteIOBytes", "ClientNetworkCreditBalance")
 
@@ -44,7 +51,7 @@ def how_to_get(scenario: Scenario, tool: str) -> str:
             f"{PACKAGES.get(tool, tool)}; ./run.sh installs it)")
 
 
-def preflight(scenario: Scenario, profile: str | None, sets: list[str]) -> None:
+def preflight(scenario: Scenario, profile: str | None, sets: Sequence[str]) -> None:
     """A missing tool, or a wrong profile key or value: one line, before mounting."""
     missing = missing_tools(scenario)
     if missing:
@@ -52,30 +59,36 @@ def preflight(scenario: Scenario, profile: str | None, sets: list[str]) -> None:
     load_params(profile or scenario.profile, scenario.overrides(sets))
 
 
-def run(scenario: Scenario, out: Path, *, fast: bool = False, profile: str | None = None,
-        sets: list[str] = (), progress: Progress | None = None) -> dict:
-    """Run `scenario`, writing its trace to out/trace; the result (see docs/SCENARIOS.md)."""
+def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: str | None = None,
+        sets: Sequence[str] = (), runtime: float | None = None, progress: Progress | None = None) -> dict:
+    """Run `scenario`, writing its trace to out/trace (out None: no trace, for the demo and
+    the calibration, which keep only the table); the result (see docs/SCENARIO_FORMAT.md).
+    `runtime`: seconds for every fio step instead of the file's."""
     preflight(scenario, profile, sets)
     profile = profile or scenario.profile
     overrides = scenario.overrides(sets)
-    trace = out / "trace"
-    if trace.exists():
-        shutil.rmtree(trace)
-    options = ["--emulate", profile, *(a for kv in overrides for a in ("--set", kv)), "--trace", str(trace)]
+    options = ["--emulate", profile, *(a for kv in overrides for a in ("--set", kv))]
+    if out is not None:
+        trace = out / "trace"
+        if trace.exists():
+            shutil.rmtree(trace)
+        options += ["--trace", str(trace)]
     progress = progress or Progress(scenario.id, [])
-    result = {
+    steps: list[dict] = []
+    samples: list[dict] = []
+    result: dict[str, Any] = {
         "id": scenario.id, "title": scenario.title, "system": scenario.system, "source": scenario.source,
         "profile": profile, "overrides": dict(kv.split("=", 1) for kv in overrides),
         "scaling": scenario.scaling, "fast": fast, "fast_note": scenario.fast if fast else "",
         "credits": scenario.credits, "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "steps": [], "rows": [], "samples": [],
+        "steps": steps, "rows": [], "samples": samples,
     }
     with tempfile.TemporaryDirectory(prefix="fusetrace-work-", dir=scratch_root()) as work, \
             ScratchMount(*options, prefix="fusetrace-scenario-") as m:
         env = {**os.environ, **scenario.variables(fast), "MNT": m.mnt, "WORK": work}
         t0 = time.monotonic()
         result["start_monotonic_ns"] = time.monotonic_ns()
-        sampler = _Sampler(m, t0, result["samples"])
+        sampler = _Sampler(m, t0, samples)
         sampler.start()
         try:
             if scenario.setup:
@@ -86,17 +99,22 @@ def run(scenario: Scenario, out: Path, *, fast: bool = False, profile: str | Non
                 for key, value in step.set.items():
                     m.set(key, value)
                 begin, host = time.monotonic() - t0, m.host()
-                record = _run_step(scenario, step, m, env, fast, progress, t0)
+                record = _run_step(scenario, step, m, env, fast, runtime, progress, t0)
                 record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
                               published=step.published, inconsistent=step.inconsistent,
                               load=host_load(host, m.host()))
-                result["steps"].append(record)
+                steps.append(record)
                 progress.end(i, step, record["metrics"])
         finally:
             sampler.stop()
             result["duration_s"] = time.monotonic() - t0
-    result["rows"] = rows(result["steps"])
+    result["rows"] = rows(steps)
     return result
+
+
+def fio_seconds(step: Step, fast: bool, runtime: float | None) -> float:
+    """How long a fio step runs: `runtime` when one is given, else the file's."""
+    return runtime if runtime is not None else step.seconds(fast)
 
 
 def rows(steps: list[dict]) -> list[dict]:
@@ -120,10 +138,56 @@ def _note(step: dict, metric: str) -> str:
     return f"published figures disagree: {why}" if why else ""
 
 
+def run_checked(scenario: Scenario, *, fast: bool = False, runtime: float | None = None,
+                profile: str | None = None) -> dict:
+    """`scenario` run without a trace, its rows then ceiling-checked: the demo's and the
+    calibration's run, whose result is the table."""
+    result = run(scenario, None, fast=fast, profile=profile, runtime=runtime,
+                 progress=Progress(scenario.id, scenario.steps))
+    check_ceilings(scenario, result, fast=fast, runtime=runtime)
+    return result
+
+
+def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runtime: float | None = None) -> None:
+    """The ceiling check of a run's rows (the demo's and the calibration's).
+
+    Each fio step that falls short of a published IOPS figure runs again, as long, on a
+    mount with no emulation: the most this machine drives through FUSE.  Where the
+    published figure is above that ceiling, or the emulated mount said during the step that
+    it could not keep up with the model, the step's rows are host-bound, not a model error.
+    Every row gets `ceiling` (IOPS, None where not measured) and `checked`: whether the
+    emulator must reproduce its published figure within 15 % (neither host-bound nor
+    inconsistent)."""
+    records = {record["name"]: record for record in result["steps"]}
+    short = [step for step in scenario.steps if step.kind == "fio" and any(
+        row["step"] == step.name and row["metric"] == "iops" and row["published"]
+        and row["emulated"] < SHORT * row["published"] for row in result["rows"])]
+    ceilings: dict[str, float] = {}
+    if short:
+        progress = Progress(f"{scenario.id} on a plain mount", short)
+        with ScratchMount() as plain:
+            for i, step in enumerate(short):
+                progress.begin(i, step)
+                ceilings[step.name] = fio_step(step, plain, fio_seconds(step, fast, runtime), progress)["iops"]
+                progress.end(i, step, {"iops": ceilings[step.name]})
+    for row in result["rows"]:
+        record, ceiling = records[row["step"]], ceilings.get(row["step"])
+        bound = ceiling is not None and (row["published"] > SHORT * ceiling or record["load"]["host_bound"])
+        row["ceiling"] = ceiling
+        row["checked"] = row["published"] is not None and not bound and row["metric"] not in record["inconsistent"]
+        if ceiling is None:
+            continue
+        plain_note = f"a plain mount here drives {ceiling:,.0f} IOPS"
+        if bound:
+            row["note"] = f"host-bound: {load_text(record['load'])}; {plain_note}"
+        else:
+            row["note"] = "; ".join(note for note in (row["note"], plain_note) if note)
+
+
 def _run_step(scenario: Scenario, step: Step, m: ScratchMount, env: dict, fast: bool,
-              progress: Progress, t0: float) -> dict:
+              runtime: float | None, progress: Progress, t0: float) -> dict:
     if step.kind == "fio":
-        return {"metrics": _fio_step(step, m, fast, progress), "series": []}
+        return {"metrics": fio_step(step, m, fio_seconds(step, fast, runtime), progress), "series": []}
     if step.setup:
         _shell(scenario, step.name, step.setup, m.mnt, env)
     count = _count(scenario, step, m.mnt, env)
@@ -132,7 +196,7 @@ def _run_step(scenario: Scenario, step: Step, m: ScratchMount, env: dict, fast: 
     for i in range(1, n + 1):
         begin = time.monotonic()
         _shell(scenario, step.name, step.run, m.mnt, {**env, "I": str(i)},
-               tick=lambda t, i=i: progress.tick(t, i, n))
+               tick=functools.partial(_tick_iteration, progress, i, n))
         took = time.monotonic() - begin
         total += took
         if n > 1:
@@ -140,6 +204,10 @@ def _run_step(scenario: Scenario, step: Step, m: ScratchMount, env: dict, fast: 
     if step.cleanup:
         _shell(scenario, step.name, step.cleanup, m.mnt, env)
     return {"metrics": {"seconds": total, **_rates(step, count * n, total)}, "series": series}
+
+
+def _tick_iteration(progress: Progress, i: int, n: int, elapsed: float) -> None:
+    progress.tick(elapsed, i, n)
 
 
 def _rates(step: Step, count: float, seconds: float) -> dict:
@@ -162,13 +230,13 @@ def _count(scenario: Scenario, step: Step, cwd: str, env: dict) -> float:
                         f"not a number") from None
 
 
-def _fio_step(step: Step, m: ScratchMount, fast: bool, progress: Progress) -> dict:
+def fio_step(step: Step, m: ScratchMount, seconds: float, progress: Progress) -> dict:
+    """Run a fio step's job from each of its clients on `m` for `seconds`; its metrics."""
     args = fio.job_args(step.fio)
     name = fio.prepare_file(m.src, args)
-    runtime = step.seconds(fast)
-    procs = [fio.start(m.mnt, args, runtime, name) for _ in range(step.clients)]
+    procs = [fio.start(m.mnt, args, seconds, name) for _ in range(step.clients)]
     try:
-        results = [fio.collect(p, args, on_tick=lambda t: progress.tick(t, None, runtime)) for p in procs]
+        results = [fio.collect(p, args, on_tick=lambda t: progress.tick(t, None, seconds)) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -194,7 +262,8 @@ def _fio_metrics(results: list[fio.FioResult]) -> dict:
     return write if write["iops"] else read
 
 
-def _shell(scenario: Scenario, step: str, command: str, cwd: str, env: dict, tick=None) -> str:
+def _shell(scenario: Scenario, step: str, command: str, cwd: str, env: dict,
+           tick: Callable[[float], None] | None = None) -> str:
     """Run a step's command; its standard output.  A failure is one line with the step
     and the command's last words; a child never outlives an interrupted run."""
     shell = "/bin/bash" if scenario.shell == "bash" else "/bin/sh"

@@ -158,3 +158,44 @@ def test_host_load_between_two_readings():
     idle = host_load(before, {**after, "late_ns": 110, "loop_idle_ns": 1_400})
     assert idle["added_share"] == pytest.approx(0.01) and idle["loop_busy"] == pytest.approx(0.1)
     assert not idle["host_bound"]
+
+
+def _table(stdout: str) -> list[tuple[str, str, str]]:
+    """(step, metric, published) of each row of the table a run prints."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["step", "metric"]) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        words = line.split()
+        rows.append((words[0], words[1], words[3]))
+    return rows
+
+
+@pytest.mark.slow
+def test_the_demo_prints_the_rows_of_its_scenario(tmp_path):
+    demo = fusetrace("demo", "--quick", timeout=300)
+    scenario = _run("efs-2016-fio", "--fast", "--out", str(tmp_path / "o"))
+    assert scenario.returncode == 0, scenario.stderr
+    assert _table(demo.stdout) == _table(scenario.stdout)
+    assert len(_table(demo.stdout)) == sum(len(step.published) for step in spec.load("efs-2016-fio").steps)
+    assert "Ceiling check:" in demo.stdout
+
+
+def test_the_ceiling_check_runs_a_short_job_on_a_plain_mount(tmp_path):
+    from fusetrace.scenarios.runner import run_checked
+
+    job = "-direct=1 -rw=randread -ioengine=libaio -bs=4k -size=16M"
+    path = _write(tmp_path, f'tools = ["fio"]\n'
+                            f'[[steps]]\nname = "far"\nfio = "{job} -iodepth 4"\nfast_runtime = 1\n'
+                            f'[steps.published]\niops = 10000000\nlat_ms = 0.001\n'
+                            f'[[steps]]\nname = "near"\nfio = "{job} -iodepth 1"\nfast_runtime = 1\n'
+                            f'[steps.published]\niops = 1\nlat_ms = 1\n[steps.inconsistent]\nlat_ms = "why"\n')
+    rows = {(r["step"], r["metric"]): r for r in run_checked(spec.load(str(path)), fast=True)["rows"]}
+    far = rows["far", "iops"]
+    assert far["ceiling"] > 0 and not far["checked"]
+    assert far["note"].startswith("host-bound: ") and f"a plain mount here drives {far['ceiling']:,.0f} IOPS" in far["note"]
+    assert rows["far", "lat_ms"]["ceiling"] == far["ceiling"] and not rows["far", "lat_ms"]["checked"]
+    assert rows["near", "iops"]["ceiling"] is None and rows["near", "iops"]["checked"]
+    assert not rows["near", "lat_ms"]["checked"]  # inconsistent: shown, not matched

@@ -1,7 +1,7 @@
 """Run one scenario against a fresh emulated mount and collect its figures.
 
 The mount is made over a new temporary directory with the scenario's profile and
-overrides and a trace into the output directory; it is unmounted however the run ends
+overrides and, given an output directory, a trace into it; it is unmounted however the run ends
 (a failed step, Ctrl-C).  While the steps run, a thread samples the emulator's metrics
 every half second through the control socket, for the credit plots.
 
@@ -32,7 +32,7 @@ from .scratch import ScratchMount, load_text, scratch_root
 from .spec import Scenario, Step
 
 SAMPLE_EVERY = 0.5  # seconds between metric samples
-SHORT = 0.85  # a fio step under this share of a published IOPS figure gets a ceiling check
+SHORT = 0.85  # under this share of a published IOPS figure, a ceiling check; over it of the ceiling, host-bound
 SAMPLED = ("BurstCreditBalance", "PermittedThroughput", "MeteredIOBytes", "DataReadIOBytes",
            "DataWriteIOBytes", "ClientNetworkCreditBalance")
 
@@ -153,7 +153,7 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
 
     Each fio step that falls short of a published IOPS figure runs again, as long, on a
     mount with no emulation: the most this machine drives through FUSE.  Where the
-    published figure is above that ceiling, or the emulated mount said during the step that
+    published figure is over 85 % of that ceiling, or the emulated mount said during the step that
     it could not keep up with the model, the step's rows are host-bound, not a model error.
     Every row gets `ceiling` (IOPS, None where not measured) and `checked`: whether the
     emulator must reproduce its published figure within 15 % (neither host-bound nor

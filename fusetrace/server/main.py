@@ -14,9 +14,8 @@ import pyfuse3
 import trio
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import ControlError, UserError
 from . import fusectl, inline, mounts, runstate
-from .control import ControlError
 from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy

@@ -17,7 +17,7 @@ import trio
 
 from ..emulator.model import Model
 from ..emulator.params import ProfileError
-from ..server.control import ControlError
+from ..errors import ControlError
 from . import prometheus
 from .hostload import NO_LOAD, host_load
 from .loopload import LoopLoad

@@ -11,7 +11,7 @@ size reaches `max_pending_bytes` (64 MiB), and the writer takes and converts at 
 The counters are each written by one thread: `dropped` and the bytes queued by the loop
 (`record`), everything else by the writer thread (and by `close` once it has stopped).
 
-The directory is private (0700, ours, no symlink: see runstate.open_private_dir) and every
+The directory is private (0700, ours, no symlink: see fusetrace/private.py) and every
 file is made relative to a descriptor of it, exclusively and never through a link.
 """
 
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
-from ..server.runstate import NotPrivate, open_private_dir
+from ..private import NotPrivate, open_private_dir
 from . import metadata as meta
 from .schema import SCHEMA, TraceRecord
 
@@ -350,7 +350,7 @@ def _utf8(path: str) -> str:
 
 def _prepare(directory: str) -> int:
     """Create the trace directory (0700; its missing parents as usual) or check an
-    existing one: ours, no symlink, writable by nobody else (runstate.open_private_dir),
+    existing one: ours, no symlink, writable by nobody else (fusetrace/private.py),
     holding nothing readers would mix up with this trace.  Returns its descriptor."""
     parent = os.path.dirname(directory)
     try:

@@ -60,7 +60,7 @@ def test_trace_inside_the_mountpoint_is_refused(tmp_path):
 def test_a_stopped_server_is_named_quickly_and_umount_is_bounded(mount, tmp_path):
     m = mount()
     (m.source / "sub").mkdir()
-    pid = runstate.read(str(m.mountpoint))["pid"]
+    pid = m.server_pid()
     other = tmp_path / "other"
     other.mkdir()
     os.kill(pid, signal.SIGSTOP)

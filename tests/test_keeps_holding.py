@@ -11,14 +11,12 @@ import duckdb
 import pytest
 from conftest import poll
 
-from fusetrace.server import runstate
-
 FLUSH_BOUND_S = 1.5  # the writer flushes every 0.5 s; a part takes milliseconds to write
 
 
 def test_kill_9_loses_under_a_second_of_trace(mount):
     m = mount("--attr-timeout", "0", trace=True)
-    pid = runstate.read(str(m.mountpoint))["pid"]
+    pid = m.server_pid()
     last_done = 0
     deadline = time.monotonic() + 2.5
     i = 0

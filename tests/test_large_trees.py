@@ -23,11 +23,8 @@ def _mount_limited(src, mnt, nofile: int, *options: str) -> Mount:
     return Mount(src, mnt, None)
 
 
-def _server_fds(mnt) -> int:
-    from fusetrace.server import runstate
-
-    pid = runstate.read(str(mnt))["pid"]
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def _server_fds(m: Mount) -> int:
+    return len(os.listdir(f"/proc/{m.server_pid()}/fd"))
 
 
 def _make_tree(root, files: int, per_dir: int) -> None:
@@ -74,7 +71,7 @@ def test_listing_more_entries_than_descriptors(limited):
     # every entry again, by name, after most descriptors were closed: reopened on demand
     sizes = [os.stat(m.mountpoint / "d000" / f"f{i:06d}").st_size for i in range(3000)]
     assert sizes == [i % 7 for i in range(3000)]
-    assert _server_fds(m.mountpoint) < 256
+    assert _server_fds(m) < 256
     _serves_normally(m)
 
 
@@ -107,5 +104,5 @@ def test_ls_and_find_over_100000_entries_with_1024_descriptors(limited):
     du = subprocess.run(["du", "-s", "--apparent-size", "-b", str(m.mountpoint)], capture_output=True,
                         text=True, check=True)
     assert int(du.stdout.split()[0]) >= sum(i % 7 for i in range(100_000))
-    assert _server_fds(m.mountpoint) < 1024
+    assert _server_fds(m) < 1024
     _serves_normally(m)

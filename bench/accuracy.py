@@ -38,8 +38,8 @@ import tracecost  # noqa: E402
 
 from fusetrace.emulator.model import Model  # noqa: E402
 from fusetrace.emulator.profiles import load_profile  # noqa: E402
+from fusetrace.request import Kind, Request  # noqa: E402
 from fusetrace.server import runstate  # noqa: E402
-from fusetrace.server.request import Kind, Request  # noqa: E402
 from fusetrace.shaping.shaper import Shaper  # noqa: E402
 from fusetrace.shaping.timer import PreciseTimer  # noqa: E402
 

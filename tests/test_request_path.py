@@ -15,10 +15,10 @@ import trio
 from pyfuse3 import FUSEError
 
 from fusetrace.emulator.model import Model
+from fusetrace.request import Kind, Request, WriteMode
 from fusetrace.server.handlers import Operations
 from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
-from fusetrace.server.request import Kind, Request, WriteMode
 from fusetrace.server.workers import Workers
 from fusetrace.shaping.profile import load_params
 from fusetrace.shaping.shaper import Shaper

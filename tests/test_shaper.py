@@ -8,7 +8,7 @@ import trio
 
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.ops import Gate, OpClass
-from fusetrace.server.request import Kind, Request, WriteMode
+from fusetrace.request import Kind, Request, WriteMode
 from fusetrace.shaping.profile import load_params
 from fusetrace.shaping.shaper import Shaper, model_op
 from fusetrace.shaping.timer import PreciseTimer

@@ -1,3 +1,3 @@
-"""The server: FUSE handlers and the request each names (request.py), the inode table,
+"""The server: FUSE handlers (each names its request: fusetrace/request.py), the inode table,
 worker threads, the inline policy, the system calls they make, and the mount's control
 socket, run state and lifecycle."""

@@ -1,7 +1,7 @@
 """The FUSE operations: a passthrough to a source directory, traced and shaped.
 
 Every handler goes the same way (Operations._call): it names its request (a
-Request: fusetrace/server/request.py) and where the trace should place it; the
+Request: fusetrace/request.py) and where the trace should place it; the
 shaper says when the operation may complete (emulation only); the real syscall
 is placed on the loop or in a worker thread (fusetrace/server/inline.py); the
 reply waits out the shaper's deadline; the trace record is queued.  Only
@@ -23,11 +23,11 @@ from typing import Any, NamedTuple
 import pyfuse3
 from pyfuse3 import FUSEError
 
+from ..request import Kind, Request, WriteMode
 from ..trace.schema import TraceRecord
 from . import syscalls
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
-from .request import Kind, Request, WriteMode
 from .workers import Workers
 
 log = logging.getLogger(__name__)

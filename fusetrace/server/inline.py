@@ -16,7 +16,7 @@ network file systems (and FUSE ones) nothing runs inline unless asked for
 never do.
 """
 
-from .request import Kind, WriteMode
+from ..request import Kind, WriteMode
 
 NETWORK_FSTYPES = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "9p", "afs", "lustre",

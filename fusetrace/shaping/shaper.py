@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from time import monotonic_ns
 
 from ..emulator.ops import Op, OpClass
-from ..server.request import Kind, Request, WriteMode
+from ..request import Kind, Request, WriteMode
 
 _NS = 1_000_000_000
 

@@ -1,9 +1,11 @@
-"""What a handler tells the rest of the server about one FUSE request.
+"""The request contract: what a handler tells the shaper, the inline policy and the
+trace about one FUSE request.  It sits below the server and the shaping side, which
+both speak it.
 
 `Kind` is every kind of operation the shaper, the inline policy and the trace tell
 apart, in one place; `Request` is the value a handler hands the shaper (and the
 inline policy keys on).  The model's own vocabulary (`OpClass`, `Op` in
-fusetrace/emulator/ops.py) stays the model's: the shaper translates.
+emulator/ops.py) stays the model's: the shaper translates.
 """
 
 import enum

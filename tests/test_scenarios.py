@@ -17,9 +17,16 @@ from fusetrace.scenarios import spec
 SCENARIO_MOUNT = "fusetrace-scenario-"
 
 
-def _scenario_mounts() -> list[str]:
+def _all_scenario_mounts() -> set[str]:
     with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if SCENARIO_MOUNT in line.split()[4]]
+        return {line.split()[4] for line in f if SCENARIO_MOUNT in line.split()[4]}
+
+
+@pytest.fixture
+def new_scenario_mounts():
+    """The scenario mounts made since the test began: another run's on the machine are not ours."""
+    before = _all_scenario_mounts()
+    return lambda: _all_scenario_mounts() - before
 
 
 def _write(tmp_path, text: str, name: str = "sc.toml"):
@@ -57,7 +64,7 @@ def _run(*args, timeout=300):
     return fusetrace("scenario", "run", *args, check=False, timeout=timeout)
 
 
-def test_unknown_scenario_missing_tool_and_wrong_key_are_one_line_each(tmp_path):
+def test_unknown_scenario_missing_tool_and_wrong_key_are_one_line_each(tmp_path, new_scenario_mounts):
     done = _run("no-such-scenario", "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and "no such scenario" in done.stderr
     tool = _write(tmp_path, 'tools = ["no-such-tool"]\n[[steps]]\nrun = "true"\n', "tool.toml")
@@ -66,32 +73,32 @@ def test_unknown_scenario_missing_tool_and_wrong_key_are_one_line_each(tmp_path)
     key = _write(tmp_path, '[[steps]]\nrun = "true"\n', "key.toml")
     done = _run(str(key), "--set", "no_such_key=1", "--out", str(tmp_path / "o"))
     assert done.returncode == 2 and "no_such_key" in done.stderr
-    assert not _scenario_mounts()
+    assert not new_scenario_mounts()
 
 
-def test_a_failing_step_names_itself_and_leaves_no_mount(tmp_path):
+def test_a_failing_step_names_itself_and_leaves_no_mount(tmp_path, new_scenario_mounts):
     path = _write(tmp_path, '[[steps]]\nname = "ok"\nrun = "touch a"\n'
                             '[[steps]]\nname = "breaks"\nrun = "echo gone wrong >&2; exit 3"\n')
     done = _run(str(path), "--out", str(tmp_path / "o"))
     assert done.returncode == 1
     assert "step 'breaks': gone wrong" in done.stderr
-    assert not _scenario_mounts()
+    assert not new_scenario_mounts()
 
 
-def test_ctrl_c_unmounts(tmp_path):
+def test_ctrl_c_unmounts(tmp_path, new_scenario_mounts):
     path = _write(tmp_path, '[[steps]]\nname = "long"\nrun = "sleep 600"\n')
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "fusetrace", "scenario", "run", str(path),
                              "--out", str(tmp_path / "o")], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        poll(_scenario_mounts, timeout=60)
+        poll(new_scenario_mounts, timeout=60)
         poll(lambda: "sleep 600" in descendants(proc.pid).values(), timeout=30)  # the step runs
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert not _scenario_mounts()
+    assert not new_scenario_mounts()
 
 
 # The ones that take over ten seconds, or near it, run with --all only (./run.sh).
@@ -101,7 +108,7 @@ SLOW_SCENARIOS = {"efs-2016-fio", "alinas-2016-fio", "efs-2018-transfer", "alina
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SCENARIOS else n
                                   for n in spec.ids()])
-def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, name):
+def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, new_scenario_mounts, name):
     out = tmp_path / "out"
     done = _run(name, "--fast", "--out", str(out), timeout=600)
     assert done.returncode == 0, done.stderr
@@ -122,7 +129,7 @@ def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, name):
     assert list((run_dir / "trace").glob("part-*.parquet"))
     assert html.escape(result["title"]) in page and "data:image/png;base64," in page
     assert name in (out / "index.html").read_text()
-    assert not _scenario_mounts()
+    assert not new_scenario_mounts()
 
 
 def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace():

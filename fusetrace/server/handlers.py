@@ -340,7 +340,7 @@ class Operations(pyfuse3.Operations):
             try:
                 pyfuse3.invalidate_inode(node.id, attr_only=True)
             except OSError as exc:
-                log.warning("fusetrace: cannot invalidate the attributes of inode %d: %s", node.id, exc)
+                log.warning("cannot invalidate the attributes of inode %d: %s", node.id, exc)
         self._opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
 
@@ -525,7 +525,7 @@ def _guarded(handler):
         except FUSEError:
             raise
         except Exception:
-            log.exception("fusetrace: %s failed", handler.__name__)
+            log.exception("%s failed", handler.__name__)
             if handler.__name__ == "forget":
                 return None  # forget has no reply: pyfuse3 would end the session on any exception
             raise FUSEError(E.EIO) from None

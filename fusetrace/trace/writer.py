@@ -249,7 +249,7 @@ class TraceWriter:
         self.lost += lost
         text = f"{type(exc).__name__}: {exc}"
         if text != self.last_error:
-            log.warning("fusetrace: trace %s: cannot write %s: %s", self.directory, what, text)
+            log.warning("trace %s: cannot write %s: %s", self.directory, what, text)
         self.last_error = text
 
     def _counters(self) -> dict:

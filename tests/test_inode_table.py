@@ -196,10 +196,8 @@ def test_only_the_first_reopened_descriptor_is_kept(tree):
     assert _fds() == before and table.open_count == 16  # one more held, the oldest closed, the other reopen's dropped
 
 
-@pytest.mark.parametrize("by_handle", [True, False])
-def test_renamed_behind_the_back_while_closed(tree, by_handle):
-    """By handle a closed inode is found wherever it went; by path it answers ESTALE,
-    and the kernel's fresh lookup under the new name finds the same inode again."""
+def _closed_f0(tree, by_handle: bool):
+    """A table whose inode of f0 has been closed to make room: (table, that inode)."""
     if by_handle and os.geteuid() != 0:
         pytest.skip("open_by_handle_at needs root")
     src, root_fd = tree
@@ -207,6 +205,15 @@ def test_renamed_behind_the_back_while_closed(tree, by_handle):
     _crowd_out(table, root_fd)
     node = table.by_key((os.fstat(root_fd).st_dev, os.stat(src / "f0").st_ino))
     assert node is not None and node.fd < 0
+    return table, node
+
+
+@pytest.mark.parametrize("by_handle", [True, False])
+def test_renamed_behind_the_back_while_closed(tree, by_handle):
+    """By handle a closed inode is found wherever it went; by path it answers ESTALE,
+    and the kernel's fresh lookup under the new name finds the same inode again."""
+    src, root_fd = tree
+    table, node = _closed_f0(tree, by_handle)
     os.rename(src / "f0", src / "moved")
     if by_handle:
         table.attach(node, table.reopen(node))
@@ -221,13 +228,8 @@ def test_renamed_behind_the_back_while_closed(tree, by_handle):
 
 @pytest.mark.parametrize("by_handle", [True, False])
 def test_an_object_gone_while_closed_answers_estale(tree, by_handle):
-    if by_handle and os.geteuid() != 0:
-        pytest.skip("open_by_handle_at needs root")
-    src, root_fd = tree
-    table = InodeTable(root_fd, max_open=16, by_handle=by_handle)
-    _crowd_out(table, root_fd)
-    node = table.by_key((os.fstat(root_fd).st_dev, os.stat(src / "f0").st_ino))
-    assert node is not None and node.fd < 0
+    src, _ = tree
+    table, node = _closed_f0(tree, by_handle)
     os.unlink(src / "f0")
     with pytest.raises(OSError) as err:
         table.reopen(node)

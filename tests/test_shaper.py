@@ -95,44 +95,43 @@ def test_compensation_sends_replies_that_much_earlier():
     assert plain.admit(req, 10**9) - early.admit(req, 10**9) == 40_000
 
 
-def test_a_reply_is_held_by_the_timer_until_its_deadline():
+def _with_timer(body) -> None:
+    """Run `await body(shaper)` in trio with a real precise timer running beside it."""
     async def main():
         timer = PreciseTimer()
-        sh = shaper(timer=timer)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(timer.run)
-                req = Request("read", Kind.READ, 7, size=4096)
-                start = monotonic_ns()
-                deadline = sh.admit(req, start)
-                assert deadline is not None and deadline - start >= 5 * MS
-                held = await sh.hold(req, deadline, start)
-                slack = sh.slack_share * (deadline - start)
-                assert monotonic_ns() >= deadline - slack  # never before its time
-                assert held > 0  # the real work (none) finished first
-                assert (sh.ops, sh.modelled_ns) == (1, deadline - start)
+                await body(shaper(timer=timer))
                 nursery.cancel_scope.cancel()
         finally:
             timer.close()
 
     trio.run(main)
+
+
+def test_a_reply_is_held_by_the_timer_until_its_deadline():
+    async def body(sh):
+        req = Request("read", Kind.READ, 7, size=4096)
+        start = monotonic_ns()
+        deadline = sh.admit(req, start)
+        assert deadline is not None and deadline - start >= 5 * MS
+        held = await sh.hold(req, deadline, start)
+        slack = sh.slack_share * (deadline - start)
+        assert monotonic_ns() >= deadline - slack  # never before its time
+        assert held > 0  # the real work (none) finished first
+        assert (sh.ops, sh.modelled_ns) == (1, deadline - start)
+
+    _with_timer(body)
 
 
 def test_a_buffered_write_is_held_but_not_judged():
-    async def main():
-        timer = PreciseTimer()
-        sh = shaper(timer=timer)
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(timer.run)
-                req = Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.BUFFERED)
-                start = monotonic_ns()
-                deadline = sh.admit(req, start)
-                assert deadline is not None
-                await sh.hold(req, deadline, start)
-                assert sh.ops == 1 and sh.modelled_ns == 0 and sh.late == 0  # left out of host-bound
-                nursery.cancel_scope.cancel()
-        finally:
-            timer.close()
+    async def body(sh):
+        req = Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.BUFFERED)
+        start = monotonic_ns()
+        deadline = sh.admit(req, start)
+        assert deadline is not None
+        await sh.hold(req, deadline, start)
+        assert sh.ops == 1 and sh.modelled_ns == 0 and sh.late == 0  # left out of host-bound
 
-    trio.run(main)
+    _with_timer(body)

@@ -9,7 +9,6 @@ emulator/ops.py) stays the model's: the shaper translates.
 """
 
 import enum
-from dataclasses import dataclass
 
 
 class Kind(enum.StrEnum):
@@ -31,28 +30,33 @@ class WriteMode(enum.StrEnum):
     SYNC = "sync"  # O_SYNC or O_DSYNC: a round trip and a commit
 
 
-@dataclass(frozen=True, slots=True)
 class Request:
     """One operation, as the shaper sees it.
 
     `file` is the FUSE inode the operation is on (0 for a namespace change whose
     object is not known yet); `directory` the parent directory whose entries a
-    namespace change alters (create, mknod, mkdir, symlink, link, unlink, rmdir,
-    rename), else 0; `size` the bytes asked for; `write_mode` given for writes only.
+    namespace change alters (create, mknod, mkdir, symlink, link, unlink, rmdir;
+    rename: the directory the entry leaves), else 0; `size` the bytes asked for;
+    `write_mode` given for writes only.
+
+    A plain slotted class rather than a frozen dataclass: one is built for every
+    request on the loop, and a frozen dataclass costs three times as much to make.
     """
 
-    op: str
-    kind: Kind
-    file: int = 0
-    directory: int = 0
-    size: int = 0
-    write_mode: WriteMode | None = None
+    __slots__ = ("directory", "file", "kind", "op", "size", "write_mode")
 
-    def __post_init__(self) -> None:
-        if (self.kind is Kind.WRITE) != (self.write_mode is not None):
-            raise ValueError(f"{self.op}: a write mode is given with writes, and only with them")
-        if self.directory and self.kind is not Kind.META_WRITE:
-            raise ValueError(f"{self.op}: only a namespace change (meta_write) names a directory")
+    def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
+                 write_mode: WriteMode | None = None) -> None:
+        if (kind is Kind.WRITE) != (write_mode is not None):
+            raise ValueError(f"{op}: a write mode is given with writes, and only with them")
+        if directory and kind is not Kind.META_WRITE:
+            raise ValueError(f"{op}: only a namespace change (meta_write) names a directory")
+        self.op, self.kind, self.file, self.directory, self.size, self.write_mode = (
+            op, kind, file, directory, size, write_mode)
+
+    def __repr__(self) -> str:
+        return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
+                f"size={self.size}, write_mode={self.write_mode})")
 
     @property
     def label(self) -> str:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fusetrace.emulator.model import Model
 from fusetrace.shaping.emulation import Emulation
-from fusetrace.shaping.prometheus import METRICS, Kind
+from fusetrace.shaping.prometheus import METRICS, MetricType
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
 MiB = 1 << 20
@@ -93,7 +93,7 @@ def test_every_model_figure_and_host_counter_is_exported():
     assert set(Model(emulation.model.params, 0.0).metrics(0.0)) <= sources  # no figure of the model left out
     for metric in METRICS:
         assert metric.name.startswith(("efs_", "fusetrace_")), metric.name
-        assert metric.name.endswith("_total") == (metric.kind is Kind.COUNTER), metric.name
+        assert metric.name.endswith("_total") == (metric.kind is MetricType.COUNTER), metric.name
         assert metric.name.startswith("efs_") == bool(metric.cloudwatch), metric.name
         assert ("CloudWatch" in metric.help) and metric.help.endswith("."), metric.name
 

@@ -116,10 +116,11 @@ def test_a_reply_is_held_by_the_timer_until_its_deadline():
         start = monotonic_ns()
         deadline = sh.admit(req, start)
         assert deadline is not None and deadline - start >= 5 * MS
+        before = monotonic_ns()
         held = await sh.hold(req, deadline, start)
         slack = sh.slack_share * (deadline - start)
         assert monotonic_ns() >= deadline - slack  # never before its time
-        assert held > 0  # the real work (none) finished first
+        assert held > 0 or before >= deadline  # held, unless the host was late reaching hold()
         assert (sh.ops, sh.modelled_ns) == (1, deadline - start)
 
     _with_timer(body)

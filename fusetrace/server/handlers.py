@@ -18,7 +18,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from time import monotonic_ns
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyfuse3
 from pyfuse3 import FUSEError
@@ -29,6 +29,10 @@ from . import syscalls
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
 from .workers import Workers
+
+if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
+    from ..shaping.shaper import Shaper
+    from ..trace.writer import TraceWriter
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +85,8 @@ class Operations(pyfuse3.Operations):
         *,
         workers: Workers,
         inline: InlinePolicy,
-        tracer=None,
-        shaper=None,
+        tracer: "TraceWriter | None" = None,
+        shaper: "Shaper | None" = None,
         attr_timeout: float = 1.0,
         entry_timeout: float = 1.0,
         xattrs: bool = True,
@@ -119,7 +123,7 @@ class Operations(pyfuse3.Operations):
         out, err = await self._place(req, fn, args, nowait)
         held = 0 if self.shaper is None else await self.shaper.hold(req, deadline, start)
         if self.tracer is not None:
-            self._trace(req, site, who, start, out, err, held)
+            self._trace(self.tracer, req, site, who, start, out, err, held)
         if err:
             raise FUSEError(err)
         return out
@@ -160,8 +164,9 @@ class Operations(pyfuse3.Operations):
             for node in held:
                 self.inodes.unpin(node)
 
-    def _trace(self, req: Request, site: "_Site", who, start: int, out, err: int, held: int) -> None:
-        """Queue the request's trace record (self.tracer is set)."""
+    def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
+               held: int) -> None:
+        """Queue the request's trace record."""
         if err or isinstance(out, bool):
             result = 0
         elif isinstance(out, int):
@@ -170,7 +175,7 @@ class Operations(pyfuse3.Operations):
             result = len(out)  # bytes read, link length, xattr names, entries
         else:
             result = 0
-        self.tracer.record(TraceRecord(
+        tracer.record(TraceRecord(
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, site.fh, site.offset,
             req.size, result, err, self._process_of(who.pid), who.uid, who.gid, held))
 

@@ -170,9 +170,8 @@ class Emulation:
     def host(self) -> dict:
         """How the host keeps up with the model since mounting: its counters, and
         host_load() over them."""
-        sh, loop = self.shaper, self.loop.reading()
-        counters = {"ops": sh.ops, "late": sh.late, "late_ns": sh.late_ns, "modelled_ns": sh.modelled_ns,
-                    "compensation_us": sh.compensation_ns / 1e3,
+        loop = self.loop.reading()
+        counters = {**self.shaper.counters(),
                     "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
         return {**counters, **host_load(NO_LOAD, counters)}
 

@@ -23,7 +23,7 @@ HOST = "127.0.0.1"
 _NS = 1e9
 
 
-class Kind(enum.Enum):
+class MetricType(enum.Enum):
     COUNTER = "counter"
     GAUGE = "gauge"
 
@@ -35,7 +35,7 @@ class Exported:
     (`Emulation.prometheus_metrics()`), one unlabelled key when `label` is ""."""
 
     name: str
-    kind: Kind
+    kind: MetricType
     cloudwatch: str
     help: str
     sources: tuple[tuple[str, str], ...]
@@ -45,20 +45,20 @@ class Exported:
     @property
     def family(self) -> str:
         """The name without a counter's `_total`, as a parser reports the family."""
-        return self.name.removesuffix("_total") if self.kind is Kind.COUNTER else self.name
+        return self.name.removesuffix("_total") if self.kind is MetricType.COUNTER else self.name
 
 
-def _efs(name: str, kind: Kind, cloudwatch: str, help: str) -> Exported:
+def _efs(name: str, kind: MetricType, cloudwatch: str, help: str) -> Exported:
     """A metric CloudWatch shows, read from the model's figure of the same name."""
     return Exported(name, kind, cloudwatch, f"{help} (CloudWatch {cloudwatch}).", (("", cloudwatch),))
 
 
-def _own(name: str, kind: Kind, key: str, help: str, scale: float = 1.0) -> Exported:
+def _own(name: str, kind: MetricType, key: str, help: str, scale: float = 1.0) -> Exported:
     """A metric of the emulation that CloudWatch does not show."""
     return Exported(name, kind, "", f"{help} (no CloudWatch counterpart).", (("", key),), scale=scale)
 
 
-C, G = Kind.COUNTER, Kind.GAUGE
+C, G = MetricType.COUNTER, MetricType.GAUGE
 METRICS: tuple[Exported, ...] = (
     _efs("efs_metered_io_bytes_total", C, "MeteredIOBytes", "Metered bytes since mount: reads x read_factor, "
          "writes, metadata operations at metadata_io_size"),
@@ -118,7 +118,7 @@ class EmulationCollector:
         values = trio.from_thread.run_sync(self._snapshot, trio_token=self._token)
         for m in METRICS:
             labels = [m.label] if m.label else None
-            family = (CounterMetricFamily if m.kind is Kind.COUNTER else GaugeMetricFamily)(
+            family = (CounterMetricFamily if m.kind is MetricType.COUNTER else GaugeMetricFamily)(
                 m.name, m.help, labels=labels)
             for label_value, key in m.sources:
                 family.add_metric([label_value] if m.label else [], float(values[key]) * m.scale)

@@ -21,8 +21,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from time import monotonic_ns
 
+from ..emulator.model import Model
 from ..emulator.ops import Op, OpClass
 from ..request import Kind, Request, WriteMode
+from .timer import PreciseTimer
 
 _NS = 1_000_000_000
 
@@ -33,8 +35,7 @@ def model_op(request: Request) -> Op | None:
     if kind is Kind.READ:
         return Op(OpClass.DATA_READ, nbytes=request.size, file=request.file)
     if kind is Kind.WRITE:
-        if request.write_mode is None:
-            raise ValueError(f"{request.op}: a write without a write mode")
+        assert request.write_mode is not None  # Request refuses a write without one
         return Op(OpClass.DATA_WRITE, nbytes=request.size, file=request.file, write_mode=request.write_mode)
     if kind is Kind.COMMIT:
         return Op(OpClass.COMMIT, file=request.file)
@@ -46,7 +47,8 @@ def model_op(request: Request) -> Op | None:
 
 
 class Shaper:
-    def __init__(self, model, timer, *, late_share: float = 0.10, slack_share: float = 0.02):
+    def __init__(self, model: Model, timer: PreciseTimer | None, *, late_share: float = 0.10,
+                 slack_share: float = 0.02):
         self.model = model
         self.timer = timer
         self.late_share = late_share
@@ -76,6 +78,13 @@ class Shaper:
             yield samples
         finally:
             self._samples = None
+
+    def counters(self) -> dict[str, float]:
+        """How the host kept up, since the mount: operations shaped, replies late past
+        their share, their lateness and the modelled time in all (hostload.host_load()
+        compares two readings), and the FUSE round trip share replies leave early."""
+        return {"ops": self.ops, "late": self.late, "late_ns": self.late_ns, "modelled_ns": self.modelled_ns,
+                "compensation_us": self.compensation_ns / 1e3}
 
     def compensate(self, ns: int) -> None:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
@@ -110,6 +119,7 @@ class Shaper:
         now = monotonic_ns()
         modelled = deadline_ns + self.compensation_ns - start_ns
         if now < deadline_ns:
+            assert self.timer is not None, "a shaper made without a timer only admits"
             await self.timer.sleep_until(deadline_ns, int(self.slack_share * modelled))
             held = deadline_ns - now
         else:

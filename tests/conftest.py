@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fusetrace.scenarios import children
 from fusetrace.server import runstate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,30 +58,16 @@ def one_line_error(done: subprocess.CompletedProcess, *needles: str, code: int |
 
 
 def descendants(pid: int) -> dict[int, str]:
-    """{pid: command line} of every process below `pid` (its children, theirs, and so on),
-    from /proc/PID/task/*/children: only processes a test started, never a look-up by name
-    that could match anything else on the machine.  Processes that exit meanwhile are left out."""
+    """{pid: command line} of every process below `pid` (children.descendants): only
+    processes a test started, never a look-up by name that could match anything else on
+    the machine.  Processes that exit meanwhile are left out."""
     found: dict[int, str] = {}
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
+    for child in children.descendants(pid):
         try:
-            tasks = os.listdir(f"/proc/{parent}/task")
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                found[child] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
         except FileNotFoundError:
             continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    children = [int(c) for c in f.read().split()]
-            except FileNotFoundError:
-                continue
-            for child in children:
-                try:
-                    with open(f"/proc/{child}/cmdline", "rb") as f:
-                        found[child] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
-                except FileNotFoundError:
-                    continue
-                todo.append(child)
     return found
 
 

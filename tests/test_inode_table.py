@@ -35,14 +35,14 @@ def test_descriptors_stay_bounded_and_come_back(tree, by_handle):
     before = _fds()
     table = InodeTable(root_fd, max_open=16, by_handle=by_handle)
     nodes = [_lookup(table, root_fd, f"f{i}", f"/f{i}") for i in range(40)]
-    assert table.open_count == 16
+    assert table.stats()["held"] == 16
     assert _fds() - before <= 16 + 1  # and the handle-mount descriptor
     closed = [n for n in nodes if n.fd < 0]
     assert len(closed) == 24 and closed == nodes[:24]  # least recently used first
     for n in closed:
         table.attach(n, table.reopen(n))
         assert os.readlink(f"/proc/self/fd/{n.fd}") == str(src / f"f{nodes.index(n)}")
-    assert table.open_count == 16
+    assert table.stats()["held"] == 16
     table.close_all()
     assert _fds() == before  # all closed but the root's, which is the caller's
 
@@ -56,7 +56,7 @@ def test_pinned_descriptors_are_never_closed(tree):
         _lookup(table, root_fd, f"f{i}", f"/f{i}")
     assert first.fd >= 0
     table.unpin(first)
-    assert table.open_count == 16
+    assert table.stats()["held"] == 16
 
 
 def test_reopen_by_path_never_follows_a_planted_link(tree, tmp_path_factory):
@@ -141,7 +141,7 @@ def test_looked_up_again_while_the_forgotten_one_is_in_use(tree):
     assert new is not old and new.id == old.id
     table.unpin(old)
     assert old.fd < 0 and new.fd >= 0
-    assert table.open_count == 1
+    assert table.stats()["held"] == 1
 
 
 def _crowd_out(table: InodeTable, root_fd: int) -> None:
@@ -193,7 +193,7 @@ def test_only_the_first_reopened_descriptor_is_kept(tree):
     table.attach(node, first)
     table.attach(node, second)
     assert node.fd == first and table.reopened == 1
-    assert _fds() == before and table.open_count == 16  # one more held, the oldest closed, the other reopen's dropped
+    assert _fds() == before and table.stats()["held"] == 16  # one more held, the oldest closed, the other reopen's dropped
 
 
 def _closed_f0(tree, by_handle: bool):

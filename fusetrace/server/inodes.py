@@ -91,14 +91,6 @@ class InodeTable:
         self._closable = True  # False where the file system gives no handles: nothing is closed
         self.reopened = 0
 
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    @property
-    def open_count(self) -> int:
-        """Descriptors held on known inodes (the root's aside)."""
-        return len(self._open)
-
     def stats(self) -> dict[str, int]:
         """For `fusetrace stats`: inodes known, descriptors held on them, the most held
         at once, and how many closed ones were opened again."""

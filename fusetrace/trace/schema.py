@@ -21,7 +21,7 @@ SCHEMA = pa.schema(
         ("size", pa.int64()),  # bytes requested (read, write, getxattr, readdir entries...)
         ("result", pa.int64()),  # bytes transferred or entries returned, else 0
         ("errno", pa.int32()),  # 0 on success
-        ("pid", pa.uint32()),  # calling thread; for ops on a handle, the one that opened it
+        ("pid", pa.uint32()),  # calling process; for ops on a handle, the one that opened it
         ("uid", pa.uint32()),
         ("gid", pa.uint32()),
         ("shaped_ns", pa.int64()),  # time the emulator held the op; 0 in trace mode

@@ -94,7 +94,14 @@ def test_ctrl_c_unmounts(tmp_path, new_scenario_mounts):
         poll(new_scenario_mounts, timeout=60)
         poll(lambda: "sleep 600" in descendants(proc.pid).values(), timeout=30)  # the step runs
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            below = descendants(proc.pid)
+            proc.kill()
+            pytest.fail(f"no exit within 60 s of SIGINT; still below it: {below}; "
+                        f"its stderr: {proc.communicate()[1][-3000:]}")
+        assert code == 130
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,6 +1,5 @@
 """Fixtures that mount real fusetrace file systems through the real command line."""
 
-import os
 import subprocess
 import sys
 import time
@@ -16,9 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the fusetrace command line as a user would."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+                          text=True, timeout=timeout)
     if check and done.returncode != 0:
         raise AssertionError(f"fusetrace {' '.join(args)} failed ({done.returncode}): {done.stderr}")
     return done

@@ -5,7 +5,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT, fusetrace, is_mounted, one_line_error, poll
+from conftest import fusetrace, is_mounted, one_line_error, poll
 
 
 def test_missing_source(tmp_path):
@@ -48,7 +48,7 @@ def test_no_dev_fuse(tmp_path):
     """In a mount namespace whose /dev has no fuse device."""
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
-    script = (f"mount -t tmpfs none /dev && PYTHONPATH={ROOT} {sys.executable} -m fusetrace "
+    script = (f"mount -t tmpfs none /dev && {sys.executable} -m fusetrace "
               f"mount {tmp_path}/src {tmp_path}/mnt")
     done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                           capture_output=True, text=True, timeout=60)

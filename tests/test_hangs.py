@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 import trio
-from conftest import ROOT, fusetrace, is_mounted, one_line_error, poll
+from conftest import fusetrace, is_mounted, one_line_error, poll
 
 from fusetrace import cli
 from fusetrace.errors import UserError
@@ -215,7 +215,7 @@ def _run_and_signal(tmp_path, args, signum, ready):
     """Start `fusetrace scenario run ARGS`, wait for ready(tag, mount), send signum; what
     was seen (mount, processes, scratch and work directories) and the exit code."""
     tag = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONPATH=str(ROOT), FUSETRACE_TEST_TAG=tag)
+    env = dict(os.environ, FUSETRACE_TEST_TAG=tag)
     proc = subprocess.Popen([sys.executable, "-m", "fusetrace", "scenario", "run", *args,
                              "--out", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

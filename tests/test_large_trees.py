@@ -11,15 +11,14 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, Mount, is_mounted
+from conftest import Mount, is_mounted
 
 
 def _mount_limited(src, mnt, nofile: int, *options: str) -> Mount:
     """`fusetrace mount` with RLIMIT_NOFILE soft = hard = nofile, as an operator's
     ulimit would leave it; the server inherits it."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run(["prlimit", f"--nofile={nofile}:{nofile}", "--", sys.executable, "-m", "fusetrace",
-                    "mount", str(src), str(mnt), *options], check=True, env=env, capture_output=True, timeout=120)
+                    "mount", str(src), str(mnt), *options], check=True, capture_output=True, timeout=120)
     return Mount(src, mnt, None)
 
 

@@ -2,7 +2,6 @@
 directory read by DuckDB and pandas with no fusetrace code."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, poll
+from conftest import poll
 
 from fusetrace.report import Trace, render
 from fusetrace.trace import metadata as meta
@@ -146,7 +145,7 @@ def test_text_report(trace):
 
 def fusetrace(*args):
     return subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          timeout=120)
 
 
 def test_cli_json(trace, data):

@@ -3,13 +3,12 @@
 import html
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, descendants, fusetrace, poll
+from conftest import descendants, fusetrace, poll
 
 from fusetrace.errors import UserError
 from fusetrace.scenarios import spec
@@ -87,11 +86,10 @@ def test_a_failing_step_names_itself_and_leaves_no_mount(tmp_path, new_scenario_
 
 def test_ctrl_c_unmounts(tmp_path, new_scenario_mounts):
     path = _write(tmp_path, '[[steps]]\nname = "long"\nrun = "sleep 600"\n')
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     # SIGINT at its default, as in a terminal: a suite started in the background (`cmd &` in a
     # script) passes it on ignored, and Python then leaves Ctrl-C ignored too.
     proc = subprocess.Popen([sys.executable, "-m", "fusetrace", "scenario", "run", str(path),
-                             "--out", str(tmp_path / "o")], env=env, stderr=subprocess.PIPE, text=True,
+                             "--out", str(tmp_path / "o")], stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         poll(new_scenario_mounts, timeout=60)

@@ -11,7 +11,7 @@ import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, fusetrace, is_mounted, poll
+from conftest import fusetrace, is_mounted, poll
 
 from fusetrace.report import Trace, render
 from fusetrace.trace import metadata as meta
@@ -84,7 +84,7 @@ print(MAX_PENDING_BYTES, w.queued, w.dropped, w.queued_bytes, rss() - base)
 w.close()
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     bound, queued, dropped, queued_bytes, grew = map(int, done.stdout.split())
     assert bound == 64 << 20

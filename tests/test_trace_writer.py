@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, poll
+from conftest import poll
 
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import COLUMNS, SCHEMA, TraceRecord
@@ -218,7 +218,7 @@ def test_read_only_file_system(tmp_path):
     script = f'mount -t tmpfs -o ro none "$1" && shift && exec {sys.executable} -c "$0" "$@"'
     done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, probe,
                            str(ro), str(ro), str(ro / "sub")],
-                          capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"trace directory {ro}: read-only file system",
                                         f"trace directory {ro / 'sub'}: read-only file system"]

@@ -170,9 +170,14 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
                 progress.begin(i, step)
                 ceilings[step.name] = fio_step(step, plain, fio_seconds(step, fast, runtime), progress)["iops"]
                 progress.end(i, step, {"iops": ceilings[step.name]})
+    # host-bound is the step's verdict, from its IOPS figure: every row of the step shares it
+    published_iops = {row["step"]: row["published"] for row in result["rows"]
+                      if row["metric"] == "iops" and row["published"]}
+    bound_steps = {name for name, ceiling in ceilings.items()
+                   if published_iops[name] > SHORT * ceiling or records[name]["load"]["host_bound"]}
     for row in result["rows"]:
         record, ceiling = records[row["step"]], ceilings.get(row["step"])
-        bound = ceiling is not None and (row["published"] > SHORT * ceiling or record["load"]["host_bound"])
+        bound = row["step"] in bound_steps
         row["ceiling"] = ceiling
         row["checked"] = row["published"] is not None and not bound and row["metric"] not in record["inconsistent"]
         if ceiling is None:

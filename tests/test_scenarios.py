@@ -11,7 +11,7 @@ import pytest
 from conftest import descendants, fusetrace, poll
 
 from fusetrace.errors import UserError
-from fusetrace.scenarios import spec
+from fusetrace.scenarios import children, spec
 
 SCENARIO_MOUNT = "fusetrace-scenario-"
 
@@ -99,13 +99,14 @@ def test_ctrl_c_unmounts(tmp_path, new_scenario_mounts):
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             below = descendants(proc.pid)
-            proc.kill()
-            pytest.fail(f"no exit within 60 s of SIGINT; still below it: {below}; "
-                        f"its stderr: {proc.communicate()[1][-3000:]}")
+            pytest.fail(f"no exit within 60 s of SIGINT; still below it: {below}")
         assert code == 130
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # failed: leave nothing behind (its step, its mount)
+            children.kill_tree(proc)
+            print("runner's stderr:", proc.communicate()[1][-3000:])
+            for mount in new_scenario_mounts():
+                fusetrace("umount", mount, check=False)
     assert not new_scenario_mounts()
 
 

@@ -110,12 +110,6 @@ class Shaper:
             if self._samples is not None:
                 self._samples.append(monotonic_ns() - start_ns)
             return 0
-        return await self.hold_until(deadline_ns, start_ns, judged=request.write_mode is not WriteMode.BUFFERED)
-
-    async def hold_until(self, deadline_ns: int, start_ns: int, judged: bool = True) -> int:
-        """Wait for the deadline; return how long the operation was held after its
-        real completion (0 if the real syscall took longer than the model).
-        `judged`: whether its lateness counts towards host-bound (see above)."""
         now = monotonic_ns()
         modelled = deadline_ns + self.compensation_ns - start_ns
         if now < deadline_ns:
@@ -124,7 +118,7 @@ class Shaper:
             held = deadline_ns - now
         else:
             held = 0
-        if not judged:
+        if request.write_mode is WriteMode.BUFFERED:
             return held
         late = max(monotonic_ns() - deadline_ns, 0)
         self.modelled_ns += modelled

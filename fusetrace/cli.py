@@ -25,7 +25,7 @@ class _BadValue(UserError):
     exit_code = 2
 
 
-def _mount_parser(sub) -> argparse.ArgumentParser:
+def _mount_parser(sub) -> None:
     p = sub.add_parser("mount", help="mount SOURCE on MOUNTPOINT, tracing and/or emulating",
                        description="Mount a passthrough of SOURCE on MOUNTPOINT. Returns once the "
                                    "mount is live; the server runs on in the background.")
@@ -70,7 +70,6 @@ def _mount_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--debug-fuse", action="store_true",
                    help="have libfuse log every request and reply to the server's log (very verbose)")
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
-    return p
 
 
 # mount(8) runs /sbin/mount.fuse3, which runs `fusetrace SOURCE MOUNTPOINT -o OPTIONS`: every
@@ -88,15 +87,14 @@ FUSE_MOUNT_OPTIONS = frozenset((
 NOT_FOR_US = frozenset(("", "defaults", "user", "nouser", "users", "auto", "noauto", "nofail", "_netdev"))
 
 
-def _own_mount_options() -> dict[str, argparse.Action]:
+def _own_mount_options(mount: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """`fusetrace mount`'s options by their -o name."""
-    actions = _mount_parser(_Parser().add_subparsers())._actions
-    return {a.option_strings[-1][2:].replace("-", "_"): a for a in actions
+    return {a.option_strings[-1][2:].replace("-", "_"): a for a in mount._actions
             if a.option_strings and a.option_strings[-1].startswith("--")
             and a.option_strings[-1] not in NOT_MOUNT_OPTIONS and a.help != argparse.SUPPRESS}
 
 
-def _mount_argv(argv: list[str]) -> list[str]:
+def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
     """`fusetrace SOURCE MOUNTPOINT -o OPTIONS` (the form mount.fuse3 runs) as `fusetrace mount
     ...`, and in either form, fusetrace's own -o options as their long options: `-o
     trace=DIR,allow_other` is `--trace DIR -o allow_other`.  An unknown option is refused
@@ -105,7 +103,7 @@ def _mount_argv(argv: list[str]) -> list[str]:
         if argv[1].startswith("/dev/fd/"):
             raise _BadValue(f"{argv[1]}: -o drop_privileges is not supported (fusetrace mounts by itself)")
         argv = ["mount", *argv]
-    own = _own_mount_options()
+    own = _own_mount_options(mount)
     out: list[str] = []
     items = iter(argv)
     for item in items:
@@ -435,9 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logs.configure()
     parser = build_parser()
+    commands = _commands(parser)
     try:
-        if argv[:1] == ["mount"] or _is_mount_form(argv, _commands(parser)):
-            argv = _mount_argv(argv)
+        if argv[:1] == ["mount"] or _is_mount_form(argv, set(commands)):
+            argv = _mount_argv(argv, commands["mount"])
         args = parser.parse_args(argv)
         if args.command in ("demo", "scenario"):
             _unwind_on_signals()
@@ -470,9 +469,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _commands(parser: argparse.ArgumentParser) -> set[str]:
-    return {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-            for name in action.choices}
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's commands, each with its own parser."""
+    return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
 
 
 class Terminated(KeyboardInterrupt):

@@ -21,7 +21,7 @@ from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
 from fusetrace.server.workers import Workers
 from fusetrace.shaping.profile import load_params
-from fusetrace.shaping.shaper import Shaper
+from fusetrace.shaping.shaper import Shaper, Ticket
 from fusetrace.shaping.timer import PreciseTimer
 from fusetrace.trace.writer import TraceWriter
 
@@ -49,7 +49,7 @@ class SeenShaper(Shaper):
         super().__init__(model, timer)
         self.requests: list[Request] = []
 
-    def admit(self, request: Request, start_ns: int) -> int | None:
+    def admit(self, request: Request, start_ns: int) -> Ticket | None:
         self.requests.append(request)
         return super().admit(request, start_ns)
 

@@ -61,8 +61,9 @@ def test_link_is_charged_to_the_new_parent_directory():
     same_dir = sh.admit(Request("link", Kind.META_WRITE, 8, directory=5), now)
     other_dir = sh.admit(Request("link", Kind.META_WRITE, 7, directory=6), now)  # the same file
     assert first is not None and same_dir is not None and other_dir is not None
-    assert same_dir - first >= 99 * MS  # waited for directory 5's one slot
-    assert other_dir == first  # directory 6's slot was free: the file's own links do not queue
+    assert same_dir.deadline_ns - first.deadline_ns >= 99 * MS  # waited for directory 5's one slot
+    assert other_dir.deadline_ns == first.deadline_ns  # directory 6's slot was free: the file's own links do not queue
+    assert (first.gate, same_dir.gate) == ("latency", "directory")
     # and the model says so
     model = Model(load_params("efs-bursting", STEADY), 0.0)
     ops = [model_op(Request("link", Kind.META_WRITE, f, directory=5)) for f in (7, 8)]
@@ -76,9 +77,9 @@ def test_nothing_is_shaped_while_calibrating_and_each_handler_time_is_a_sample()
     async def main():
         with sh.calibration() as samples:
             start = monotonic_ns()
-            deadline = sh.admit(req, start)
-            assert deadline is None
-            assert await sh.hold(req, deadline, start) == 0
+            ticket = sh.admit(req, start)
+            assert ticket is None
+            assert await sh.hold(req, ticket, start) == 0
             assert len(samples) == 1 and samples[0] >= 0
         assert sh.ops == 0
         assert sh.admit(req, monotonic_ns()) is not None  # shaped again afterwards
@@ -92,7 +93,8 @@ def test_compensation_sends_replies_that_much_earlier():
     plain, early = (Shaper(Model(params, 0.0), None) for _ in range(2))
     early.compensate(40_000)
     req = Request("getattr", Kind.META_READ, 1)
-    assert plain.admit(req, 10**9) - early.admit(req, 10**9) == 40_000
+    a, b = plain.admit(req, 10**9), early.admit(req, 10**9)
+    assert a is not None and b is not None and a.deadline_ns - b.deadline_ns == 40_000
 
 
 def _with_timer(body) -> None:
@@ -114,10 +116,12 @@ def test_a_reply_is_held_by_the_timer_until_its_deadline():
     async def body(sh):
         req = Request("read", Kind.READ, 7, size=4096)
         start = monotonic_ns()
-        deadline = sh.admit(req, start)
-        assert deadline is not None and deadline - start >= 5 * MS
+        ticket = sh.admit(req, start)
+        assert ticket is not None and ticket.deadline_ns is not None
+        deadline = ticket.deadline_ns
+        assert deadline - start >= 5 * MS
         before = monotonic_ns()
-        held = await sh.hold(req, deadline, start)
+        held = await sh.hold(req, ticket, start)
         slack = sh.slack_share * (deadline - start)
         assert monotonic_ns() >= deadline - slack  # never before its time
         assert held > 0 or before >= deadline  # held, unless the host was late reaching hold()
@@ -130,9 +134,9 @@ def test_a_buffered_write_is_held_but_not_judged():
     async def body(sh):
         req = Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.BUFFERED)
         start = monotonic_ns()
-        deadline = sh.admit(req, start)
-        assert deadline is not None
-        await sh.hold(req, deadline, start)
+        ticket = sh.admit(req, start)
+        assert ticket is not None
+        await sh.hold(req, ticket, start)
         assert sh.ops == 1 and sh.modelled_ns == 0 and sh.late == 0  # left out of host-bound
 
     _with_timer(body)

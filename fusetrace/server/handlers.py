@@ -119,9 +119,9 @@ class Operations(pyfuse3.Operations):
         (a request context or an open handle).  An OSError from fn answers its errno.
         `nowait(*args)`, if given, is tried first on the loop (see _place)."""
         start = monotonic_ns()
-        deadline = None if self.shaper is None else self.shaper.admit(req, start)
+        ticket = None if self.shaper is None else self.shaper.admit(req, start)
         out, err = await self._place(req, fn, args, nowait)
-        held = 0 if self.shaper is None else await self.shaper.hold(req, deadline, start)
+        held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, start)
         if self.tracer is not None:
             self._trace(self.tracer, req, site, who, start, out, err, held)
         if err:

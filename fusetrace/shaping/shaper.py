@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from time import monotonic_ns
 
 from ..emulator.model import Model
-from ..emulator.ops import Op, OpClass
+from ..emulator.ops import Admission, Op, OpClass
 from ..request import Kind, Request, WriteMode
 from .timer import PreciseTimer
 
@@ -44,6 +44,29 @@ def model_op(request: Request) -> Op | None:
     if kind is Kind.META_READ:
         return Op(OpClass.META_READ, file=request.file)
     return None  # Kind.NONE
+
+
+class Ticket:
+    """What admit() decided for one request: the deadline its reply waits for (None:
+    the emulated client answers it at once, so it is not held), and the model's
+    account of it, for the trace and `fusetrace stats`: the gate that set its time
+    and how the modelled time splits into wait, latency and transfer.
+
+    A plain slotted class, like Request: one is made for every shaped request."""
+
+    __slots__ = ("deadline_ns", "gate", "latency_ns", "nfs", "transfer_ns", "wait_ns")
+
+    def __init__(self, deadline_ns: int | None, adm: Admission, nfs: str = "") -> None:
+        self.deadline_ns = deadline_ns
+        self.gate = str(adm.gate)
+        self.wait_ns = int(adm.wait * _NS)
+        self.latency_ns = int(adm.latency * _NS)
+        self.transfer_ns = int(adm.transfer * _NS)
+        self.nfs = nfs  # the NFS RPCs the emulated client sent for it ("" where none)
+
+    def __repr__(self) -> str:
+        return (f"Ticket(deadline_ns={self.deadline_ns}, gate={self.gate!r}, wait_ns={self.wait_ns}, "
+                f"latency_ns={self.latency_ns}, transfer_ns={self.transfer_ns}, nfs={self.nfs!r})")
 
 
 class Shaper:
@@ -90,22 +113,24 @@ class Shaper:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
         self.compensation_ns = ns
 
-    def admit(self, request: Request, start_ns: int) -> int | None:
-        """The monotonic ns by which the operation may complete, or None if unshaped."""
+    def admit(self, request: Request, start_ns: int) -> Ticket | None:
+        """The model's decision on the operation (its deadline in monotonic ns, and
+        why), or None if it is not shaped at all."""
         if self._samples is not None:
             return None
         op = model_op(request)
         if op is None:
             return None
-        done_at = self.model.admit(op, start_ns / _NS).done_at
+        adm = self.model.admit(op, start_ns / _NS)
         self.ops += 1
-        return int(done_at * _NS) - self.compensation_ns
+        return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm)
 
-    async def hold(self, request: Request, deadline_ns: int | None, start_ns: int) -> int:
+    async def hold(self, request: Request, ticket: Ticket | None, start_ns: int) -> int:
         """Wait for the deadline admit() gave (None: none); return how long the
         operation was held after its real completion (0 if the real syscall took
         longer than the model).  A buffered write's lateness does not count towards
         host-bound (see above)."""
+        deadline_ns = None if ticket is None else ticket.deadline_ns
         if deadline_ns is None:
             if self._samples is not None:
                 self._samples.append(monotonic_ns() - start_ns)

@@ -19,7 +19,9 @@ through these gates, and completes at the latest of them:
 Buffered writes are acknowledged by the client at once (unless its dirty data
 is at the limit) and written back in the background through the same gates;
 a COMMIT waits for its file's dirty data to drain, then pays a round trip.
-docs/EMULATOR.md explains every parameter and where it comes from.
+Which of these operations a system call makes is the NFS client's business
+(nfsclient.py), not this model's.  docs/EMULATOR.md explains every parameter
+and where it comes from.
 """
 
 import math
@@ -99,33 +101,37 @@ class Model:
 
     # ---- the contract ---------------------------------------------------------------
 
-    def admit(self, op: Op, now: float) -> Admission:
-        """When `op`, arriving at `now`, may complete, and what held it."""
+    def admit(self, op: Op, now: float, after: float = -math.inf) -> Admission:
+        """When `op`, arriving at `now`, may complete, and what held it.  The server
+        does not start on it before `after` (the client sends it then: a GETATTR
+        after a flush); a COMMIT also not before its file's dirty data has drained."""
         self._advance(now)
         now = self._now
         cls = op.cls
         n = op.nbytes
         if cls is _WRITE:
-            mode = op.write_mode
-            if mode == "buffered":
+            if op.write_mode == "buffered":
                 return self._buffered_write(op, now)
-            commit = self._commit.latency.sample(self._rng) if mode == "sync" else 0.0
             done, gate, latency, transfer = self._serve(
-                self._write, now, n, max(1, -(-n // self._io_size)), self._files, op.file, self._file_hold, commit)
+                self._write, now, n, max(1, -(-n // self._io_size)), self._files, op.file, self._file_hold, after)
         elif cls is _READ:
             done, gate, latency, transfer = self._serve(
-                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, 0.0)
+                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, after)
         elif cls is _META_READ:
-            done, gate, latency, transfer = self._serve(self._meta_read, now, 0, 1, None, 0, 0.0, 0.0)
+            done, gate, latency, transfer = self._serve(self._meta_read, now, 0, 1, None, 0, 0.0, after)
         elif cls is _META_WRITE:
             pool = self._dirs if op.directory else None
             done, gate, latency, transfer = self._serve(
-                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, 0.0)
+                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, after)
         else:  # COMMIT: the server starts on it once the file's dirty data has drained
-            done, gate, latency, transfer = self._serve(self._commit, now, 0, 1, None, 0, 0.0, 0.0,
-                                                        self._writeback.drained_at(op.file))
+            done, gate, latency, transfer = self._serve(self._commit, now, 0, 1, None, 0, 0.0,
+                                                        max(after, self._writeback.drained_at(op.file)))
         wait = done - now - latency - transfer
         return Admission(done, gate, latency, transfer, wait if wait > 0.0 else 0.0)
+
+    def drained_at(self, file: int) -> float:
+        """When all of the file's buffered data will have reached the server (-inf: none written)."""
+        return self._writeback.drained_at(file)
 
     def set(self, key: str, value, now: float):
         """Change a parameter now; `value` may be text as typed (--set).  Work
@@ -179,8 +185,7 @@ class Model:
     # ---- serving an operation -----------------------------------------------------------
 
     def _serve(self, route: _Route, now: float, nbytes: int, cost: float, pool: SlotPools | None,
-               key: int, hold: float, extra_latency: float,
-               ready: float = -math.inf) -> tuple[float, Gate, float, float]:
+               key: int, hold: float, ready: float) -> tuple[float, Gate, float, float]:
         """Run the gates for one request admitted at `now` whose service may not
         start before `ready` (a commit: its file's dirty data has drained; a
         write-back: the write got into the page cache): (done, gate, latency,
@@ -202,7 +207,7 @@ class Model:
                 gate = pool.label
         else:
             start = at
-        latency = route.latency.sample(self._rng) + extra_latency
+        latency = route.latency.sample(self._rng)
         transfer = nbytes / self._stream_rate if nbytes and self._stream_rate else 0.0
         done = start + latency + transfer
 
@@ -225,8 +230,7 @@ class Model:
         n = op.nbytes
         ack = self._writeback.room_at(now, n)
         cost = n / self._io_size
-        drained, _, _, _ = self._serve(self._write, now, n, cost, self._files, op.file,
-                                       self._file_hold, 0.0, ack)
+        drained, _, _, _ = self._serve(self._write, now, n, cost, self._files, op.file, self._file_hold, ack)
         self._writeback.add(op.file, n, drained)
         latency = self._buffered_cost
         return Admission(ack + latency, Gate.DIRTY if ack > now else Gate.BUFFERED, latency, 0.0, ack - now)

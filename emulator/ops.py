@@ -3,7 +3,7 @@
 import enum
 from dataclasses import dataclass
 
-WRITE_MODES = ("buffered", "direct", "sync")
+WRITE_MODES = ("buffered", "direct")
 
 
 class OpClass(enum.Enum):
@@ -20,7 +20,10 @@ class Op:
     nbytes: int = 0  # data bytes of a read or write
     file: int = 0  # inode of the file: per-file write slots, dirty data, commits
     directory: int = 0  # parent inode of a namespace change: per-directory slots
-    write_mode: str = "buffered"  # DATA_WRITE only: "buffered", "direct" or "sync"
+    # DATA_WRITE only: "buffered" (into the client's page cache, written back as UNSTABLE
+    # WRITEs) or "direct" (one WRITE as sent, stable); a synchronous write is the client's
+    # flush of buffered data (emulator/nfsclient.py)
+    write_mode: str = "buffered"
 
     def __post_init__(self):
         if self.nbytes < 0:
@@ -40,7 +43,8 @@ class Gate(enum.StrEnum):
     CLIENT = "client"  # the client's own throughput limit (network, per-client)
     BUFFERED = "buffered"  # a buffered write, acknowledged by the client at once
     DIRTY = "dirty"  # a buffered write that waited for the client's dirty data to drain
-    WRITEBACK = "writeback"  # a commit that waited for the file's dirty data to reach the server
+    WRITEBACK = "writeback"  # waited for the file's dirty data to reach the server (a flush, a stat)
+    CACHE = "cache"  # the NFS client answered alone (its caches, nothing to send, or sent without waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +56,4 @@ class Admission:
     latency: float  # sampled latency (s); for a buffered write, the client's cost
     transfer: float  # bytes / per-operation stream rate (s)
     wait: float  # time held by limits, slots and queues (s)
+    rpcs: str = ""  # what the NFS client sent for it (nfsclient.py); "" from the model alone or when nothing

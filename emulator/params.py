@@ -136,6 +136,14 @@ class Params:
                                        MAX_BYTES)
     buffered_write_ms: float = _param(0.01, "number", "client cost of a buffered write (copy into the page cache)",
                                       HOUR_MS, "ms")
+    # the NFS client's caches (nfs(5) defaults); the mount gives FUSE's own caches the same timeouts
+    nfs_acregmin_s: float = _param(3.0, "number", "least time a file's cached attributes are trusted", YEAR_S, "s")
+    nfs_acregmax_s: float = _param(60.0, "number", "most time a file's cached attributes are trusted", YEAR_S, "s")
+    nfs_acdirmin_s: float = _param(30.0, "number", "least time a directory's cached attributes are trusted",
+                                   YEAR_S, "s")
+    nfs_acdirmax_s: float = _param(60.0, "number", "most time a directory's cached attributes are trusted",
+                                   YEAR_S, "s")
+    nfs_readdir_entries: int = _param(128, "int", "directory entries one READDIRPLUS returns", 1 << 20, floor=1)
 
     # What the file system supports (the mount, not the model, acts on these).
     xattrs: bool = _param(False, "bool", "extended attributes (NFS 4.0/4.1, so EFS, has none)")
@@ -208,6 +216,10 @@ def check_consistent(params: Params) -> None:
                              f"{cls}_latency_ms ({median:g}), got {p99:g}")
     if params.nfs_io_size <= 0:
         raise ValueError("nfs_io_size: must be above 0")
+    for kind in ("reg", "dir"):
+        least, most = getattr(params, f"nfs_ac{kind}min_s"), getattr(params, f"nfs_ac{kind}max_s")
+        if most < least:
+            raise ValueError(f"nfs_ac{kind}max_s: must not be below nfs_ac{kind}min_s ({least:g})")
     if params.throughput_mode == "provisioned" and params.provisioned_mibps <= 0:
         raise ValueError("provisioned_mibps: provisioned mode needs a rate above 0")
 

@@ -2,17 +2,19 @@
 
 `closed_loop` keeps `depth` operations outstanding, issuing the next one the
 moment one completes (fio with libaio at an iodepth, or N threads); `fio_job`
-turns fio's arguments into such a workload; `dd_write` writes a file the way
-`dd` does, with conv=fsync or oflag=sync.  The calibration tests and the
+turns fio's arguments into such a workload (direct I/O: sent as it comes);
+`dd_write` and `dd_writers` write files the way `dd` does, with conv=fsync or
+oflag=sync, through the NFS client (nfsclient.py).  The calibration tests and the
 figures in docs/EMULATOR.md come from here.
 """
 
 import heapq
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .model import Model
+from .nfsclient import NfsClient
 from .ops import Op, OpClass
 from .params import MiB
 
@@ -95,7 +97,9 @@ def fio_job(args: str, file: int = 1) -> tuple[Callable[[int], Op], int]:
         def op_factory(i: int) -> Op:
             return Op(OpClass.DATA_READ, size, file=file + i % jobs)
     else:
-        mode = "direct" if opts.get("direct") == "1" else "sync" if opts.get("sync") == "1" else "buffered"
+        if opts.get("sync") == "1":
+            raise ValueError("fio sync=1: a synchronous write is a flush of the NFS client; simulate it with dd_writers")
+        mode = "direct" if opts.get("direct") == "1" else "buffered"
 
         def op_factory(i: int) -> Op:
             return Op(OpClass.DATA_WRITE, size, file=file + i % jobs, write_mode=mode)
@@ -106,17 +110,42 @@ def dd_write(model: Model, block: int, count: int, *, sync: bool = False, max_wr
              start: float = 0.0, file: int = 1) -> Stats:
     """`dd if=/dev/zero of=F bs=block count=count` with conv=fsync (buffered
     writes, one fsync at the end) or, with sync, oflag=sync (every write
-    synchronous).  Each block reaches the file system as FUSE-sized writes of
-    at most max_write bytes.  Elapsed time includes the fsync, as dd reports."""
+    synchronous), as a Linux NFS client sends it (nfsclient.py).  Elapsed time
+    includes the fsync, as dd reports."""
+    return dd_writers(model, 1, block, count, sync=sync, max_write=max_write, start=start, file=file)
+
+
+def dd_writers(model: Model, writers: int, block: int, count: int, *, sync: bool = False,
+               max_write: int = 1 * MiB, start: float = 0.0, file: int = 1) -> Stats:
+    """`writers` dd processes at once, each writing its own file (file, file + 1, ...)
+    as dd_write does.  Each block reaches the client as the kernel's FUSE path
+    delivers it (writes of at most max_write bytes; with oflag=sync, then a flush);
+    the NFS client charges what it would send for the whole system call."""
+    client = NfsClient(model)
     chunks = [max_write] * (block // max_write) + ([block % max_write] if block % max_write else [])
     mode = "sync" if sync else "buffered"
-    now = start
-    for _ in range(count):
-        for size in chunks:
-            now = model.admit(Op(OpClass.DATA_WRITE, size, file=file, write_mode=mode), now).done_at
-    now = model.admit(Op(OpClass.COMMIT, file=file), now).done_at
-    ops = count * len(chunks)
-    return Stats(ops, block * count, now - start, (now - start) / ops)
+
+    def calls(f: int) -> Iterator[tuple[str, int, int]]:  # (op, file, bytes)
+        for _ in range(count):
+            for size in chunks:
+                yield "write", f, size
+            if sync:
+                yield "fsync", f, 0  # the flush the kernel makes after each O_SYNC write
+        yield "fsync", f, 0  # conv=fsync; with oflag=sync there is nothing left to flush
+        yield "flush", f, 0  # close
+
+    heap = [(start, f, calls(f)) for f in range(file, file + writers)]
+    end = start
+    while heap:
+        now, f, it = heapq.heappop(heap)
+        step = next(it, None)
+        if step is None:
+            end = max(end, now)
+            continue
+        op, target, size = step
+        heapq.heappush(heap, (client.admit(op, now, file=target, size=size, write_mode=mode).done_at, f, it))
+    ops = writers * count * len(chunks)
+    return Stats(ops, writers * block * count, end - start, (end - start) / ops)
 
 
 def parse_size(text: str) -> int:

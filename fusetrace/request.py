@@ -33,30 +33,35 @@ class WriteMode(enum.StrEnum):
 class Request:
     """One operation, as the shaper sees it.
 
-    `file` is the FUSE inode the operation is on (0 for a namespace change whose
-    object is not known yet); `directory` the parent directory whose entries a
-    namespace change alters (create, mknod, mkdir, symlink, link, unlink, rmdir;
-    rename: the directory the entry leaves), else 0; `size` the bytes asked for;
-    `write_mode` given for writes only.
+    `op` is the FUSE request's name, which is the VFS operation's (the emulated NFS
+    client keys on it); `file` the FUSE inode the operation is on (0 for a namespace
+    change whose object is not known yet); `directory` and `name` the entry a lookup
+    or namespace change is about (create, mknod, mkdir, symlink, link, unlink,
+    rmdir; rename: the directory the entry leaves), else 0 and ""; `size` the bytes
+    asked for (readdir: the entries, from index `offset`); `write_mode` given for
+    writes only; `is_dir` whether `file` is a directory.
 
     A plain slotted class rather than a frozen dataclass: one is built for every
     request on the loop, and a frozen dataclass costs three times as much to make.
     """
 
-    __slots__ = ("directory", "file", "kind", "op", "size", "write_mode")
+    __slots__ = ("directory", "file", "is_dir", "kind", "name", "offset", "op", "size", "write_mode")
 
     def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
-                 write_mode: WriteMode | None = None) -> None:
+                 write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
+                 is_dir: bool = False) -> None:
         if (kind is Kind.WRITE) != (write_mode is not None):
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
-        if directory and kind is not Kind.META_WRITE:
-            raise ValueError(f"{op}: only a namespace change (meta_write) names a directory")
+        if directory and kind is not Kind.META_WRITE and op != "lookup":
+            raise ValueError(f"{op}: only a lookup or a namespace change names a directory")
         self.op, self.kind, self.file, self.directory, self.size, self.write_mode = (
             op, kind, file, directory, size, write_mode)
+        self.name, self.offset, self.is_dir = name, offset, is_dir
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
-                f"size={self.size}, write_mode={self.write_mode})")
+                f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
+                f"is_dir={self.is_dir})")
 
     @property
     def label(self) -> str:

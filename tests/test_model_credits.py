@@ -25,14 +25,13 @@ def _op(kind: str, nbytes: int, file: int = 1) -> Op:
         "read": Op(OpClass.DATA_READ, nbytes, file=file),
         "write": Op(OpClass.DATA_WRITE, nbytes, file=file, write_mode="direct"),
         "buffered": Op(OpClass.DATA_WRITE, nbytes, file=file),
-        "sync": Op(OpClass.DATA_WRITE, nbytes, file=file, write_mode="sync"),
         "getattr": Op(OpClass.META_READ, file=file),
         "create": Op(OpClass.META_WRITE, directory=file),
         "commit": Op(OpClass.COMMIT, file=file),
     }[kind]
 
 
-KINDS = ["read", "write", "buffered", "sync", "getattr", "create", "commit"]
+KINDS = ["read", "write", "buffered", "getattr", "create", "commit"]
 
 
 class CreditMachine(RuleBasedStateMachine):
@@ -247,7 +246,7 @@ def test_concurrent_operations_overlap(n, latency_ms, kind):
     done = [model.admit(_op(kind, 4 * KiB, file=1), 5.0).done_at for _ in range(n)]
     if kind == "buffered":  # acknowledged by the client; written back in the background
         expected = model.params.buffered_write_ms / 1000
-    else:  # a sync write pays a write and a commit round trip
-        expected = latency_ms / 1000 * (2 if kind == "sync" else 1)
+    else:
+        expected = latency_ms / 1000
     assert max(done) - 5.0 <= expected * (1 + 1e-9) + 1e-12
     assert min(done) - 5.0 >= expected * (1 - 1e-9) - 1e-12

@@ -1,0 +1,280 @@
+"""The Linux NFS 4.1 client between an application's system calls and EFS.
+
+The model (model.py) times the RPCs a server is sent.  This decides which RPCs a
+Linux NFS client sends for each VFS operation, given what it keeps
+(docs/EMULATOR.md, "What NFS sends", has the table and the kernel functions):
+
+- attributes, trusted for acregmin..acregmax (files) or acdirmin..acdirmax
+  (directories) after they were fetched, the period doubling each time they are
+  fetched again unchanged; a local change (a write, a setattr, a namespace change
+  in a directory) makes the next look fetch them, and a stat of a file whose
+  written data is still on its way to the server waits for it first (Linux
+  flushes before GETATTR: how `ls` freezes behind queued data);
+- names (positive and negative dentries), trusted while their directory's
+  attributes are; an exclusive create skips the LOOKUP (the kernel's FUSE path
+  sends one first: a create right after it is timed from the LOOKUP's start);
+- directory listings, reused while the directory has not changed;
+- close-to-open: every open sends OPEN (EFS grants no delegations), which brings
+  fresh attributes; the last close sends CLOSE, which nobody waits for;
+- written data: buffered and O_SYNC/O_DSYNC writes go into the page cache and
+  are written back as WRITEs of up to wsize, several in flight; a flush (fsync,
+  fdatasync, msync, close, and the one the kernel makes after every O_SYNC write)
+  waits for them, then sends one COMMIT, unless all written since the last commit
+  fitted in one WRITE, which then went FILE_SYNC and needs none
+  (FLUSH_COND_STABLE).  Nothing written: no RPC.  O_DIRECT writes go as sent,
+  each its own stable WRITE.
+
+Operations are named as the VFS (and FUSE, which mirrors it) names them:
+VFS_OPS.  Pure and clock-free, like the model.
+"""
+
+import math
+
+from .model import Model
+from .ops import Admission, Gate, Op, OpClass
+
+_META_READ, _META_WRITE, _READ, _WRITE, _COMMIT = (OpClass.META_READ, OpClass.META_WRITE, OpClass.DATA_READ,
+                                                  OpClass.DATA_WRITE, OpClass.COMMIT)
+_CAP = 1 << 20  # entries a cache keeps before it starts afresh (a client's memory is finite too)
+_ABSORB_S = 1.0  # a create this soon after a LOOKUP of its name is taken as the open that sent both
+
+# namespace changes: the RPC each sends
+_NAMESPACE = {"create": "OPEN(create)", "mknod": "CREATE", "mkdir": "CREATE", "symlink": "CREATE",
+              "link": "LINK", "unlink": "REMOVE", "rmdir": "REMOVE", "rename": "RENAME"}
+_MAKES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))
+
+
+class NfsClient:
+    """One Linux NFS client of the file system `model` emulates."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self._attrs: dict[int, tuple[float, float]] = {}  # inode: (fetched at, trusted for)
+        self._names: dict[tuple[int, str], None] = {}  # dentries, positive or negative
+        self._listed: dict[int, None] = {}  # directories whose listing is cached
+        self._charged: dict[int, bool] = {}  # directory: whether its listing pass under way sends RPCs
+        self._asked: dict[tuple[int, str], None] = {}  # ACCESS and READLINK answers, kept with the attributes
+        self._unstable: dict[int, int] = {}  # file: bytes written since its last commit
+        self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
+
+    def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
+              offset: int = 0, write_mode: str = "buffered", is_dir: bool = False) -> Admission:
+        """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
+        `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
+        `directory` and `name`: the entry a lookup or namespace change is about
+        (rename: where the entry leaves); `size`: bytes (readdir: entries asked
+        for, from index `offset`); `write_mode`: buffered, sync (O_SYNC/O_DSYNC)
+        or direct; `is_dir`: getattr of a directory.  The answer's `rpcs` names
+        what was sent."""
+        try:
+            serve = _SERVE[op]
+        except KeyError:
+            raise ValueError(f"unknown VFS operation {op!r}") from None
+        return serve(self, now, file, directory, name, size, offset, write_mode, is_dir)
+
+    # ---- the caches --------------------------------------------------------------
+
+    def _fresh(self, inode: int, now: float) -> bool:
+        seen = self._attrs.get(inode)
+        return seen is not None and now < seen[0] + seen[1]
+
+    def _fetched(self, inode: int, at: float, is_dir: bool) -> None:
+        p = self.model.params
+        least, most = (p.nfs_acdirmin_s, p.nfs_acdirmax_s) if is_dir else (p.nfs_acregmin_s, p.nfs_acregmax_s)
+        seen = self._attrs.get(inode)
+        _room(self._attrs)[inode] = (at, least if seen is None else min(2 * seen[1], most))
+
+    def _changed(self, inode: int) -> None:
+        self._attrs.pop(inode, None)
+
+    def _dir_changed(self, directory: int) -> None:
+        self._attrs.pop(directory, None)
+        self._listed.pop(directory, None)
+
+    # ---- RPCs --------------------------------------------------------------------
+
+    def _rpc(self, cls: OpClass, rpc: str, now: float, file: int = 0, directory: int = 0, nbytes: int = 0,
+             write_mode: str = "buffered", after: float = -math.inf) -> Admission:
+        a = self.model.admit(Op(cls, nbytes, file, directory, write_mode), now, after)
+        return Admission(a.done_at, a.gate, a.latency, a.transfer, a.wait, rpc)
+
+    @staticmethod
+    def _none(now: float, rpcs: str = "") -> Admission:
+        return Admission(now, Gate.CACHE, 0.0, 0.0, 0.0, rpcs)
+
+    def _getattr(self, now: float, inode: int, is_dir: bool, after: float = -math.inf) -> Admission:
+        a = self._rpc(_META_READ, "GETATTR", now, inode, after=after)
+        self._fetched(inode, a.done_at, is_dir)
+        return a
+
+    # ---- the operations ------------------------------------------------------------
+
+    def _lookup(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        key = (directory, name)
+        if key in self._names:
+            return self._none(now) if self._fresh(directory, now) else self._getattr(now, directory, True)
+        a = self._rpc(_META_READ, "LOOKUP", now, directory)
+        if directory not in self._attrs:  # the path walk to it has just brought its attributes
+            self._fetched(directory, now, True)
+        _room(self._names)[key] = None
+        _room(self._lookups)[key] = (now, a.done_at - now)
+        return a
+
+    def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        drained = self.model.drained_at(file)
+        if drained > now or not self._fresh(file, now):
+            return self._getattr(now, file, is_dir, drained)
+        return self._none(now)
+
+    def _setattr(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        # a regular file's written data goes first (nfs_setattr), the reply brings attributes
+        a = self._rpc(_META_WRITE, "SETATTR", now, file, after=self.model.drained_at(file))
+        self._changed(file)
+        self._fetched(file, a.done_at, is_dir)
+        return a
+
+    def _open(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        a = self._rpc(_META_READ, "OPEN", now, file)
+        self._fetched(file, a.done_at, False)
+        return a
+
+    def _namespace(self, now, file, directory, name, size, offset, write_mode, is_dir, op: str) -> Admission:
+        a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory)
+        key = (directory, name)
+        _room(self._names)[key] = None
+        self._dir_changed(directory)
+        if op == "link":
+            self._changed(file)
+        looked = self._lookups.pop(key, None)
+        if op in _MAKES and looked is not None and now - looked[0] <= _ABSORB_S:
+            return _earlier(a, now, min(now - looked[0], looked[1]))
+        return a
+
+    def _read(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return self._rpc(_READ, "READ", now, file, nbytes=size)
+
+    def _write(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        self._changed(file)
+        if write_mode == "direct":
+            return self._rpc(_WRITE, "WRITE", now, file, nbytes=size, write_mode="direct")
+        self._unstable[file] = self._unstable.get(file, 0) + size
+        return self._rpc(_WRITE, "WRITE(write-back)", now, file, nbytes=size)
+
+    def _flush(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        """fsync, fdatasync, close after writes, msync, and the flush after an O_SYNC write."""
+        written = self._unstable.pop(file, 0)
+        if not written:
+            return self._none(now)
+        if written > self.model.params.nfs_io_size:
+            return self._rpc(_COMMIT, "COMMIT", now, file)
+        drained = self.model.drained_at(file)  # one WRITE, sent FILE_SYNC: no COMMIT
+        if drained <= now:
+            return self._none(now, "WRITE(FILE_SYNC)")
+        return Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, "WRITE(FILE_SYNC)")
+
+    def _release(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        self.model.admit(Op(_META_READ, 0, file), now)  # CLOSE: the server's work, nobody's wait
+        return self._none(now, "CLOSE(not waited)")
+
+    def _opendir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return self._none(now) if self._fresh(file, now) else self._getattr(now, file, True)
+
+    def _readdir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        if offset == 0:  # a new pass: the cached listing serves it while the directory is unchanged
+            cached = file in self._listed
+            _room(self._charged)[file] = not cached
+            if cached:
+                return self._none(now) if self._fresh(file, now) else self._getattr(now, file, True)
+            _room(self._listed)[file] = None
+        if not self._charged.get(file, True):
+            return self._none(now)
+        per = self.model.params.nfs_readdir_entries
+        rpcs = -(-(offset + size) // per) - -(-offset // per)  # READDIRPLUS replies this chunk reaches into
+        if rpcs <= 0:
+            return self._none(now)
+        first = a = self._rpc(_META_READ, "READDIRPLUS", now, file)
+        for _ in range(rpcs - 1):  # one after another, as the kernel fills its listing
+            a = self._rpc(_META_READ, "READDIRPLUS", now, file, after=a.done_at)
+        total, latency, transfer = a.done_at - now, first.latency * rpcs, 0.0
+        return Admission(a.done_at, a.gate, min(latency, total), transfer, max(total - latency, 0.0),
+                         "READDIRPLUS" if rpcs == 1 else f"READDIRPLUS x{rpcs}")
+
+    def _statfs(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return self._rpc(_META_READ, "STATFS", now, file)
+
+    def _asked_once(self, now, file, op: str, rpc: str) -> Admission:
+        """ACCESS and READLINK: answered from the client's cache while the file's attributes are trusted."""
+        key = (file, op)
+        if key in self._asked and self._fresh(file, now):
+            return self._none(now)
+        a = self._rpc(_META_READ, rpc, now, file)
+        _room(self._asked)[key] = None
+        self._fetched(file, a.done_at, False)
+        return a
+
+    def _xattr(self, now, file, op: str) -> Admission:
+        """NFS 4.1 has no extended attributes: the client answers alone (the profile's `xattrs`)."""
+        if not self.model.params.xattrs:
+            return self._none(now)
+        cls = _META_WRITE if op in ("setxattr", "removexattr") else _META_READ
+        return self._rpc(cls, op.upper(), now, file)
+
+    def _nothing(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return self._none(now)
+
+
+def _room(cache: dict) -> dict:
+    if len(cache) >= _CAP:
+        cache.clear()
+    return cache
+
+
+def _earlier(a: Admission, now: float, by: float) -> Admission:
+    """`a` completing `by` seconds sooner (not before now): the time its caller already spent."""
+    done = max(now, a.done_at - by)
+    total = done - now
+    transfer = min(a.transfer, total)
+    latency = min(a.latency, total - transfer)
+    return Admission(done, a.gate, latency, transfer, max(total - latency - transfer, 0.0), a.rpcs)
+
+
+def _namespace_op(op: str):
+    def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return client._namespace(now, file, directory, name, size, offset, write_mode, is_dir, op)
+    return serve
+
+
+def _asked_op(op: str, rpc: str):
+    def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return client._asked_once(now, file, op, rpc)
+    return serve
+
+
+def _xattr_op(op: str):
+    def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        return client._xattr(now, file, op)
+    return serve
+
+
+_SERVE = {
+    "lookup": NfsClient._lookup,
+    "getattr": NfsClient._getattr_op,
+    "setattr": NfsClient._setattr,
+    "open": NfsClient._open,
+    "read": NfsClient._read,
+    "write": NfsClient._write,
+    "flush": NfsClient._flush,
+    "fsync": NfsClient._flush,
+    "release": NfsClient._release,
+    "opendir": NfsClient._opendir,
+    "readdir": NfsClient._readdir,
+    "releasedir": NfsClient._nothing,
+    "fsyncdir": NfsClient._nothing,  # namespace changes are synchronous on NFS: nothing to flush
+    "forget": NfsClient._nothing,
+    "statfs": NfsClient._statfs,
+    "access": _asked_op("access", "ACCESS"),
+    "readlink": _asked_op("readlink", "READLINK"),
+    **{op: _namespace_op(op) for op in _NAMESPACE},
+    **{op: _xattr_op(op) for op in ("getxattr", "setxattr", "listxattr", "removexattr")},
+}
+VFS_OPS = frozenset(_SERVE)

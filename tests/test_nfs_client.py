@@ -1,0 +1,210 @@
+"""The emulated Linux NFS 4.1 client in virtual time: for each VFS operation, the RPCs
+it sends (or not) and what the caller waits for; one test per row of the table in
+docs/EMULATOR.md, "What NFS sends"."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusetrace.emulator.model import Model
+from fusetrace.emulator.nfsclient import VFS_OPS, NfsClient
+from fusetrace.emulator.ops import Gate
+from fusetrace.emulator.params import MiB
+from fusetrace.emulator.profiles import apply_overrides, load_profile
+from fusetrace.emulator.simulate import dd_write, dd_writers
+
+# fixed latencies: reads 1 ms, writes and commits 10 ms, no transfer time, no slots
+FIXED = ["read_latency_ms=1", "read_latency_p99_ms=1", "meta_read_latency_ms=1", "meta_read_latency_p99_ms=1",
+         "write_latency_ms=10", "write_latency_p99_ms=10", "meta_write_latency_ms=10",
+         "meta_write_latency_p99_ms=10", "commit_latency_ms=10", "commit_latency_p99_ms=10", "stream_mibps=0",
+         "file_write_slots=0", "dir_write_slots=0"]
+MS = 1e-3
+
+
+def client(*overrides: str) -> NfsClient:
+    return NfsClient(Model(apply_overrides(load_profile("efs-bursting"), [*FIXED, *overrides]), 0.0))
+
+
+def took(adm, now: float) -> float:
+    return adm.done_at - now
+
+
+def test_a_lookup_is_sent_once_then_trusted_while_its_directory_is():
+    c = client()
+    first = c.admit("lookup", 0.0, directory=1, name="a")
+    assert first.rpcs == "LOOKUP" and took(first, 0.0) == pytest.approx(MS)
+    # the name (positive or negative), while the directory's attributes are trusted: acdirmin, 30 s
+    assert c.admit("lookup", 1.0, directory=1, name="a").gate is Gate.CACHE
+    assert c.admit("lookup", 20.0, directory=1, name="a").gate is Gate.CACHE
+    stale = c.admit("lookup", 40.0, directory=1, name="a")
+    assert stale.rpcs == "GETATTR"  # revalidates the directory, not the name
+    assert c.admit("lookup", 41.0, directory=1, name="a").gate is Gate.CACHE
+
+
+def test_attributes_are_trusted_for_acregmin_doubling_while_unchanged():
+    c = client()
+    assert c.admit("getattr", 0.0, file=7).rpcs == "GETATTR"
+    assert c.admit("getattr", 2.0, file=7).gate is Gate.CACHE  # within 3 s
+    assert c.admit("getattr", 3.5, file=7).rpcs == "GETATTR"  # fetched again, unchanged: trusted 6 s
+    assert c.admit("getattr", 9.0, file=7).gate is Gate.CACHE
+    assert c.admit("getattr", 10.0, file=7).rpcs == "GETATTR"
+
+
+def test_open_always_sends_open_close_to_open():
+    c = client()
+    c.admit("getattr", 0.0, file=7)
+    again = c.admit("open", 0.5, file=7)
+    assert again.rpcs == "OPEN" and took(again, 0.5) == pytest.approx(MS)
+    assert c.admit("getattr", 1.0, file=7).gate is Gate.CACHE  # OPEN brought the attributes
+
+
+def test_a_stat_of_a_file_being_written_waits_for_its_data_then_sends_getattr():
+    c = client("burst_mibps=1000000")
+    c.admit("write", 0.0, file=7, size=MiB)  # buffered: its WRITE takes 10 ms
+    stat = c.admit("getattr", 0.001, file=7)
+    assert stat.rpcs == "GETATTR" and stat.gate is Gate.WRITEBACK
+    assert stat.done_at == pytest.approx(0.011)  # the WRITE, then the GETATTR
+    assert took(c.admit("getattr", 0.001, file=8), 0.001) == pytest.approx(MS)  # another file does not wait
+
+
+def test_after_the_cliff_a_stat_waits_behind_the_data_queued_before_it():
+    c = client("burst_credit_balance=0", "stored_size=1 GiB", "baseline_floor_mibps=1")  # 1 MiB/s
+    for _ in range(4):
+        c.admit("write", 0.0, file=7, size=MiB)  # 4 MiB queued at 1 MiB/s
+    assert all(took(c.admit("getattr", 0.1, file=f), 0.1) > 3.5 for f in (7, 8))  # `ls` froze
+
+
+def test_setattr_sends_setattr_after_the_files_data():
+    c = client()
+    c.admit("write", 0.0, file=7, size=MiB)
+    adm = c.admit("setattr", 0.0, file=7)
+    assert adm.rpcs == "SETATTR" and took(adm, 0.0) >= 20 * MS  # the WRITE (10 ms) then SETATTR (10 ms)
+
+
+def test_touch_is_open_create_setattr_and_a_close_nobody_waits_for():
+    c = client()
+    lookup = c.admit("lookup", 0.0, directory=1, name="new")  # FUSE asks first; NFS would not
+    create = c.admit("create", lookup.done_at, directory=1, name="new")
+    assert create.rpcs == "OPEN(create)"
+    assert create.done_at == pytest.approx(10 * MS)  # timed from the LOOKUP's start: one OPEN in all
+    setattr_ = c.admit("setattr", create.done_at, file=9)
+    flush = c.admit("flush", setattr_.done_at, file=9)
+    release = c.admit("release", setattr_.done_at, file=9)
+    assert setattr_.rpcs == "SETATTR"
+    assert flush.gate is Gate.CACHE and flush.rpcs == ""  # nothing written: no RPC
+    assert release.gate is Gate.CACHE and release.rpcs == "CLOSE(not waited)"
+    assert c.model.metrics(1.0)["MetadataReadOps"] == 2  # the LOOKUP FUSE sent, and the CLOSE
+
+
+def test_a_read_is_a_read():
+    adm = client().admit("read", 0.0, file=7, size=4096)
+    assert adm.rpcs == "READ" and took(adm, 0.0) == pytest.approx(MS)
+
+
+def test_a_flush_of_one_wsize_goes_file_sync_a_larger_one_commits_nothing_sends_nothing():
+    c = client("burst_mibps=1000000")  # no throughput limit to speak of
+    c.admit("write", 0.0, file=7, size=4096)
+    small = c.admit("fsync", 0.0, file=7)
+    assert small.rpcs == "WRITE(FILE_SYNC)" and took(small, 0.0) == pytest.approx(10 * MS)  # one round trip
+    for _ in range(3):
+        c.admit("write", 1.0, file=7, size=MiB)
+    large = c.admit("fsync", 1.0, file=7)
+    assert large.rpcs == "COMMIT" and took(large, 1.0) == pytest.approx(20 * MS)  # parallel WRITEs, a COMMIT
+    assert c.admit("fsync", 2.0, file=7).rpcs == ""
+    assert c.admit("flush", 2.0, file=7).gate is Gate.CACHE
+
+
+def test_a_direct_write_is_sent_as_it_comes_stable():
+    c = client()
+    adm = c.admit("write", 0.0, file=7, size=4096, write_mode="direct")
+    assert adm.rpcs == "WRITE" and took(adm, 0.0) == pytest.approx(10 * MS)
+    assert c.admit("fsync", 0.1, file=7).rpcs == ""  # nothing unstable to commit
+
+
+def test_a_listing_is_one_readdirplus_per_batch_and_kept_until_the_directory_changes():
+    c = client("nfs_readdir_entries=128")
+    rpcs = [c.admit("readdir", 0.0, file=3, offset=i, size=32).rpcs for i in range(0, 300, 32)]
+    assert sum(r.startswith("READDIRPLUS") for r in rpcs) == 3  # entries 0-127, 128-255, 256-299
+    c.admit("getattr", 0.0, file=3, is_dir=True)
+    again = [c.admit("readdir", 1.0, file=3, offset=i, size=32).gate for i in range(0, 300, 32)]
+    assert set(again) == {Gate.CACHE}
+    c.admit("create", 2.0, directory=3, name="x")
+    assert c.admit("readdir", 3.0, file=3, offset=0, size=32).rpcs == "READDIRPLUS"
+
+
+def test_opendir_revalidates_only_stale_directory_attributes():
+    c = client()
+    assert c.admit("opendir", 0.0, file=3).rpcs == "GETATTR"
+    assert c.admit("opendir", 10.0, file=3).gate is Gate.CACHE  # acdirmin 30 s
+
+
+def test_statfs_is_always_sent_access_and_readlink_are_cached_with_the_attributes():
+    c = client()
+    assert [c.admit("statfs", t, file=1).rpcs for t in (0.0, 0.1)] == ["STATFS", "STATFS"]
+    for op, rpc in (("access", "ACCESS"), ("readlink", "READLINK")):
+        assert c.admit(op, 0.0, file=5).rpcs == rpc
+        assert c.admit(op, 1.0, file=5).gate is Gate.CACHE
+
+
+def test_extended_attributes_are_answered_by_the_client_unless_the_profile_has_them():
+    assert client().admit("getxattr", 0.0, file=5).gate is Gate.CACHE
+    assert client("xattrs=true").admit("setxattr", 0.0, file=5).rpcs == "SETXATTR"
+
+
+def test_namespace_changes_send_their_rpc_and_a_removed_name_is_known_absent():
+    c = client()
+    for op, rpc in (("mkdir", "CREATE"), ("symlink", "CREATE"), ("mknod", "CREATE"), ("link", "LINK"),
+                    ("rename", "RENAME"), ("unlink", "REMOVE"), ("rmdir", "REMOVE")):
+        adm = c.admit(op, 0.0, directory=2, name=op)
+        assert adm.rpcs == rpc and took(adm, 0.0) == pytest.approx(10 * MS)
+    c.admit("getattr", 1.0, file=2, is_dir=True)
+    assert c.admit("lookup", 1.0, directory=2, name="unlink").gate is Gate.CACHE
+    assert [c.admit(op, 1.0, file=2).gate for op in ("fsyncdir", "releasedir", "forget")] == [Gate.CACHE] * 3
+
+
+# ---- synchronous writes as NFS sends them ----------------------------------------------------
+
+TUTORIAL = ["stored_size=2 TiB"]  # the 2018 tutorial's file system: burst 200 MiB/s
+
+
+@pytest.mark.parametrize("block_mib", [1, 4, 16])
+def test_dd_oflag_sync_is_one_flush_per_write_and_faster_per_mb_with_larger_blocks(block_mib):
+    def rate(mib: int) -> float:
+        model = Model(apply_overrides(load_profile("efs-bursting"), TUTORIAL), 0.0)
+        return dd_write(model, mib * MiB, 256 // mib, sync=True).mb_per_s
+
+    one, this = rate(1), rate(block_mib)
+    fsync = dd_write(Model(apply_overrides(load_profile("efs-bursting"), TUTORIAL), 0.0), MiB, 256).mb_per_s
+    if block_mib == 1:  # one FILE_SYNC WRITE per MiB: its round trip and transfer each time
+        assert this < fsync / 2
+    else:  # parallel WRITEs and one COMMIT: at least twice the rate of 1 MiB, at most conv=fsync's
+        assert 2 * one < this <= fsync * 1.001
+
+
+def test_parallel_oflag_sync_writers_add_up_to_the_file_systems_limit():
+    rates = {n: dd_writers(Model(apply_overrides(load_profile("efs-bursting"), TUTORIAL), 0.0), n, MiB, 64,
+                           sync=True).mb_per_s for n in (1, 4, 16)}
+    assert rates[4] > 2 * rates[1]
+    assert rates[16] == pytest.approx(200 * MiB / 1e6, rel=0.05)  # the burst throughput
+
+
+# ---- any sequence -------------------------------------------------------------------------------
+
+calls = st.lists(st.tuples(st.sampled_from(sorted(VFS_OPS)), st.integers(1, 4), st.integers(0, 3 * MiB),
+                           st.floats(0, 5), st.sampled_from(["buffered", "sync", "direct"])), max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(calls)
+def test_any_sequence_completes_no_sooner_than_asked_and_its_time_adds_up(seq):
+    c = client("burst_credit_balance=100 MiB")
+    now = 0.0
+    for op, inode, size, gap, mode in seq:
+        now += gap
+        adm = c.admit(op, now, file=inode, directory=inode, name=str(size % 3), size=size % 200 if op == "readdir"
+                      else size, offset=size % 300, write_mode=mode if op == "write" else "buffered")
+        assert adm.done_at >= now
+        assert adm.wait >= 0 and adm.latency >= 0 and adm.transfer >= 0
+        if adm.gate is not Gate.BUFFERED:  # a buffered write's ack is its client cost, not a split
+            assert adm.wait + adm.latency + adm.transfer == pytest.approx(adm.done_at - now, abs=1e-9)
+        assert (adm.gate is Gate.CACHE) <= (adm.done_at == now)

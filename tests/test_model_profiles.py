@@ -1,6 +1,7 @@
 """Profiles: every shipped one loads; bad values fail with one line naming key and origin."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from fusetrace.emulator.params import MB, SPECS, GiB, KiB, MiB, Params, ProfileE
 from fusetrace.emulator.profiles import PROFILE_DIR, apply_overrides, list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ["efs-2016", "efs-bursting", "efs-elastic", "efs-provisioned", "alinas-2016", "efs-tiny"]
+SHIPPED = ["efs-2016", "efs-2018", "efs-bursting", "efs-elastic", "efs-provisioned", "efs-onezone", "efs-maxio",
+           "alinas-2016", "efs-tiny"]
 
 
 def test_every_named_profile_ships_with_a_one_line_description():
@@ -35,6 +37,34 @@ def test_profiles_based_on_another_take_its_values():
     elastic, bursting = load_profile("efs-elastic"), load_profile("efs-bursting")
     assert elastic.throughput_mode == "elastic" and elastic.per_client_mibps == 1500
     assert elastic.write_latency_ms == bursting.write_latency_ms
+
+
+def test_every_key_of_a_shipped_profile_says_where_its_value_comes_from():
+    """A comment on each key's line: a documented fact and its source, a measurement's row, or
+    "(inference)" with the reasoning (docs/EMULATOR.md, "Profiles")."""
+    bare = [f"{path.name}:{number}" for path in sorted(PROFILE_DIR.glob("*.toml"))
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if re.match(r"[a-z0-9_]+\s*=", line) and not line.startswith(("description", "base")) and "#" not in line]
+    assert not bare
+
+
+def test_each_era_follows_its_documented_changes():
+    """docs/EMULATOR.md, "EFS by era": what changed when, in the profiles that stand for each era."""
+    ga, tutorial, today = load_profile("efs-2016"), load_profile("efs-2018"), load_profile("efs-bursting")
+    for old in (ga, tutorial):  # before the June 2020 floor and the 2021 read discount
+        assert (old.throughput_mode, old.baseline_floor_mibps, old.read_factor) == ("bursting", 0, 1)
+    assert (ga.per_client_mibps, tutorial.per_client_mibps * MiB) == (0, pytest.approx(250 * MB, rel=1e-3))
+    assert tutorial.total_iops == 7000  # the documented General Purpose limit of the time
+    # before the 2022 latency improvements
+    assert tutorial.write_latency_ms > 2 * today.write_latency_ms and tutorial.read_latency_ms > 2 * today.read_latency_ms
+    assert (today.baseline_floor_mibps, today.read_factor, today.per_client_mibps) == (1, pytest.approx(1 / 3), 500)
+    elastic, onezone, maxio = load_profile("efs-elastic"), load_profile("efs-onezone"), load_profile("efs-maxio")
+    assert (elastic.read_iops, elastic.write_iops, elastic.per_client_mibps) == (250_000, 50_000, 1500)
+    assert onezone.throughput_mode == "elastic" and onezone.write_latency_ms == 1.6
+    assert onezone.read_latency_ms == today.read_latency_ms
+    assert maxio.throughput_mode == "bursting"  # Max I/O: not with elastic throughput, not on One Zone
+    assert maxio.read_iops > today.read_iops and maxio.write_iops > today.write_iops
+    assert maxio.read_latency_ms > today.read_latency_ms and maxio.write_latency_ms > today.write_latency_ms
 
 
 def test_sizes_take_units():

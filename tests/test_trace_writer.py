@@ -20,8 +20,11 @@ from fusetrace.trace.writer import TraceDirError, TraceWriter
 U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
 
 
+UNSHAPED = (None, 0, 0, 0, None)  # gate, wait_ns, latency_ns, transfer_ns, nfs of an op the model never saw
+
+
 def row(i: int, op: str = "read", path: str = "/f", path2: str | None = None) -> tuple:
-    return (1_000 + i, 10 + i, op, 2 + i, path, path2, 3, 4096 * i, 4096, 4096, 0, 100, 0, 0, 0)
+    return (1_000 + i, 10 + i, op, 2 + i, path, path2, 3, 4096 * i, 4096, 4096, 0, 100, 0, 0, 0, *UNSHAPED)
 
 
 def parts(d: Path) -> list[str]:
@@ -36,10 +39,12 @@ def read_rows(d: Path) -> list[tuple]:
 
 def test_records_round_trip_exactly(tmp_path):
     rows = [
-        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-        (-(2**63), I64, "write", U64, "/dir/é ü 文件", None, U64, -(2**63), I64, -1, 28, U32, U32, U32, I64),
-        (5, 7, "rename", 9, "/a/old", "/b/new", 0, 0, 0, 0, 2, 42, 1000, 1000, 123),
-        (6, 8, "symlink", 10, "/link", "../target", 0, 0, 0, 0, 0, 1, 2, 3, 0),
+        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0, *UNSHAPED),
+        (-(2**63), I64, "write", U64, "/dir/é ü 文件", None, U64, -(2**63), I64, -1, 28, U32, U32, U32, I64,
+         "throughput", I64, -(2**63), 0, "WRITE,COMMIT"),
+        (5, 7, "rename", 9, "/a/old", "/b/new", 0, 0, 0, 0, 2, 42, 1000, 1000, 123, "directory", 100, 200, 0,
+         "RENAME"),
+        (6, 8, "symlink", 10, "/link", "../target", 0, 0, 0, 0, 0, 1, 2, 3, 0, "cache", 0, 0, 0, ""),
     ]
     with TraceWriter(tmp_path / "t", {"source": "/src"}) as w:
         for r in rows:
@@ -249,3 +254,11 @@ def test_refuses_a_directory_with_other_files_but_not_hidden_ones(tmp_path):
 
 def test_the_record_type_is_the_schema_field_for_field():
     assert list(TraceRecord._fields) == COLUMNS
+
+
+def test_a_record_left_without_the_models_account_is_unshaped(tmp_path):
+    short = row(0)[:-len(UNSHAPED)]  # as trace-only callers make it
+    assert TraceRecord(*short) == row(0)
+    with TraceWriter(tmp_path / "t", {}) as w:
+        w.record(TraceRecord(*short))
+    assert read_rows(tmp_path / "t") == [row(0)]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 NAME = "_metadata.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the model's account of each operation (gate, wait_ns ... nfs)
 
 
 def clock_pair() -> tuple[int, int]:

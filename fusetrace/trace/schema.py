@@ -25,6 +25,12 @@ SCHEMA = pa.schema(
         ("uid", pa.uint32()),
         ("gid", pa.uint32()),
         ("shaped_ns", pa.int64()),  # time the emulator held the op; 0 in trace mode
+        # The model's account of a shaped op (Shaper.admit's Ticket); null and 0 when not shaped
+        ("gate", pa.dictionary(pa.int8(), pa.string())),  # what set its time: iops, file, throughput...
+        ("wait_ns", pa.int64()),  # modelled time held by limits, slots and queues
+        ("latency_ns", pa.int64()),  # modelled latency
+        ("transfer_ns", pa.int64()),  # modelled transfer of its bytes
+        ("nfs", pa.dictionary(pa.int32(), pa.string())),  # the NFS RPCs the emulated client sent ("" none)
     ]
 )
 
@@ -32,7 +38,8 @@ COLUMNS = SCHEMA.names
 
 
 class TraceRecord(NamedTuple):
-    """One operation's row; see SCHEMA for what each field holds."""
+    """One operation's row; see SCHEMA for what each field holds.  The model's account
+    (gate to nfs) may be left out: an operation that was not shaped has none."""
 
     start_ns: int
     dur_ns: int
@@ -49,3 +56,8 @@ class TraceRecord(NamedTuple):
     uid: int
     gid: int
     shaped_ns: int
+    gate: str | None = None
+    wait_ns: int = 0
+    latency_ns: int = 0
+    transfer_ns: int = 0
+    nfs: str | None = None

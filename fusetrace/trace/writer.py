@@ -47,19 +47,22 @@ MAX_PENDING_BYTES = 64 << 20
 _RESERVE = ".reserve"
 _RESERVE_BYTES = 64 << 10
 # Estimated bytes of one queued record, its path's characters aside.  Measured with
-# tracemalloc (200,000 records appended to a deque, CPython 3.11): 552 bytes when every
-# int field is its own object (tuple of 15: 176, 13 ints of 28-32, the deque's slot 8),
-# 322 with the path shared and the small ints cached as most records have them, 432 with
-# a 27-character path of its own.  A path is charged as its own str (49 bytes + 1 a
-# character), even when shared with the inode: the estimate errs high.
-_RECORD_BYTES = 560 + 56  # 616, written out in TraceWriter.record
+# tracemalloc (20,000 records appended to a deque, CPython 3.11): 592 bytes when every
+# int field is its own object (tuple of 20: 216, 13 ints of 28-32, the deque's slot 8)
+# and the path shared; a shaped record's account adds 196 (three ints, and the gate's and
+# the NFS RPCs' strings made for it).  A path is charged as its own str (49 bytes + 1 a
+# character), even when shared with the inode, and the account's two strings as up to 32
+# characters between them: the estimate errs high.
+_RECORD_BYTES = 600 + 56  # 656, written out in TraceWriter.record
 _STR_BYTES = 56
+_SHAPED_BYTES = 3 * 32 + 2 * _STR_BYTES + 32  # 240, written out in TraceWriter.record
 
 
 def _cost(rec: TraceRecord) -> int:
     """Estimated bytes a queued record holds (see _RECORD_BYTES)."""
     path2 = rec.path2
-    return _RECORD_BYTES + len(rec.path or "") + (0 if path2 is None else _STR_BYTES + len(path2))
+    return (_RECORD_BYTES + len(rec.path or "") + (0 if path2 is None else _STR_BYTES + len(path2))
+            + (0 if rec.gate is None else _SHAPED_BYTES))
 
 
 class TraceDirError(UserError):
@@ -123,7 +126,8 @@ class TraceWriter:
         or max_pending_bytes waiting), the record is counted in `dropped` instead.
         Called from one thread (the trio loop)."""
         path2 = rec.path2  # _cost(rec), inline: this runs on the loop for every operation
-        after = self._bytes_in + len(rec.path or "") + (616 if path2 is None else 672 + len(path2))
+        after = (self._bytes_in + len(rec.path or "") + (656 if path2 is None else 712 + len(path2))
+                 + (0 if rec.gate is None else 240))
         if after - self._bytes_out <= self._max_bytes and len(self._pending) < self._max_pending:
             self._pending.append(rec)
             self._bytes_in = after

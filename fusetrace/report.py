@@ -1,4 +1,6 @@
-"""`fusetrace report DIR`: per-operation counts, throughput and latency of a trace.
+"""`fusetrace report DIR`: per-operation counts, throughput and latency of a trace, and
+for an emulated one where the modelled time went (the gates that held each operation,
+and wait / latency / transfer), the profile, and whether the host kept up.
 
 Every pass over the records is DuckDB SQL on the Parquet parts; Python only formats
 the few result rows.  `Trace(dir).summary()` gives the same data as `--json`.
@@ -45,6 +47,7 @@ class Trace:
                 self.metadata_error = f"no {meta.NAME}: source, start time and drops unknown"
         self._db = duckdb.connect()
         self._db.read_parquet(self.files).create_view("trace")
+        self.columns = {row[0] for row in self._db.execute("describe trace").fetchall()}
         summary = self._db.execute(
             "select count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0) "
             "from trace").fetchone()
@@ -86,6 +89,29 @@ class Trace:
             r["bytes_per_s"] = r["bytes"] / span_s if span_s else None
         return rows, groups
 
+    def shaping(self) -> list[dict] | None:
+        """Per op, where the modelled time of its shaped operations went: how many
+        (`count`), their modelled time (`modelled_ns`) split into `wait_ns`, `latency_ns`
+        and `transfer_ns`, and the gates that set it with their counts, most first
+        (`gates`); most modelled time first.  [] when nothing was shaped (a trace-only
+        mount); None for a format 1 trace, which has no such columns."""
+        if "gate" not in self.columns:
+            return None
+        rows = self._db.execute("""
+            select op, gate, count(*), sum(wait_ns), sum(latency_ns), sum(transfer_ns)
+            from trace where gate is not null group by op, gate order by count(*) desc, gate""").fetchall()
+        out: dict[str, dict] = {}
+        for op, gate, n, wait, latency, transfer in rows:
+            r = out.setdefault(op, {"op": op, "count": 0, "modelled_ns": 0, "wait_ns": 0, "latency_ns": 0,
+                                    "transfer_ns": 0, "gates": {}})
+            r["count"] += n
+            r["modelled_ns"] += wait + latency + transfer
+            r["wait_ns"] += wait
+            r["latency_ns"] += latency
+            r["transfer_ns"] += transfer
+            r["gates"][gate] = n
+        return sorted(out.values(), key=lambda r: (-r["modelled_ns"], r["op"]))
+
     def histograms(self) -> dict[str, list[dict]]:
         """Per op, log2 buckets of dur_ns: bucket b holds [2**b, 2**(b+1)) ns (0 ns
         counts in bucket 0); empty buckets between the first and last are included."""
@@ -118,6 +144,7 @@ class Trace:
             "by": by,
             "groups": groups,
             "ops": ops,
+            "shaping": self.shaping(),
         }
         if histogram:
             out["histograms"] = self.histograms()
@@ -145,6 +172,9 @@ def run(args) -> int:
 
 def render(s: dict) -> str:
     parts = ["\n".join(_header(s)), _ops_table(s)]
+    shaping = _shaping(s)
+    if shaping:
+        parts.append(shaping)
     if s.get("histograms"):
         parts.append(_histograms(s["histograms"]))
     return "\n\n".join(parts)
@@ -165,6 +195,7 @@ def _header(s: dict) -> list[str]:
     if m.get("write_errors"):
         lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")
+    lines += _emulation(m)
     if s["metadata_error"]:
         lines.append(f"warning     {s['metadata_error']}")
     elif not s["closed"]:
@@ -220,6 +251,46 @@ def _ops_table(s: dict) -> str:
     if key and s["groups"] > TOP_GROUPS:
         note += f"; top {TOP_GROUPS} of {_int(s['groups'])} {key}s (--json has all)"
     return f"{text}\n({note})"
+
+
+def _emulation(m: dict) -> list[str]:
+    """The header's lines on an emulated trace: the profile, whether the host kept up
+    with the model, and what the run must be warned of (its metadata's `warnings`)."""
+    if "emulation" not in m:
+        return []
+    lines = [f"emulated    {m['emulation'].get('profile', '?')}"]
+    host = m.get("host_load")
+    if host is None:
+        lines[0] += "; whether the host kept up is unknown (no final metadata)"
+    else:
+        verdict = "HOST-BOUND: the host, not the model, set the pace" if host["host_bound"] else \
+            "the host kept up with the model"
+        lines[0] += (f"; {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in all, "
+                     f"loop busy {100 * host['loop_busy']:.0f} % of the time)")
+    lines += [f"warning     {w}" for w in m.get("warnings", [])]
+    return lines
+
+
+def _shaping(s: dict) -> str:
+    """Where the modelled time went, per op; "" when nothing was shaped."""
+    rows = s["shaping"]
+    if rows is None:
+        if "emulation" not in s["metadata"]:
+            return ""
+        return ("where the modelled time went: not recorded (a format 1 trace, from before fusetrace "
+                "recorded each operation's gate and wait / latency / transfer)")
+    if not rows:
+        return ""
+    head = ["op", "shaped", "modelled", "mean", "wait%", "latency%", "transfer%", "gates (operations)"]
+    body = []
+    for r in rows:
+        total = r["modelled_ns"] or 1
+        body.append([r["op"], _int(r["count"]), _ns(r["modelled_ns"]), _ns(r["modelled_ns"] / r["count"]),
+                     *(f"{100 * r[k] / total:.1f}" for k in ("wait_ns", "latency_ns", "transfer_ns")),
+                     ", ".join(f"{gate} {_int(n)}" for gate, n in r["gates"].items())])
+    text = table(head, body, "l" + "r" * 6 + "l")
+    return (f"where the modelled time went\n{text}\n(modelled = wait + latency + transfer, the model's time for "
+            f"the operation; gates: what set it, with how many operations each)")
 
 
 def _histograms(hists: dict[str, list[dict]]) -> str:

@@ -8,6 +8,7 @@ import sys
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from conftest import poll
 
@@ -222,3 +223,91 @@ def test_parts_without_metadata_still_report(trace, tmp_path):
     text = render(Trace(d).summary())
     assert "(20,000 records in " in text
     assert "warning     no _metadata.json" in text
+
+
+# ---- an emulated trace: where the modelled time went ---------------------------------------
+
+GATES = np.array(["latency", "iops", "file", "throughput", "cache"])
+EMULATED = {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box",
+            "emulation": {"profile": "efs-2016", "params": {}},
+            "host_load": {"ops": 900, "added_share": 0.031, "loop_busy": 0.42, "host_bound": False,
+                          "extending_writes": 0}, "warnings": []}
+
+
+def shaped(n: int, seed: int = 3) -> dict[str, np.ndarray]:
+    """synthetic() with the model's account: a gate, a split of the modelled time, the RPCs;
+    every tenth record unshaped (gate null), as an emulated mount's own probes are."""
+    cols = synthetic(n, seed)
+    rng = np.random.default_rng(seed)
+    cols["gate"] = np.where(np.arange(n) % 10 == 0, None, GATES[rng.integers(0, len(GATES), n)])
+    for k in ("wait_ns", "latency_ns", "transfer_ns"):
+        cols[k] = np.where(cols["gate"] == None, 0, rng.integers(0, 5_000_000, n))  # noqa: E711 (numpy)
+    return cols
+
+
+def write_shaped(directory, cols: dict[str, np.ndarray], metadata: dict) -> None:
+    with TraceWriter(directory, metadata, flush_interval=3600) as w:
+        for i in range(len(cols["start_ns"])):
+            gate = cols["gate"][i]
+            w.record(TraceRecord(int(cols["start_ns"][i]), int(cols["dur_ns"][i]), str(cols["op"][i]), 2,
+                                 str(cols["path"][i]), None, 3, 0, int(cols["size"][i]), int(cols["result"][i]),
+                                 int(cols["errno"][i]), int(cols["pid"][i]), 0, 0, 0, gate,
+                                 int(cols["wait_ns"][i]), int(cols["latency_ns"][i]), int(cols["transfer_ns"][i]),
+                                 None if gate is None else "GETATTR"))
+
+
+def test_where_the_modelled_time_went_matches_numpy(tmp_path):
+    cols = shaped(5_000)
+    write_shaped(tmp_path / "t", cols, EMULATED)
+    rows = Trace(tmp_path / "t").shaping()
+    assert rows is not None and sorted(r["op"] for r in rows) == sorted(OPS)
+    for r in rows:
+        mine = (cols["op"] == r["op"]) & (cols["gate"] != None)  # noqa: E711 (numpy)
+        assert r["count"] == mine.sum()
+        for k in ("wait_ns", "latency_ns", "transfer_ns"):
+            assert r[k] == cols[k][mine].sum()
+        assert r["modelled_ns"] == r["wait_ns"] + r["latency_ns"] + r["transfer_ns"]
+        gates, counts = np.unique(cols["gate"][mine].astype(str), return_counts=True)
+        assert r["gates"] == dict(sorted(zip(gates.tolist(), counts.tolist()), key=lambda g: (-g[1], g[0])))
+    assert [r["modelled_ns"] for r in rows] == sorted((r["modelled_ns"] for r in rows), reverse=True)
+
+
+def test_text_report_of_an_emulated_trace(tmp_path):
+    write_shaped(tmp_path / "t", shaped(500), EMULATED)
+    lines = render(Trace(tmp_path / "t").summary()).splitlines()
+    assert ("emulated    efs-2016; the host kept up with the model (replies 3.1 % later than modelled in all, "
+            "loop busy 42 % of the time)") in lines
+    assert "warning" not in "\n".join(lines)
+    at = lines.index("where the modelled time went")
+    assert lines[at + 1].split() == ["op", "shaped", "modelled", "mean", "wait%", "latency%", "transfer%", "gates",
+                                     "(operations)"]
+    read = next(ln for ln in lines[at:] if ln.startswith("read "))
+    assert sum(float(x) for x in read.split()[4:7]) == pytest.approx(100, abs=0.2)
+
+
+def test_an_emulated_run_that_was_flagged_or_host_bound_says_so(tmp_path):
+    note = "kernel-serialised extending writes: 250 (FUSE runs O_DIRECT writes past the end of a file ...)"
+    bound = {**EMULATED, "warnings": [note],
+             "host_load": {**EMULATED["host_load"], "added_share": 0.4, "host_bound": True, "extending_writes": 250}}
+    write_shaped(tmp_path / "t", shaped(100), bound)
+    text = render(Trace(tmp_path / "t").summary())
+    assert "emulated    efs-2016; HOST-BOUND: the host, not the model, set the pace (replies 40.0 %" in text
+    assert f"warning     {note}" in text
+
+
+def test_a_format_1_trace_still_reports(tmp_path, trace):
+    """A trace written before the gate columns: read as it is, its figures the same, and
+    the report says the split was not recorded."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for p in trace.glob("*.parquet"):
+        table = pq.read_table(p)
+        pq.write_table(table.drop_columns(["gate", "wait_ns", "latency_ns", "transfer_ns", "nfs"]), old / p.name)
+    meta.write(str(old), {**EMULATED, "format_version": 1, "end_wall_ns": 1})
+    summary = Trace(old).summary()
+    assert summary["shaping"] is None
+    assert summary["ops"] == Trace(trace).summary()["ops"]
+    text = render(summary)
+    assert "where the modelled time went: not recorded (a format 1 trace" in text
+    done = fusetrace("report", str(old), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["shaping"] is None

@@ -1,6 +1,7 @@
 """Whether the host, not the model, set an emulated run's pace: a pure verdict over two
 readings of the shaper's and the loop's counters (`Emulation.host()`), shared by the
-server's stats and the scenario tables."""
+server's stats and the scenario tables; and the flag of a run the FUSE kernel slowed in a
+way the model cannot charge (`extending_writes_note`)."""
 
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
 LOOP_BOUND_SHARE = 0.75  # a loop busy more than this share of the time admits requests late
@@ -13,10 +14,24 @@ def host_load(before: dict, after: dict) -> dict:
     past their deadlines as a share of the modelled time (0.25: the host made it a quarter
     slower); `loop_busy`, the share of the time the loop was busy; `host_bound`: the host,
     not the model, set the pace (replies over a tenth later than modelled, or a loop too
-    busy to admit requests when they came)."""
+    busy to admit requests when they came); `extending_writes`, the O_DIRECT writes the
+    FUSE kernel ran one at a time because they extended their file (Shaper.extending_writes:
+    a bound the model cannot charge, so a run with any is flagged)."""
     modelled = after["modelled_ns"] - before["modelled_ns"]
     added = (after["late_ns"] - before["late_ns"]) / modelled if modelled > 0 else 0.0
     elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
     busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
     return {"added_share": added, "loop_busy": busy,
-            "host_bound": added > HOST_BOUND_SHARE or busy > LOOP_BOUND_SHARE}
+            "host_bound": added > HOST_BOUND_SHARE or busy > LOOP_BOUND_SHARE,
+            "extending_writes": after.get("extending_writes", 0) - before.get("extending_writes", 0)}
+
+
+def extending_writes_note(load: dict) -> str:
+    """The flag, with its remedy, of a run (a host_load() or a reading) in which the FUSE
+    kernel serialised O_DIRECT writes that extended their file; "" when it did not."""
+    count = load.get("extending_writes", 0)
+    if not count:
+        return ""
+    return (f"kernel-serialised extending writes: {count:,} (FUSE runs O_DIRECT writes past the end of a "
+            f"file one at a time; an NFS client keeps them in flight. Lay the file out first: "
+            f"fio --fallocate=truncate, or truncate -s SIZE FILE)")

@@ -45,7 +45,7 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("fd", "handle", "id", "key", "mode", "nlookup", "path", "pins", "retired", "seen")
+    __slots__ = ("fd", "handle", "id", "key", "mode", "nlookup", "path", "pins", "retired", "seen", "size")
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -58,6 +58,10 @@ class Inode:
         self.pins = 0  # requests using the descriptor now, and open files on it
         self.retired = False  # its number now belongs to another object below
         self.seen = version(st)  # the attributes the kernel was last told
+        # The size the kernel holds: the last it was told, raised by the writes since (it
+        # extends the file itself on a write's reply).  A write past it is one the kernel
+        # treats as extending the file (handlers.py, write).
+        self.size = st.st_size
 
     @property
     def is_symlink(self) -> bool:
@@ -132,6 +136,7 @@ class InodeTable:
         else:
             inode.path = path
             inode.seen = version(st)
+            inode.size = st.st_size
         if inode.fd < 0:
             self._attach(inode, fd)
         else:

@@ -1,4 +1,7 @@
-"""`fusetrace stats` for a terminal: the CloudWatch-named figures with units."""
+"""`fusetrace stats` for a terminal: the CloudWatch-named figures with units, what held
+the operations, how the host keeps up, and what the run must be warned of."""
+
+from .texttable import table
 
 _BYTES = ("BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
           "DataWriteIOBytes", "MetadataIOBytes", "StorageBytes")
@@ -47,6 +50,9 @@ def render(stats: dict) -> str:
         lines.append(f"host: {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in "
                      f"all; {host['late']:,} of {host['ops']:,} operations late; loop busy "
                      f"{100 * host['loop_busy']:.0f} % of the time since mounting)")
+    lines += [f"warning: {w}" for w in stats.get("warnings", [])]
+    if stats.get("gates"):
+        lines.append(_gates_table(stats["gates"]))
     fds = stats.get("inode_fds", {})
     lines.append(f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
                  f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
@@ -56,6 +62,21 @@ def render(stats: dict) -> str:
     if trace:
         lines.append(_trace_line(trace))
     return "\n".join(lines)
+
+
+def _gates_table(gates: dict) -> str:
+    """Per gate, the operations it held since mounting and their modelled time: in all
+    (s) and per operation (ms), split into wait, latency and transfer."""
+    head = ["gate", "ops"]
+    for part in ("wait", "latency", "transfer"):
+        head += [f"{part} s", "mean ms"]
+    rows = []
+    for gate, g in gates.items():
+        row = [gate, f"{g['ops']:,}"]
+        for part in ("wait_ns", "latency_ns", "transfer_ns"):
+            row += [f"{g[part] / 1e9:,.3f}", f"{g[part] / g['ops'] / 1e6:,.3f}"]
+        rows.append(row)
+    return "what set each operation's modelled time, since mounting:\n" + table(head, rows, "l" + "r" * 7)
 
 
 def _trace_line(trace: dict) -> str:

@@ -15,14 +15,15 @@ Linux NFS client sends for each VFS operation, given what it keeps
   sends one first: a create right after it is timed from the LOOKUP's start);
 - directory listings, reused while the directory has not changed;
 - close-to-open: every open sends OPEN (EFS grants no delegations), which brings
-  fresh attributes; the last close sends CLOSE, which nobody waits for;
-- written data: buffered and O_SYNC/O_DSYNC writes go into the page cache and
-  are written back as WRITEs of up to wsize, several in flight; a flush (fsync,
-  fdatasync, msync, close, and the one the kernel makes after every O_SYNC write)
-  waits for them, then sends one COMMIT, unless all written since the last commit
-  fitted in one WRITE, which then went FILE_SYNC and needs none
-  (FLUSH_COND_STABLE).  Nothing written: no RPC.  O_DIRECT writes go as sent,
-  each its own stable WRITE.
+  fresh attributes (an opendir a GETATTR); close(2) sends CLOSE and waits for it;
+- written data: buffered writes go into the page cache and are written back as
+  WRITEs of up to wsize, several in flight; O_SYNC/O_DSYNC writes go into the
+  page cache too, and the flush the kernel makes after each of them sends them as
+  parallel WRITEs of up to wsize; a flush (fsync, fdatasync, msync, close, and
+  that one) waits for the file's WRITEs, then sends one COMMIT, unless all
+  written since the last commit fitted in one WRITE, which then went FILE_SYNC
+  and needs none (FLUSH_COND_STABLE).  Nothing written: no RPC.  O_DIRECT writes
+  go as sent, each its own stable WRITE.
 
 Operations are named as the VFS (and FUSE, which mirrors it) names them:
 VFS_OPS.  Pure and clock-free, like the model.
@@ -54,7 +55,8 @@ class NfsClient:
         self._listed: dict[int, None] = {}  # directories whose listing is cached
         self._charged: dict[int, bool] = {}  # directory: whether its listing pass under way sends RPCs
         self._asked: dict[tuple[int, str], None] = {}  # ACCESS and READLINK answers, kept with the attributes
-        self._unstable: dict[int, int] = {}  # file: bytes written since its last commit
+        self._unstable: dict[int, int] = {}  # file: bytes written back since its last commit
+        self._staged: dict[int, tuple[float, int]] = {}  # file: (first at, bytes) of O_SYNC data its flush sends
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
 
     def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
@@ -122,16 +124,19 @@ class NfsClient:
 
     def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         drained = self.model.drained_at(file)
-        if drained > now or not self._fresh(file, now):
-            return self._getattr(now, file, is_dir, drained)
-        return self._none(now)
+        if drained > now:  # nfs_getattr flushes first; the WRITEs' replies bring the attributes
+            return Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, "")
+        if self._fresh(file, now):
+            return self._none(now)
+        return self._getattr(now, file, is_dir)
 
     def _setattr(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        # a regular file's written data goes first (nfs_setattr), the reply brings attributes
-        a = self._rpc(_META_WRITE, "SETATTR", now, file, after=self.model.drained_at(file))
+        # nfs_setattr syncs the file first (its WRITEs and a COMMIT); SETATTR brings attributes
+        flushed = self._flush_data(now, file)
+        a = self._rpc(_META_WRITE, "SETATTR", now, file, after=flushed.done_at)
         self._changed(file)
         self._fetched(file, a.done_at, is_dir)
-        return a
+        return _joined(flushed, a, now)
 
     def _open(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         a = self._rpc(_META_READ, "OPEN", now, file)
@@ -155,29 +160,57 @@ class NfsClient:
 
     def _write(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         self._changed(file)
+        self._fetched(file, now, False)  # the WRITE replies bring the attributes
         if write_mode == "direct":
             return self._rpc(_WRITE, "WRITE", now, file, nbytes=size, write_mode="direct")
+        if write_mode == "sync":  # into the page cache; the flush that follows sends it
+            first, staged = self._staged.get(file, (now, 0))
+            self._staged[file] = (first, staged + size)
+            cost = self.model.params.buffered_write_ms / 1000
+            return Admission(now + cost, Gate.BUFFERED, cost, 0.0, 0.0, "")
         self._unstable[file] = self._unstable.get(file, 0) + size
         return self._rpc(_WRITE, "WRITE(write-back)", now, file, nbytes=size)
 
-    def _flush(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        """fsync, fdatasync, close after writes, msync, and the flush after an O_SYNC write."""
-        written = self._unstable.pop(file, 0)
-        if not written:
-            return self._none(now)
-        if written > self.model.params.nfs_io_size:
-            return self._rpc(_COMMIT, "COMMIT", now, file)
-        drained = self.model.drained_at(file)  # one WRITE, sent FILE_SYNC: no COMMIT
-        if drained <= now:
-            return self._none(now, "WRITE(FILE_SYNC)")
-        return Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, "WRITE(FILE_SYNC)")
+    def _close(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        """close(2): the file's written data (nfs4_file_flush), then CLOSE, which close(2)
+        waits for.  FUSE sends a flush on every close(2) and its release unawaited, so the
+        CLOSE is charged here (a close of a duplicated descriptor is charged one too)."""
+        flushed = self._flush_data(now, file)
+        a = self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at)
+        return _joined(flushed, a, now)
 
-    def _release(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        self.model.admit(Op(_META_READ, 0, file), now)  # CLOSE: the server's work, nobody's wait
-        return self._none(now, "CLOSE(not waited)")
+    def _fsync(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        """fsync, fdatasync, msync, and the flush the kernel makes after an O_SYNC write."""
+        return self._flush_data(now, file)
+
+    def _flush_data(self, now: float, file: int) -> Admission:
+        """Send what was written since the last commit and wait for it: nothing, one WRITE
+        sent FILE_SYNC, or the WRITEs and one COMMIT (FLUSH_COND_STABLE)."""
+        written = self._unstable.pop(file, 0)
+        staged = self._staged.pop(file, None)
+        if not written and staged is None:
+            return self._none(now)
+        wsize = int(self.model.params.nfs_io_size)
+        sent = now
+        if staged is not None:  # O_SYNC data: its WRITEs all go now, in parallel
+            nbytes = staged[1]
+            written += nbytes
+            for at in range(0, nbytes, wsize):
+                sent = max(sent, self._rpc(_WRITE, "WRITE", now, file, nbytes=min(wsize, nbytes - at),
+                                           write_mode="direct").done_at)
+        if written > wsize:
+            a = self._rpc(_COMMIT, "COMMIT", now, file, after=sent)
+        else:  # one WRITE, sent FILE_SYNC: no COMMIT
+            done = max(sent, self.model.drained_at(file))
+            gate = Gate.CACHE if done <= now else Gate.LATENCY if staged is not None else Gate.WRITEBACK
+            a = Admission(done, gate, done - now if gate is Gate.LATENCY else 0.0, 0.0,
+                          0.0 if gate is Gate.LATENCY else done - now, "WRITE(FILE_SYNC)")
+        # The kernel's FUSE path hands an O_SYNC write over in pieces, one after another; the
+        # NFS client would have started its WRITEs when the write began.
+        return a if staged is None else _earlier(a, now, now - staged[0])
 
     def _opendir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return self._none(now) if self._fresh(file, now) else self._getattr(now, file, True)
+        return self._getattr(now, file, True)  # close-to-open holds for directories too
 
     def _readdir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         if offset == 0:  # a new pass: the cached listing serves it while the directory is unchanged
@@ -188,15 +221,17 @@ class NfsClient:
             _room(self._listed)[file] = None
         if not self._charged.get(file, True):
             return self._none(now)
-        per = self.model.params.nfs_readdir_entries
-        rpcs = -(-(offset + size) // per) - -(-offset // per)  # READDIRPLUS replies this chunk reaches into
+        first = self.model.params.nfs_readdir_entries
+        rpcs = _replies(offset + size, first) - _replies(offset, first)  # READDIRPLUS replies it reaches into
         if rpcs <= 0:
             return self._none(now)
-        first = a = self._rpc(_META_READ, "READDIRPLUS", now, file)
+        a = self._rpc(_META_READ, "READDIRPLUS", now, file)
+        latency = a.latency
         for _ in range(rpcs - 1):  # one after another, as the kernel fills its listing
             a = self._rpc(_META_READ, "READDIRPLUS", now, file, after=a.done_at)
-        total, latency, transfer = a.done_at - now, first.latency * rpcs, 0.0
-        return Admission(a.done_at, a.gate, min(latency, total), transfer, max(total - latency, 0.0),
+            latency += a.latency
+        total = a.done_at - now
+        return Admission(a.done_at, a.gate, min(latency, total), 0.0, max(total - latency, 0.0),
                          "READDIRPLUS" if rpcs == 1 else f"READDIRPLUS x{rpcs}")
 
     def _statfs(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
@@ -227,6 +262,24 @@ def _room(cache: dict) -> dict:
     if len(cache) >= _CAP:
         cache.clear()
     return cache
+
+
+def _replies(entries: int, first: int) -> int:
+    """READDIRPLUS replies that list `entries` entries: the first holds `first`, each
+    next one twice the one before, up to 16 times the first (64 KiB growing to 1 MiB)."""
+    replies, listed, size = 0, 0, first
+    while listed < entries:
+        replies, listed, size = replies + 1, listed + size, min(2 * size, 16 * first)
+    return replies
+
+
+def _joined(before: Admission, after: Admission, now: float) -> Admission:
+    """`before` then `after`, one waiting for the other: the caller's account of both."""
+    total = after.done_at - now
+    latency, transfer = before.latency + after.latency, before.transfer + after.transfer
+    rpcs = ",".join(r for r in (before.rpcs, after.rpcs) if r)
+    return Admission(after.done_at, after.gate if after.done_at > before.done_at else before.gate,
+                     min(latency, total), min(transfer, total), max(total - latency - transfer, 0.0), rpcs)
 
 
 def _earlier(a: Admission, now: float, by: float) -> Admission:
@@ -263,9 +316,9 @@ _SERVE = {
     "open": NfsClient._open,
     "read": NfsClient._read,
     "write": NfsClient._write,
-    "flush": NfsClient._flush,
-    "fsync": NfsClient._flush,
-    "release": NfsClient._release,
+    "flush": NfsClient._close,
+    "fsync": NfsClient._fsync,
+    "release": NfsClient._nothing,  # its CLOSE was charged at the flush close(2) waited for
     "opendir": NfsClient._opendir,
     "readdir": NfsClient._readdir,
     "releasedir": NfsClient._nothing,

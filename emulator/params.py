@@ -143,7 +143,7 @@ class Params:
                                    YEAR_S, "s")
     nfs_acdirmax_s: float = _param(60.0, "number", "most time a directory's cached attributes are trusted",
                                    YEAR_S, "s")
-    nfs_readdir_entries: int = _param(128, "int", "directory entries one READDIRPLUS returns", 1 << 20, floor=1)
+    nfs_readdir_entries: int = _param(256, "int", "directory entries in the first READDIRPLUS reply", 1 << 20, floor=1)
 
     # What the file system supports (the mount, not the model, acts on these).
     xattrs: bool = _param(False, "bool", "extended attributes (NFS 4.0/4.1, so EFS, has none)")

@@ -98,7 +98,7 @@ def fio_job(args: str, file: int = 1) -> tuple[Callable[[int], Op], int]:
             return Op(OpClass.DATA_READ, size, file=file + i % jobs)
     else:
         if opts.get("sync") == "1":
-            raise ValueError("fio sync=1: a synchronous write is a flush of the NFS client; simulate it with dd_writers")
+            raise ValueError("fio sync=1: a synchronous write is the NFS client's flush; simulate it with dd_writers")
         mode = "direct" if opts.get("direct") == "1" else "buffered"
 
         def op_factory(i: int) -> Op:

@@ -7,10 +7,12 @@ import pytest
 import trio
 
 from fusetrace.emulator.model import Model
-from fusetrace.emulator.ops import Gate, OpClass
+from fusetrace.emulator.nfsclient import VFS_OPS, NfsClient
+from fusetrace.emulator.ops import Gate
 from fusetrace.request import Kind, Request, WriteMode
+from fusetrace.server.handlers import HANDLED
 from fusetrace.shaping.profile import load_params
-from fusetrace.shaping.shaper import Shaper, model_op
+from fusetrace.shaping.shaper import Shaper
 from fusetrace.shaping.timer import PreciseTimer
 
 MS = 1_000_000
@@ -25,22 +27,20 @@ def shaper(*overrides: str, timer=None) -> Shaper:
     return Shaper(Model(params, monotonic_ns() / 1e9), timer)
 
 
-def test_every_kind_reaches_the_model_as_its_class():
-    classes = {
-        Kind.META_READ: OpClass.META_READ, Kind.META_WRITE: OpClass.META_WRITE, Kind.READ: OpClass.DATA_READ,
-        Kind.WRITE: OpClass.DATA_WRITE, Kind.COMMIT: OpClass.COMMIT,
-    }
-    for kind in Kind:
-        mode = WriteMode.DIRECT if kind is Kind.WRITE else None
-        op = model_op(Request("op", kind, 7, size=4096, write_mode=mode))
-        if kind is Kind.NONE:
-            assert op is None  # never shaped
-        else:
-            assert op is not None and op.cls is classes[kind] and op.file == 7
-    write = model_op(Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.SYNC))
-    assert write is not None and (write.nbytes, write.write_mode) == (4096, "sync")
-    link = model_op(Request("link", Kind.META_WRITE, 7, directory=5))
-    assert link is not None and (link.file, link.directory) == (7, 5)
+def test_every_request_a_handler_makes_is_an_operation_the_nfs_client_knows():
+    assert set(HANDLED) <= VFS_OPS
+    with pytest.raises(ValueError, match="unknown VFS operation"):
+        NfsClient(Model(load_params("efs-bursting", STEADY), 0.0)).admit("ioctl", 0.0)
+
+
+def test_what_the_client_answers_alone_is_not_held():
+    sh = shaper()
+    now = monotonic_ns()
+    first = sh.admit(Request("getattr", Kind.META_READ, 7), now)
+    again = sh.admit(Request("getattr", Kind.META_READ, 7), now + MS)  # within acregmin: the attribute cache
+    assert first is not None and first.deadline_ns is not None and first.nfs == "GETATTR"
+    assert again is not None and again.deadline_ns is None and again.gate == "cache"
+    assert sh.ops == 1  # only what waits is counted as shaped
 
 
 def test_an_unknown_kind_or_a_mismatched_request_cannot_be_made():
@@ -51,7 +51,7 @@ def test_an_unknown_kind_or_a_mismatched_request_cannot_be_made():
     with pytest.raises(ValueError, match="write mode"):
         Request("read", Kind.READ, 7, write_mode=WriteMode.BUFFERED)
     with pytest.raises(ValueError, match="directory"):
-        Request("getattr", Kind.META_READ, 7, directory=1)
+        Request("getattr", Kind.META_READ, 7, directory=1)  # only lookups and namespace changes name one
 
 
 def test_link_is_charged_to_the_new_parent_directory():
@@ -63,11 +63,7 @@ def test_link_is_charged_to_the_new_parent_directory():
     assert first is not None and same_dir is not None and other_dir is not None
     assert same_dir.deadline_ns - first.deadline_ns >= 99 * MS  # waited for directory 5's one slot
     assert other_dir.deadline_ns == first.deadline_ns  # directory 6's slot was free: the file's own links do not queue
-    assert (first.gate, same_dir.gate) == ("latency", "directory")
-    # and the model says so
-    model = Model(load_params("efs-bursting", STEADY), 0.0)
-    ops = [model_op(Request("link", Kind.META_WRITE, f, directory=5)) for f in (7, 8)]
-    assert [model.admit(op, 0.0).gate for op in ops if op is not None] == [Gate.LATENCY, Gate.DIRECTORY]
+    assert (first.gate, same_dir.gate) == (Gate.LATENCY, Gate.DIRECTORY)
 
 
 def test_nothing_is_shaped_while_calibrating_and_each_handler_time_is_a_sample():

@@ -31,7 +31,7 @@ from .inodes import ROOT, Inode, InodeTable, version
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
-    from ..shaping.shaper import Shaper
+    from ..shaping.shaper import Shaper, Ticket
     from ..trace.writer import TraceWriter
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,8 @@ class Operations(pyfuse3.Operations):
         shaper: "Shaper | None" = None,
         attr_timeout: float = 1.0,
         entry_timeout: float = 1.0,
+        dir_attr_timeout: float | None = None,
+        negative_timeout: float = 0.0,
         xattrs: bool = True,
     ):
         super().__init__()
@@ -108,7 +110,9 @@ class Operations(pyfuse3.Operations):
         self.tracer = tracer
         self.shaper = shaper
         self.attr_timeout = attr_timeout
+        self.dir_attr_timeout = attr_timeout if dir_attr_timeout is None else dir_attr_timeout
         self.entry_timeout = entry_timeout
+        self.negative_timeout = negative_timeout  # how long the kernel may trust an absent name (0: not at all)
         self._tgids: dict[int, int] = {}
 
     # ---- the common path of every request -------------------------------------------
@@ -123,7 +127,7 @@ class Operations(pyfuse3.Operations):
         out, err = await self._place(req, fn, args, nowait)
         held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, start)
         if self.tracer is not None:
-            self._trace(self.tracer, req, site, who, start, out, err, held)
+            self._trace(self.tracer, req, site, who, start, out, err, held, ticket)
         if err:
             raise FUSEError(err)
         return out
@@ -165,8 +169,8 @@ class Operations(pyfuse3.Operations):
                 self.inodes.unpin(node)
 
     def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
-               held: int) -> None:
-        """Queue the request's trace record."""
+               held: int, ticket: "Ticket | None") -> None:
+        """Queue the request's trace record, with the model's account of it if it was shaped."""
         if err or isinstance(out, bool):
             result = 0
         elif isinstance(out, int):
@@ -175,9 +179,11 @@ class Operations(pyfuse3.Operations):
             result = len(out)  # bytes read, link length, xattr names, entries
         else:
             result = 0
+        t = _UNSHAPED if ticket is None else ticket
         tracer.record(TraceRecord(
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, site.fh, site.offset,
-            req.size, result, err, self._process_of(who.pid), who.uid, who.gid, held))
+            req.size, result, err, self._process_of(who.pid), who.uid, who.gid, held,
+            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs))
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the inode table, the open files and where calls run."""
@@ -219,7 +225,7 @@ class Operations(pyfuse3.Operations):
         a.st_ino = node_id
         a.generation = 0
         a.entry_timeout = self.entry_timeout
-        a.attr_timeout = self.attr_timeout
+        a.attr_timeout = self.dir_attr_timeout if stat.S_ISDIR(st.st_mode) else self.attr_timeout
         a.st_mode = st.st_mode
         a.st_nlink = st.st_nlink
         a.st_uid = st.st_uid
@@ -246,8 +252,15 @@ class Operations(pyfuse3.Operations):
         name = os.fsdecode(name)
         if name in (".", ".."):
             raise FUSEError(E.EINVAL)  # never sent without export support
-        found = await self._call(Request("lookup", Kind.META_READ, parent.id), _at(parent, name), ctx,
-                                 _open_path, parent, name)
+        try:
+            found = await self._call(Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
+                                     _at(parent, name), ctx, _open_path, parent, name)
+        except FUSEError as exc:
+            if exc.errno != E.ENOENT or not self.negative_timeout:
+                raise
+            absent = pyfuse3.EntryAttributes()  # inode 0: the kernel keeps the name as absent
+            absent.entry_timeout = self.negative_timeout
+            return absent
         return self._new_entry(parent, name, found)
 
     async def forget(self, inode_list):
@@ -256,8 +269,10 @@ class Operations(pyfuse3.Operations):
 
     async def getattr(self, inode, ctx=None):
         node = self._inode(inode)
-        st = await self._call(Request("getattr", Kind.META_READ, node.id), _at(node), ctx or _NOBODY, os.stat, node)
+        st = await self._call(Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), _at(node),
+                              ctx or _NOBODY, os.stat, node)
         node.seen = version(st)
+        node.size = st.st_size
         return self._entry(st, node.id)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -267,6 +282,7 @@ class Operations(pyfuse3.Operations):
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0)
         st = await self._call(req, _at(node, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
+        node.size = st.st_size
         return self._entry(st, node.id)
 
     async def readlink(self, inode, ctx):
@@ -287,20 +303,20 @@ class Operations(pyfuse3.Operations):
     async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        found = await self._call(Request(op, Kind.META_WRITE, directory=parent.id), _at(parent, name, path2),
+        found = await self._call(Request(op, Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, path2),
                                  ctx, fn, parent, name, *args, _owner_for(ctx))
         return self._new_entry(parent, name, found)
 
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id), _at(parent, name), ctx,
+        await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
                          _unlink, name, parent)
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id), _at(parent, name), ctx,
+        await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
                          _rmdir, name, parent)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
@@ -308,7 +324,7 @@ class Operations(pyfuse3.Operations):
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
         # charged to the directory the entry leaves, as the trace names it
-        moved = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id),
+        moved = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old),
                                  _Site(old_dir.id, old_path, new_path), ctx,
                                  _rename, old_dir, old, new_dir, new, flags)
         # Keep the best known paths of the objects that moved (for traces).
@@ -324,7 +340,7 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink and not _AS_ROOT and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
-        found = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id),
+        found = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
                                  _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name)
         return self._new_entry(parent, name, found)
 
@@ -341,6 +357,7 @@ class Operations(pyfuse3.Operations):
         # cached pages dropped and its attributes fetched again.
         now = version(st)
         changed, node.seen = now != node.seen, now
+        node.size = st.st_size
         if changed:
             try:
                 pyfuse3.invalidate_inode(node.id, attr_only=True)
@@ -358,7 +375,7 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         fd, st, path_fd = await self._call(
-            Request("create", Kind.META_WRITE, directory=parent.id), _at(parent, name), ctx,
+            Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
             _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode, _owner_for(ctx))
         try:
             inode = self.inodes.remember(st, path_fd, _join(parent.path, name))
@@ -376,8 +393,13 @@ class Operations(pyfuse3.Operations):
     async def write(self, fh, off, buf):
         h = self._handle(fh)
         h.dirty = True
+        node = h.inode
+        if off + len(buf) > node.size and h.flags & os.O_DIRECT and self.shaper is not None:
+            self.shaper.extending_writes += 1  # the kernel sent it alone: see Shaper.extending_writes
         req = Request("write", Kind.WRITE, h.inode.id, size=len(buf), write_mode=h.write_mode)
-        return await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
+        written = await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
+        node.size = max(node.size, off + written)  # as the kernel extends it on this reply
+        return written
 
     async def flush(self, fh):
         h = self._handle(fh)
@@ -418,7 +440,7 @@ class Operations(pyfuse3.Operations):
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
         names = None if start_id == 0 else d.names
-        listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=d.fit),
+        listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=d.fit, offset=start_id),
                                    _at(d.inode, fh=fh, offset=start_id), d, _list_chunk, d.fd, names, start_id, d.fit)
         d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
@@ -538,10 +560,11 @@ def _guarded(handler):
     return guarded
 
 
-for _name in ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink",
-              "unlink", "rmdir", "rename", "link", "open", "create", "read", "write", "flush",
-              "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs",
-              "access", "setxattr", "getxattr", "listxattr", "removexattr"):
+HANDLED = ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink",
+           "unlink", "rmdir", "rename", "link", "open", "create", "read", "write", "flush",
+           "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs",
+           "access", "setxattr", "getxattr", "listxattr", "removexattr")  # each one's Request is named so
+for _name in HANDLED:
     setattr(Operations, _name, _guarded(getattr(Operations, _name)))
 
 
@@ -566,6 +589,16 @@ class _Nobody:
 
 
 _NOBODY = _Nobody()
+
+
+class _Unshaped:
+    """The model's account of an operation it was not shown (trace mode, calibrating)."""
+
+    gate = nfs = None
+    wait_ns = latency_ns = transfer_ns = 0
+
+
+_UNSHAPED = _Unshaped()
 
 
 def _thread_group(tid: int) -> int:

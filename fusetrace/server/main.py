@@ -9,6 +9,7 @@ import resource
 import signal
 import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyfuse3
 import trio
@@ -20,6 +21,9 @@ from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy
 from .workers import Workers
+
+if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
+    from ..shaping.emulation import Emulation
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +170,20 @@ def _metadata(opts: MountOptions) -> dict:
     }
 
 
+def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[str, float]:
+    """How long the kernel trusts what the mount told it.  Emulating, the NFS client's
+    own timeouts (the profile's nfs_acregmin_s for files, nfs_acdirmin_s for directories
+    and for names, found or absent: NFS caches both), so that what reaches the server is
+    what that client would ask again; the emulated client models what FUSE still asks
+    where NFS would not (stats after the timeouts, which NFS trusts longer; listings it
+    keeps)."""
+    if emulation is None:
+        return {"attr_timeout": opts.attr_timeout, "entry_timeout": opts.entry_timeout}
+    p = emulation.model.params
+    return {"attr_timeout": p.nfs_acregmin_s, "dir_attr_timeout": p.nfs_acdirmin_s, "entry_timeout": p.nfs_acdirmin_s,
+            "negative_timeout": p.nfs_acdirmin_s}
+
+
 def _raise_fd_limit() -> None:
     """As libfuse's passthrough_hp does: the inode table holds descriptors on up to half of
     the limit (fusetrace/server/inodes.py), open files and the rest take the other half."""
@@ -194,7 +212,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     ops = Operations(opts.source, workers=workers, inline=InlinePolicy(_inline_threshold_us(opts)),
                      tracer=tracer,
                      shaper=emulation.shaper if emulation else None,
-                     attr_timeout=opts.attr_timeout, entry_timeout=opts.entry_timeout,
+                     **_cache_timeouts(opts, emulation),
                      xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs))
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
@@ -225,7 +243,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     return 0
 
 
-def _open_emulation(opts: MountOptions):
+def _open_emulation(opts: MountOptions) -> "Emulation | None":
     if opts.emulate is None:
         return None
     from ..shaping.emulation import Emulation
@@ -239,6 +257,7 @@ def _open_tracer(opts: MountOptions, emulation):
     from ..trace.writer import TraceDirError, TraceWriter
 
     meta = _metadata(opts)
+    meta["options"].update(_cache_timeouts(opts, emulation))  # the ones the kernel was given
     if emulation is not None:
         meta["emulation"] = emulation.describe()
     try:

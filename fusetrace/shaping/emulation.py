@@ -19,7 +19,7 @@ from ..emulator.model import Model
 from ..emulator.params import ProfileError
 from ..errors import ControlError
 from . import prometheus
-from .hostload import NO_LOAD, host_load
+from .hostload import NO_LOAD, extending_writes_note, host_load
 from .loopload import LoopLoad
 from .profile import load_params
 from .shaper import Shaper
@@ -176,11 +176,17 @@ class Emulation:
         return {**counters, **host_load(NO_LOAD, counters)}
 
     def stats(self) -> dict:
-        return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": self.host()}
+        """For `fusetrace stats`: the metrics, how the host keeps up, what held the
+        operations (Shaper.gates) and what the run should be warned of."""
+        host = self.host()
+        return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": host,
+                "gates": self.shaper.gates(), "warnings": _warnings(host)}
 
     def set(self, key: str, value: str) -> dict:
         if key == "xattrs":
             raise ControlError("xattrs: fixed at mount (the kernel remembers the file system's answer)")
+        if key.startswith("nfs_ac"):
+            raise ControlError(f"{key}: fixed at mount (the kernel's own caches were given it)")
         try:
             return {"key": key, "value": self.model.set(key, value, _now())}
         except ProfileError as exc:
@@ -194,5 +200,12 @@ class Emulation:
 
     def final_metadata(self) -> dict:
         self._sample()
-        return {"metrics_per_minute": self.series, "host_load": self.host(),
-                "emulation": self.describe()}
+        host = self.host()
+        return {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
+                "warnings": _warnings(host)}
+
+
+def _warnings(host: dict) -> list[str]:
+    """What a run's readers must be told of, beside its figures, from Emulation.host()."""
+    note = extending_writes_note(host)
+    return [note] if note else []

@@ -1,5 +1,8 @@
 """The async side of the model: ask it when an operation may complete, wait till then.
 
+Each FUSE request goes to the emulated NFS client (emulator/nfsclient.py), which
+charges the model what a Linux NFS client would send for the same system call.
+
 Deadline shaping: an operation is admitted when it arrives; the model names the
 time it may complete; the real syscall runs meanwhile, and the reply goes out
 at the later of the two.  So local disk speed never leaks into the emulation,
@@ -9,7 +12,8 @@ another's sleeps.
 The shaper also watches itself: it adds up the modelled time of the operations
 a caller waits on and how late past its deadline each reply went out.  When the
 host adds more than a tenth to the modelled time, the host, not the model, set
-the pace (`stats`, trace metadata).  Buffered writes are left out: the model
+the pace (`stats`, trace metadata).  Buffered writes (and O_SYNC ones, which
+the NFS client also copies into its page cache and flushes) are left out: the model
 acknowledges them into the client's page cache in microseconds, which no FUSE
 round trip meets, yet their pace is set by the write-back the commits and the
 dirty budget wait on (dd through a fast host matches the model while every one
@@ -22,28 +26,12 @@ from contextlib import contextmanager
 from time import monotonic_ns
 
 from ..emulator.model import Model
-from ..emulator.ops import Admission, Op, OpClass
-from ..request import Kind, Request, WriteMode
+from ..emulator.nfsclient import NfsClient
+from ..emulator.ops import Admission, Gate
+from ..request import Request, WriteMode
 from .timer import PreciseTimer
 
 _NS = 1_000_000_000
-
-
-def model_op(request: Request) -> Op | None:
-    """The model's view of a request; None for one that is never shaped."""
-    kind = request.kind
-    if kind is Kind.READ:
-        return Op(OpClass.DATA_READ, nbytes=request.size, file=request.file)
-    if kind is Kind.WRITE:
-        assert request.write_mode is not None  # Request refuses a write without one
-        return Op(OpClass.DATA_WRITE, nbytes=request.size, file=request.file, write_mode=request.write_mode)
-    if kind is Kind.COMMIT:
-        return Op(OpClass.COMMIT, file=request.file)
-    if kind is Kind.META_WRITE:
-        return Op(OpClass.META_WRITE, file=request.file, directory=request.directory)
-    if kind is Kind.META_READ:
-        return Op(OpClass.META_READ, file=request.file)
-    return None  # Kind.NONE
 
 
 class Ticket:
@@ -69,10 +57,20 @@ class Ticket:
                 f"latency_ns={self.latency_ns}, transfer_ns={self.transfer_ns}, nfs={self.nfs!r})")
 
 
+class _Tally:
+    """One gate's count in Shaper.gates(): added to in place, once per operation."""
+
+    __slots__ = ("latency_ns", "ops", "transfer_ns", "wait_ns")
+
+    def __init__(self) -> None:
+        self.ops = self.wait_ns = self.latency_ns = self.transfer_ns = 0
+
+
 class Shaper:
     def __init__(self, model: Model, timer: PreciseTimer | None, *, late_share: float = 0.10,
                  slack_share: float = 0.02):
         self.model = model
+        self.client = NfsClient(model)  # what a Linux NFS client would send for each request
         self.timer = timer
         self.late_share = late_share
         # A reply may leave this share of its modelled time early when the timer is
@@ -84,6 +82,13 @@ class Shaper:
         self.late = 0  # replies later than deadline + late_share x modelled time
         self.late_ns = 0  # all replies' time past their deadlines
         self.modelled_ns = 0  # all shaped operations' modelled time
+        self._gates: dict[str, _Tally] = {}  # per gate: the operations it held and their modelled time
+        # O_DIRECT writes past the end of their file (counted by the write handler): the
+        # FUSE kernel runs them one at a time (fs/fuse/file.c cannot extend a file
+        # asynchronously), where an NFS client keeps them in flight.  No server can tell
+        # that queue from one a single writer makes, so the model cannot charge the
+        # difference; the count flags the run instead (stats, trace metadata, scenarios).
+        self.extending_writes = 0
         # The kernel's and the caller's share of a round trip, outside the handler:
         # replies go out this much before the model's time, so the caller sees the
         # model's latency rather than the model's plus FUSE's.  Measured at mount
@@ -105,35 +110,56 @@ class Shaper:
     def counters(self) -> dict[str, float]:
         """How the host kept up, since the mount: operations shaped, replies late past
         their share, their lateness and the modelled time in all (hostload.host_load()
-        compares two readings), and the FUSE round trip share replies leave early."""
+        compares two readings), the FUSE round trip share replies leave early, and the
+        O_DIRECT writes FUSE serialised because they extended their file."""
         return {"ops": self.ops, "late": self.late, "late_ns": self.late_ns, "modelled_ns": self.modelled_ns,
-                "compensation_us": self.compensation_ns / 1e3}
+                "compensation_us": self.compensation_ns / 1e3, "extending_writes": self.extending_writes}
+
+    def gates(self) -> dict[str, dict[str, int]]:
+        """Since the mount, per gate (the model's Gate values): the operations it held
+        (`ops`: those answered at once are counted under theirs) and their modelled
+        time in all, split into `wait_ns`, `latency_ns` and `transfer_ns`; most
+        operations first."""
+        tallies = sorted(self._gates.items(), key=lambda item: -item[1].ops)
+        return {gate: {"ops": t.ops, "wait_ns": t.wait_ns, "latency_ns": t.latency_ns, "transfer_ns": t.transfer_ns}
+                for gate, t in tallies}
 
     def compensate(self, ns: int) -> None:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
         self.compensation_ns = ns
 
     def admit(self, request: Request, start_ns: int) -> Ticket | None:
-        """The model's decision on the operation (its deadline in monotonic ns, and
-        why), or None if it is not shaped at all."""
+        """The emulated NFS client's decision on the operation (its deadline in
+        monotonic ns, and why), or None while calibrating.  An operation the client
+        answers without waiting on the server gets no deadline."""
         if self._samples is not None:
             return None
-        op = model_op(request)
-        if op is None:
-            return None
-        adm = self.model.admit(op, start_ns / _NS)
+        r = request
+        adm = self.client.admit(r.op, start_ns / _NS, file=r.file, directory=r.directory, name=r.name, size=r.size,
+                                offset=r.offset, write_mode=r.write_mode or "buffered", is_dir=r.is_dir)
+        if adm.gate is Gate.CACHE:
+            return Ticket(None, adm, adm.rpcs)
         self.ops += 1
-        return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm)
+        return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm, adm.rpcs)
 
     async def hold(self, request: Request, ticket: Ticket | None, start_ns: int) -> int:
         """Wait for the deadline admit() gave (None: none); return how long the
         operation was held after its real completion (0 if the real syscall took
         longer than the model).  A buffered write's lateness does not count towards
         host-bound (see above)."""
-        deadline_ns = None if ticket is None else ticket.deadline_ns
-        if deadline_ns is None:
+        if ticket is None:
             if self._samples is not None:
                 self._samples.append(monotonic_ns() - start_ns)
+            return 0
+        tally = self._gates.get(ticket.gate)
+        if tally is None:
+            tally = self._gates[ticket.gate] = _Tally()
+        tally.ops += 1
+        tally.wait_ns += ticket.wait_ns
+        tally.latency_ns += ticket.latency_ns
+        tally.transfer_ns += ticket.transfer_ns
+        deadline_ns = ticket.deadline_ns
+        if deadline_ns is None:
             return 0
         now = monotonic_ns()
         modelled = deadline_ns + self.compensation_ns - start_ns
@@ -143,7 +169,7 @@ class Shaper:
             held = deadline_ns - now
         else:
             held = 0
-        if request.write_mode is WriteMode.BUFFERED:
+        if request.write_mode is WriteMode.BUFFERED or request.write_mode is WriteMode.SYNC:
             return held
         late = max(monotonic_ns() - deadline_ns, 0)
         self.modelled_ns += modelled

@@ -11,6 +11,8 @@ import time
 import pytest
 from conftest import fusetrace, is_mounted, poll
 
+from fusetrace.emulator.ops import Gate
+
 MiB = 1 << 20
 
 
@@ -119,3 +121,38 @@ def _write_and_fsync(path, size):
     with open(path, "wb") as f:
         f.write(b"y" * size)
         os.fsync(f.fileno())
+
+
+def test_what_set_each_operations_time_is_counted_traced_and_reported(mount):
+    m = mount("--emulate", "efs-tiny", trace=True)
+    for i in range(20):
+        (m.mountpoint / f"f{i}").write_bytes(b"z" * 4096)
+        os.stat(m.mountpoint / f"f{i}")
+    stats = _stats(m)
+    gates = stats["gates"]
+    assert gates and set(gates) <= {g.value for g in Gate}
+    assert all(g["ops"] > 0 and min(g["wait_ns"], g["latency_ns"], g["transfer_ns"]) >= 0 for g in gates.values())
+    assert sum(g["latency_ns"] for g in gates.values()) > 0
+    text = fusetrace("stats", str(m.mountpoint)).stdout
+    assert "what set each operation's modelled time, since mounting:" in text
+    assert "warning" not in text  # nothing here for the run to be warned of
+    m.unmount()
+    import pandas as pd
+
+    df = pd.read_parquet(m.trace)
+    shaped = df[df.gate.notna()]
+    assert set(shaped.op) >= {"create", "write", "flush"} and set(shaped.gate) <= {g.value for g in Gate}
+    unshaped = df[df.gate.isna()]  # the mount's own probes, before `fusetrace mount` returned
+    assert "statfs" in set(unshaped.op) and unshaped.start_ns.max() < shaped.start_ns.min()
+    assert (unshaped[["wait_ns", "latency_ns", "transfer_ns"]] == 0).all().all()
+    assert unshaped.nfs.isna().all() and shaped.nfs.notna().all()
+    # held no longer than modelled; in all, the replies took the modelled time (less FUSE's own
+    # round trip, which replies leave early: the precise timer wakes each a little early or late)
+    meta = json.loads((m.trace / "_metadata.json").read_text())
+    modelled = shaped.wait_ns + shaped.latency_ns + shaped.transfer_ns
+    assert (shaped.shaped_ns <= modelled).all()
+    fuse_ns = meta["host_load"]["compensation_us"] * 1e3
+    assert shaped.dur_ns.sum() >= 0.95 * (modelled - fuse_ns).clip(lower=0).sum()
+    assert meta["warnings"] == []
+    report = fusetrace("report", str(m.trace)).stdout
+    assert "emulated    efs-tiny; " in report and "where the modelled time went" in report

@@ -38,6 +38,9 @@ def test_trace_records_operations(mount):
     assert (rename.path, rename.path2) == ("/f", "/g")
     assert (mine.uid == os.getuid()).all() and (mine.dur_ns > 0).all()
     assert (df.start_ns.diff().dropna() >= -10**9).all()  # roughly in time order across files
+    # trace mode: nothing shaped, so no model's account
+    assert df.gate.isna().all() and df.nfs.isna().all() and (df.shaped_ns == 0).all()
+    assert (df[["wait_ns", "latency_ns", "transfer_ns"]] == 0).all().all()
 
     for name in os.listdir(m.trace):
         assert stat.S_IMODE(os.stat(m.trace / name).st_mode) == 0o600, name

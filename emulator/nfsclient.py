@@ -15,7 +15,8 @@ Linux NFS client sends for each VFS operation, given what it keeps
   sends one first: a create right after it is timed from the LOOKUP's start);
 - directory listings, reused while the directory has not changed;
 - close-to-open: every open sends OPEN (EFS grants no delegations), which brings
-  fresh attributes (an opendir a GETATTR); close(2) sends CLOSE and waits for it;
+  fresh attributes (an opendir a GETATTR); close(2) sends CLOSE and waits for it
+  (FUSE's flush of close(2); FUSE's release, which nobody waits for, is free);
 - written data: buffered writes go into the page cache and are written back as
   WRITEs of up to wsize, several in flight; O_SYNC/O_DSYNC writes go into the
   page cache too, and the flush the kernel makes after each of them sends them as
@@ -60,14 +61,22 @@ class NfsClient:
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
 
     def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
-              offset: int = 0, write_mode: str = "buffered", is_dir: bool = False) -> Admission:
+              offset: int = 0, write_mode: str = "buffered", is_dir: bool = False,
+              closes: bool = True) -> Admission:
         """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
         `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
         `directory` and `name`: the entry a lookup or namespace change is about
         (rename: where the entry leaves); `size`: bytes (readdir: entries asked
         for, from index `offset`); `write_mode`: buffered, sync (O_SYNC/O_DSYNC)
-        or direct; `is_dir`: getattr of a directory.  The answer's `rpcs` names
-        what was sent."""
+        or direct; `is_dir`: getattr of a directory; `closes`: a flush (close(2))
+        that ends its open file's NFS open, and so sends CLOSE (FUSE flushes at every
+        close(2) of every duplicate; NFS sends one CLOSE per open file).  The
+        answer's `rpcs` names what was sent."""
+        if op == "flush":
+            flushed = self._flush_data(now, file)
+            if not closes:
+                return flushed
+            return _joined(flushed, self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at), now)
         try:
             serve = _SERVE[op]
         except KeyError:
@@ -170,14 +179,6 @@ class NfsClient:
             return Admission(now + cost, Gate.BUFFERED, cost, 0.0, 0.0, "")
         self._unstable[file] = self._unstable.get(file, 0) + size
         return self._rpc(_WRITE, "WRITE(write-back)", now, file, nbytes=size)
-
-    def _close(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        """close(2): the file's written data (nfs4_file_flush), then CLOSE, which close(2)
-        waits for.  FUSE sends a flush on every close(2) and its release unawaited, so the
-        CLOSE is charged here (a close of a duplicated descriptor is charged one too)."""
-        flushed = self._flush_data(now, file)
-        a = self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at)
-        return _joined(flushed, a, now)
 
     def _fsync(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         """fsync, fdatasync, msync, and the flush the kernel makes after an O_SYNC write."""
@@ -316,7 +317,6 @@ _SERVE = {
     "open": NfsClient._open,
     "read": NfsClient._read,
     "write": NfsClient._write,
-    "flush": NfsClient._close,
     "fsync": NfsClient._fsync,
     "release": NfsClient._nothing,  # its CLOSE was charged at the flush close(2) waited for
     "opendir": NfsClient._opendir,
@@ -330,4 +330,4 @@ _SERVE = {
     **{op: _namespace_op(op) for op in _NAMESPACE},
     **{op: _xattr_op(op) for op in ("getxattr", "setxattr", "listxattr", "removexattr")},
 }
-VFS_OPS = frozenset(_SERVE)
+VFS_OPS = frozenset((*_SERVE, "flush"))  # flush is served in admit(): it alone takes `closes`

@@ -39,29 +39,31 @@ class Request:
     or namespace change is about (create, mknod, mkdir, symlink, link, unlink,
     rmdir; rename: the directory the entry leaves), else 0 and ""; `size` the bytes
     asked for (readdir: the entries, from index `offset`); `write_mode` given for
-    writes only; `is_dir` whether `file` is a directory.
+    writes only; `is_dir` whether `file` is a directory; `closes`, for a flush, whether
+    it is the open file's first close(2), which the emulated NFS client charges its
+    CLOSE to (one per open file, as NFS sends; later flushes close duplicates).
 
     A plain slotted class rather than a frozen dataclass: one is built for every
     request on the loop, and a frozen dataclass costs three times as much to make.
     """
 
-    __slots__ = ("directory", "file", "is_dir", "kind", "name", "offset", "op", "size", "write_mode")
+    __slots__ = ("closes", "directory", "file", "is_dir", "kind", "name", "offset", "op", "size", "write_mode")
 
     def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
                  write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
-                 is_dir: bool = False) -> None:
+                 is_dir: bool = False, closes: bool = False) -> None:
         if (kind is Kind.WRITE) != (write_mode is not None):
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
         if directory and kind is not Kind.META_WRITE and op != "lookup":
             raise ValueError(f"{op}: only a lookup or a namespace change names a directory")
         self.op, self.kind, self.file, self.directory, self.size, self.write_mode = (
             op, kind, file, directory, size, write_mode)
-        self.name, self.offset, self.is_dir = name, offset, is_dir
+        self.name, self.offset, self.is_dir, self.closes = name, offset, is_dir, closes
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
                 f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
-                f"is_dir={self.is_dir})")
+                f"is_dir={self.is_dir}, closes={self.closes})")
 
     @property
     def label(self) -> str:

@@ -95,6 +95,8 @@ def test_touch_is_open_create_setattr_and_close():
     assert setattr_.rpcs == "SETATTR"
     assert close.rpcs == "CLOSE" and took(close, setattr_.done_at) == pytest.approx(MS)  # nothing to write
     assert release.gate is Gate.CACHE and release.rpcs == ""  # FUSE's release: nobody waits for it
+    again = c.admit("flush", 2.0, file=9, closes=False)  # a duplicate's close(2): no CLOSE of its own
+    assert again.gate is Gate.CACHE and again.rpcs == ""
     assert c.model.metrics(1.0)["MetadataReadOps"] == 2  # the LOOKUP FUSE sent, and the CLOSE
 
 

@@ -47,7 +47,7 @@ _FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known in
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("dirty", "fd", "flags", "gid", "inode", "pid", "uid")
+    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "pid", "uid")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx):
         self.fd = fd
@@ -55,6 +55,7 @@ class Handle:
         self.flags = flags
         self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
         self.dirty = False  # written since the last commit (flush/fsync)
+        self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
 
     @property
     def write_mode(self) -> WriteMode:
@@ -404,7 +405,8 @@ class Operations(pyfuse3.Operations):
     async def flush(self, fh):
         h = self._handle(fh)
         commit, h.dirty = h.dirty, False
-        req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id)
+        first, h.closed = not h.closed, True
+        req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first)
         await self._call(req, _at(h.inode, fh=fh), h, _flush, fh)
 
     async def release(self, fh):

@@ -52,6 +52,12 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
         "uid": np.zeros(n, np.uint32),
         "gid": np.zeros(n, np.uint32),
         "shaped_ns": np.zeros(n, np.int64),
+        # a traced mount that does not emulate: the model's account is absent
+        "gate": pa.nulls(n, pa.dictionary(pa.int8(), pa.string())),
+        "wait_ns": np.zeros(n, np.int64),
+        "latency_ns": np.zeros(n, np.int64),
+        "transfer_ns": np.zeros(n, np.int64),
+        "nfs": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
     }
     return pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA)
 

@@ -31,6 +31,7 @@ VFS_OPS.  Pure and clock-free, like the model.
 """
 
 import math
+from dataclasses import replace
 
 from .model import Model
 from .ops import Admission, Gate, Op, OpClass
@@ -201,6 +202,8 @@ class NfsClient:
                                            write_mode="direct").done_at)
         if written > wsize:
             a = self._rpc(_COMMIT, "COMMIT", now, file, after=sent)
+            if staged is not None:
+                a = replace(a, rpcs=f"WRITE x{-(-staged[1] // wsize)},COMMIT")
         else:  # one WRITE, sent FILE_SYNC: no COMMIT
             done = max(sent, self.model.drained_at(file))
             gate = Gate.CACHE if done <= now else Gate.LATENCY if staged is not None else Gate.WRITEBACK

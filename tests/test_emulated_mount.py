@@ -90,7 +90,9 @@ def test_control_socket_is_private(mount):
 def test_credit_cliff_slows_everything(mount):
     """With the credits gone the permitted throughput is the baseline, and metadata
     queues behind data: a stat made while a commit drains waits for the pipe too."""
-    m = mount("--emulate", "efs-tiny", "--set", "client_dirty_limit=4 MiB", "--attr-timeout", "0",
+    # attributes never trusted (acregmin 0): the stat below goes to the server, as one would on
+    # NFS once acregmin has passed
+    m = mount("--emulate", "efs-tiny", "--set", "client_dirty_limit=4 MiB", "--set", "nfs_acregmin_s=0",
               trace=True)
     (m.mountpoint / "other").write_bytes(b"")
     fusetrace("set", str(m.mountpoint), "burst_credit_balance=0")

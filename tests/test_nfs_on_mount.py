@@ -1,0 +1,60 @@
+"""Through a real emulated mount, real tools: each FUSE request is charged what a Linux NFS
+4.1 client sends for the same system call (the trace's `nfs` column names it), and the
+kernel's own caches are set to the NFS client's timeouts."""
+
+import os
+import subprocess
+
+import pandas as pd
+
+MiB = 1 << 20
+
+
+def _trace(m) -> pd.DataFrame:
+    m.unmount()
+    return pd.read_parquet(m.trace)
+
+
+def test_touch_stat_and_absent_names_cost_what_nfs_sends(mount):
+    m = mount("--emulate", "efs-bursting", trace=True)
+    f = m.mountpoint / "new"
+    subprocess.run(["touch", str(f)], check=True)
+    for _ in range(3):
+        os.stat(f)  # within acregmin: the kernel's cache, as the NFS client's
+        assert not (m.mountpoint / "absent").exists()  # asked once, then a negative entry
+    df = _trace(m)
+    mine = df[df.path == "/new"]
+    rpcs = [r for r in mine.nfs if r]
+    # FUSE's LOOKUP (NFS sends none before an exclusive create), the create, and one CLOSE
+    # although touch closes a duplicate first
+    assert rpcs == ["LOOKUP", "OPEN(create)", "CLOSE", "SETATTR"]
+    assert (mine.op == "lookup").sum() == 1  # its time is the create's (tests/test_nfs_client.py)
+    assert (mine.op == "getattr").sum() == 0
+    assert (df[df.path == "/absent"].op == "lookup").sum() == 1
+
+
+def test_a_large_synchronous_write_is_one_flush_of_parallel_writes(mount):
+    m = mount("--emulate", "efs-bursting", "--set", "stored_size=2 TiB", trace=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'sync'}", "bs=4M", "count=2", "oflag=sync",
+                    "status=none"], check=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'small'}", "bs=4k", "count=2", "oflag=dsync",
+                    "status=none"], check=True)
+    df = _trace(m)
+    big = df[(df.path == "/sync") & (df.op == "fsync")]
+    assert list(big.nfs) == ["WRITE x4,COMMIT"] * 2  # one per write(2): four 1 MiB WRITEs and a COMMIT
+    small = df[(df.path == "/small") & (df.op == "fsync")]
+    assert list(small.nfs) == ["WRITE(FILE_SYNC)"] * 2  # fits one WRITE: stable, no COMMIT
+    writes = df[(df.path == "/sync") & (df.op == "write")]
+    assert set(writes.gate) == {"buffered"} and writes.nfs.eq("").all()  # into the page cache
+
+
+def test_an_emulated_mount_gives_the_kernel_the_nfs_clients_cache_timeouts(mount):
+    m = mount("--emulate", "efs-bursting", "--set", "nfs_acregmin_s=7", trace=True)
+    os.stat(m.mountpoint)
+    m.unmount()
+    import json
+
+    meta = json.loads((m.trace / "_metadata.json").read_text())
+    assert {k: meta["options"][k] for k in ("attr_timeout", "dir_attr_timeout", "entry_timeout",
+                                             "negative_timeout")} == {
+        "attr_timeout": 7.0, "dir_attr_timeout": 30.0, "entry_timeout": 30.0, "negative_timeout": 30.0}

@@ -34,11 +34,13 @@ def _mount_parser(sub) -> None:
     p.add_argument("--trace", metavar="DIR", dest="trace_dir",
                    help="write a trace of every operation to DIR (Parquet files)")
     p.add_argument("--foreground", action="store_true", help="serve in this process until unmounted")
-    p.add_argument("--attr-timeout", type=float, default=1.0, metavar="S",
+    p.add_argument("--attr-timeout", type=float, metavar="S",
                    help="seconds the kernel may cache attributes (default 1.0; 0 sends every "
-                        "stat to the file system and the trace)")
-    p.add_argument("--entry-timeout", type=float, default=1.0, metavar="S",
-                   help="seconds the kernel may cache name lookups (default 1.0)")
+                        "stat to the file system and the trace; with --emulate, the profile's "
+                        "NFS client timeouts apply instead)")
+    p.add_argument("--entry-timeout", type=float, metavar="S",
+                   help="seconds the kernel may cache name lookups (default 1.0; with --emulate, "
+                        "the profile's)")
     p.add_argument("-o", dest="fuse_options", action="append", default=[], metavar="OPT[,OPT]",
                    help="mount options, as in /etc/fstab: FUSE's (e.g. allow_other: permissions are "
                         "then enforced by the kernel, default_permissions is always on; ro; not "

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 INLINE_THRESHOLD_US = 50.0  # a syscall quicker than this runs on the loop (see inline.py)
 # pyfuse3 has no lock operations: the kernel keeps flock and fcntl locks itself, per mount.
+CACHE_TIMEOUT = 1.0  # seconds the kernel may trust attributes and names, unless told otherwise
 LOCKS = ("local: flock and fcntl locks taken through the mount are kept by this machine's kernel "
          "and do not reach the source or other clients")
 
@@ -38,8 +39,8 @@ class MountOptions:
     source: str
     mountpoint: str
     trace_dir: str | None = None
-    attr_timeout: float = 1.0
-    entry_timeout: float = 1.0
+    attr_timeout: float | None = None  # None: CACHE_TIMEOUT, or the emulated NFS client's
+    entry_timeout: float | None = None
     fuse_options: list[str] = field(default_factory=list)
     threads: int = 64
     max_requests: int = 1024
@@ -77,8 +78,15 @@ def check_values(opts: MountOptions) -> None:
         raise BadValue(f"--max-requests {opts.max_requests}: must be from 1 to {MAX_REQUESTS}")
     for name in ("attr_timeout", "entry_timeout"):
         value = getattr(opts, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')} {value:g}"
         if not math.isfinite(value) or value < 0:
-            raise BadValue(f"--{name.replace('_', '-')} {value:g}: must be a finite number of seconds, 0 or more")
+            raise BadValue(f"{flag}: must be a finite number of seconds, 0 or more")
+        if opts.emulate is not None:
+            raise BadValue(f"{flag}: an emulated mount gives the kernel the NFS client's cache timeouts "
+                           f"(--set nfs_acregmin_s=S for a file's attributes, nfs_acdirmin_s=S for "
+                           f"directories and names)")
     if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
         raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
     if opts.metrics_port is not None and opts.emulate is None:
@@ -178,7 +186,8 @@ def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[s
     where NFS would not (stats after the timeouts, which NFS trusts longer; listings it
     keeps)."""
     if emulation is None:
-        return {"attr_timeout": opts.attr_timeout, "entry_timeout": opts.entry_timeout}
+        return {"attr_timeout": CACHE_TIMEOUT if opts.attr_timeout is None else opts.attr_timeout,
+                "entry_timeout": CACHE_TIMEOUT if opts.entry_timeout is None else opts.entry_timeout}
     p = emulation.model.params
     return {"attr_timeout": p.nfs_acregmin_s, "dir_attr_timeout": p.nfs_acdirmin_s, "entry_timeout": p.nfs_acdirmin_s,
             "negative_timeout": p.nfs_acdirmin_s}

@@ -1,12 +1,13 @@
 """The shipped profiles against the published measurements, simulated in virtual time:
 every figure a scenario file publishes for a fio job (scenarios/*.toml, the source's own job
-lines) and the tutorial's dd runs within 10% of what its author measured."""
+lines), the tutorial's dd runs, and the 2018 measurements efs-2018 is calibrated on, within 10%
+of what their authors measured."""
 
 import re
 
 import pytest
 
-from fusetrace.emulator.model import Model
+from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.params import MiB
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.emulator.simulate import closed_loop, dd_write, fio_job
@@ -31,6 +32,7 @@ OTHER_DEPTHS = [(s, step, int(m[2]), m[1], want) for s, step in _fio_steps()
                 if (m := re.fullmatch(r"(\w+) at iodepth (\d+)", key))]
 DD = spec.load("efs-2018-dd")  # the 2018 tutorial on a c5.2xlarge; its [set] is the file system
 INSTANCES = spec.load("efs-2018-instances")  # the same dd from three client instances
+ERA_2018 = "efs-2018"  # the profile of the service the tutorial measured
 
 
 def _step(scenario: spec.Scenario, name: str) -> spec.Step:
@@ -71,9 +73,16 @@ def test_the_same_jobs_at_other_depths(scenario, step, depth, key, want):
     assert _close(_metrics(stats)[key], want)
 
 
+def test_the_tutorial_scenarios_run_on_the_profile_of_their_era():
+    tutorial = [s for s in map(spec.load, spec.ids()) if s.id.startswith("efs-2018-")]
+    assert len(tutorial) == 5 and {s.profile for s in tutorial} == {ERA_2018}
+
+
 @pytest.mark.parametrize("block_mib, step", [(1, "bs=1M conv=fsync"), (16, "bs=16M conv=fsync")])
 def test_dd_with_fsync_at_the_end_runs_near_the_throughput_cap(block_mib, step):
-    """efs-2018-dd: dd 2 GB with conv=fsync on a c5.2xlarge, 201 and 202 MB/s."""
+    """efs-tutorial-2018 dd-2g-1m-fsync-at-end and dd-2g-16m-fsync-at-end (efs-2018-dd): dd 2 GB
+    with conv=fsync on a c5.2xlarge, 201 and 202 MB/s; on efs-2018 the file system's 200 MiB/s
+    burst is the limit (the client's 250 MB/s is not reached)."""
     model = Model(apply_overrides(load_profile(DD.profile), DD.overrides()), 0.0)
     stats = dd_write(model, block_mib * MiB, 2048 // block_mib)
     assert _close(stats.mb_per_s, _step(DD, step).published["MB/s"])
@@ -103,3 +112,54 @@ def test_dd_on_a_t2_micro_bursts_then_falls_to_its_baseline():
     assert baseline < rest.mb_per_s < 60
     tail = dd_write(model, MiB, 500, start=first.elapsed + rest.elapsed)
     assert _close(tail.mb_per_s, baseline)
+
+
+# ---- efs-2018: the 2018 measurements no scenario carries ----------------------------------
+# famzah-efs-2018: "Amazon EFS benchmarks", blog.famzah.net, 2018 (small operations, one NFS
+# operation per call); kx-kdb-efs-2018: KX kdb+ documentation, "Appendix B - Amazon EFS", 2018
+# (mean time per call sequence on one file).  The profile's comments say how each key follows.
+
+def _era_2018(*overrides: str) -> Model:
+    return Model(apply_overrides(load_profile(ERA_2018), list(overrides)), 0.0)
+
+
+FAMZAH = [
+    # one thread of small synchronous writes: one round trip each
+    ("famzah-efs-2018 'write ops, 1 thread'", "-direct=1 -iodepth 1 -rw=write -bs=4k", 130),
+    # twenty threads on one file: its write slots (12 held 8 ms each) are the limit
+    ("famzah-efs-2018 'write ops, 20 threads'", "-direct=1 -iodepth 20 -rw=randwrite -bs=4k", 1500),
+    # writes spread over 64 files, 1,024 at once: the write IOPS limit
+    ("famzah-efs-2018 'ceiling, writes'", "-direct=1 -iodepth 16 -rw=randwrite -bs=4k -numjobs=64", 3000),
+    # reads, 1,024 at once: the read IOPS limit
+    ("famzah-efs-2018 'ceiling, reads'", "-direct=1 -iodepth 1024 -rw=randread -bs=4k", 3500),
+]
+
+
+@pytest.mark.parametrize("row, fio, want", FAMZAH, ids=[row for row, _, _ in FAMZAH])
+def test_efs_2018_small_operations(row, fio, want):
+    op_factory, depth = fio_job(fio)
+    stats = closed_loop(_era_2018(), op_factory, depth, duration=3.0)
+    assert _close(stats.iops, want), f"{row}: model {stats.iops:.0f} ops/s, measured {want}"
+
+
+def _mean_ms(model: Model, sequence: list[Op], times: int = 2000) -> float:
+    """Mean time of `sequence` (each operation sent when the one before it completes) over
+    `times` runs back to back, each on a new file, as kx's nano repeats its call sequences."""
+    now = 0.0
+    for i in range(times):
+        for op in sequence:
+            now = model.admit(Op(op.cls, op.nbytes, file=i + 1, write_mode=op.write_mode), now).done_at
+    return now / times * 1000
+
+
+def test_efs_2018_open_is_one_metadata_round_trip():
+    """kx-kdb-efs-2018 'open-stat-close': 3.059 ms.  OPEN is the one RPC: it brings the
+    attributes the stat reads, and nobody waits for the CLOSE."""
+    assert _close(_mean_ms(_era_2018(), [Op(OpClass.META_READ)]), 3.059)
+
+
+def test_efs_2018_append_is_an_open_and_one_stable_write():
+    """kx-kdb-efs-2018 'append: open-stat-seek-write-close': 11.64 ms.  OPEN, then at close
+    the appended bytes as one WRITE, sent stable (one RPC: no COMMIT)."""
+    append = [Op(OpClass.META_READ), Op(OpClass.DATA_WRITE, 8, write_mode="direct")]
+    assert _close(_mean_ms(_era_2018(), append), 11.64)

@@ -90,7 +90,7 @@ def _where(exc: OSError, named: str = "") -> str:
 
 
 def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:
-    lines = [f"== {s.id}: {s.title}", f"   measured on: {s.system}", f"   figures: {s.source}",
+    lines = [f"== {s.id}: {s.title}", f"   measured on: {s.system}", f"   source: {s.source}",
              f"   emulated with: {profile or s.profile}" + (f", {', '.join(s.overrides())}" if s.overrides() else "")]
     if s.scaling:
         lines.append(f"   scaled: {s.scaling}")
@@ -100,12 +100,16 @@ def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The side-by-side table of a run's rows: metric, emulated, published, ratio."""
-    body = [[r["step"], r["metric"], f"{r['emulated']:,.2f}",
-             f"{r['published']:,.2f}" if r["published"] is not None else "-",
+    """The side-by-side table of a run's rows: metric, emulated, published, ratio; "-" where
+    a row has no figure (its note says why)."""
+    body = [[r["step"], r["metric"], _figure(r["emulated"]), _figure(r["published"]),
              f"{r['ratio']:.2f}" if r["ratio"] is not None else "-", r["note"]]
             for r in rows]
     return text_table(["step", "metric", "emulated", "published", "ratio", "note"], body, "llrrrl")
+
+
+def _figure(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.2f}"
 
 
 def write_run(run_dir: Path, result: dict) -> None:

@@ -60,8 +60,9 @@ def write_index(out_dir: Path) -> Path:
 
 
 def figures_table(rows: list[dict]) -> str:
-    """The side-by-side table; published and ratio are blank where nothing was published.
-    A step's name is shown on its first row only."""
+    """The side-by-side table; a figure's cell is blank where the row has none (nothing
+    published, or a step not run), and its note says why.  A step's name is shown on its
+    first row only."""
     head = "".join(f"<th>{h}</th>" for h in ("step", "metric", "emulated", "published", "ratio", "note"))
     lines, last = [], None
     for r in rows:

@@ -23,8 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..emulator.params import MiB
 from ..errors import UserError
-from ..shaping.hostload import host_load
+from ..shaping.hostload import extending_writes_note, host_load
 from ..shaping.profile import load_params
 from . import children, fio
 from .progress import Progress
@@ -32,6 +33,8 @@ from .scratch import ScratchMount, load_text, scratch_root
 from .spec import Scenario, Step
 
 SAMPLE_EVERY = 0.5  # seconds between metric samples
+NO_FIGURE = "no published figure in this repo"  # the note of a row the scenario file has no figure for
+CLIFF_SHARE = 0.01  # "cliff": the credit balance under this share of what the run started with
 SHORT = 0.85  # under this share of a published IOPS figure, a ceiling check; over it of the ceiling, host-bound
 SAMPLED = ("BurstCreditBalance", "PermittedThroughput", "MeteredIOBytes", "DataReadIOBytes",
            "DataWriteIOBytes", "ClientNetworkCreditBalance")
@@ -91,20 +94,27 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
         sampler = _Sampler(m, t0, samples)
         sampler.start()
         try:
+            start_balance = _credit_balance(m)
             if scenario.setup:
                 progress.note("setting up")
                 _shell(scenario, "setup", scenario.setup, m.mnt, env)
             for i, step in enumerate(scenario.steps):
-                progress.begin(i, step)
-                for key, value in step.set.items():
-                    m.set(key, value)
+                missing = phase_missing(step.needs, start_balance, _credit_balance(m)) if step.needs else ""
                 begin, host = time.monotonic() - t0, m.host()
-                record = _run_step(scenario, step, m, env, fast, runtime, progress, t0)
+                if missing:  # not run: its metrics without figures, and why
+                    progress.note(f"[{i + 1}/{len(scenario.steps)}] {step.name}: {missing}")
+                    record: dict[str, Any] = {"metrics": dict.fromkeys(_metric_names(step)), "series": [],
+                                              "missing": missing}
+                else:
+                    progress.begin(i, step)
+                    for key, value in step.set.items():
+                        m.set(key, value)
+                    record = _run_step(scenario, step, m, env, fast, runtime, progress, t0)
+                    progress.end(i, step, record["metrics"])
                 record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
                               published=step.published, inconsistent=step.inconsistent,
                               load=host_load(host, m.host()))
                 steps.append(record)
-                progress.end(i, step, record["metrics"])
         finally:
             sampler.stop()
             result["duration_s"] = time.monotonic() - t0
@@ -119,23 +129,57 @@ def fio_seconds(step: Step, fast: bool, runtime: float | None) -> float:
 
 def rows(steps: list[dict]) -> list[dict]:
     """The side-by-side table: the metrics a step has published figures for (all of its
-    metrics when it has none), with those figures."""
+    metrics when it has none), with those figures; a row with none says so.  A step not
+    run for want of its phase (`needs`) has rows without an emulated figure, saying why."""
     out = []
     for step in steps:
         for metric, value in step["metrics"].items():
             if step["published"] and metric not in step["published"]:
                 continue
             published = step["published"].get(metric)
+            notes = [step.get("missing") or _note(step, metric), "" if published is not None else NO_FIGURE]
             out.append({"step": step["name"], "metric": metric, "emulated": value, "published": published,
-                        "ratio": value / published if published else None, "note": _note(step, metric)})
+                        "ratio": value / published if published and value is not None else None,
+                        "note": "; ".join(note for note in notes if note)})
     return out
+
+
+def phase_missing(phase: str, start_balance: float, balance: float) -> str:
+    """"" when the run has reached `phase` (one of spec.PHASES), else why not, for the table.
+    `start_balance`: the burst credits when the run began; `balance`: now."""
+    return PHASE_CHECKS[phase](start_balance, balance)
+
+
+def _cliff_missing(start_balance: float, balance: float) -> str:
+    if balance <= CLIFF_SHARE * start_balance:
+        return ""
+    return f"not reached in this run (credits left: {balance / MiB:,.0f} MiB)"
+
+
+PHASE_CHECKS = {"cliff": _cliff_missing}  # the check of each of spec.PHASES
+
+
+def _credit_balance(m: ScratchMount) -> float:
+    """The emulated file system's BurstCreditBalance now, in bytes."""
+    return float(m.stats()["metrics"]["BurstCreditBalance"])
+
+
+def _metric_names(step: Step) -> list[str]:
+    """The metrics a step gives when it runs: its published ones, else what its kind reports."""
+    if step.published:
+        return list(step.published)
+    if step.kind == "fio":
+        return ["iops", "mbps", "lat_ms"]
+    return ["seconds", *_rates(step, 1.0, 1.0)]
 
 
 def _note(step: dict, metric: str) -> str:
     if step["load"]["host_bound"]:
-        return f"host-bound: {load_text(step['load'])}"
-    why = step["inconsistent"].get(metric)
-    return f"published figures disagree: {why}" if why else ""
+        note = f"host-bound: {load_text(step['load'])}"
+    else:
+        why = step["inconsistent"].get(metric)
+        note = f"published figures disagree: {why}" if why else ""
+    return "; ".join(n for n in (note, extending_writes_note(step["load"])) if n)
 
 
 def run_checked(scenario: Scenario, *, fast: bool = False, runtime: float | None = None,
@@ -161,7 +205,7 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
     records = {record["name"]: record for record in result["steps"]}
     short = [step for step in scenario.steps if step.kind == "fio" and any(
         row["step"] == step.name and row["metric"] == "iops" and row["published"]
-        and row["emulated"] < SHORT * row["published"] for row in result["rows"])]
+        and row["emulated"] is not None and row["emulated"] < SHORT * row["published"] for row in result["rows"])]
     ceilings: dict[str, float] = {}
     if short:
         progress = Progress(f"{scenario.id} on a plain mount", short)
@@ -179,7 +223,8 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
         record, ceiling = records[row["step"]], ceilings.get(row["step"])
         bound = row["step"] in bound_steps
         row["ceiling"] = ceiling
-        row["checked"] = row["published"] is not None and not bound and row["metric"] not in record["inconsistent"]
+        row["checked"] = (None not in (row["published"], row["emulated"]) and not bound
+                          and row["metric"] not in record["inconsistent"])
         if ceiling is None:
             continue
         plain_note = f"a plain mount here drives {ceiling:,.0f} IOPS"
@@ -195,7 +240,7 @@ def _run_step(scenario: Scenario, step: Step, m: ScratchMount, env: dict, fast: 
         return {"metrics": fio_step(step, m, fio_seconds(step, fast, runtime), progress), "series": []}
     if step.setup:
         _shell(scenario, step.name, step.setup, m.mnt, env)
-    count = _count(scenario, step, m.mnt, env)
+    count = _count(scenario, step, env["WORK"], env)  # outside the mount: it costs the model nothing
     series, total = [], 0.0
     n = step.iterations(fast)
     for i in range(1, n + 1):

@@ -16,8 +16,11 @@ DIRECTORY = Path(__file__).resolve().parent  # the data files live beside the co
 _TOP = {"title", "system", "source", "profile", "scaling", "fast", "tools", "credits", "set", "vars",
         "fast_vars", "setup", "shell", "steps"}
 _FIGURES = {"published", "inconsistent", "also_published"}
-_FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set"} | _FIGURES
-_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set"} | _FIGURES
+_FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set", "needs"} | _FIGURES
+_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "needs"} | _FIGURES
+# Phases of a run a step may need (its `needs`); the runner checks the emulated mount before the
+# step and, where the run has not reached the phase, does not run it (runner.phase_missing).
+PHASES = {"cliff": "the burst credits are spent: BurstCreditBalance under 1% of what the run started with"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Step:
     repeat: int = 1
     fast_repeat: int = 1
     set: dict = field(default_factory=dict)
+    needs: str = ""  # a phase of the run (PHASES) the step is run in only
     published: dict = field(default_factory=dict)
     inconsistent: dict = field(default_factory=dict)
     also_published: dict = field(default_factory=dict)  # figures of the source that are not metrics
@@ -125,6 +129,8 @@ def _step(where: str, i: int, raw: dict) -> Step:
     for key in ("runtime", "fast_runtime", "clients", "repeat", "fast_repeat"):
         if key in raw and not (isinstance(raw[key], (int, float)) and raw[key] > 0):
             raise UserError(f"{where}: {key} = {raw[key]!r}: must be a positive number")
+    if "needs" in raw and (not isinstance(raw["needs"], str) or raw["needs"] not in PHASES):
+        raise UserError(f"{where}: needs = {raw['needs']!r}: must be one of {', '.join(map(repr, PHASES))}")
     for key in sorted(_FIGURES):
         if not isinstance(raw.get(key, {}), dict):
             raise UserError(f"{where}: '{key}' must be a table of metric = value")

@@ -181,6 +181,14 @@ def test_page_shows_the_run_and_its_table(run_dir):
     assert '<td class="num">0.80</td><td>published figures disagree: 3.0 in the text' in page
 
 
+def test_a_row_without_figures_shows_its_note():
+    """A step not run for want of its phase: no emulated figure, nothing published, and why."""
+    note = "not reached in this run (credits left: 255 MiB); no published figure in this repo"
+    table = html.figures_table([{"step": "ls -l after the cliff", "metric": "files/s", "emulated": None,
+                                 "published": None, "ratio": None, "note": note}])
+    assert (f'<td class="num"></td><td class="num"></td><td class="num"></td><td>{note}</td>') in table
+
+
 def test_all_text_is_escaped(run_dir):
     evil = '<script>alert("x")</script> & <b>'
     result = make_result(title=evil, system=evil, overrides={"k": evil})

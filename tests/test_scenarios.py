@@ -3,6 +3,7 @@
 import html
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import pytest
 from conftest import descendants, fusetrace, poll
 
 from fusetrace.errors import UserError
-from fusetrace.scenarios import children, spec
+from fusetrace.scenarios import children, command, spec
+from fusetrace.scenarios.runner import NO_FIGURE
 
 SCENARIO_MOUNT = "fusetrace-scenario-"
 
@@ -45,8 +47,30 @@ def test_every_data_file_loads_and_names_a_real_profile():
         assert s.steps and s.title and s.system and s.source
 
 
+def test_every_scenario_names_its_public_source_and_its_year():
+    """The publication first (its title, ending with the year it appeared), then what the file
+    carries of it; never a note that figures are not carried: a row the file has no figure for
+    says so in the table."""
+    for name in spec.ids():
+        source = spec.load(name).source
+        publication = re.split(r"[;:] ", source)[0]
+        assert re.fullmatch(r"[A-Z][^;:]{10,}\b(19|20)\d\d", publication), (name, source)
+        assert not re.search(r"not carried|kept aside|predicts the result", source), (name, source)
+
+
+def test_a_step_can_need_a_phase_of_the_run(tmp_path):
+    path = _write(tmp_path, '[[steps]]\nname = "after"\nrun = "true"\nneeds = "cliff"\n')
+    assert spec.load(str(path)).steps[0].needs == "cliff"
+    assert [step.name for step in spec.load("efs-2019-credit-cliff").steps if step.needs == "cliff"] == [
+        "ls -l after the cliff", "ls -l behind another writer"]
+    from fusetrace.scenarios.runner import PHASE_CHECKS
+
+    assert set(PHASE_CHECKS) == set(spec.PHASES)
+
+
 @pytest.mark.parametrize("text, says", [
     ('[[steps]]\nname = "a"\nrun = "true"\nfio = "-bs=4k"\n', "exactly one of 'fio'"),
+    ('[[steps]]\nname = "a"\nrun = "true"\nneeds = "dawn"\n', "needs = 'dawn': must be one of 'cliff'"),
     ('[[steps]]\nname = "a"\nrun = "true"\nrepeats = 2\n', "unknown key 'repeats'"),
     ('[[steps]]\nname = "a"\nrun = "true"\nunit = "files"\n', "'unit' needs 'count'"),
     ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nruntime = -1\n', "runtime = -1"),
@@ -126,9 +150,14 @@ def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, new_scenar
     assert result["fast"] and result["id"] == name
     assert result["rows"], "no figures"
     for row in result["rows"]:
+        if row["emulated"] is None:  # a step needing a phase this short run did not reach
+            assert row["note"].startswith("not reached in this run (credits left: "), row
+            continue
         assert math.isfinite(row["emulated"]) and row["emulated"] > 0, row
         if row["published"] is not None:
             assert row["ratio"] == pytest.approx(row["emulated"] / row["published"])
+        else:
+            assert NO_FIGURE in row["note"], row
     page = (run_dir / "index.html").read_text()
     pngs = ["latency-cdf.png"] + (["credits.png"] if result["credits"] else [])
     if "no read or write records" not in page:  # a metadata-only scenario moves no data
@@ -160,7 +189,37 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
     assert table[0]["ratio"] == pytest.approx(100 / 110) and table[0]["note"] == ""
     assert table[1]["note"] == "host-bound: the host added 30% to the modelled time, its loop busy 50% of it"
     assert table[2]["published"] is None and table[2]["ratio"] is None
+    assert table[2]["note"] == table[3]["note"] == "no published figure in this repo"
     assert "Little's law" in table[4]["note"]
+
+
+def test_a_step_short_of_its_phase_is_not_run_and_its_rows_say_why():
+    from fusetrace.emulator.params import MiB
+    from fusetrace.scenarios.runner import phase_missing, rows
+
+    assert phase_missing("cliff", 256 * MiB, 2 * MiB) == ""  # under 1% of the start: the cliff
+    missing = phase_missing("cliff", 256 * MiB, 200 * MiB)
+    assert missing == "not reached in this run (credits left: 200 MiB)"
+    skipped = {"name": "ls after", "metrics": {"seconds": None, "files/s": None}, "published": {}, "inconsistent": {},
+               "missing": missing, "load": {"added_share": 0.0, "loop_busy": 0.0, "host_bound": False}}
+    table = rows([skipped])
+    assert [(r["metric"], r["emulated"], r["ratio"]) for r in table] == [("seconds", None, None), ("files/s", None, None)]
+    assert table[0]["note"] == f"{missing}; no published figure in this repo"
+    assert "-" in command.table(table).splitlines()[2].split()
+
+
+def test_the_runner_checks_a_phase_before_each_step_that_needs_it(tmp_path):
+    from fusetrace.scenarios.runner import run
+
+    path = _write(tmp_path, '[[steps]]\nname = "early"\nneeds = "cliff"\nrun = "touch early"\n'
+                            '[[steps]]\nname = "spend"\nset = { burst_credit_balance = 0 }\nrun = "true"\n'
+                            '[[steps]]\nname = "late"\nneeds = "cliff"\nrun = "test ! -e early"\n'
+                            'count = "1"\nunit = "files"\n')
+    result = run(spec.load(str(path)), None, fast=True)
+    notes = {r["step"]: (r["emulated"], r["note"]) for r in result["rows"]}
+    assert notes["early"] == (None, "not reached in this run (credits left: 256 MiB); no published figure in this repo")
+    emulated, note = notes["late"]  # run: the cliff came with the step before (and "early" made no file)
+    assert emulated > 0 and note.endswith("no published figure in this repo") and "not reached" not in note
 
 
 def test_host_load_between_two_readings():

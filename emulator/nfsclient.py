@@ -99,8 +99,11 @@ class NfsClient:
     def _changed(self, inode: int) -> None:
         self._attrs.pop(inode, None)
 
-    def _dir_changed(self, directory: int) -> None:
+    def _dir_changed(self, directory: int, at: float) -> None:
+        """A namespace change of ours: the reply brings the directory's new attributes
+        (trusted afresh from acdirmin), and its cached listing is stale."""
         self._attrs.pop(directory, None)
+        self._fetched(directory, at, True)
         self._listed.pop(directory, None)
 
     # ---- RPCs --------------------------------------------------------------------
@@ -114,8 +117,8 @@ class NfsClient:
     def _none(now: float, rpcs: str = "") -> Admission:
         return Admission(now, Gate.CACHE, 0.0, 0.0, 0.0, rpcs)
 
-    def _getattr(self, now: float, inode: int, is_dir: bool, after: float = -math.inf) -> Admission:
-        a = self._rpc(_META_READ, "GETATTR", now, inode, after=after)
+    def _getattr(self, now: float, inode: int, is_dir: bool) -> Admission:
+        a = self._rpc(_META_READ, "GETATTR", now, inode)
         self._fetched(inode, a.done_at, is_dir)
         return a
 
@@ -151,13 +154,14 @@ class NfsClient:
     def _open(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         a = self._rpc(_META_READ, "OPEN", now, file)
         self._fetched(file, a.done_at, False)
+        _room(self._asked)[(file, "access")] = None  # OPEN asks ACCESS in the same compound
         return a
 
     def _namespace(self, now, file, directory, name, size, offset, write_mode, is_dir, op: str) -> Admission:
         a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory)
         key = (directory, name)
         _room(self._names)[key] = None
-        self._dir_changed(directory)
+        self._dir_changed(directory, a.done_at)
         if op == "link":
             self._changed(file)
         looked = self._lookups.pop(key, None)

@@ -39,6 +39,8 @@ def test_a_lookup_is_sent_once_then_trusted_while_its_directory_is():
     stale = c.admit("lookup", 40.0, directory=1, name="a")
     assert stale.rpcs == "GETATTR"  # revalidates the directory, not the name
     assert c.admit("lookup", 41.0, directory=1, name="a").gate is Gate.CACHE
+    c.admit("create", 42.0, directory=1, name="b")  # its reply brings the directory's attributes
+    assert c.admit("lookup", 43.0, directory=1, name="a").gate is Gate.CACHE
 
 
 def test_attributes_are_trusted_for_acregmin_doubling_while_unchanged():
@@ -56,6 +58,7 @@ def test_open_always_sends_open_close_to_open():
     again = c.admit("open", 0.5, file=7)
     assert again.rpcs == "OPEN" and took(again, 0.5) == pytest.approx(MS)
     assert c.admit("getattr", 1.0, file=7).gate is Gate.CACHE  # OPEN brought the attributes
+    assert c.admit("access", 1.0, file=7).gate is Gate.CACHE  # and the access rights
 
 
 def test_a_stat_of_a_file_being_written_waits_for_its_data():

@@ -67,3 +67,17 @@ def test_files_are_made_with_the_callers_groups(shared):
     denied = _as_nobody(make, mnt / "team" / "not-mine")
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     assert not (src / "team" / "not-mine").exists()
+
+
+@pytest.mark.parametrize("mode, left", [(0o4755, 0o755), (0o2755, 0o755), (0o2745, 0o2745)])
+def test_a_truncating_open_by_a_user_drops_set_id_bits_as_natively(shared, mode, left):
+    """The kernel hands O_TRUNC to the server, which truncates as root: the bits a
+    truncation by an unprivileged caller drops must go all the same."""
+    src, mnt = shared
+    (src / "own").mkdir()
+    os.chmod(src / "own", 0o777)  # seen through the mount as the same directory
+    code = ("import os, sys; p = sys.argv[1]; open(p, 'w').close(); os.chmod(p, int(sys.argv[2]));"
+            " os.close(os.open(p, os.O_RDONLY | os.O_TRUNC)); print(oct(os.stat(p).st_mode & 0o7777))")
+    native = _as_nobody(code, src / "own" / "native", mode)  # the source, natively
+    through = _as_nobody(code, mnt / "own" / "through", mode)
+    assert native.stdout.strip() == through.stdout.strip() == oct(left), (native, through)

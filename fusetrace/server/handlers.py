@@ -352,7 +352,7 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
         fd, st = await self._call(Request("open", Kind.META_READ, node.id), _at(node), ctx,
-                                  _open_checked, node, flags & ~_OPEN_STRIP)
+                                  _open_checked, node, flags & ~_OPEN_STRIP, ctx.uid != 0)
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
         # last told its attributes (by another client, or below the mount) has its
         # cached pages dropped and its attributes fetched again.
@@ -696,10 +696,20 @@ def _reopen(path_fd: int, flags: int) -> int:
     return os.open(f"/proc/self/fd/{path_fd}", flags | os.O_CLOEXEC)
 
 
-def _open_checked(path_fd: int, flags: int) -> tuple[int, os.stat_result]:
+def _open_checked(path_fd: int, flags: int, unprivileged: bool) -> tuple[int, os.stat_result]:
+    """Open the object path_fd holds with `flags`.  The kernel hands O_TRUNC to the
+    server (atomic_o_trunc), which truncates as root; a truncation by a caller without
+    CAP_FSETID (`unprivileged`: not root) drops the set-user-ID bit, and the
+    set-group-ID bit of a group-executable file, as the kernel does natively."""
     fd = _reopen(path_fd, flags)
     try:
-        return fd, os.stat(fd)
+        st = os.stat(fd)
+        if flags & os.O_TRUNC and unprivileged and stat.S_ISREG(st.st_mode):
+            drop = stat.S_ISUID | (stat.S_ISGID if st.st_mode & stat.S_IXGRP else 0)
+            if st.st_mode & drop:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~drop)
+                st = os.stat(fd)
+        return fd, st
     except BaseException:
         os.close(fd)
         raise

@@ -6,14 +6,15 @@ Linux NFS client sends for each VFS operation, given what it keeps
 
 - attributes, trusted for acregmin..acregmax (files) or acdirmin..acdirmax
   (directories) after they were fetched, the period doubling each time they are
-  fetched again unchanged; a local change (a write, a setattr, a namespace change
-  in a directory) makes the next look fetch them, and a stat of a file whose
-  written data is still on its way to the server waits for it first (Linux
-  flushes before GETATTR: how `ls` freezes behind queued data);
+  fetched again unchanged; a setattr's or a namespace change's reply, and a
+  WRITE's, bring them afresh; a stat of a file whose written data is still on
+  its way to the server waits for it first (Linux flushes before GETATTR: how
+  `ls` freezes behind queued data);
 - names (positive and negative dentries), trusted while their directory's
   attributes are; an exclusive create skips the LOOKUP (the kernel's FUSE path
   sends one first: a create right after it is timed from the LOOKUP's start);
-- directory listings, reused while the directory has not changed;
+- directory listings, reused while the directory has not changed and its
+  attributes are trusted;
 - close-to-open: every open sends OPEN (EFS grants no delegations), which brings
   fresh attributes (an opendir a GETATTR); close(2) sends CLOSE and waits for it
   (FUSE's flush of close(2); FUSE's release, which nobody waits for, is free);
@@ -38,8 +39,10 @@ from .ops import Admission, Gate, Op, OpClass
 
 _META_READ, _META_WRITE, _READ, _WRITE, _COMMIT = (OpClass.META_READ, OpClass.META_WRITE, OpClass.DATA_READ,
                                                   OpClass.DATA_WRITE, OpClass.COMMIT)
-_CAP = 1 << 20  # entries a cache keeps before it starts afresh (a client's memory is finite too)
-_ABSORB_S = 1.0  # a create this soon after a LOOKUP of its name is taken as the open that sent both
+_CAP = 1 << 17  # entries a cache keeps before it starts afresh (a client's memory is finite too)
+# A create this soon after the reply to a LOOKUP of its name is the kernel's FUSE path
+# asking first for the one open(O_CREAT) the NFS client sends as OPEN alone.
+_ABSORB_S = 0.002
 
 # namespace changes: the RPC each sends
 _NAMESPACE = {"create": "OPEN(create)", "mknod": "CREATE", "mkdir": "CREATE", "symlink": "CREATE",
@@ -55,7 +58,7 @@ class NfsClient:
         self._attrs: dict[int, tuple[float, float]] = {}  # inode: (fetched at, trusted for)
         self._names: dict[tuple[int, str], None] = {}  # dentries, positive or negative
         self._listed: dict[int, None] = {}  # directories whose listing is cached
-        self._charged: dict[int, bool] = {}  # directory: whether its listing pass under way sends RPCs
+        self._charged: dict[tuple[int, int], bool] = {}  # (directory, open handle): its pass sends RPCs
         self._asked: dict[tuple[int, str], None] = {}  # ACCESS and READLINK answers, kept with the attributes
         self._unstable: dict[int, int] = {}  # file: bytes written back since its last commit
         self._staged: dict[int, tuple[float, int]] = {}  # file: (first at, bytes) of O_SYNC data its flush sends
@@ -63,21 +66,33 @@ class NfsClient:
 
     def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
               offset: int = 0, write_mode: str = "buffered", is_dir: bool = False,
-              closes: bool = True) -> Admission:
+              closes: bool = True, writable: bool = True, handle: int = 0, new_directory: int = 0,
+              new_name: str = "") -> Admission:
         """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
         `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
         `directory` and `name`: the entry a lookup or namespace change is about
         (rename: where the entry leaves); `size`: bytes (readdir: entries asked
         for, from index `offset`); `write_mode`: buffered, sync (O_SYNC/O_DSYNC)
-        or direct; `is_dir`: getattr of a directory; `closes`: a flush (close(2))
-        that ends its open file's NFS open, and so sends CLOSE (FUSE flushes at every
-        close(2) of every duplicate; NFS sends one CLOSE per open file).  The
-        answer's `rpcs` names what was sent."""
+        or direct; `is_dir`: whether `file` is a directory; for a flush (close(2)),
+        `closes`: whether it ends its open file's NFS open, and so sends CLOSE (FUSE
+        flushes at every close(2) of every duplicate; NFS sends one CLOSE per open
+        file), and `writable`: whether the file was opened for writing (a read-only
+        close flushes nothing); for readdir, `handle`: the open directory, whose
+        pass it continues; for rename, `new_directory` and `new_name`: where the
+        entry goes.  The answer's `rpcs` names what was sent."""
         if op == "flush":
-            flushed = self._flush_data(now, file)
+            flushed = self._flush_data(now, file) if writable else self._none(now)
             if not closes:
                 return flushed
             return _joined(flushed, self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at), now)
+        if op == "readdir":
+            return self._readdir(now, file, handle, size, offset)
+        if op == "rename":
+            a = self._namespace(now, file, directory, name, op)
+            if new_directory:
+                _room(self._names)[(new_directory, new_name)] = None
+                self._dir_changed(new_directory, a.done_at)
+            return a
         try:
             serve = _SERVE[op]
         except KeyError:
@@ -132,7 +147,10 @@ class NfsClient:
         if directory not in self._attrs:  # the path walk to it has just brought its attributes
             self._fetched(directory, now, True)
         _room(self._names)[key] = None
-        _room(self._lookups)[key] = (now, a.done_at - now)
+        lookups = self._lookups
+        if len(lookups) >= 4096:  # only the last moments' count (_ABSORB_S)
+            lookups.clear()
+        lookups[key] = (now, a.done_at - now)
         return a
 
     def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
@@ -157,7 +175,7 @@ class NfsClient:
         _room(self._asked)[(file, "access")] = None  # OPEN asks ACCESS in the same compound
         return a
 
-    def _namespace(self, now, file, directory, name, size, offset, write_mode, is_dir, op: str) -> Admission:
+    def _namespace(self, now: float, file: int, directory: int, name: str, op: str) -> Admission:
         a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory)
         key = (directory, name)
         _room(self._names)[key] = None
@@ -165,7 +183,7 @@ class NfsClient:
         if op == "link":
             self._changed(file)
         looked = self._lookups.pop(key, None)
-        if op in _MAKES and looked is not None and now - looked[0] <= _ABSORB_S:
+        if op in _MAKES and looked is not None and now - (looked[0] + looked[1]) <= _ABSORB_S:
             return _earlier(a, now, min(now - looked[0], looked[1]))
         return a
 
@@ -197,22 +215,25 @@ class NfsClient:
         if not written and staged is None:
             return self._none(now)
         wsize = int(self.model.params.nfs_io_size)
-        sent = now
+        last: Admission | None = None  # the last of the O_SYNC data's WRITEs to complete
         if staged is not None:  # O_SYNC data: its WRITEs all go now, in parallel
             nbytes = staged[1]
             written += nbytes
             for at in range(0, nbytes, wsize):
-                sent = max(sent, self._rpc(_WRITE, "WRITE", now, file, nbytes=min(wsize, nbytes - at),
-                                           write_mode="direct").done_at)
+                w = self._rpc(_WRITE, "WRITE", now, file, nbytes=min(wsize, nbytes - at), write_mode="direct")
+                if last is None or w.done_at > last.done_at:
+                    last = w
+        drained = self.model.drained_at(file)
         if written > wsize:
-            a = self._rpc(_COMMIT, "COMMIT", now, file, after=sent)
+            a = self._rpc(_COMMIT, "COMMIT", now, file, after=last.done_at if last else -math.inf)
             if staged is not None:
                 a = replace(a, rpcs=f"WRITE x{-(-staged[1] // wsize)},COMMIT")
-        else:  # one WRITE, sent FILE_SYNC: no COMMIT
-            done = max(sent, self.model.drained_at(file))
-            gate = Gate.CACHE if done <= now else Gate.LATENCY if staged is not None else Gate.WRITEBACK
-            a = Admission(done, gate, done - now if gate is Gate.LATENCY else 0.0, 0.0,
-                          0.0 if gate is Gate.LATENCY else done - now, "WRITE(FILE_SYNC)")
+        elif last is not None:  # one WRITE, sent FILE_SYNC: no COMMIT
+            a = replace(last, rpcs="WRITE(FILE_SYNC)")
+        elif drained > now:  # the buffered data's one WRITE, still on its way: FILE_SYNC
+            a = Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, "WRITE(FILE_SYNC)")
+        else:  # written back (UNSTABLE) already, while Linux would have held it dirty: a COMMIT
+            a = self._rpc(_COMMIT, "COMMIT", now, file)
         # The kernel's FUSE path hands an O_SYNC write over in pieces, one after another; the
         # NFS client would have started its WRITEs when the write began.
         return a if staged is None else _earlier(a, now, now - staged[0])
@@ -220,14 +241,21 @@ class NfsClient:
     def _opendir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         return self._getattr(now, file, True)  # close-to-open holds for directories too
 
-    def _readdir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        if offset == 0:  # a new pass: the cached listing serves it while the directory is unchanged
-            cached = file in self._listed
-            _room(self._charged)[file] = not cached
+    def _readdir(self, now: float, file: int, handle: int, size: int, offset: int) -> Admission:
+        pass_ = (file, handle)
+        if offset == 0:
+            # A new pass: the cached listing serves it while the directory is unchanged and
+            # its attributes trusted.  Once they are stale, Linux revalidates the directory
+            # and its entries' attributes (a GETATTR each, or a READDIRPLUS refill after a
+            # few misses), which the mount cannot tell apart: it lists again, a READDIRPLUS
+            # per reply, which gives the kernel's FUSE path the entries' attributes too.
+            cached = file in self._listed and self._fresh(file, now)
+            _room(self._charged)[pass_] = not cached
             if cached:
-                return self._none(now) if self._fresh(file, now) else self._getattr(now, file, True)
+                return self._none(now)
             _room(self._listed)[file] = None
-        if not self._charged.get(file, True):
+            self._fetched(file, now, True)
+        if not self._charged.get(pass_, True):
             return self._none(now)
         first = self.model.params.nfs_readdir_entries
         rpcs = _replies(offset + size, first) - _replies(offset, first)  # READDIRPLUS replies it reaches into
@@ -245,14 +273,14 @@ class NfsClient:
     def _statfs(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         return self._rpc(_META_READ, "STATFS", now, file)
 
-    def _asked_once(self, now, file, op: str, rpc: str) -> Admission:
+    def _asked_once(self, now, file, op: str, rpc: str, is_dir: bool) -> Admission:
         """ACCESS and READLINK: answered from the client's cache while the file's attributes are trusted."""
         key = (file, op)
         if key in self._asked and self._fresh(file, now):
             return self._none(now)
         a = self._rpc(_META_READ, rpc, now, file)
         _room(self._asked)[key] = None
-        self._fetched(file, a.done_at, False)
+        self._fetched(file, a.done_at, is_dir)
         return a
 
     def _xattr(self, now, file, op: str) -> Admission:
@@ -276,9 +304,9 @@ def _replies(entries: int, first: int) -> int:
     """READDIRPLUS replies that list `entries` entries: the first holds `first`, each
     next one twice the one before, up to 16 times the first (64 KiB growing to 1 MiB)."""
     replies, listed, size = 0, 0, first
-    while listed < entries:
-        replies, listed, size = replies + 1, listed + size, min(2 * size, 16 * first)
-    return replies
+    while listed < entries and size < 16 * first:
+        replies, listed, size = replies + 1, listed + size, 2 * size
+    return replies + max(0, -(-(entries - listed) // (16 * first)))
 
 
 def _joined(before: Admission, after: Admission, now: float) -> Admission:
@@ -301,13 +329,13 @@ def _earlier(a: Admission, now: float, by: float) -> Admission:
 
 def _namespace_op(op: str):
     def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return client._namespace(now, file, directory, name, size, offset, write_mode, is_dir, op)
+        return client._namespace(now, file, directory, name, op)
     return serve
 
 
 def _asked_op(op: str, rpc: str):
     def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return client._asked_once(now, file, op, rpc)
+        return client._asked_once(now, file, op, rpc, is_dir)
     return serve
 
 
@@ -327,14 +355,13 @@ _SERVE = {
     "fsync": NfsClient._fsync,
     "release": NfsClient._nothing,  # its CLOSE was charged at the flush close(2) waited for
     "opendir": NfsClient._opendir,
-    "readdir": NfsClient._readdir,
     "releasedir": NfsClient._nothing,
     "fsyncdir": NfsClient._nothing,  # namespace changes are synchronous on NFS: nothing to flush
     "forget": NfsClient._nothing,
     "statfs": NfsClient._statfs,
     "access": _asked_op("access", "ACCESS"),
     "readlink": _asked_op("readlink", "READLINK"),
-    **{op: _namespace_op(op) for op in _NAMESPACE},
+    **{op: _namespace_op(op) for op in _NAMESPACE if op != "rename"},
     **{op: _xattr_op(op) for op in ("getxattr", "setxattr", "listxattr", "removexattr")},
 }
-VFS_OPS = frozenset((*_SERVE, "flush"))  # flush is served in admit(): it alone takes `closes`
+VFS_OPS = frozenset((*_SERVE, "flush", "readdir", "rename"))  # these three are served in admit()

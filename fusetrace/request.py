@@ -39,19 +39,23 @@ class Request:
     or namespace change is about (create, mknod, mkdir, symlink, link, unlink,
     rmdir; rename: the directory the entry leaves), else 0 and ""; `size` the bytes
     asked for (readdir: the entries, from index `offset`); `write_mode` given for
-    writes only; `is_dir` whether `file` is a directory; `closes`, for a flush, whether
+    writes only; `is_dir` whether `file` is a directory; for a flush, `closes` whether
     it is the open file's first close(2), which the emulated NFS client charges its
-    CLOSE to (one per open file, as NFS sends; later flushes close duplicates).
+    CLOSE to (one per open file, as NFS sends; later flushes close duplicates), and
+    `writable` whether the file was opened for writing; for readdir, `handle` the
+    open directory; for rename, `new_directory` and `new_name` where the entry goes.
 
     A plain slotted class rather than a frozen dataclass: one is built for every
     request on the loop, and a frozen dataclass costs three times as much to make.
     """
 
-    __slots__ = ("closes", "directory", "file", "is_dir", "kind", "name", "offset", "op", "size", "write_mode")
+    __slots__ = ("closes", "directory", "file", "handle", "is_dir", "kind", "name", "new_directory", "new_name",
+                 "offset", "op", "size", "writable", "write_mode")
 
     def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
                  write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
-                 is_dir: bool = False, closes: bool = False) -> None:
+                 is_dir: bool = False, closes: bool = False, writable: bool = False, handle: int = 0,
+                 new_directory: int = 0, new_name: str = "") -> None:
         if (kind is Kind.WRITE) != (write_mode is not None):
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
         if directory and kind is not Kind.META_WRITE and op != "lookup":
@@ -59,11 +63,13 @@ class Request:
         self.op, self.kind, self.file, self.directory, self.size, self.write_mode = (
             op, kind, file, directory, size, write_mode)
         self.name, self.offset, self.is_dir, self.closes = name, offset, is_dir, closes
+        self.writable, self.handle, self.new_directory, self.new_name = writable, handle, new_directory, new_name
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
                 f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
-                f"is_dir={self.is_dir}, closes={self.closes})")
+                f"is_dir={self.is_dir}, closes={self.closes}, writable={self.writable}, handle={self.handle}, "
+                f"new_directory={self.new_directory}, new_name={self.new_name!r})")
 
     @property
     def label(self) -> str:

@@ -86,6 +86,13 @@ def test_setattr_syncs_the_file_then_sends_setattr():
     assert c.admit("setattr", 1.0, file=7).rpcs == "SETATTR"  # nothing left to write
 
 
+def test_a_create_long_after_a_lookup_of_its_name_pays_its_own_round_trip():
+    c = client()
+    c.admit("lookup", 0.0, directory=1, name="f")  # [ -e f ] ...
+    create = c.admit("create", 0.5, directory=1, name="f")  # ... || touch f: two calls, two round trips
+    assert took(create, 0.5) == pytest.approx(10 * MS)
+
+
 def test_touch_is_open_create_setattr_and_close():
     c = client()
     lookup = c.admit("lookup", 0.0, directory=1, name="new")  # FUSE asks first; NFS would not
@@ -118,6 +125,17 @@ def test_a_flush_of_one_wsize_goes_file_sync_a_larger_one_commits_nothing_sends_
     large = c.admit("fsync", 1.0, file=7)
     assert large.rpcs == "COMMIT" and took(large, 1.0) == pytest.approx(20 * MS)  # parallel WRITEs, a COMMIT
     assert c.admit("fsync", 2.0, file=7).gate is Gate.CACHE  # nothing written since: nothing sent
+    c.admit("write", 3.0, file=7, size=4096)
+    late = c.admit("fsync", 4.0, file=7)  # the eager write-back went UNSTABLE long ago: its COMMIT
+    assert late.rpcs == "COMMIT" and took(late, 4.0) == pytest.approx(10 * MS)
+
+
+def test_a_read_only_close_flushes_nothing_and_leaves_a_writers_data_to_its_own_flush():
+    c = client("burst_mibps=1000000")
+    c.admit("write", 0.0, file=7, size=MiB, write_mode="sync")
+    reader = c.admit("flush", 0.0, file=7, writable=False)
+    assert reader.rpcs == "CLOSE" and took(reader, 0.0) == pytest.approx(MS)
+    assert c.admit("fsync", 0.0, file=7).rpcs == "WRITE(FILE_SYNC)"  # the writer's data, still its own
 
 
 def test_a_direct_write_is_sent_as_it_comes_stable():
@@ -136,6 +154,23 @@ def test_a_listing_is_one_readdirplus_per_batch_and_kept_until_the_directory_cha
     assert set(again) == {Gate.CACHE}
     c.admit("create", 2.0, directory=3, name="x")
     assert c.admit("readdir", 3.0, file=3, offset=0, size=32).rpcs == "READDIRPLUS"
+    assert c.admit("readdir", 70.0, file=3, offset=0, size=32).rpcs == "READDIRPLUS"  # attributes stale (acdirmax)
+
+
+def test_two_listings_of_one_directory_at_once_are_each_charged():
+    c = client("nfs_readdir_entries=100")
+    assert c.admit("readdir", 0.0, file=3, handle=1, offset=0, size=50).rpcs == "READDIRPLUS"
+    assert c.admit("readdir", 0.0, file=3, handle=2, offset=0, size=50).gate is Gate.CACHE  # the listing, cached
+    assert c.admit("readdir", 0.0, file=3, handle=1, offset=100, size=50).rpcs == "READDIRPLUS"  # still handle 1's
+
+
+def test_a_rename_changes_both_directories_and_names_the_new_entry():
+    c = client()
+    for d in (3, 4):
+        c.admit("readdir", 0.0, file=d, offset=0, size=10)
+    c.admit("rename", 1.0, directory=3, name="x", new_directory=4, new_name="y")
+    assert [c.admit("readdir", 2.0, file=d, offset=0, size=10).rpcs for d in (3, 4)] == ["READDIRPLUS"] * 2
+    assert c.admit("lookup", 2.0, directory=4, name="y").gate is Gate.CACHE
 
 
 def test_opendir_revalidates_the_directory_close_to_open():

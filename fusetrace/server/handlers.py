@@ -280,7 +280,8 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
-        req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0)
+        req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
+                      is_dir=stat.S_ISDIR(node.mode))
         st = await self._call(req, _at(node, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
         node.size = st.st_size
@@ -325,7 +326,8 @@ class Operations(pyfuse3.Operations):
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
         # charged to the directory the entry leaves, as the trace names it
-        moved = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old),
+        moved = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
+                                         new_directory=new_dir.id, new_name=new),
                                  _Site(old_dir.id, old_path, new_path), ctx,
                                  _rename, old_dir, old, new_dir, new, flags)
         # Keep the best known paths of the objects that moved (for traces).
@@ -406,7 +408,8 @@ class Operations(pyfuse3.Operations):
         h = self._handle(fh)
         commit, h.dirty = h.dirty, False
         first, h.closed = not h.closed, True
-        req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first)
+        req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first,
+                      writable=h.flags & os.O_ACCMODE != os.O_RDONLY)
         await self._call(req, _at(h.inode, fh=fh), h, _flush, fh)
 
     async def release(self, fh):
@@ -442,7 +445,10 @@ class Operations(pyfuse3.Operations):
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
         names = None if start_id == 0 else d.names
-        listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=d.fit, offset=start_id),
+        # the entries this call can return (the kernel asks once more at the end, for none)
+        asked = d.fit if names is None else max(0, min(d.fit, len(names) - start_id))
+        listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=asked, offset=start_id,
+                                           handle=fh),
                                    _at(d.inode, fh=fh, offset=start_id), d, _list_chunk, d.fd, names, start_id, d.fit)
         d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
@@ -493,7 +499,8 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             return True  # a link itself is rwx for all; the kernel follows links before asking
-        return await self._call(Request("access", Kind.META_READ, node.id), _at(node), ctx, _access, node, mode)
+        return await self._call(Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), _at(node),
+                                ctx, _access, node, mode)
 
     async def setxattr(self, inode, name, value, ctx):
         node = self._inode(inode)

@@ -137,7 +137,8 @@ class Shaper:
         r = request
         adm = self.client.admit(r.op, start_ns / _NS, file=r.file, directory=r.directory, name=r.name, size=r.size,
                                 offset=r.offset, write_mode=r.write_mode or "buffered", is_dir=r.is_dir,
-                                closes=r.closes)
+                                closes=r.closes, writable=r.writable, handle=r.handle,
+                                new_directory=r.new_directory, new_name=r.new_name)
         if adm.gate is Gate.CACHE:
             return Ticket(None, adm, adm.rpcs)
         self.ops += 1

@@ -114,11 +114,16 @@ class NfsClient:
     def _changed(self, inode: int) -> None:
         self._attrs.pop(inode, None)
 
+    def _refreshed(self, inode: int, at: float, is_dir: bool) -> None:
+        """A change of ours whose reply brings the new attributes: trusted afresh, from
+        the least period (changed attributes do not earn a longer one)."""
+        self._changed(inode)
+        self._fetched(inode, at, is_dir)
+
     def _dir_changed(self, directory: int, at: float) -> None:
-        """A namespace change of ours: the reply brings the directory's new attributes
-        (trusted afresh from acdirmin), and its cached listing is stale."""
-        self._attrs.pop(directory, None)
-        self._fetched(directory, at, True)
+        """A namespace change of ours: the reply brings the directory's new attributes,
+        and its cached listing is stale."""
+        self._refreshed(directory, at, True)
         self._listed.pop(directory, None)
 
     # ---- RPCs --------------------------------------------------------------------
@@ -147,16 +152,13 @@ class NfsClient:
         if directory not in self._attrs:  # the path walk to it has just brought its attributes
             self._fetched(directory, now, True)
         _room(self._names)[key] = None
-        lookups = self._lookups
-        if len(lookups) >= 4096:  # only the last moments' count (_ABSORB_S)
-            lookups.clear()
-        lookups[key] = (now, a.done_at - now)
+        _room(self._lookups, 4096)[key] = (now, a.done_at - now)  # only the last moments' count (_ABSORB_S)
         return a
 
     def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         drained = self.model.drained_at(file)
         if drained > now:  # nfs_getattr flushes first; the WRITEs' replies bring the attributes
-            return Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, "")
+            return _until_drained(now, drained, "")
         if self._fresh(file, now):
             return self._none(now)
         return self._getattr(now, file, is_dir)
@@ -165,8 +167,7 @@ class NfsClient:
         # nfs_setattr syncs the file first (its WRITEs and a COMMIT); SETATTR brings attributes
         flushed = self._flush_data(now, file)
         a = self._rpc(_META_WRITE, "SETATTR", now, file, after=flushed.done_at)
-        self._changed(file)
-        self._fetched(file, a.done_at, is_dir)
+        self._refreshed(file, a.done_at, is_dir)
         return _joined(flushed, a, now)
 
     def _open(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
@@ -191,8 +192,7 @@ class NfsClient:
         return self._rpc(_READ, "READ", now, file, nbytes=size)
 
     def _write(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        self._changed(file)
-        self._fetched(file, now, False)  # the WRITE replies bring the attributes
+        self._refreshed(file, now, False)  # the WRITE replies bring the attributes
         if write_mode == "direct":
             return self._rpc(_WRITE, "WRITE", now, file, nbytes=size, write_mode="direct")
         if write_mode == "sync":  # into the page cache; the flush that follows sends it
@@ -231,7 +231,7 @@ class NfsClient:
         elif last is not None:  # one WRITE, sent FILE_SYNC: no COMMIT
             a = replace(last, rpcs="WRITE(FILE_SYNC)")
         elif drained > now:  # the buffered data's one WRITE, still on its way: FILE_SYNC
-            a = Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, "WRITE(FILE_SYNC)")
+            a = _until_drained(now, drained, "WRITE(FILE_SYNC)")
         else:  # written back (UNSTABLE) already, while Linux would have held it dirty: a COMMIT
             a = self._rpc(_COMMIT, "COMMIT", now, file)
         # The kernel's FUSE path hands an O_SYNC write over in pieces, one after another; the
@@ -294,8 +294,8 @@ class NfsClient:
         return self._none(now)
 
 
-def _room(cache: dict) -> dict:
-    if len(cache) >= _CAP:
+def _room(cache: dict, cap: int = _CAP) -> dict:
+    if len(cache) >= cap:
         cache.clear()
     return cache
 
@@ -307,6 +307,11 @@ def _replies(entries: int, first: int) -> int:
     while listed < entries and size < 16 * first:
         replies, listed, size = replies + 1, listed + size, 2 * size
     return replies + max(0, -(-(entries - listed) // (16 * first)))
+
+
+def _until_drained(now: float, drained: float, rpcs: str) -> Admission:
+    """Waiting, from `now`, for a file's written data to reach the server at `drained`."""
+    return Admission(drained, Gate.WRITEBACK, 0.0, 0.0, drained - now, rpcs)
 
 
 def _joined(before: Admission, after: Admission, now: float) -> Admission:

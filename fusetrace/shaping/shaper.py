@@ -44,13 +44,13 @@ class Ticket:
 
     __slots__ = ("deadline_ns", "gate", "latency_ns", "nfs", "transfer_ns", "wait_ns")
 
-    def __init__(self, deadline_ns: int | None, adm: Admission, nfs: str = "") -> None:
+    def __init__(self, deadline_ns: int | None, adm: Admission) -> None:
         self.deadline_ns = deadline_ns
         self.gate = str(adm.gate)
         self.wait_ns = int(adm.wait * _NS)
         self.latency_ns = int(adm.latency * _NS)
         self.transfer_ns = int(adm.transfer * _NS)
-        self.nfs = nfs  # the NFS RPCs the emulated client sent for it ("" where none)
+        self.nfs = adm.rpcs  # the NFS RPCs the emulated client sent for it ("" where none)
 
     def __repr__(self) -> str:
         return (f"Ticket(deadline_ns={self.deadline_ns}, gate={self.gate!r}, wait_ns={self.wait_ns}, "
@@ -140,9 +140,9 @@ class Shaper:
                                 closes=r.closes, writable=r.writable, handle=r.handle,
                                 new_directory=r.new_directory, new_name=r.new_name)
         if adm.gate is Gate.CACHE:
-            return Ticket(None, adm, adm.rpcs)
+            return Ticket(None, adm)
         self.ops += 1
-        return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm, adm.rpcs)
+        return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm)
 
     async def hold(self, request: Request, ticket: Ticket | None, start_ns: int) -> int:
         """Wait for the deadline admit() gave (None: none); return how long the

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fusetrace.scenarios import runner, spec  # noqa: E402
+from fusetrace.scenarios import command, runner, spec  # noqa: E402
 
 
 def main() -> int:
@@ -82,8 +82,7 @@ def page(results: dict, took: float | None, command: str) -> str:
 def _table(result: dict) -> str:
     out = ["| step | metric | emulated | published | ratio | note |", "|---|---|---:|---:|---:|---|"]
     for r in result["rows"]:
-        emulated, published, ratio = (f"{x:,.2f}" if x is not None else "-"
-                                      for x in (r["emulated"], r["published"], r["ratio"]))
+        emulated, published, ratio = map(command.figure, (r["emulated"], r["published"], r["ratio"]))
         out.append(f"| {r['step']} | {r['metric']} | {emulated} | {published} | {ratio} | {r['note']} |")
     return "\n".join(out)
 

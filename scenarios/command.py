@@ -102,13 +102,14 @@ def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:
 def table(rows: list[dict]) -> str:
     """The side-by-side table of a run's rows: metric, emulated, published, ratio; "-" where
     a row has no figure (its note says why)."""
-    body = [[r["step"], r["metric"], _figure(r["emulated"]), _figure(r["published"]),
+    body = [[r["step"], r["metric"], figure(r["emulated"]), figure(r["published"]),
              f"{r['ratio']:.2f}" if r["ratio"] is not None else "-", r["note"]]
             for r in rows]
     return text_table(["step", "metric", "emulated", "published", "ratio", "note"], body, "llrrrl")
 
 
-def _figure(x: float | None) -> str:
+def figure(x: float | None) -> str:
+    """A table's figure: two decimals, "-" where there is none."""
     return "-" if x is None else f"{x:,.2f}"
 
 

@@ -401,6 +401,89 @@ def _scenario_parser(sub) -> None:
                    help="small sizes and short runs (what CI runs); each scenario says what changes")
 
 
+def _report_parser(sub) -> None:
+    r = sub.add_parser("report", help="who did what on a trace, how long it took, and what to change")
+    r.add_argument("trace_dir", metavar="DIR")
+    r.add_argument("--by", choices=("comm", "pid", "path", "dir"),
+                   help="one table per process name, process, path or directory")
+    r.add_argument("--top", type=_positive_int, default=20, metavar="N",
+                   help="with --by: the N groups with most time (default 20; --json has all)")
+    r.add_argument("--op", action="append", metavar="OP", help="only these operations (repeat, or a,b,c)")
+    r.add_argument("--pid", action="append", type=_positive_int, metavar="PID", help="only this process (repeat)")
+    r.add_argument("--comm", action="append", metavar="NAME", help="only processes of this name (repeat)")
+    r.add_argument("--path", metavar="GLOB", help="only paths matching this glob (* stops at /, ** does not)")
+    r.add_argument("--since", metavar="T", help="only operations from T: seconds into the trace (12.5) "
+                                                  "or a wall-clock time (14:03:07, 2026-11-23T14:03:07)")
+    r.add_argument("--until", metavar="T", help="only operations started before T (as --since)")
+    r.add_argument("--timeline", action="store_true", help="operations and MB per second over time")
+    r.add_argument("--plot", metavar="FILE.png", help="with --timeline: also draw it into this PNG")
+    r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _rehearse_parsers(sub) -> None:
+    """From a trace to a rehearsal and back (fusetrace/rehearse/)."""
+    e = sub.add_parser("export", help="a trace as a fio iolog, a Perfetto trace or nfsslower CSV")
+    e.add_argument("trace_dir", metavar="DIR")
+    e.add_argument("--format", required=True, choices=("fio-iolog", "perfetto", "csv"))
+    e.add_argument("-o", "--output", required=True, metavar="FILE")
+    rp = sub.add_parser("replay", help="re-issue a trace's operations against a mount or directory")
+    rp.add_argument("trace_dir", metavar="DIR")
+    rp.add_argument("target", metavar="TARGET", help="the directory to replay into (stands for the traced mount)")
+    pace = rp.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=_positive_float, default=1.0, metavar="X",
+                      help="replay X times as fast as recorded (default 1: the recorded timing)")
+    pace.add_argument("--as-fast-as-possible", action="store_true",
+                      help="no waiting between operations; each stream still in its order")
+    rp.add_argument("--json", action="store_true", help="machine-readable summary")
+    f = sub.add_parser("fit", help="a profile fitted to what a trace saw")
+    f.add_argument("trace_dir", metavar="DIR")
+    f.add_argument("-o", "--output", required=True, metavar="PROFILE.toml")
+    f.add_argument("--base", default="efs-bursting",
+                   help="the profile whose values stand where the trace says nothing (default efs-bursting)")
+    c = sub.add_parser("compare", help="two traces side by side, per operation, with a verdict")
+    c.add_argument("trace_a", metavar="A")
+    c.add_argument("trace_b", metavar="B")
+    c.add_argument("--out", metavar="DIR", help="also write CDF plots (PNG) and a self-contained HTML page here")
+    c.add_argument("--tolerance", type=_positive_float, default=10.0, metavar="PCT",
+                   help="p50s within this many per cent pass (default 10)")
+    c.add_argument("--tail-tolerance", type=_positive_float, default=15.0, metavar="PCT",
+                   help="p99s within this many per cent pass (default 15)")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    s = sub.add_parser("simulate", help="a trace's operations through the model in virtual time: credits, "
+                                         "throughput, waits")
+    s.add_argument("trace_dir", metavar="DIR")
+    s.add_argument("--profile", required=True, help="a profile's name or a .toml file")
+    s.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    s.add_argument("--days", type=_positive_float, metavar="N",
+                   help="repeat the trace back to back until N days have passed (default: once)")
+    s.add_argument("--plot", metavar="FILE.png", help="also draw the credits and throughput into this PNG")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
+REHEARSE = ("export", "replay", "fit", "compare", "simulate")  # each fusetrace/rehearse/<name>.py's run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fusetrace", description=__doc__,
                      epilog="fusetrace SOURCE MOUNTPOINT -o OPTIONS is `fusetrace mount`, in the form "
@@ -423,11 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "published for EFS in 2016)")
     d.add_argument("--quick", action="store_true", help="short runs (for tests)")
     _scenario_parser(sub)
-    r = sub.add_parser("report", help="per-operation latency table of a trace")
-    r.add_argument("trace_dir", metavar="DIR")
-    r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
-    r.add_argument("--by", choices=("pid", "path"), help="one table per pid or per path")
-    r.add_argument("--json", action="store_true", help="machine-readable output")
+    _report_parser(sub)
+    _rehearse_parsers(sub)
     return parser
 
 
@@ -451,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
             from .report import run
 
             return run(args)
+        if args.command in REHEARSE:
+            import importlib
+
+            return importlib.import_module(f"fusetrace.rehearse.{args.command}").run(args)
         if args.command == "demo":
             from .scenarios.demo import run
 

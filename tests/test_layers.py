@@ -16,8 +16,9 @@ LAYERS = {
     "shaping": {"base", "emulator"},
     "server": {"base", "emulator", "shaping", "trace"},
     "report": {"base", "trace"},
+    "rehearse": {"base", "emulator", "shaping", "trace", "report"},  # export, replay, fit, compare, simulate
     "scenarios": {"base", "emulator", "shaping", "server", "trace", "report"},
-    "cli": {"base", "emulator", "shaping", "server", "trace", "report", "scenarios"},
+    "cli": {"base", "emulator", "shaping", "server", "trace", "report", "rehearse", "scenarios"},
 }
 # What the pure model must never reach for: the loop, the kernel, threads, processes, the clock.
 IMPURE = {"trio", "pyfuse3", "ctypes", "socket", "subprocess", "threading", "time", "os", "select", "signal"}
@@ -29,7 +30,7 @@ def _part(module: str) -> str:
     if len(parts) == 1:
         return "base"
     second = parts[1]
-    if second in ("emulator", "trace", "shaping", "server", "scenarios"):
+    if second in ("emulator", "trace", "shaping", "server", "scenarios", "rehearse"):
         return second
     if second in ("cli", "__main__"):
         return "cli"

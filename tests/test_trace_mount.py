@@ -64,3 +64,41 @@ def test_report_of_a_real_trace(mount):
     assert "write" in text and "create" in text
     table = fusetrace("report", str(m.trace), "--histogram").stdout
     assert "p99" in table and "write" in table
+
+
+def test_records_name_the_process_the_handles_and_what_changed(mount):
+    """Format 3: comm, open's handle in fh (so open/create pair with release), setattr's
+    attributes, the open flags, and the node id and mode a lookup or create answered."""
+    m = mount("--attr-timeout", "0", "--entry-timeout", "0", trace=True)
+    import subprocess
+
+    subprocess.run(["sh", "-c", f"echo hi > {m.mountpoint}/f && cat {m.mountpoint}/f >/dev/null"], check=True)
+    os.chmod(m.mountpoint / "f", 0o600)
+    os.truncate(m.mountpoint / "f", 0)
+    os.mkdir(m.mountpoint / "d")
+    os.listdir(m.mountpoint / "d")
+    m.unmount()
+    df = pd.read_parquet(m.trace)
+    meta = json.loads((m.trace / "_metadata.json").read_text())
+    assert meta["format_version"] == 3 and 0 < meta["fuse_round_trip_ns"] < 10**8
+    assert "statfs" not in set(df.op.astype(str))  # the mount's own probes are not traced
+    assert {"sh", "cat"} <= set(df.comm) and "" not in set(df.comm)
+    reads = df[df.op == "read"]
+    assert set(reads.comm) == {"cat"}
+    for op in ("create", "open", "opendir"):
+        opened = df[df.op == op]
+        assert len(opened) and (opened.fh > 0).all() and (opened.result == 0).all(), op
+    closing = {"create": "release", "open": "release", "opendir": "releasedir"}
+    for _, r in df[df.op.isin(list(closing))].iterrows():
+        later = df[(df.op == closing[r.op]) & (df.fh == r.fh) & (df.start_ns > r.start_ns)]
+        assert len(later), (r.op, r.fh)
+    create = df[df.op == "create"].iloc[0]
+    assert create["flags"] & os.O_ACCMODE == os.O_WRONLY
+    assert stat.S_ISREG(int(create["mode"])) and create.entry == os.stat(m.source / "f").st_ino
+    assert df[df.op == "open"].iloc[0]["flags"] & os.O_ACCMODE == os.O_RDONLY
+    mkdir = df[df.op == "mkdir"].iloc[0]
+    assert stat.S_ISDIR(int(mkdir["mode"])) and mkdir.entry == os.stat(m.source / "d").st_ino
+    assert set(df[df.op == "setattr"].path2) >= {"mode", "size"}
+    assert set(df[df.op == "write"].kind) == {"buffered"} and set(df[df.op == "read"].kind) == {"read"}
+    looked = df[(df.op == "lookup") & (df.errno == 0)]
+    assert (looked.entry > 0).all() and (looked["mode"] > 0).all()

@@ -114,20 +114,25 @@ class Operations(pyfuse3.Operations):
         self.dir_attr_timeout = attr_timeout if dir_attr_timeout is None else dir_attr_timeout
         self.entry_timeout = entry_timeout
         self.negative_timeout = negative_timeout  # how long the kernel may trust an absent name (0: not at all)
-        self._tgids: dict[int, int] = {}
+        self._tgids: dict[int, tuple[int, str, int]] = {}  # thread id: (process id, its name, when read)
+        self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced
 
     # ---- the common path of every request -------------------------------------------
 
-    async def _call(self, req: Request, site: "_Site", who, fn, *args, nowait=None):
+    async def _call(self, req: Request, site: "_Site", who, fn, *args, nowait=None, reply=None):
         """Run fn(*args) for `req`: admitted by the shaper, placed on the loop or in a
         worker, held until the shaper's deadline, traced at `site` on behalf of `who`
         (a request context or an open handle).  An OSError from fn answers its errno.
-        `nowait(*args)`, if given, is tried first on the loop (see _place)."""
+        `nowait(*args)`, if given, is tried first on the loop (see _place).  `reply(out)`,
+        if given, turns fn's result into the handler's answer before the record is made
+        (so the record can name the handle or node id the kernel is given)."""
         start = monotonic_ns()
         ticket = None if self.shaper is None else self.shaper.admit(req, start)
         out, err = await self._place(req, fn, args, nowait)
         held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, start)
-        if self.tracer is not None:
+        if reply is not None and not err:
+            out = reply(out)
+        if self.tracer is not None and who.pid != self.untraced_pid:
             self._trace(self.tracer, req, site, who, start, out, err, held, ticket)
         if err:
             raise FUSEError(err)
@@ -172,8 +177,17 @@ class Operations(pyfuse3.Operations):
     def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
                held: int, ticket: "Ticket | None") -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
+        fh, mode, entry, flags = site.fh, 0, 0, 0
         if err or isinstance(out, bool):
             result = 0
+        elif type(out) is pyfuse3.EntryAttributes:  # lookup, mknod, mkdir, symlink, link
+            result, mode, entry = 0, out.st_mode, out.st_ino
+        elif type(out) is os.stat_result:  # getattr, setattr
+            result, mode = 0, out.st_mode
+        elif req.op in _OPENS:  # the handle: open, opendir (an int), create (with its entry)
+            result, fh, flags = 0, _new_handle(out), site.flags
+            if req.op == "create":
+                mode, entry = out[1].st_mode, out[1].st_ino
         elif isinstance(out, int):
             result = out  # bytes written
         elif isinstance(out, (bytes, str, list, _Listing)):
@@ -181,10 +195,11 @@ class Operations(pyfuse3.Operations):
         else:
             result = 0
         t = _UNSHAPED if ticket is None else ticket
+        pid, comm = self._process_of(who.pid, start)
         tracer.record(TraceRecord(
-            start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, site.fh, site.offset,
-            req.size, result, err, self._process_of(who.pid), who.uid, who.gid, held,
-            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs))
+            start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
+            site.offset, req.size, result, err, pid, who.uid, who.gid, held,
+            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, comm, req.label, flags, mode, entry))
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the inode table, the open files and where calls run."""
@@ -199,15 +214,16 @@ class Operations(pyfuse3.Operations):
             self._cached_pread = None  # tmpfs, for one: reads follow the inline policy from now on
             return None
 
-    def _process_of(self, tid: int) -> int:
-        """FUSE names the calling thread; traces name its process (thread group)."""
-        pid = self._tgids.get(tid)
-        if pid is None:
-            pid = _thread_group(tid)
+    def _process_of(self, tid: int, now: int) -> tuple[int, str]:
+        """FUSE names the calling thread; traces name its process (thread group) and
+        the process's name.  Both are read from /proc at most once a second per thread:
+        a name changes at exec, and a shell's child opens its redirections before it."""
+        known = self._tgids.get(tid)
+        if known is None or now - known[2] > _WHO_FOR_NS:
             if len(self._tgids) > 4096:
                 self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
-            self._tgids[tid] = pid
-        return pid
+            known = self._tgids[tid] = (*_thread_group(tid), now)
+        return known[0], known[1]
 
     def _inode(self, node_id: int) -> Inode:
         inode = self.inodes.get(node_id)
@@ -254,15 +270,15 @@ class Operations(pyfuse3.Operations):
         if name in (".", ".."):
             raise FUSEError(E.EINVAL)  # never sent without export support
         try:
-            found = await self._call(Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
-                                     _at(parent, name), ctx, _open_path, parent, name)
+            return await self._call(Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
+                                    _at(parent, name), ctx, _open_path, parent, name,
+                                    reply=functools.partial(self._new_entry, parent, name))
         except FUSEError as exc:
             if exc.errno != E.ENOENT or not self.negative_timeout:
                 raise
             absent = pyfuse3.EntryAttributes()  # inode 0: the kernel keeps the name as absent
             absent.entry_timeout = self.negative_timeout
             return absent
-        return self._new_entry(parent, name, found)
 
     async def forget(self, inode_list):
         for node_id, nlookup in inode_list:
@@ -282,7 +298,7 @@ class Operations(pyfuse3.Operations):
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode))
-        st = await self._call(req, _at(node, fh=fh or 0), ctx, change.apply, node)
+        st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
         node.size = st.st_size
         return self._entry(st, node.id)
@@ -305,9 +321,9 @@ class Operations(pyfuse3.Operations):
     async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        found = await self._call(Request(op, Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, path2),
-                                 ctx, fn, parent, name, *args, _owner_for(ctx))
-        return self._new_entry(parent, name, found)
+        return await self._call(Request(op, Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, path2),
+                                ctx, fn, parent, name, *args, _owner_for(ctx),
+                                reply=functools.partial(self._new_entry, parent, name))
 
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
@@ -343,9 +359,9 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink and not _AS_ROOT and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
-        found = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
-                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name)
-        return self._new_entry(parent, name, found)
+        return await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
+                                _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name,
+                                reply=functools.partial(self._new_entry, parent, name))
 
     # ---- files --------------------------------------------------------------------
 
@@ -353,8 +369,12 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        fd, st = await self._call(Request("open", Kind.META_READ, node.id), _at(node), ctx,
-                                  _open_checked, node, flags & ~_OPEN_STRIP, ctx.uid != 0)
+        return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
+                                _open_checked, node, flags & ~_OPEN_STRIP, ctx.uid != 0,
+                                reply=functools.partial(self._open_reply, node, flags, ctx))
+
+    def _open_reply(self, node: Inode, flags: int, ctx, opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
+        fd, st = opened
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
         # last told its attributes (by another client, or below the mount) has its
         # cached pages dropped and its attributes fetched again.
@@ -377,9 +397,14 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        fd, st, path_fd = await self._call(
-            Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
-            _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode, _owner_for(ctx))
+        return await self._call(
+            Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags), ctx,
+            _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode, _owner_for(ctx),
+            reply=functools.partial(self._create_reply, parent, name, flags, ctx))
+
+    def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
+                      made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        fd, st, path_fd = made
         try:
             inode = self.inodes.remember(st, path_fd, _join(parent.path, name))
         except BaseException:
@@ -432,8 +457,11 @@ class Operations(pyfuse3.Operations):
 
     async def opendir(self, inode, ctx):
         node = self._inode(inode)
-        fd = await self._call(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
-                              _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
+        return await self._call(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
+                                _reopen, node, os.O_RDONLY | os.O_DIRECTORY,
+                                reply=functools.partial(self._opendir_reply, node, ctx))
+
+    def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
         self.dirs[fd] = DirHandle(fd, node, ctx)
         self.inodes.pin(node)
         return fd
@@ -579,18 +607,21 @@ for _name in HANDLED:
 
 class _Site(NamedTuple):
     """Where a request is, as its trace record names it: the inode (the directory, for
-    an entry in it), the path, a second name, the file handle and the offset."""
+    an entry in it), the path, a second name, the file handle, the offset and the open
+    flags (open, create)."""
 
     inode: int
     path: str
     path2: str | None = None
     fh: int = 0
     offset: int = 0
+    flags: int = 0
 
 
-def _at(node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0) -> _Site:
+def _at(node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0,
+        flags: int = 0) -> _Site:
     """The site of a request on `node`, or on the entry `name` in directory `node`."""
-    return _Site(node.id, node.path if name is None else _join(node.path, name), path2, fh, offset)
+    return _Site(node.id, node.path if name is None else _join(node.path, name), path2, fh, offset, flags)
 
 
 class _Nobody:
@@ -610,15 +641,36 @@ class _Unshaped:
 _UNSHAPED = _Unshaped()
 
 
-def _thread_group(tid: int) -> int:
+_WHO_FOR_NS = 1_000_000_000  # how long a thread's process and name are trusted
+_OPENS = frozenset(("open", "opendir", "create"))
+
+
+def _new_handle(out) -> int:
+    """The handle an open (FileInfo), opendir (int) or create ((FileInfo, entry)) gave."""
+    if type(out) is int:
+        return out
+    return (out[0] if type(out) is tuple else out).fh
+
+
+def _thread_group(tid: int) -> tuple[int, str]:
+    """(process id, process name) of thread `tid`; (tid, "") when it is gone."""
     try:
         with open(f"/proc/{tid}/status", "rb") as f:  # procfs: answered from memory
+            name = tgid = None
             for line in f:
-                if line.startswith(b"Tgid:"):
-                    return int(line.split()[1])
+                if line.startswith(b"Name:"):
+                    name = line[5:].strip()
+                elif line.startswith(b"Tgid:"):
+                    tgid = int(line.split()[1])
+                    break
+        if tgid is None:
+            return tid, ""
+        if tgid != tid:  # a thread's Name is its own; the process's is its leader's
+            with open(f"/proc/{tgid}/comm", "rb") as f:
+                name = f.read().rstrip(b"\n")
+        return tgid, os.fsdecode(name or b"")
     except (OSError, ValueError):
-        pass
-    return tid
+        return tid, ""
 
 
 def _join(parent: str, name: str) -> str:
@@ -906,6 +958,11 @@ class _Change:
         self.gid = attr.st_gid if fields.update_gid else -1
         self.atime = attr.st_atime_ns if fields.update_atime else None
         self.mtime = attr.st_mtime_ns if fields.update_mtime else None
+        # for the trace: what it sets, in the order it sets them
+        self.names = ",".join(n for n, on in (("size", self.size is not None), ("mode", self.mode is not None),
+                                              ("uid", self.uid != -1), ("gid", self.gid != -1),
+                                              ("atime", self.atime is not None),
+                                              ("mtime", self.mtime is not None)) if on)
 
     def apply(self, path_fd: int) -> os.stat_result:
         fh = self.fh

@@ -16,6 +16,7 @@ import trio
 
 from .. import __version__
 from ..errors import ControlError, UserError
+from ..shaping import roundtrip
 from . import fusectl, inline, mounts, runstate
 from .control import serve as serve_control
 from .handlers import Operations
@@ -302,11 +303,30 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
-        if status.emulation is not None:
-            await status.emulation.calibrate(opts.mountpoint)
+        await _measure_round_trip(opts.mountpoint, status)
         _say(ready_fd, "ok")
         log.info("%s mounted on %s (pid %d; fusetrace %s, pyfuse3 %s, python %s)", opts.source, opts.mountpoint,
                  os.getpid(), __version__, pyfuse3.__version__, platform.python_version())
+
+
+async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
+    """FUSE's round trip on this mount, measured before it is announced: the emulator
+    replies that much early, and the trace keeps it.  The probe is not traced."""
+    if status.emulation is None and status.tracer is None:
+        return
+
+    def started(pid: int) -> None:
+        status.ops.untraced_pid = pid
+
+    try:
+        if status.emulation is not None:
+            whole = await status.emulation.calibrate(mountpoint, started)
+        else:
+            whole = roundtrip.typical(await roundtrip.probe(mountpoint, 40, started))
+    finally:
+        status.ops.untraced_pid = -1
+    if status.tracer is not None:
+        status.tracer.update_metadata(fuse_round_trip_ns=whole)
 
 
 async def _serve_fuse(opts: MountOptions, scope: trio.CancelScope) -> None:

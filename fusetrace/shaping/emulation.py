@@ -9,8 +9,8 @@ the stored size of the source for the bursting baseline, and applies
 import dataclasses
 import os
 import statistics
-import sys
 import time
+from collections.abc import Callable
 from time import monotonic_ns
 
 import trio
@@ -18,7 +18,7 @@ import trio
 from ..emulator.model import Model
 from ..emulator.params import ProfileError
 from ..errors import ControlError
-from . import prometheus
+from . import prometheus, roundtrip
 from .hostload import NO_LOAD, extending_writes_note, host_load
 from .loopload import LoopLoad
 from .profile import load_params
@@ -29,15 +29,6 @@ SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 CALIBRATE_WAIT = 5.0  # seconds the first walk waits for calibrate() to finish, at most
 MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (about 40 µs here)
-WARM_UP_PROBES = 20  # the first round trips of a new mount (and a cold machine) run slow
-
-_PROBE = """
-import os, sys, time
-for _ in range(int(sys.argv[2])):
-    t = time.monotonic_ns()
-    os.statvfs(sys.argv[1])
-    print(time.monotonic_ns() - t)
-"""
 
 
 def _now() -> float:
@@ -124,24 +115,22 @@ class Emulation:
         if metrics_port is not None:
             prometheus.serve(metrics_port, self.prometheus_metrics)
 
-    async def calibrate(self, mountpoint: str, probes: int = 80) -> None:
+    async def calibrate(self, mountpoint: str, started: Callable[[int], None], probes: int = 80) -> int:
         """Measure FUSE's own share of a round trip (statfs, which the kernel never
         caches: caller's time minus the handler's) and have the shaper reply that much
         early, so the caller sees the model's latency, not the model's plus FUSE's.
-        Warm-up probes are left out and the lower quartile of the round trips taken:
-        on a busy or cold machine most probes can run late, and an overestimate would
-        send every reply early."""
+        Returns the whole round trip (roundtrip.typical); `started` as roundtrip.probe's."""
         try:
             with self.shaper.calibration() as handler_ns:
                 # from another process: a thread of this one would wait for the GIL on return
-                done = await trio.run_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
-                                              capture_stdout=True)
+                rtts = await roundtrip.probe(mountpoint, probes, started)
         finally:
             self._calibrated.set()
-        rtts = [int(x) for x in done.stdout.split()][WARM_UP_PROBES:]
-        handler = handler_ns[WARM_UP_PROBES:] or handler_ns
-        outside = statistics.quantiles(rtts, n=4)[0] - statistics.median_low(handler)
+        handler = handler_ns[roundtrip.WARM_UP_PROBES:] or handler_ns
+        whole = roundtrip.typical(rtts)
+        outside = whole - statistics.median_low(handler)
         self.shaper.compensate(min(max(int(outside), 0), MAX_COMPENSATION_NS))
+        return whole
 
     async def _sample_every_minute(self) -> None:
         while True:

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 NAME = "_metadata.json"
-FORMAT_VERSION = 2  # 2: the model's account of each operation (gate, wait_ns ... nfs)
+# 2: the model's account of each operation (gate, wait_ns ... nfs); 3: the process name and the
+# request's details (comm, kind, flags, mode, entry), open's handle in fh, setattr's attributes in path2
+FORMAT_VERSION = 3
 
 
 def clock_pair() -> tuple[int, int]:

@@ -31,6 +31,12 @@ SCHEMA = pa.schema(
         ("latency_ns", pa.int64()),  # modelled latency
         ("transfer_ns", pa.int64()),  # modelled transfer of its bytes
         ("nfs", pa.dictionary(pa.int32(), pa.string())),  # the NFS RPCs the emulated client sent ("" none)
+        # Format 3: who, and enough of the request to rebuild it (fusetrace/rehearse/requests.py)
+        ("comm", pa.dictionary(pa.int32(), pa.string())),  # the process's name (/proc/PID/comm); "" unknown
+        ("kind", pa.dictionary(pa.int8(), pa.string())),  # the request's kind; a write's: its mode
+        ("flags", pa.int32()),  # open, create, opendir: the open(2) flags; else 0
+        ("mode", pa.uint32()),  # st_mode of the object a reply described (lookup, getattr, create...); else 0
+        ("entry", pa.uint64()),  # the node id lookup, create, mknod, mkdir, symlink, link answered; else 0
     ]
 )
 
@@ -39,7 +45,8 @@ COLUMNS = SCHEMA.names
 
 class TraceRecord(NamedTuple):
     """One operation's row; see SCHEMA for what each field holds.  The model's account
-    (gate to nfs) may be left out: an operation that was not shaped has none."""
+    (gate to nfs) may be left out: an operation that was not shaped has none; so may the
+    request's details (comm to entry), which tests writing synthetic traces rarely need."""
 
     start_ns: int
     dur_ns: int
@@ -61,3 +68,8 @@ class TraceRecord(NamedTuple):
     latency_ns: int = 0
     transfer_ns: int = 0
     nfs: str | None = None
+    comm: str = ""
+    kind: str | None = None
+    flags: int = 0
+    mode: int = 0
+    entry: int = 0

@@ -52,8 +52,10 @@ _RESERVE_BYTES = 64 << 10
 # and the path shared; a shaped record's account adds 196 (three ints, and the gate's and
 # the NFS RPCs' strings made for it).  A path is charged as its own str (49 bytes + 1 a
 # character), even when shared with the inode, and the account's two strings as up to 32
-# characters between them: the estimate errs high.
-_RECORD_BYTES = 600 + 56  # 656, written out in TraceWriter.record
+# characters between them: the estimate errs high.  Format 3's five request details add
+# 40 to the tuple and up to three ints of 32 (flags, mode, entry; comm and kind are
+# strings shared per process and per kind): 136.
+_RECORD_BYTES = 600 + 56 + 136  # 792, written out in TraceWriter.record
 _STR_BYTES = 56
 _SHAPED_BYTES = 3 * 32 + 2 * _STR_BYTES + 32  # 240, written out in TraceWriter.record
 
@@ -126,7 +128,7 @@ class TraceWriter:
         or max_pending_bytes waiting), the record is counted in `dropped` instead.
         Called from one thread (the trio loop)."""
         path2 = rec.path2  # _cost(rec), inline: this runs on the loop for every operation
-        after = (self._bytes_in + len(rec.path or "") + (656 if path2 is None else 712 + len(path2))
+        after = (self._bytes_in + len(rec.path or "") + (792 if path2 is None else 848 + len(path2))
                  + (0 if rec.gate is None else 240))
         if after - self._bytes_out <= self._max_bytes and len(self._pending) < self._max_pending:
             self._pending.append(rec)

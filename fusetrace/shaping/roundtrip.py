@@ -1,0 +1,55 @@
+"""FUSE's own round trip through a fresh mount, as another process sees it.
+
+A child process statfs's the mount over and over (the kernel never caches statfs, so
+each is a full round trip) and prints each one's time.  The emulator replies that much
+ahead of the model's time (emulation.py, calibrate); the trace keeps the figure
+(`fuse_round_trip_ns`) so `fusetrace report` can say how much of a run's wall time the
+operations it recorded account for.  The child waits for a line on its stdin before it
+starts, so the server can leave its requests out of the trace first.
+"""
+
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+
+import trio
+
+WARM_UP_PROBES = 20  # the first round trips of a new mount (and a cold machine) run slow
+
+_PROBE = """
+import os, sys, time
+sys.stdin.readline()
+for _ in range(int(sys.argv[2])):
+    t = time.monotonic_ns()
+    os.statvfs(sys.argv[1])
+    print(time.monotonic_ns() - t)
+"""
+
+
+async def probe(mountpoint: str, probes: int, started: Callable[[int], None]) -> list[int]:
+    """The round trips (ns) of `probes` statfs calls on `mountpoint`, warm-up ones
+    included; `started(pid)` is told the probing process's id before its first call."""
+    proc = await trio.lowlevel.open_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    chunks = []
+    try:
+        started(proc.pid)
+        await proc.stdin.send_all(b"go\n")
+        await proc.stdin.aclose()
+        while chunk := await proc.stdout.receive_some():
+            chunks.append(chunk)
+    finally:
+        with trio.CancelScope(shield=True):
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+    return [int(x) for x in b"".join(chunks).split()]
+
+
+def typical(round_trips: list[int]) -> int:
+    """The round trip to go by: the lower quartile of those after the warm-up (on a busy
+    or cold machine most probes can run late; an overestimate would mislead)."""
+    settled = round_trips[WARM_UP_PROBES:] or round_trips
+    return int(statistics.quantiles(settled, n=4)[0]) if len(settled) > 1 else int(settled[0])

@@ -23,7 +23,8 @@ from fusetrace.trace.writer import TraceWriter
 def rec(i: int, path: str, path2: str | None = None) -> tuple:
     """A record with every int its own object, as the mount makes them."""
     big = 10**6 + i
-    return (10**12 + i, big, "write", big, path, path2, big, 4096 * big, big, big, 0, big, big, big, big)
+    return (10**12 + i, big, "write", big, path, path2, big, 4096 * big, big, big, 0, big, big, big, big,
+            None, 0, 0, 0, None, "python3", "buffered", big + 1, big + 2, big + 3)
 
 
 def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):

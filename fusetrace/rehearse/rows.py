@@ -1,0 +1,35 @@
+"""A trace's records as plain tuples, in start order, for the exporters.
+
+`records` streams them through the trace reader (sorted by start_ns, bounded memory), a
+batch at a time; an exporter names the columns it needs and which operations.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..trace import reader
+
+
+@dataclass
+class Outcome:
+    """What an export says when it is done: one line for stdout, and lines for stderr
+    about what it left out."""
+
+    summary: str
+    notes: list[str] = field(default_factory=list)
+
+
+def records(trace_dir: str, columns: list[str], where: str | None = None) -> Iterator[tuple]:
+    """The trace's records, `columns` of each in that order, sorted by start_ns."""
+    for batch in reader.ordered_batches(trace_dir, columns, where=where):
+        yield from zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
+
+
+def count(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless n is 1: "1 file", "2,048 files"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def examples(shown: list[str], total: int) -> str:
+    """The first few of `total` items, and how many more."""
+    return ", ".join(shown) + (f" and {total - len(shown):,} more" if total > len(shown) else "")

@@ -108,7 +108,7 @@ def test_iolog_holds_the_data_operations_with_their_files_and_times(tmp_path):
     assert done.stdout == f"{tmp_path / 'x.iolog'}: fio iolog v3: 3 reads (12,800 bytes), 2 writes (8,192 bytes), " \
                           "1 sync on 3 files\n"
     notes = done.stderr.splitlines()
-    assert notes[0] == "fusetrace export: left out 4 operations on 3 files whose names fio cannot take:"
+    assert notes[0] == "fusetrace export: left out 4 operations whose file names fio cannot take (3 files):"
     assert set(notes[1:4]) == {
         "fusetrace export:   1 with white space (fio splits iolog lines on it): 'a b'",
         f"fusetrace export:   1 with longer than 256 bytes (fio reads at most that much of a name): {LONG[1:]!r}",

@@ -147,7 +147,7 @@ def write(rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str]) -> Outc
 def _notes(refused: dict[str, dict[str, None]], refused_ops: int, failed: int, needed: dict[str, int]) -> Iterator[str]:
     if refused:
         files = sum(len(names) for names in refused.values())
-        yield f"left out {count(refused_ops, 'operation')} on {count(files, 'file')} whose names fio cannot take:"
+        yield f"left out {count(refused_ops, 'operation')} whose file names fio cannot take ({count(files, 'file')}):"
         for reason, names in refused.items():
             yield f"  {len(names):,} with {reason}: {examples([repr(n) for n in islice(names, _SHOWN)], len(names))}"
     if failed:

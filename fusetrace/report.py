@@ -1,42 +1,142 @@
-"""`fusetrace report DIR`: per-operation counts, throughput and latency of a trace, and
-for an emulated one where the modelled time went (the gates that held each operation,
-and wait / latency / transfer), the profile, and whether the host kept up.
+"""`fusetrace report DIR`: who did what on a trace and how long it took, per operation,
+process or directory; how much of the records' span the operations account for; what to
+change (hints); operations and bytes over time (`--timeline`, `--plot`); and for an
+emulated trace where the modelled time went (the gates that held each operation, and
+wait / latency / transfer), the profile, and whether the host kept up.
 
-Every pass over the records is DuckDB SQL on the Parquet parts; Python only formats
-the few result rows.  `Trace(dir).summary()` gives the same data as `--json`.
+Every pass over the records is DuckDB SQL on the Parquet parts, filters pushed into the
+scan; Python only formats the few result rows.  `Trace(dir, filters).summary()` gives
+the same data as `--json`.
 """
 
-import glob
+import errno as errnos
 import json
+import math
 import os
+import re
 import sys
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
 
 import duckdb
 
 from .errors import UserError
 from .texttable import table
 from .trace import metadata as meta
+from .trace import reader
 
 QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
-TOP_GROUPS = 20  # pids or paths the text report shows with --by; --json has them all
+TOP_GROUPS = 20  # groups the text report shows with --by unless --top says; --json has them all
+# Every FUSE operation a trace can hold (fusetrace/server/handlers.py; forget has no reply)
+OPERATIONS = ("lookup", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink", "unlink", "rmdir", "rename",
+              "link", "open", "create", "read", "write", "flush", "release", "fsync", "opendir", "readdir",
+              "releasedir", "fsyncdir", "statfs", "access", "setxattr", "getxattr", "listxattr", "removexattr")
+# Operations on a directory itself (not an entry in it): --by dir files them under their own path
+ON_DIRECTORY = ("opendir", "readdir", "releasedir", "fsyncdir")
+COMM_BYTES = 15  # the kernel keeps a process name's first 15 bytes (TASK_COMM_LEN, 16 with its NUL)
+TIMELINE_ROWS = 60  # at most this many buckets; their width is the first of WIDTHS_NS that fits
+WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tuple(
+    s * 10**9 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400))
+# Hints: each fires only when its share or count is reached (tests/test_report.py runs both sides)
+HINT_SHARE = 0.2  # of the records: xattr misses, failed lookups, getattrs on a mount with --attr-timeout 0
+FSYNC_HINT_COUNT = 20  # at least this many fsync/fsyncdir calls ...
+FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each
+
+NoTrace = reader.NoTrace  # raised for a missing or empty trace directory (scenarios/plots.py catches it)
 
 
-class NoTrace(UserError):
-    exit_code = 2
+@dataclass(frozen=True)
+class Filters:
+    """Which records a report is about (`--op --pid --comm --path --since --until`);
+    the defaults keep every record.  `since`/`until` are as the user wrote them: the
+    trace resolves them (seconds since its first record, or a wall-clock time)."""
+
+    ops: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+    comms: tuple[str, ...] = ()
+    path: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [op for op in self.ops if op not in OPERATIONS]
+        if unknown:
+            raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(OPERATIONS)})")
+        if self.path is not None:
+            glob_regex(self.path)  # refused here, before the trace is read
+
+    @classmethod
+    def from_args(cls, args) -> "Filters":
+        ops = [op.strip() for given in args.op or () for op in given.split(",") if op.strip()]
+        return cls(ops=tuple(dict.fromkeys(ops)), pids=tuple(args.pid or ()), comms=tuple(args.comm or ()),
+                   path=args.path, since=args.since, until=args.until)
+
+    def options(self) -> list[str]:
+        """The filters as the command line gives them."""
+        out = [f"--op {','.join(self.ops)}"] if self.ops else []
+        out += [f"--pid {p}" for p in self.pids] + [f"--comm {c}" for c in self.comms]
+        out += [f"--{k} {v}" for k, v in (("path", self.path), ("since", self.since), ("until", self.until)) if v]
+        return out
+
+
+def glob_regex(pattern: str) -> str:
+    """The RE2 expression (to match a whole path) of a path glob: `*` and `?` stay within
+    one name, `**` crosses `/` (and `**/` also matches no directory at all), `[abc]`,
+    `[a-z]`, `[!abc]` a character class; anything else, `\\` included, stands for itself.
+    A glob not starting with `/` matches at any depth, as if it began with `**/`."""
+    if not pattern.startswith("/"):
+        pattern = "**/" + pattern
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            j = i + 2
+            while j < n and pattern[j] == "*":
+                j += 1
+            if j < n and pattern[j] == "/" and (i == 0 or pattern[i - 1] == "/"):
+                out.append("(?:.*/)?")
+                j += 1
+            else:
+                out.append(".*")
+            i = j
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            j = i + 1
+            negate = j < n and pattern[j] in "!^"
+            j += negate
+            first = j
+            if j < n and pattern[j] == "]":  # a ] first in the class is one of its characters
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                raise UserError(f"--path {pattern}: a [ opens a character class that has no ]; write [[] for a "
+                                f"literal [")
+            members = "".join("\\" + ch if ch in "\\[]^" else ch for ch in pattern[first:j])
+            out.append(f"[^/{members}]" if negate else f"[{members}]")
+            i = j + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
 
 
 class Trace:
-    """A trace directory opened for queries.  Only the parts present when it was
-    opened are read, so a trace still being written reports consistently."""
+    """A trace directory opened for queries, through `filters`.  Only the parts present
+    when it was opened are read, so a trace still being written reports consistently.
 
-    def __init__(self, directory: str):
+    `records`, `origin_ns` (the first record's start_ns: a trace's time 0) are of the
+    whole trace; `matched`, `first_ns`, `last_ns`, `span_ns`, `total_ns` of the records
+    the filters keep, which every other figure is about."""
+
+    def __init__(self, directory: str, filters: Filters = Filters()):
         self.directory = os.path.abspath(directory)
-        if not os.path.isdir(self.directory):
-            raise NoTrace(f"{directory}: no such trace directory")
-        self.files = sorted(glob.glob(os.path.join(glob.escape(self.directory), "*.parquet")))
-        if not self.files:
-            raise NoTrace(f"{directory}: no trace files (*.parquet) in it")
+        self.files = reader.parts(directory)
         self.metadata_error = None
         try:
             self.metadata = meta.read(self.directory)
@@ -46,40 +146,142 @@ class Trace:
             if not self.metadata:
                 self.metadata_error = f"no {meta.NAME}: source, start time and drops unknown"
         self._db = duckdb.connect()
-        self._db.read_parquet(self.files).create_view("trace")
-        self.columns = {row[0] for row in self._db.execute("describe trace").fetchall()}
-        summary = self._db.execute(
-            "select count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0) "
-            "from trace").fetchone()
-        assert summary is not None  # an aggregate always has its one row
-        self.records, self.first_ns, self.last_ns, self.total_ns = summary
-        self.span_ns = self.last_ns - self.first_ns if self.records else 0
+        self._db.read_parquet(self.files).create_view("all_records")
+        self.columns = {row[0] for row in self._db.execute("describe all_records").fetchall()}
+        self.format_version = self.metadata.get("format_version") or (
+            3 if "comm" in self.columns else 2 if "gate" in self.columns else 1)
+        self.records, self.origin_ns = self._one("select count(*), min(start_ns) from all_records")
+        self.filters = filters
+        self.since_ns = self._instant("since", filters.since)
+        self.until_ns = self._instant("until", filters.until)
+        if self.since_ns is not None and self.until_ns is not None and self.since_ns >= self.until_ns:
+            raise UserError(f"--since {filters.since} is not before --until {filters.until}")
+        where = self._condition()
+        self._db.execute(f"create view trace as select * from all_records {'where ' + where if where else ''}")
+        self.matched, self.first_ns, self.last_ns, self.total_ns = self._one(
+            "select count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0) from trace")
+        self.span_ns = self.last_ns - self.first_ns if self.matched else 0
+
+    def _one(self, sql: str) -> tuple:
+        row = self._db.execute(sql).fetchone()
+        assert row is not None  # an aggregate always has its one row
+        return row
+
+    def _need_comm(self, what: str) -> None:
+        if "comm" not in self.columns:
+            raise UserError(f"{self.directory}: {what}: this trace names no processes (format "
+                            f"{self.format_version}, recorded before format 3 added comm); --pid and --by pid "
+                            f"work on it")
+
+    def _condition(self) -> str:
+        """The filters as one DuckDB condition ("" for none)."""
+        f = self.filters
+        terms = []
+        if f.ops:
+            terms.append(f"op in ({', '.join(map(_literal, f.ops))})")
+        if f.pids:
+            terms.append(f"pid in ({', '.join(str(int(p)) for p in f.pids)})")
+        if f.comms:
+            self._need_comm("--comm")
+            names = [c.encode()[:COMM_BYTES].decode(errors="ignore") for c in f.comms]
+            terms.append(f"comm in ({', '.join(map(_literal, names))})")
+        if f.path is not None:
+            terms.append(f"regexp_full_match(path, {_literal(glob_regex(self._below_mount(f.path)))})")
+        if self.since_ns is not None:
+            terms.append(f"start_ns >= {self.since_ns}")
+        if self.until_ns is not None:
+            terms.append(f"start_ns < {self.until_ns}")
+        return " and ".join(terms)
+
+    def _below_mount(self, pattern: str) -> str:
+        """A glob written with the mountpoint (or source) in front, as the trace's paths are not."""
+        for root in (self.metadata.get("mountpoint"), self.metadata.get("source")):
+            if isinstance(root, str) and root.rstrip("/") and pattern.startswith(root.rstrip("/") + "/"):
+                return pattern[len(root.rstrip("/")):]
+        return pattern
+
+    def _instant(self, option: str, text: str | None) -> int | None:
+        """--since/--until T as a trace time (CLOCK_MONOTONIC ns): seconds since the first
+        record, a time of day (its occurrence within 12 hours of the first record, local
+        time) or an ISO date and time (local time unless it gives its zone)."""
+        if text is None:
+            return None
+        origin = self.origin_ns or 0
+        try:
+            seconds = float(text)
+        except ValueError:
+            pass
+        else:
+            if not math.isfinite(seconds) or seconds < 0:
+                raise UserError(f"--{option} {text}: seconds since the trace's first record must be 0 or more")
+            return origin + round(seconds * 1e9)
+        wall: datetime | None = None
+        try:
+            if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", text):
+                of_day = time.fromisoformat(text if len(text.split(":")[0]) == 2 else "0" + text)
+            else:
+                wall = datetime.fromisoformat(text).astimezone()
+        except ValueError:
+            raise UserError(f"--{option} {text}: not seconds since the trace's first record (12.5), a time of day "
+                            f"(14:03:07) or a date and time (2026-11-23T14:03:07)") from None
+        if "start_wall_ns" not in self.metadata or "start_monotonic_ns" not in self.metadata:
+            why = self.metadata_error or f"no start_wall_ns in its {meta.NAME}"
+            raise UserError(f"--{option} {text}: this trace has no clock mapping ({why}); give seconds since "
+                            f"its first record")
+        if wall is None:
+            first = datetime.fromtimestamp(meta.to_wall_ns(self.metadata, origin) / 1e9).astimezone()
+            wall = datetime.combine(first.date(), of_day, tzinfo=first.tzinfo)
+            wall += timedelta(days=round((first - wall) / timedelta(days=1)))  # the nearest occurrence
+        wall_ns = round(wall.timestamp() * 1e6) * 1000
+        return self.metadata["start_monotonic_ns"] + (wall_ns - self.metadata["start_wall_ns"])
+
+    def _group(self, by: str) -> str:
+        """The SQL expression of a --by key."""
+        if by == "dir":
+            return (f"case when op in ({', '.join(map(_literal, ON_DIRECTORY))}) then path "
+                    f"else coalesce(nullif(parse_dirpath(path, 'forward_slash'), ''), '/') end")
+        if by == "comm":
+            self._need_comm("--by comm")
+        return by
 
     def ops(self, by: str | None = None, top: int | None = None) -> tuple[list[dict], int]:
-        """One row per op (or per (pid, op) / (path, op)), biggest total time first,
-        and the number of groups; `top` keeps only the groups with most total time."""
-        if by not in (None, "pid", "path"):
-            raise ValueError(f"by must be 'pid' or 'path', not {by!r}")
-        cols = f"{by}, op" if by else "op"
+        """One row per op (or per (group, op), `by` comm, pid, path or dir), biggest total
+        time first, and the number of groups; `top` keeps only the groups with most total
+        time.  Each row has its errors by name (`errnos`, most first); by pid, the names the
+        process ran under (`comms`, most records first)."""
+        if by not in (None, "comm", "pid", "path", "dir"):
+            raise ValueError(f"by must be comm, pid, path or dir, not {by!r}")
+        key = f'{self._group(by)} as "{by}"' if by else None
         stats = f"""
-            select {cols}, count(*) as count, count(*) filter (where errno <> 0) as errors,
+            select {key + ', ' if key else ''}op, count(*) as count, count(*) filter (where errno <> 0) as errors,
                    coalesce(sum(result) filter (where op in ('read', 'write')), 0) as bytes,
                    sum(dur_ns) as total_ns, avg(dur_ns) as mean_ns,
                    quantile_cont(dur_ns, {list(QUANTILES.values())}) as q, max(dur_ns) as max_ns
-            from trace group by {cols}"""
+            from trace group by all"""
         if by:
             limit = f"limit {int(top)}" if top else ""
             sql = f"""
                 with s as ({stats}),
-                k as (select {by}, sum(total_ns) as group_ns, count(*) over () as groups
-                      from s group by {by} order by group_ns desc, {by} {limit})
-                select s.*, k.groups from s join k using ({by})
-                order by k.group_ns desc, {by}, total_ns desc, op"""
+                k as (select "{by}", sum(total_ns) as group_ns, count(*) over () as groups
+                      from s group by "{by}" order by group_ns desc, "{by}" {limit})
+                select s.*, k.groups from s join k using ("{by}")
+                order by k.group_ns desc, "{by}", total_ns desc, op"""
         else:
             sql = f"select *, 1 as groups from ({stats}) order by total_ns desc, op"
         cursor = self._db.execute(sql)
         names = [d[0] for d in cursor.description]
         rows = [dict(zip(names, r)) for r in cursor.fetchall()]
+        errors: dict[tuple, dict[str, int]] = {}
+        for *k, code, n in self._db.execute(f"""
+                select {key + ', ' if key else ''}op, errno, count(*) as n from trace where errno <> 0
+                group by all order by n desc, errno""").fetchall():
+            errors.setdefault(tuple(k), {})[errnos.errorcode.get(code, f"errno {code}")] = n
+        comms: dict[int, list[str]] = {}
+        if by == "pid" and "comm" in self.columns:
+            for pid, comm, _ in self._db.execute("""
+                    select pid, comm, count(*) as n from trace where comm <> '' group by all
+                    order by pid, n desc, comm""").fetchall():
+                comms.setdefault(pid, []).append(comm)
         span_s = self.span_ns / 1e9
         groups = rows[0]["groups"] if rows else 0
         for r in rows:
@@ -87,6 +289,9 @@ class Trace:
             r.update(zip(QUANTILES, r.pop("q")))
             r["ops_per_s"] = r["count"] / span_s if span_s else None
             r["bytes_per_s"] = r["bytes"] / span_s if span_s else None
+            r["errnos"] = errors.get((r[by], r["op"]) if by else (r["op"],), {})
+            if by == "pid":
+                r["comms"] = comms.get(r["pid"], [])
         return rows, groups
 
     def shaping(self) -> list[dict] | None:
@@ -126,7 +331,129 @@ class Trace:
                      for b in range(min(counts), max(counts) + 1)]
                 for op, counts in out.items()}
 
-    def summary(self, by: str | None = None, histogram: bool = False, top: int | None = None) -> dict:
+    def coverage(self) -> dict | None:
+        """How much of the records' span [first start, last reply) had at least one
+        operation in flight (`busy_ns`: the union of their [start_ns, start_ns + dur_ns)),
+        and with each operation widened by FUSE's round trip measured at mount
+        (`busy_with_round_trip_ns`, None on a trace that has no such figure); the rest of
+        the span is the application's own time.  None when no record matched.
+
+        Sorted by start, an operation adds to the union what it reaches past the latest
+        end of those before it: one window pass in DuckDB.  Widening every interval by
+        the same round trip r adds r to the union's start (cut off again: the span is
+        the records'), whichever side of the handler it is put."""
+        if not self.matched:
+            return None
+        rt = self.metadata.get("fuse_round_trip_ns")
+        rt = int(rt) if isinstance(rt, int | float) and rt > 0 else None
+        busy, widened = self._one(f"""
+            select coalesce(sum(greatest(e - greatest(s, coalesce(m, s)), 0)), 0),
+                   coalesce(sum(greatest(e - greatest(s - {rt or 0}, coalesce(m, s - {rt or 0})), 0)), 0)
+            from (select start_ns as s, start_ns + dur_ns as e,
+                         max(start_ns + dur_ns) over (order by start_ns rows between unbounded preceding
+                                                      and 1 preceding) as m
+                  from trace)""")
+        span = self.span_ns
+        out = {"span_ns": span, "busy_ns": int(busy), "busy_share": busy / span if span else None,
+               "summed_ns": self.total_ns, "round_trip_ns": rt, "round_trips_ns": None,
+               "busy_with_round_trip_ns": None, "busy_with_round_trip_share": None}
+        if rt is not None:
+            out.update(round_trips_ns=rt * self.matched, busy_with_round_trip_ns=int(widened) - rt,
+                       busy_with_round_trip_share=(int(widened) - rt) / span if span else None)
+        busy_share = out["busy_with_round_trip_share"] if rt is not None else out["busy_share"]
+        out["rest_share"] = None if busy_share is None else 1 - busy_share
+        return out
+
+    def hints(self) -> list[dict]:
+        """What to change, where the records show a common cause of lost time: each a
+        `hint` name, one line of `text` with its remedy, and the figures behind it."""
+        out = []
+        n = self.matched
+        m = self.metadata
+        options = m.get("options") or {}
+        if n:
+            (xattr_misses, lookup_misses, syncs, writes, synced, sync_ns, getattrs) = self._one(f"""
+                select count(*) filter (where op = 'getxattr' and errno = {errnos.ENODATA}),
+                       count(*) filter (where op = 'lookup' and errno = {errnos.ENOENT}),
+                       count(*) filter (where op in ('fsync', 'fsyncdir')),
+                       count(*) filter (where op = 'write'),
+                       count(distinct path) filter (where op in ('fsync', 'fsyncdir')),
+                       coalesce(sum(dur_ns) filter (where op in ('fsync', 'fsyncdir')), 0),
+                       count(*) filter (where op = 'getattr')
+                from trace""")
+            if xattr_misses >= HINT_SHARE * n:  # with --no-xattrs the mount answers ENOSYS, once
+                names = ", ".join(f"{name} {_int(k)}" for name, k in self._db.execute(f"""
+                    select path2, count(*) as k from trace where op = 'getxattr' and errno = {errnos.ENODATA}
+                    group by all order by k desc, path2 limit 2""").fetchall())
+                out.append({"hint": "xattr-misses", "records": xattr_misses, "share": xattr_misses / n,
+                            "text": f"getxattr: {_pct(xattr_misses / n)} of the records are look-ups of extended "
+                                    f"attributes the file does not have ({names}): mount with --no-xattrs and the "
+                                    f"kernel stops asking (automatic over a source without xattrs, such as EFS)"})
+            if lookup_misses >= HINT_SHARE * n:
+                [(where, k)] = self._db.execute(f"""
+                    select {self._group('dir')} as d, count(*) as k from trace
+                    where op = 'lookup' and errno = {errnos.ENOENT}
+                    group by all order by k desc, d limit 1""").fetchall()
+                cached = "" if "emulation" in m else (
+                    "; this mount caches no absent names and an NFS client does, so EFS sees fewer of them")
+                out.append({"hint": "failed-lookups", "records": lookup_misses, "share": lookup_misses / n,
+                            "text": f"lookup: {_pct(lookup_misses / n)} of the records look up names that do not "
+                                    f"exist (most in {where}: {_int(k)}): a program searching a list of directories "
+                                    f"(PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) one after another; shorten the list or "
+                                    f"put the usual hit first{cached}"})
+            if syncs >= FSYNC_HINT_COUNT and writes <= FSYNC_HINT_WRITES * syncs:
+                share = sync_ns / self.total_ns if self.total_ns else 0
+                out.append({"hint": "fsync-per-write", "syncs": syncs, "writes": writes, "files": synced,
+                            "summed_share": share,
+                            "text": f"fsync: {_int(syncs)} calls on {_int(synced)} files, one for every "
+                                    f"{writes / syncs:.1f} writes, {_pct(share)} of the summed operation time: each "
+                                    f"waits until the data is on stable storage (on EFS a round trip to the "
+                                    f"server); make fewer, larger transactions (sqlite: PRAGMA journal_mode=WAL with "
+                                    f"synchronous=NORMAL syncs at checkpoints only)"})
+            if getattrs >= HINT_SHARE * n and options.get("attr_timeout") == 0:
+                out.append({"hint": "attr-timeout-0", "records": getattrs, "share": getattrs / n,
+                            "text": f"getattr: {_pct(getattrs / n)} of the records: this mount had --attr-timeout 0, "
+                                    f"so every stat reached it; the default 1 s (an NFS client caches attributes "
+                                    f"3-60 s) answers most from the kernel's cache"})
+        missing = (m.get("dropped") or 0) + (m.get("lost") or 0)
+        if missing:
+            out.append({"hint": "missing-records", "records": missing,
+                        "text": f"the trace is missing {_int(missing)} records (dropped or lost, see above): every "
+                                f"count here is short; trace to a local disk that keeps up, not to the traced file "
+                                f"system or a network one"})
+        return out
+
+    def timeline(self) -> dict | None:
+        """Operations and bytes over time: buckets of `width_ns` aligned on the trace's
+        first record (time 0), from the first matched record's to the last's; per bucket
+        the operations that started in it, their errors, and the bytes read and written
+        by them.  At most TIMELINE_ROWS buckets.  None when no record matched."""
+        if not self.matched:
+            return None
+        origin = self.origin_ns
+        low, high = self._one("select min(start_ns), max(start_ns) from trace")
+        width = next((w for w in WIDTHS_NS if (high - origin) // w - (low - origin) // w < TIMELINE_ROWS),
+                     math.ceil((high - low) / (TIMELINE_ROWS - 1) / 86400e9) * 86400 * 10**9)
+        rows = {b: r for b, *r in self._db.execute(f"""
+            select (start_ns - {origin}) // {width} as b, count(*), count(*) filter (where errno <> 0),
+                   coalesce(sum(result) filter (where op = 'read'), 0),
+                   coalesce(sum(result) filter (where op = 'write'), 0)
+            from trace group by b""").fetchall()}
+        first, last = (low - origin) // width, (high - origin) // width
+        wall = "start_wall_ns" in self.metadata and "start_monotonic_ns" in self.metadata
+        buckets = []
+        for b in range(first, last + 1):
+            n, errors, read, written = rows.get(b, (0, 0, 0, 0))
+            start = origin + b * width
+            buckets.append({"t_s": b * width / 1e9, "start_ns": start,
+                            "wall_ns": meta.to_wall_ns(self.metadata, start) if wall else None,
+                            "ops": n, "errors": errors, "read_bytes": int(read), "write_bytes": int(written),
+                            "ops_per_s": n / (width / 1e9), "read_mb_per_s": read / 1e6 / (width / 1e9),
+                            "write_mb_per_s": written / 1e6 / (width / 1e9)})
+        return {"origin_ns": origin, "width_ns": width, "buckets": buckets}
+
+    def summary(self, by: str | None = None, histogram: bool = False, top: int | None = None,
+                timeline: bool = False) -> dict:
         """Everything the report shows, as plain data (what --json prints)."""
         ops, groups = self.ops(by, top)
         m = self.metadata
@@ -134,6 +461,10 @@ class Trace:
             "directory": self.directory,
             "files": len(self.files),
             "records": self.records,
+            "format_version": self.format_version,
+            "filters": self._filters(),
+            "matched": self.matched,
+            "origin_ns": self.origin_ns,
             "first_ns": self.first_ns,
             "last_ns": self.last_ns,
             "span_ns": self.span_ns,
@@ -142,25 +473,52 @@ class Trace:
             "metadata_error": self.metadata_error,
             "closed": "end_wall_ns" in m,
             "by": by,
+            "top": top,
             "groups": groups,
             "ops": ops,
+            "coverage": self.coverage(),
             "shaping": self.shaping(),
+            "hints": self.hints(),
         }
         if histogram:
             out["histograms"] = self.histograms()
+        if timeline:
+            out["timeline"] = self.timeline()
         return out
+
+    def _filters(self) -> dict | None:
+        f = self.filters
+        if f == Filters():
+            return None
+        return {"op": list(f.ops), "pid": list(f.pids), "comm": list(f.comms), "path": f.path,
+                "path_regex": None if f.path is None else glob_regex(self._below_mount(f.path)),
+                "since": f.since, "since_ns": self.since_ns, "until": f.until, "until_ns": self.until_ns,
+                "options": f.options()}
 
 
 def run(args) -> int:
-    """The `fusetrace report` command; args has trace_dir, histogram, by and json."""
+    """The `fusetrace report` command (its arguments: cli.py's _report_parser)."""
+    if args.plot is not None:
+        if not args.timeline:
+            raise UserError(f"--plot {args.plot}: draws the timeline; give --timeline with it")
+        if not args.plot.lower().endswith(".png"):
+            raise UserError(f"--plot {args.plot}: the plot is a PNG; name the file .png")
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise UserError(f"--plot {args.plot}: no such directory {folder}")
+    filters = Filters.from_args(args)
     try:
-        trace = Trace(args.trace_dir)
-        if args.json:
-            text = json.dumps(trace.summary(args.by, args.histogram), indent=2)
-        else:
-            text = render(trace.summary(args.by, args.histogram, top=TOP_GROUPS))
+        trace = Trace(args.trace_dir, filters)
+        s = trace.summary(args.by, args.histogram, None if args.json else args.top, args.timeline)
     except duckdb.Error as exc:
         raise UserError(f"{args.trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+    if args.plot is not None and s["timeline"] is not None:
+        try:
+            plot_timeline(args.plot, s)
+        except OSError as exc:
+            raise UserError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
+        s["timeline"]["plot"] = os.path.abspath(args.plot)
+    text = json.dumps(s, indent=2) if args.json else render(s)
     try:
         print(text, flush=True)
     except BrokenPipeError:  # `fusetrace report | head`
@@ -177,6 +535,10 @@ def render(s: dict) -> str:
         parts.append(shaping)
     if s.get("histograms"):
         parts.append(_histograms(s["histograms"]))
+    if s.get("timeline"):
+        parts.append(_timeline(s["timeline"]))
+    if s["hints"]:
+        parts.append("\n".join(["hints", *(f"- {h['text']}" for h in s["hints"])]))
     return "\n\n".join(parts)
 
 
@@ -188,6 +550,12 @@ def _header(s: dict) -> list[str]:
         lines.append(f"source      {m['source']}{host}, mounted at {m.get('mountpoint', '?')}")
     if "start_wall_ns" in m:
         lines.append(f"started     {_wall(m['start_wall_ns'])}, records span {s['span_ns'] / 1e9:.3f} s")
+    if s["filters"]:
+        f = s["filters"]
+        times = [f"{k} {_at(s, f[k + '_ns'])}" for k in ("since", "until") if f[k] is not None]
+        lines.append(f"filters     {'  '.join(f['options'])}{' (' + '; '.join(times) + ')' if times else ''}: "
+                     f"{_int(s['matched'])} of {_int(s['records'])} records")
+    lines += _coverage(s)
     if m.get("dropped"):
         limit = f"max_pending {m['max_pending']}" if m.get("max_pending") is not None else \
             f"{m['max_pending_bytes'] / 2**20:g} MiB" if m.get("max_pending_bytes") else "max_pending ?"
@@ -200,6 +568,34 @@ def _header(s: dict) -> list[str]:
         lines.append(f"warning     {s['metadata_error']}")
     elif not s["closed"]:
         lines.append(f"warning     {_not_closed(m)}")
+    return lines
+
+
+def _at(s: dict, ns: int) -> str:
+    """A trace time as seconds since the first record, and its time of day when known."""
+    m = s["metadata"]
+    seconds = f"{(ns - (s['origin_ns'] or 0)) / 1e9:+.3f} s"
+    if "start_wall_ns" not in m or "start_monotonic_ns" not in m:
+        return seconds
+    return f"{seconds}, {_clock(meta.to_wall_ns(m, ns), 3)}"
+
+
+def _coverage(s: dict) -> list[str]:
+    """The header's lines on how much of the span the operations account for."""
+    c = s["coverage"]
+    if c is None or not c["span_ns"]:
+        return []
+    lines = [f"in flight   {c['busy_ns'] / 1e9:.3f} s of the records' {c['span_ns'] / 1e9:.3f} s span "
+             f"({_pct(c['busy_share'])}) had an operation in flight; their latencies sum to "
+             f"{c['summed_ns'] / 1e9:.3f} s"]
+    if c["round_trip_ns"] is None:
+        why = "a trace from before format 3" if s["format_version"] < 3 else f"not in its {meta.NAME}"
+        lines.append(f"round trip  FUSE's own, before and after each operation: not measured ({why})")
+    else:
+        lines.append(f"round trip  with FUSE's ({_ns(c['round_trip_ns'])} each, measured at mount) added to each "
+                     f"operation: {c['busy_with_round_trip_ns'] / 1e9:.3f} s ({_pct(c['busy_with_round_trip_share'])})")
+    lines.append(f"the rest    {_pct(c['rest_share'])} of the span: the application's own time (CPU, other I/O, "
+                 f"waiting) and what the kernel answered from its caches")
     return lines
 
 
@@ -228,28 +624,39 @@ def _is_fusetrace(pid: int) -> bool:
         return False
 
 
+def _label(key: str, r: dict) -> str:
+    """A --by group as the text table names it."""
+    if key == "pid":
+        return " ".join([str(r["pid"]), ",".join(r["comms"][:3]) + ("…" if len(r["comms"]) > 3 else "")]).rstrip()
+    if key == "comm" and not r["comm"]:
+        return "(unknown)"
+    return _short(r[key])
+
+
 def _ops_table(s: dict) -> str:
     if not s["ops"]:
-        return "no records"
+        return "no records match the filters" if s["filters"] else "no records"
     key = s["by"]
-    head = ([key] if key else []) + ["op", "count", "errors", "ops/s", "MB/s",
-                                     "mean", "p50", "p90", "p99", "p99.9", "max", "time%"]
+    head = ([key] if key else []) + ["op", "count", "errors", "ops/s", "MB/s", "mean", "p50", "p90", "p99",
+                                     "p99.9", "max", "total", "%total", "errno"]
     total = s["total_ns"] or 1
     rows, last = [], None
     for r in s["ops"]:
-        row = [] if not key else [_short(r[key]) if r[key] != last else ""]
+        row = [] if not key else [_label(key, r) if r[key] != last else ""]
         last = r[key] if key else None
         io = r["op"] in ("read", "write")
         row += [r["op"], _int(r["count"]), _int(r["errors"]), _num(r["ops_per_s"]),
                 _num(r["bytes_per_s"] / 1e6) if io and r["bytes_per_s"] is not None else "-",
-                *(_ns(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns")),
-                f"{100 * r['total_ns'] / total:.1f}"]
+                *(_ns(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns", "total_ns")),
+                f"{100 * r['total_ns'] / total:.1f}",
+                ", ".join(f"{name} {_int(n)}" for name, n in r["errnos"].items())]
         rows.append(row)
     left = 2 if key else 1
-    text = table(head, rows, "l" * left + "r" * (len(head) - left))
-    note = "latency is dur_ns (admission to reply); MB = 10^6 bytes; sorted by total time"
-    if key and s["groups"] > TOP_GROUPS:
-        note += f"; top {TOP_GROUPS} of {_int(s['groups'])} {key}s (--json has all)"
+    text = table(head, rows, "l" * left + "r" * (len(head) - left - 1) + "l")
+    note = ("latency is dur_ns (admission to reply); total: the latencies added up, %total: its share of all rows' "
+            "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; sorted by total")
+    if key and s["top"] and s["groups"] > s["top"]:
+        note += f"; top {s['top']} of {_int(s['groups'])} {key}s (--top N shows more, --json has all)"
     return f"{text}\n({note})"
 
 
@@ -307,6 +714,47 @@ def _histograms(hists: dict[str, list[dict]]) -> str:
     return "\n\n".join(blocks)
 
 
+def _timeline(t: dict) -> str:
+    buckets = t["buckets"]
+    wall = buckets[0]["wall_ns"] is not None
+    peak = max(b["ops_per_s"] for b in buckets) or 1
+    head = ["t (s)", *(["time"] if wall else []), "ops", "ops/s", "", "read MB/s", "write MB/s", "errors"]
+    digits = max(0, -math.floor(math.log10(t["width_ns"] / 1e9)))
+    rows = [[f"{b['t_s']:.{digits}f}", *([_clock(b["wall_ns"], digits)] if wall else []), _int(b["ops"]),
+             _rate(b["ops_per_s"]), _bar(b["ops_per_s"] / peak, 20), _rate(b["read_mb_per_s"]),
+             _rate(b["write_mb_per_s"]), _int(b["errors"])] for b in buckets]
+    text = table(head, rows, "r" * (len(head) - 4) + "lrrr")
+    note = (f"operations that started in each {_width(t['width_ns'])}, and the bytes they read and wrote, per "
+            f"second; t: seconds since the trace's first record; MB = 10^6 bytes")
+    if t.get("plot"):
+        note += f"; drawn into {t['plot']}"
+    return f"timeline\n{text}\n({note})"
+
+
+def plot_timeline(path: str, s: dict) -> None:
+    """The timeline as a PNG: operations per second above, MB/s read and written below."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    t = s["timeline"]
+    buckets = t["buckets"]
+    width = t["width_ns"] / 1e9
+    edges = np.array([b["t_s"] for b in buckets] + [buckets[-1]["t_s"] + width])
+    fig = Figure(figsize=(9, 5.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.stairs([b["ops_per_s"] for b in buckets], edges, color="0.25", linewidth=1.2)
+    top.set(ylabel="operations/s", ylim=(0, None))
+    bottom.stairs([b["read_mb_per_s"] for b in buckets], edges, label="read", color="#1f77b4", linewidth=1.2)
+    bottom.stairs([b["write_mb_per_s"] for b in buckets], edges, label="write", color="#ff7f0e", linewidth=1.2)
+    bottom.set(ylabel="MB/s", ylim=(0, None), xlabel="seconds since the trace's first record")
+    bottom.legend(loc="upper right", fontsize=8)
+    what = "  ".join(s["filters"]["options"]) if s["filters"] else "all records"
+    top.set_title(f"{s['directory']}: {what}, per {_width(t['width_ns'])}", fontsize=9, parse_math=False)
+    fig.savefig(path, format="png")
+
+
 def _bar(fraction: float, width: int = 40) -> str:
     eighths = round(fraction * width * 8)
     return "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
@@ -332,6 +780,24 @@ def _int(n: int) -> str:
     return f"{n:,}"
 
 
+def _rate(x: float) -> str:
+    return _num(x) if x else "0"
+
+
+def _width(ns: int) -> str:
+    """A timeline bucket's width: 0.02 s, 1 s, 300 s."""
+    return f"{ns / 1e9:g} s"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f} %"
+
+
+def _literal(text: str) -> str:
+    """A DuckDB string literal (no backslash escapes in DuckDB's: only ' is doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _short(value, width: int = 48) -> str:
     text = str(value)
     return text if len(text) <= width else "…" + text[-(width - 1):]
@@ -339,3 +805,9 @@ def _short(value, width: int = 48) -> str:
 
 def _wall(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9).astimezone().isoformat(sep=" ", timespec="milliseconds")
+
+
+def _clock(ns: int, digits: int) -> str:
+    """Local time of day, to `digits` decimals of a second (at most 3)."""
+    text = datetime.fromtimestamp(ns / 1e9).astimezone().strftime("%H:%M:%S.%f")
+    return text[:9 + min(digits, 3)] if digits else text[:8]

@@ -140,7 +140,7 @@ def test_text_report(trace):
     assert "dropped" not in text and "warning" not in text
     header = next(ln for ln in lines if ln.startswith("op "))
     assert header.split() == ["op", "count", "errors", "ops/s", "MB/s", "mean", "p50", "p90", "p99",
-                              "p99.9", "max", "time%"]
+                              "p99.9", "max", "total", "%total", "errno"]
     assert "█" in text and "read  (" in text
 
 
@@ -165,7 +165,7 @@ def test_cli_text_by_path(trace):
     done = fusetrace("report", str(trace), "--by", "path")
     assert done.returncode == 0, done.stderr
     assert "path" in done.stdout and "/d/f" in done.stdout
-    assert "top 20 of 40 paths (--json has all)" in done.stdout
+    assert "top 20 of 40 paths (--top N shows more, --json has all)" in done.stdout
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "metadata only"])

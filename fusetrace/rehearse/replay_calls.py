@@ -1,0 +1,491 @@
+"""What each traced FUSE operation becomes on a replay's target: the system call (or few)
+that makes a kernel send the target that request, on TARGET + the record's path.
+
+Paths in a trace were resolved by the kernel, below the mount; here every one is walked
+below TARGET without following a symbolic link: opens are one openat2(2) with
+RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS (so the target is sent the recorded open flags,
+no O_NOFOLLOW added); other calls open the directory so and act on the last name
+relative to it, never following it (fstatat AT_SYMLINK_NOFOLLOW, lchown, lsetxattr, an
+O_PATH descriptor for truncate and chmod).  A path with a "." or ".." component is refused.
+
+Handles: open, create and opendir keep the new descriptor under the record's (pid, fh),
+which the operations on the handle name.  A flush is a close(2) of one descriptor of the
+file: it is held back until the handle's next operation, and is a close(dup(fd)) unless
+that operation is the release, when the one close(fd) makes both requests, as the
+original close did (one flush, one release, not two flushes).  A readdir at offset 0
+reads the whole listing; the batches after it are covered by it, and the number of
+entries is compared with theirs once the recording reached the listing's end.
+"""
+
+import ctypes
+import errno
+import os
+import stat
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ..errors import UserError
+
+# The columns a replay reads, in Rec's order.
+COLUMNS = ["start_ns", "dur_ns", "op", "path", "path2", "fh", "offset", "size", "result", "errno", "pid",
+           "flags", "mode"]
+
+
+class Rec(NamedTuple):
+    """The part of a trace record a replay needs (docs/TRACE_FORMAT.md)."""
+
+    start_ns: int
+    dur_ns: int
+    op: str
+    path: str
+    path2: str | None
+    fh: int
+    offset: int
+    size: int
+    result: int
+    errno: int
+    pid: int
+    flags: int
+    mode: int
+
+
+class Refused(Exception):
+    """A record the replay does not issue on its own: `reason` (counted), and the
+    differences its arrival settled (a readdir that ends a listing compares it)."""
+
+    def __init__(self, reason: str, found: "list[Difference] | None" = None):
+        super().__init__(reason)
+        self.reason, self.found = reason, found or []
+
+
+# A difference between the replay's outcome and the recording: (record, kind, detail).
+Difference = tuple[Rec, str, str]
+
+SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table, Linux 5.6)
+RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS = 0x08, 0x04
+_NOT_IN_OPEN = os.O_CREAT | os.O_EXCL | os.O_NOCTTY  # the kernel sends an open none of these (it would be a create)
+# What open(2) takes (openat2 refuses other bits, such as the kernel's own __FMODE_EXEC a record may hold).
+_OPEN_FLAGS = (os.O_ACCMODE | os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_TRUNC | os.O_APPEND | os.O_NONBLOCK
+               | os.O_DSYNC | os.O_ASYNC | os.O_DIRECT | os.O_LARGEFILE | os.O_DIRECTORY | os.O_NOFOLLOW
+               | os.O_NOATIME | os.O_CLOEXEC | os.O_SYNC)
+# Asked by the kernel before every write to a file (to drop file capabilities): a replayed
+# write makes the target's kernel ask again, so issuing the record too would ask twice.
+KERNEL_XATTR = "security.capability"
+
+REFUSED_PATH = "its path leaves TARGET (a '.' or '..' component, or not '/'-rooted)"
+REFUSED_HANDLE = "its handle is not open here (the open failed or was not replayed)"
+REFUSED_DEVICE = "a device node (its device number is not traced)"
+REFUSED_XATTR = f"getxattr {KERNEL_XATTR}: the target's kernel asks it itself before each replayed write"
+COVERED = "readdir after offset 0: covered by the listing read at offset 0"
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+    how = _OpenHow(flags, mode, resolve)
+    fd = _syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), os.fsencode(path), ctypes.byref(how),
+                  ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return fd
+
+
+def errno_name(code: int) -> str:
+    return "ok" if code == 0 else errno.errorcode.get(code, str(code))
+
+
+class Handle:
+    """A descriptor the replay opened for a traced handle; its flush held back (the
+    record, or None), and for a directory the listing being compared."""
+
+    __slots__ = ("fd", "flush", "listed", "listing", "recorded")
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.flush: Rec | None = None
+        self.listing: Rec | None = None  # the readdir at offset 0 whose listing is being compared
+        self.listed = self.recorded = 0  # entries the replay listed; the recording's, summed over its batches
+
+
+class Target:
+    """TARGET, the directory the records are issued against."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        try:
+            self.fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise UserError(f"{directory}: cannot replay into it: {(exc.strerror or str(exc)).lower()}") from None
+        try:
+            os.close(_openat2(self.fd, ".", os.O_PATH | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS))
+        except OSError as exc:
+            os.close(self.fd)
+            raise UserError(f"{directory}: cannot replay into it: openat2 failed ({exc.strerror}); replay needs "
+                            f"Linux 5.6 or later") from None
+        self.handles: dict[tuple[int, int], Handle] = {}
+        self._lock = threading.Lock()  # taking a held-back flush
+        self._zeros = b""
+        self._calls: dict[str, Callable[[Rec], list[Difference]]] = {
+            "lookup": self._stat, "getattr": self._stat, "setattr": self._setattr, "readlink": self._readlink,
+            "mknod": self._mknod, "mkdir": self._mkdir, "symlink": self._symlink, "unlink": self._unlink,
+            "rmdir": self._rmdir, "rename": self._rename, "link": self._link, "open": self._open,
+            "create": self._open, "opendir": self._open, "read": self._read, "write": self._write,
+            "flush": self._flush, "release": self._release, "fsync": self._fsync, "fsyncdir": self._fsync,
+            "readdir": self._readdir, "releasedir": self._release, "statfs": self._statfs,
+            "access": self._access, "getxattr": self._getxattr, "setxattr": self._setxattr,
+            "listxattr": self._listxattr, "removexattr": self._removexattr,
+        }
+
+    def issue(self, rec: Rec) -> list[Difference]:
+        """Issue the record's system call(s); the differences from its recorded outcome.
+        Refused (before any call) when the record cannot be reproduced."""
+        call = self._calls.get(rec.op)
+        if call is None:
+            raise Refused(f"{rec.op}: not an operation replay knows")
+        return call(rec)
+
+    def close(self) -> list[Difference]:
+        """Close every handle the trace left open (their held-back flushes are issued
+        then), and TARGET.  Returns the differences found on the way."""
+        found: list[Difference] = []
+        for key in list(self.handles):
+            h = self.handles.pop(key)
+            found += self._close(h)
+        os.close(self.fd)
+        return found
+
+    # ---- paths ----------------------------------------------------------------------
+
+    def _parent(self, path: str) -> tuple[int, str]:
+        """(directory descriptor, last name) of a traced path below TARGET; the
+        descriptor is TARGET's own or one the caller closes.  The root is (TARGET, ".").
+        Refused (before any call) for a path that leaves TARGET; OSError when the walk
+        fails (a directory missing, a symbolic link on the way)."""
+        parent, name = _split(path)
+        if parent is None:
+            return self.fd, name
+        return _openat2(self.fd, parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC,
+                        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), name
+
+    def _release_parent(self, dirfd: int) -> None:
+        if dirfd != self.fd:
+            os.close(dirfd)
+
+    def _path_call(self, path: str, fn: Callable[[int, str], Any]) -> tuple[int, Any]:
+        """(errno, fn(directory descriptor, name)) for a traced path; a failed walk is
+        the outcome's errno, as the kernel's own walk would have failed."""
+        try:
+            dirfd, name = self._parent(path)
+        except OSError as exc:
+            return exc.errno or errno.EIO, None
+        try:
+            return _value(lambda: fn(dirfd, name))
+        finally:
+            self._release_parent(dirfd)
+
+    # ---- entries --------------------------------------------------------------------
+
+    def _stat(self, rec: Rec) -> list[Difference]:
+        err, st = self._path_call(rec.path, lambda d, n: os.stat(n, dir_fd=d, follow_symlinks=False))
+        found = _errno(rec, err)
+        if not found and st is not None and rec.mode and stat.S_IFMT(st.st_mode) != stat.S_IFMT(rec.mode):
+            found.append((rec, "another file type", f"{_kind(st.st_mode)}, recorded {_kind(rec.mode)}"))
+        return found
+
+    def _readlink(self, rec: Rec) -> list[Difference]:
+        err, target = self._path_call(rec.path, lambda d, n: os.readlink(n, dir_fd=d))
+        return _errno(rec, err) or _count(rec, err, None if target is None else len(target),
+                                          "characters in the link's target")
+
+    def _mknod(self, rec: Rec) -> list[Difference]:
+        mode = rec.mode or stat.S_IFREG | 0o644
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            raise Refused(REFUSED_DEVICE)
+        return _errno(rec, self._path_call(rec.path, lambda d, n: os.mknod(n, mode, dir_fd=d))[0])
+
+    def _mkdir(self, rec: Rec) -> list[Difference]:
+        mode = stat.S_IMODE(rec.mode) if rec.mode else 0o755
+        return _errno(rec, self._path_call(rec.path, lambda d, n: os.mkdir(n, mode, dir_fd=d))[0])
+
+    def _symlink(self, rec: Rec) -> list[Difference]:
+        target = rec.path2
+        if target is None:
+            raise Refused("symlink: its target is not in the record")
+        return _errno(rec, self._path_call(rec.path, lambda d, n: os.symlink(target, n, dir_fd=d))[0])
+
+    def _unlink(self, rec: Rec) -> list[Difference]:
+        return _errno(rec, self._path_call(rec.path, lambda d, n: os.unlink(n, dir_fd=d))[0])
+
+    def _rmdir(self, rec: Rec) -> list[Difference]:
+        return _errno(rec, self._path_call(rec.path, lambda d, n: os.rmdir(n, dir_fd=d))[0])
+
+    def _rename(self, rec: Rec) -> list[Difference]:
+        return self._two(rec, lambda d, n, d2, n2: os.rename(n, n2, src_dir_fd=d, dst_dir_fd=d2))
+
+    def _link(self, rec: Rec) -> list[Difference]:
+        return self._two(rec, lambda d, n, d2, n2: os.link(n, n2, src_dir_fd=d, dst_dir_fd=d2,
+                                                           follow_symlinks=False))
+
+    def _two(self, rec: Rec, fn: Callable[[int, str, int, str], None]) -> list[Difference]:
+        """rename and link: from the record's path to its second one (path2)."""
+        path2 = rec.path2
+        if path2 is None:
+            raise Refused(f"{rec.op}: its second path is not in the record")
+        _split(path2)  # Refused before any call
+
+        def to_second(dirfd: int, name: str) -> int:
+            return self._path_call(path2, lambda dirfd2, name2: fn(dirfd, name, dirfd2, name2))[0]
+
+        err, second_err = self._path_call(rec.path, to_second)
+        return _errno(rec, err or second_err)
+
+    # ---- attributes -----------------------------------------------------------------
+
+    def _setattr(self, rec: Rec) -> list[Difference]:
+        """What path2 names, in its order: size (truncate), mode (chmod to the mode the
+        reply recorded), uid and gid (chown to the current owner: the value is not
+        traced), atime and mtime (both set to now)."""
+        names = (rec.path2 or "").split(",")
+        h = self.handles.get((rec.pid, rec.fh)) if rec.fh else None
+        if h is not None:
+            found = self._settle(h)
+            return found + _errno(rec, _call(lambda: _set_fd(h.fd, names, rec)))
+        return _errno(rec, self._path_call(rec.path, lambda d, n: _set_at(d, n, names, rec))[0])
+
+    def _statfs(self, rec: Rec) -> list[Difference]:
+        return _errno(rec, _call(lambda: os.statvfs(self.fd)))
+
+    def _access(self, rec: Rec) -> list[Difference]:
+        """access(2) of the file's existence: the mask asked is not traced."""
+        err, ok = self._path_call(rec.path, lambda d, n: os.access(n, os.F_OK, dir_fd=d, follow_symlinks=False))
+        return _errno(rec, err or (0 if ok else errno.EACCES))
+
+    def _xattr_at(self, rec: Rec, fn: Callable[[str], Any]) -> tuple[int, Any]:
+        """fn on /proc/self/fd/DIR/NAME: the xattr calls take no directory descriptor."""
+        return self._path_call(rec.path, lambda d, n: fn(f"/proc/self/fd/{d}/{n}"))
+
+    def _getxattr(self, rec: Rec) -> list[Difference]:
+        if rec.path2 == KERNEL_XATTR:
+            raise Refused(REFUSED_XATTR)
+        err, value = self._xattr_at(rec, lambda p: os.getxattr(p, rec.path2 or "", follow_symlinks=False))
+        return _errno(rec, err) or _count(rec, err, None if value is None else len(value), "bytes of value")
+
+    def _setxattr(self, rec: Rec) -> list[Difference]:
+        value = bytes(rec.size)  # the value is not traced: zeros of its length
+        err, _ = self._xattr_at(rec, lambda p: os.setxattr(p, rec.path2 or "", value, follow_symlinks=False))
+        return _errno(rec, err)
+
+    def _listxattr(self, rec: Rec) -> list[Difference]:
+        err, names = self._xattr_at(rec, lambda p: os.listxattr(p, follow_symlinks=False))
+        return _errno(rec, err) or _count(rec, err, None if names is None else len(names), "attribute names")
+
+    def _removexattr(self, rec: Rec) -> list[Difference]:
+        err, _ = self._xattr_at(rec, lambda p: os.removexattr(p, rec.path2 or "", follow_symlinks=False))
+        return _errno(rec, err)
+
+    # ---- handles --------------------------------------------------------------------
+
+    def _open(self, rec: Rec) -> list[Difference]:
+        """open, create, opendir with the recorded flags, in one openat2 that follows no
+        link (so no O_NOFOLLOW is added: the target is sent the flags recorded)."""
+        if rec.op == "opendir":
+            flags, mode = os.O_RDONLY | os.O_DIRECTORY, 0
+        elif rec.op == "create":
+            flags, mode = rec.flags & _OPEN_FLAGS | os.O_CREAT, stat.S_IMODE(rec.mode) if rec.mode else 0o644
+        else:
+            flags, mode = rec.flags & _OPEN_FLAGS & ~_NOT_IN_OPEN, 0
+        parent, name = _split(rec.path)
+        err, fd = _value(lambda: _openat2(self.fd, name if parent is None else f"{parent}/{name}",
+                                          flags | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, mode))
+        found: list[Difference] = []
+        if fd is not None:
+            old = self.handles.get((rec.pid, rec.fh))
+            if old is not None:  # the trace lost its release: that handle number is being reused
+                found += self._close(old)
+            self.handles[(rec.pid, rec.fh)] = Handle(fd)
+        return found + _errno(rec, err)
+
+    def _handle(self, rec: Rec) -> Handle:
+        h = self.handles.get((rec.pid, rec.fh))
+        if h is None:
+            raise Refused(REFUSED_HANDLE)
+        return h
+
+    def _settle(self, h: Handle) -> list[Difference]:
+        """Issue the handle's held-back flush, if it has one, as a close of a duplicate."""
+        with self._lock:
+            flush, h.flush = h.flush, None
+        if flush is None:
+            return []
+        return _errno(flush, _call(lambda: os.close(os.dup(h.fd))))
+
+    def _read(self, rec: Rec) -> list[Difference]:
+        h = self._handle(rec)
+        found = self._settle(h)
+        err, data = _value(lambda: os.pread(h.fd, rec.size, rec.offset))
+        return found + (_errno(rec, err) or _count(rec, err, None if data is None else len(data), "bytes read"))
+
+    def _write(self, rec: Rec) -> list[Difference]:
+        h = self._handle(rec)
+        found = self._settle(h)
+        if len(self._zeros) < rec.size:
+            self._zeros = bytes(rec.size)  # the data is not traced: zeros
+        zeros = memoryview(self._zeros)[:rec.size]
+        err, n = _value(lambda: os.pwrite(h.fd, zeros, rec.offset))
+        return found + (_errno(rec, err) or _count(rec, err, n, "bytes written"))
+
+    def _fsync(self, rec: Rec) -> list[Difference]:
+        h = self._handle(rec)
+        return self._settle(h) + _errno(rec, _call(lambda: os.fsync(h.fd)))
+
+    def _flush(self, rec: Rec) -> list[Difference]:
+        h = self._handle(rec)
+        found = self._settle(h)  # an earlier close of a duplicate
+        with self._lock:
+            h.flush = rec
+        return found
+
+    def _release(self, rec: Rec) -> list[Difference]:
+        h = self.handles.pop((rec.pid, rec.fh), None)
+        if h is None:
+            raise Refused(REFUSED_HANDLE)
+        return self._close(h, rec)
+
+    def _close(self, h: Handle, release: Rec | None = None) -> list[Difference]:
+        """close(fd), with the held-back flush's outcome (close returns the flush's error)."""
+        found: list[Difference] = []
+        with self._lock:
+            flush, h.flush = h.flush, None
+        err = _call(lambda: os.close(h.fd))
+        if flush is not None:
+            found += _errno(flush, err)
+        if release is not None:
+            found += _errno(release, 0 if flush is not None else err)
+        return found
+
+    def _readdir(self, rec: Rec) -> list[Difference]:
+        h = self._handle(rec)
+        if rec.offset:
+            if h.listing is not None:
+                h.recorded += rec.result
+                if rec.result == 0:  # the recording reached the listing's end: compare
+                    raise Refused(COVERED, self._listing_done(h))
+            raise Refused(COVERED)
+        found = self._settle(h)
+        h.listing = None  # a listing the recording did not read to its end is not compared
+        err, names = _value(lambda: os.listdir(h.fd))
+        if names is not None and not rec.errno:
+            h.listing, h.listed, h.recorded = rec, len(names) + 2, rec.result  # the recording lists "." and ".."
+        return found + _errno(rec, err)
+
+    def _listing_done(self, h: Handle) -> list[Difference]:
+        listing, h.listing = h.listing, None
+        if listing is None or h.listed == h.recorded:
+            return []
+        return _count(listing._replace(result=h.recorded), 0, h.listed, "entries listed")
+
+
+def _split(path: str) -> tuple[str | None, str]:
+    """(parent below TARGET or None for TARGET itself, last name) of a traced path;
+    Refused when it would leave TARGET."""
+    if not path.startswith("/"):
+        raise Refused(REFUSED_PATH)
+    names = path[1:].split("/")
+    if "." in names or ".." in names or "" in names[:-1] or (names[-1] == "" and len(names) > 1):
+        raise Refused(REFUSED_PATH)
+    if len(names) == 1:
+        return None, names[0] or "."
+    return "/".join(names[:-1]), names[-1]
+
+
+def _set_fd(fd: int, names: list[str], rec: Rec) -> None:
+    """setattr through an open handle (ftruncate, fchmod, fchown, futimens)."""
+    st = os.fstat(fd) if {"mode", "uid", "gid"} & set(names) else None
+    for attr in _setattr_calls(names):
+        if attr == "size":
+            os.ftruncate(fd, rec.size)
+        elif attr == "mode":
+            os.fchmod(fd, stat.S_IMODE(rec.mode or st.st_mode))  # type: ignore[union-attr]
+        elif attr == "owner":
+            os.fchown(fd, *_owner(names, st))  # type: ignore[arg-type]
+        else:
+            os.utime(fd)
+
+
+def _set_at(dirfd: int, name: str, names: list[str], rec: Rec) -> None:
+    """setattr on a path: size and mode through an O_PATH descriptor of the object
+    (truncate(2) and chmod(2) follow a link; a /proc/self/fd/N of it does not lead past it)."""
+    calls = _setattr_calls(names)
+    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False) if "owner" in calls or (
+        "mode" in calls and not rec.mode) else None
+    obj = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd) if {"size", "mode"} & set(calls) else -1
+    try:
+        for attr in calls:
+            if attr == "size":
+                os.truncate(f"/proc/self/fd/{obj}", rec.size)
+            elif attr == "mode":
+                os.chmod(f"/proc/self/fd/{obj}", stat.S_IMODE(rec.mode or st.st_mode))  # type: ignore[union-attr]
+            elif attr == "owner":
+                os.chown(name, *_owner(names, st), dir_fd=dirfd, follow_symlinks=False)  # type: ignore[arg-type]
+            else:
+                os.utime(name, dir_fd=dirfd, follow_symlinks=False)
+    finally:
+        if obj >= 0:
+            os.close(obj)
+
+
+def _setattr_calls(names: list[str]) -> list[str]:
+    """The calls a setattr's attributes take, in their order: size, mode, owner (uid and
+    gid in one chown), times (atime and mtime in one utime, both to now)."""
+    calls: list[str] = [a for a in ("size", "mode") if a in names]
+    if "uid" in names or "gid" in names:
+        calls.append("owner")
+    if "atime" in names or "mtime" in names:
+        calls.append("times")
+    return calls
+
+
+def _owner(names: list[str], st: os.stat_result) -> tuple[int, int]:
+    """chown's arguments: the current owner for what the setattr set (the value is not traced)."""
+    return st.st_uid if "uid" in names else -1, st.st_gid if "gid" in names else -1
+
+
+def _value(fn: Callable[[], Any]) -> tuple[int, Any]:
+    """(0, fn()), or (its errno, None) when it failed."""
+    try:
+        return 0, fn()
+    except OSError as exc:
+        return exc.errno or errno.EIO, None
+
+
+def _call(fn: Callable[[], Any]) -> int:
+    """fn's errno (0 when it returned)."""
+    return _value(fn)[0]
+
+
+def _errno(rec: Rec, err: int) -> list[Difference]:
+    if err == rec.errno:
+        return []
+    return [(rec, f"{errno_name(err)}, recorded {errno_name(rec.errno)}", "")]
+
+
+def _count(rec: Rec, err: int, got: int | None, what: str) -> list[Difference]:
+    """A result the recording counted (bytes, entries, names) that came out otherwise."""
+    if err or got is None or got == rec.result:
+        return []
+    return [(rec, f"{'fewer' if got < rec.result else 'more'} {what}", f"{got:,}, recorded {rec.result:,}")]
+
+
+def _kind(mode: int) -> str:
+    return {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symbolic link",
+            stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
+            stat.S_IFBLK: "block device"}.get(stat.S_IFMT(mode), "unknown")

@@ -84,6 +84,7 @@ def glob_regex(pattern: str) -> str:
     one name, `**` crosses `/` (and `**/` also matches no directory at all), `[abc]`,
     `[a-z]`, `[!abc]` a character class; anything else, `\\` included, stands for itself.
     A glob not starting with `/` matches at any depth, as if it began with `**/`."""
+    given = pattern
     if not pattern.startswith("/"):
         pattern = "**/" + pattern
     out, i, n = [], 0, len(pattern)
@@ -115,7 +116,7 @@ def glob_regex(pattern: str) -> str:
             while j < n and pattern[j] != "]":
                 j += 1
             if j >= n:
-                raise UserError(f"--path {pattern}: a [ opens a character class that has no ]; write [[] for a "
+                raise UserError(f"--path {given}: a [ opens a character class that has no ]; write [[] for a "
                                 f"literal [")
             members = "".join("\\" + ch if ch in "\\[]^" else ch for ch in pattern[first:j])
             out.append(f"[^/{members}]" if negate else f"[{members}]")

@@ -1,6 +1,7 @@
 """`fusetrace report` against numpy on the same synthetic records, and the trace
 directory read by DuckDB and pandas with no fusetrace code."""
 
+import errno
 import json
 import subprocess
 import sys
@@ -10,9 +11,11 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import poll
+from conftest import one_line_error, poll
 
-from fusetrace.report import Trace, render
+from fusetrace import cli
+from fusetrace.errors import UserError
+from fusetrace.report import Filters, Trace, glob_regex, render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
@@ -311,3 +314,471 @@ def test_a_format_1_trace_still_reports(tmp_path, trace):
     assert "where the modelled time went: not recorded (a format 1 trace" in text
     done = fusetrace("report", str(old), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["shaping"] is None
+
+
+# ---- format 3: who, filters, errno names, coverage, hints, timeline ---------------------------
+
+RICH_OPS = np.array(["read", "write", "getattr", "lookup", "getxattr", "open", "fsync"])
+DIRS = np.array(["/src", "/src/lib", "/build", "/"])
+COMMS = {200: "make", 201: "cc1", 202: "sh", 203: "python3.11-long"}  # 15 bytes, as the kernel keeps a name
+T0 = 5_000_000_000  # the first record's start_ns
+
+
+def rich(n: int, seed: int = 11) -> pd.DataFrame:
+    """Records as a format 3 mount writes them: a process name, nested directories, errors
+    of several kinds (an errno Python has no name for among them), xattr names, overlaps."""
+    rng = np.random.default_rng(seed)
+    op = rng.choice(RICH_OPS, n, p=[0.25, 0.15, 0.2, 0.15, 0.15, 0.05, 0.05])
+    directory = rng.choice(DIRS, n)
+    path = np.array([f"{d.rstrip('/')}/f{i}" for d, i in zip(directory, rng.integers(0, 6, n))])
+    u = rng.random(n)
+    err = np.select([(op == "lookup") & (u < 0.3), (op == "getxattr") & (u < 0.8), (op == "read") & (u < 0.05),
+                     (op == "write") & (u < 0.03)], [errno.ENOENT, errno.ENODATA, errno.EACCES, 999], 0)
+    pid = rng.integers(200, 205, n)
+    comm = np.array([COMMS.get(p, "") for p in pid], dtype=object)
+    comm[(pid == 204) & (u < 0.5)] = "cat"  # 204: half its records named, half not (the process was gone)
+    size = np.where(np.isin(op, ["read", "write"]), rng.choice([4096, 65536], n), 0)
+    return pd.DataFrame({
+        "start_ns": T0 + np.concatenate([[0], np.cumsum(rng.integers(0, 400_000, n - 1))]),
+        "dur_ns": np.rint(rng.lognormal(11, 1.5, n)).astype(np.int64),
+        "op": op, "path": path,
+        "path2": np.where(op == "getxattr", rng.choice(["security.capability", "user.x"], n, p=[0.9, 0.1]), None),
+        "size": size, "result": np.where(err == 0, size, 0), "errno": err, "pid": pid, "comm": comm,
+    })
+
+
+def write3(directory, df: pd.DataFrame, metadata: dict | None = None) -> None:
+    """Write a DataFrame's records through a real TraceWriter (format 3)."""
+    base = {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box"}
+    with TraceWriter(directory, {**base, **(metadata or {})}, flush_interval=3600) as w:
+        for r in df.itertuples(index=False):
+            path2 = r.path2 if isinstance(r.path2, str) else None  # pandas holds a missing one as NaN
+            w.record(TraceRecord(int(r.start_ns), int(r.dur_ns), str(r.op), 2, str(r.path), path2, 0, 0,
+                                 int(r.size), int(r.result), int(r.errno), int(r.pid), 0, 0, 0,
+                                 comm=str(r.comm)))
+
+
+@pytest.fixture(scope="module")
+def rich_df():
+    return rich(6_000)
+
+
+@pytest.fixture(scope="module")
+def trace3(tmp_path_factory, rich_df):
+    d = tmp_path_factory.mktemp("report3") / "t"
+    write3(d, rich_df, {"fuse_round_trip_ns": 40_000})
+    return d
+
+
+def report(capsys, *argv: str) -> subprocess.CompletedProcess:
+    """`fusetrace report ...` through the real command line, in this process."""
+    code = cli.main(["report", *argv])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["fusetrace", "report", *argv], code, out, err)
+
+
+def errnos_of(df: pd.DataFrame) -> dict[str, int]:
+    counts = df[df.errno != 0].errno.value_counts()
+    return {errno.errorcode.get(int(k), f"errno {k}"): int(v) for k, v in counts.items()}
+
+
+@pytest.mark.parametrize("glob, path, matches", [
+    ("/a/*", "/a/b", True), ("/a/*", "/a/b/c", False), ("/a/*", "/a", False), ("/a/*", "/a/", True),
+    ("/a/**", "/a/b", True), ("/a/**", "/a/b/c", True), ("/a/**", "/a", False),
+    ("/a/**/c", "/a/c", True), ("/a/**/c", "/a/b/c", True), ("/a/**/c", "/a/b/x/c", True), ("/a/**/c", "/a/bc", False),
+    ("/a**", "/a/b/c", True), ("/a/***", "/a/b/c", True),
+    ("*.o", "/x.o", True), ("*.o", "/d/e/x.o", True), ("*.o", "/d/x.oo", False), ("*.o", "/d.o/x", False),
+    ("d/*.c", "/d/a.c", True), ("d/*.c", "/x/d/a.c", True), ("d/*.c", "/xd/a.c", False),
+    ("/f?", "/f1", True), ("/f?", "/f12", False), ("/f?", "/f/", False),
+    ("/[ab]*", "/a1", True), ("/[ab]*", "/b", True), ("/[ab]*", "/c", False),
+    ("/[!ab]", "/c", True), ("/[!ab]", "/a", False), ("/x[!a]y", "/x/y", False),
+    ("/[a-c]", "/b", True), ("/[a-c]", "/-", False), ("/x[]]", "/x]", True), ("/x[[]", "/x[", True),
+    ("/x[\\]", "/x\\", True), ("/x[!]]", "/xa", True), ("/x[!]]", "/x]", False), ("/x[!^]", "/xa", True),
+    ("/a.b", "/axb", False), ("/a+b", "/aab", False), ("/a+b", "/a+b", True), ("/(1)|x", "/(1)|x", True),
+    ("/it's", "/it's", True), ("/\\x80*", "/\\x80abc", True), ("/\\x80*", "/x80abc", False),
+    ("/é?", "/éa", True), ("/{a,b}", "/{a,b}", True), ("/{a,b}", "/a", False), ("/$^", "/$^", True),
+])
+def test_path_glob_matches_as_documented(glob, path, matches):
+    """DuckDB (RE2) runs the expression: `*` stays within a name, `**` crosses `/`."""
+    [(found,)] = duckdb.execute("select regexp_full_match(?, ?)", [path, glob_regex(glob)]).fetchall()
+    assert found is matches
+
+
+def test_path_glob_refuses_an_open_class():
+    with pytest.raises(UserError, match=r"--path /a\[b: a \[ opens a character class that has no \]"):
+        Filters(path="/a[b")
+    with pytest.raises(UserError, match=r"--path x\[\^\]: a \["):
+        Filters(path="x[^]")
+
+
+def test_filters_combined_match_pandas(trace3, rich_df):
+    df = rich_df
+    t = (df.start_ns - T0) / 1e9
+    f = Filters(ops=("read", "write", "lookup"), pids=(200, 201, 202, 204), comms=("make", "cc1", "cat"),
+                path="/src/**", since="0.2", until="0.9")
+    mine = df[df.op.isin(["read", "write", "lookup"]) & df.pid.isin([200, 201, 202, 204])
+              & df.comm.isin(["make", "cc1", "cat"]) & df.path.str.startswith("/src/") & (t >= 0.2) & (t < 0.9)]
+    assert 100 < len(mine) < len(df) / 4
+    trace = Trace(trace3, f)
+    assert (trace.records, trace.matched) == (len(df), len(mine))
+    assert trace.first_ns == mine.start_ns.min() and trace.last_ns == (mine.start_ns + mine.dur_ns).max()
+    rows, _ = trace.ops()
+    for r in rows:
+        sel = mine[mine.op == r["op"]]
+        assert (r["count"], r["total_ns"], r["errnos"]) == (len(sel), sel.dur_ns.sum(), errnos_of(sel))
+        assert r["p99_ns"] == pytest.approx(np.percentile(sel.dur_ns, 99), rel=1e-9)
+    assert {r["op"] for r in rows} == set(mine.op)
+    # every section sees only the filtered records
+    hist = trace.histograms()
+    assert {op: sum(b["count"] for b in bs) for op, bs in hist.items()} == mine.op.value_counts().to_dict()
+    timeline = trace.timeline()
+    assert timeline is not None and sum(b["ops"] for b in timeline["buckets"]) == len(mine)
+    s = trace.summary()
+    assert s["filters"]["options"] == ["--op read,write,lookup", "--pid 200", "--pid 201", "--pid 202", "--pid 204",
+                                       "--comm make", "--comm cc1", "--comm cat", "--path /src/**",
+                                       "--since 0.2", "--until 0.9"]
+    assert s["coverage"]["span_ns"] == trace.span_ns
+    header = render(s).splitlines()[3]
+    assert header.startswith("filters     --op read,write,lookup  --pid 200") and header.endswith(
+        f": {len(mine):,} of {len(df):,} records")
+    assert "(since +0.200 s, " in header and "; until +0.900 s, " in header
+
+
+def test_a_comm_longer_than_the_kernel_keeps_matches_its_first_15_bytes(trace3, rich_df):
+    trace = Trace(trace3, Filters(comms=("python3.11-long-running",)))
+    assert trace.matched == (rich_df.pid == 203).sum() > 0
+
+
+def test_a_glob_may_start_with_the_mountpoint(trace3, rich_df):
+    assert Trace(trace3, Filters(path="/mnt/t/src/*")).matched == rich_df.path.str.match(r"^/src/[^/]*$").sum()
+
+
+def test_no_record_matched(trace3):
+    s = Trace(trace3, Filters(ops=("rename",))).summary(timeline=True)
+    assert s["matched"] == 0 and s["ops"] == [] and s["coverage"] is None and s["timeline"] is None
+    text = render(s)
+    assert "no records match the filters" in text and "in flight" not in text
+
+
+@pytest.mark.parametrize("by", ["comm", "dir", "pid"])
+def test_by_comm_dir_and_pid_match_pandas(trace3, rich_df, by):
+    df = rich_df.copy()
+    df["dir"] = df.path.map(lambda p: p.rsplit("/", 1)[0] or "/")
+    rows, groups = Trace(trace3).ops(by)
+    assert groups == df[by].nunique()
+    for r in rows:
+        sel = df[(df[by] == r[by]) & (df.op == r["op"])]
+        assert (r["count"], r["total_ns"], r["errors"], r["errnos"]) == (
+            len(sel), sel.dur_ns.sum(), (sel.errno != 0).sum(), errnos_of(sel))
+    assert sum(r["count"] for r in rows) == len(df)
+    if by == "pid":
+        comms = {r["pid"]: r["comms"] for r in rows}
+        assert comms[200] == ["make"] and comms[204] == ["cat"]  # its unnamed records add no name
+
+
+def test_by_dir_files_a_directory_listing_under_the_directory(tmp_path):
+    df = pd.DataFrame({"start_ns": T0 + np.arange(6) * 1000, "dur_ns": 10,
+                       "op": ["readdir", "opendir", "lookup", "getattr", "mkdir", "getattr"],
+                       "path": ["/a/b", "/a/b", "/a/b/c", "/a/b", "/x", "/"], "path2": None, "size": 0,
+                       "result": 0, "errno": 0, "pid": 1, "comm": "ls"})
+    write3(tmp_path / "t", df)
+    rows, _ = Trace(tmp_path / "t").ops("dir")
+    assert sorted((r["dir"], r["op"]) for r in rows) == [
+        ("/", "getattr"), ("/", "mkdir"), ("/a", "getattr"), ("/a/b", "lookup"), ("/a/b", "opendir"),
+        ("/a/b", "readdir")]
+
+
+def test_text_names_processes_and_errors(trace3, rich_df, capsys):
+    done = report(capsys, str(trace3), "--by", "comm", "--top", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    head = next(ln for ln in lines if ln.startswith("comm "))
+    assert head.split()[-3:] == ["total", "%total", "errno"]
+    assert "top 2 of 6 comms (--top N shows more, --json has all)" in done.stdout  # "" the sixth
+    looked = rich_df[(rich_df.op == "lookup") & (rich_df.comm == rich_df.groupby("comm").dur_ns.sum().idxmax())]
+    assert any(ln.split()[-2:] == ["ENOENT", f"{(looked.errno == errno.ENOENT).sum():,}"] for ln in lines)
+    writes = rich_df[rich_df.op == "write"]
+    text = report(capsys, str(trace3), "--op", "write").stdout
+    assert "EACCES" not in text and f"errno 999 {(writes.errno == 999).sum()}" in text
+    by_pid = report(capsys, str(trace3), "--by", "pid", "--top", "5").stdout
+    assert any(ln.startswith("204 cat ") for ln in by_pid.splitlines())
+    by_unknown = report(capsys, str(trace3), "--by", "comm", "--pid", "204").stdout
+    assert "(unknown)" in by_unknown and any(ln.startswith("cat ") for ln in by_unknown.splitlines())
+
+
+def union_ns(intervals) -> int:
+    """The length of a union of [start, end) intervals, merged the plain way."""
+    total, lo, hi = 0, None, None
+    for s, e in sorted(intervals):
+        if hi is None or s > hi:
+            total += 0 if hi is None else hi - lo
+            lo, hi = s, e
+        else:
+            hi = max(hi, e)
+    return total + (0 if hi is None else hi - lo)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_coverage_matches_merging_the_intervals(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    n = 400
+    df = rich(n, seed)
+    # clusters of overlapping operations with gaps between them, zero-length ones among them
+    df["start_ns"] = T0 + np.sort(rng.integers(0, 50_000_000, n))
+    df["dur_ns"] = np.where(rng.random(n) < 0.05, 0, rng.integers(1, 400_000, n))
+    rt = int(rng.integers(5_000, 60_000))
+    write3(tmp_path / "t", df, {"fuse_round_trip_ns": rt})
+    c = Trace(tmp_path / "t").coverage()
+    s, e = df.start_ns.to_numpy(), (df.start_ns + df.dur_ns).to_numpy()
+    lo, hi = s.min(), e.max()
+    assert c["span_ns"] == hi - lo
+    assert c["busy_ns"] == union_ns(zip(s, e)) < c["span_ns"]
+    assert c["busy_with_round_trip_ns"] == union_ns(zip(np.maximum(s - rt, lo), e)) > c["busy_ns"]
+    assert c["busy_share"] == pytest.approx(c["busy_ns"] / (hi - lo))
+    assert c["rest_share"] == pytest.approx(1 - c["busy_with_round_trip_ns"] / (hi - lo))
+    assert (c["round_trip_ns"], c["round_trips_ns"], c["summed_ns"]) == (rt, rt * n, df.dur_ns.sum())
+    pids = Trace(tmp_path / "t", Filters(pids=(201,))).coverage()
+    mine = df[df.pid == 201]
+    assert pids["busy_ns"] == union_ns(zip(mine.start_ns, mine.start_ns + mine.dur_ns))
+
+
+def test_coverage_lines(trace3, tmp_path):
+    lines = render(Trace(trace3).summary()).splitlines()
+    flight = next(ln for ln in lines if ln.startswith("in flight   "))
+    assert "had an operation in flight; their latencies sum to" in flight
+    assert next(ln for ln in lines if ln.startswith("round trip  ")).startswith(
+        "round trip  with FUSE's (40.0µs each, measured at mount) added to each operation: ")
+    assert next(ln for ln in lines if ln.startswith("the rest    ")).endswith(
+        "of the span: the application's own time (CPU, other I/O, waiting) and what the kernel answered from its "
+        "caches")
+    write3(tmp_path / "t", rich(50))  # no round trip in the metadata
+    assert "round trip  FUSE's own, before and after each operation: not measured (not in its _metadata.json)" in \
+        render(Trace(tmp_path / "t").summary())
+
+
+def hint_trace(tmp_path, ops: dict[str, int], errors: dict[str, int] | None = None, metadata: dict | None = None,
+               files: int = 3) -> list[str]:
+    """The hints of a trace of `ops` ({op: count}), `errors[op]` of them failing as
+    lookups and getxattrs do (ENOENT, ENODATA)."""
+    rows = []
+    for op, count in ops.items():
+        failing = (errors or {}).get(op, 0)
+        code = errno.ENODATA if op == "getxattr" else errno.ENOENT
+        rows += [(op, code if i < failing else 0, f"/d/f{i % files}") for i in range(count)]
+    df = pd.DataFrame(rows, columns=["op", "errno", "path"])
+    n = len(df)
+    df = df.assign(start_ns=T0 + np.arange(n) * 1000, dur_ns=500, size=0, result=0, pid=7, comm="sqlite3",
+                   path2=np.where(df.op == "getxattr", "security.capability", None))
+    d = tmp_path / f"t{len(list(tmp_path.iterdir()))}"
+    write3(d, df, metadata)
+    return [h["hint"] for h in Trace(d).hints()]
+
+
+def test_xattr_miss_hint(tmp_path):
+    assert hint_trace(tmp_path, {"getxattr": 25, "write": 75}, {"getxattr": 25}) == ["xattr-misses"]
+    assert hint_trace(tmp_path, {"getxattr": 25, "write": 75}, {"getxattr": 19}) == []  # 19 %
+    assert hint_trace(tmp_path, {"getxattr": 25, "write": 75}) == []  # found: not a miss
+
+
+def test_failed_lookup_hint(tmp_path):
+    assert hint_trace(tmp_path, {"lookup": 40, "getattr": 60}, {"lookup": 20}) == ["failed-lookups"]
+    assert hint_trace(tmp_path, {"lookup": 40, "getattr": 60}, {"lookup": 19}) == []
+
+
+def test_fsync_hint(tmp_path):
+    assert hint_trace(tmp_path, {"write": 80, "fsync": 20}) == ["fsync-per-write"]  # one per 4 writes
+    assert hint_trace(tmp_path, {"write": 40, "fsync": 15, "fsyncdir": 5}) == ["fsync-per-write"]
+    assert hint_trace(tmp_path, {"write": 81, "fsync": 20}) == []
+    assert hint_trace(tmp_path, {"write": 19, "fsync": 19}) == []  # too few to matter
+
+
+def test_attr_timeout_hint(tmp_path):
+    ops = {"getattr": 30, "read": 70}
+    assert hint_trace(tmp_path, ops, metadata={"options": {"attr_timeout": 0}}) == ["attr-timeout-0"]
+    assert hint_trace(tmp_path, ops, metadata={"options": {"attr_timeout": 1.0}}) == []
+    assert hint_trace(tmp_path, {"getattr": 19, "read": 81}, metadata={"options": {"attr_timeout": 0}}) == []
+
+
+def test_missing_records_hint(tmp_path):
+    assert hint_trace(tmp_path, {"read": 10}) == []
+    d = next(tmp_path.iterdir())
+    for counter in ("dropped", "lost"):
+        meta.write(str(d), {**meta.read(str(d)), "dropped": 0, "lost": 0, counter: 3})
+        assert [h["hint"] for h in Trace(d).hints()] == ["missing-records"]
+
+
+def test_hints_in_text_and_json(tmp_path, capsys):
+    hint_trace(tmp_path, {"getxattr": 30, "lookup": 30, "write": 30, "fsync": 25}, {"getxattr": 30, "lookup": 30})
+    d = next(tmp_path.iterdir())
+    text = report(capsys, str(d)).stdout
+    at = text.splitlines().index("hints")
+    hints = text.splitlines()[at + 1:]
+    assert len(hints) == 3 and all(h.startswith("- ") for h in hints)
+    assert hints[0].startswith("- getxattr: 26.1 % of the records are look-ups of extended attributes the file does "
+                               "not have (security.capability 30): mount with --no-xattrs")
+    assert hints[1].startswith("- lookup: 26.1 % of the records look up names that do not exist (most in /d: 30)")
+    assert "this mount caches no absent names" in hints[1]
+    assert hints[2].startswith("- fsync: 25 calls on 3 files, one for every 1.2 writes, ")
+    out = json.loads(report(capsys, str(d), "--json").stdout)
+    assert [h["hint"] for h in out["hints"]] == ["xattr-misses", "failed-lookups", "fsync-per-write"]
+    assert out["hints"][2]["syncs"] == 25 and out["hints"][2]["writes"] == 30
+    # the filters apply: without the getxattrs and lookups, only fsync's hint is left
+    out = json.loads(report(capsys, str(d), "--json", "--op", "write,fsync").stdout)
+    assert [h["hint"] for h in out["hints"]] == ["fsync-per-write"]
+
+
+def test_timeline_matches_numpy(trace3, rich_df):
+    timeline = Trace(trace3).timeline()
+    assert timeline is not None
+    width = timeline["width_ns"]
+    b = (rich_df.start_ns - T0).to_numpy() // width
+    n = b.max() + 1
+    assert len(timeline["buckets"]) == n <= 60
+    assert n > 60 / 2.5  # the next width down, 1, 2 or 5 times a power of ten, would need more than 60
+    ok = rich_df.errno == 0
+    want = {"ops": np.bincount(b, minlength=n), "errors": np.bincount(b, weights=~ok, minlength=n),
+            "read_bytes": np.bincount(b, weights=np.where(rich_df.op == "read", rich_df.result, 0), minlength=n),
+            "write_bytes": np.bincount(b, weights=np.where(rich_df.op == "write", rich_df.result, 0), minlength=n)}
+    for k, v in want.items():
+        assert [x[k] for x in timeline["buckets"]] == v.tolist(), k
+    first = timeline["buckets"][3]
+    assert first["t_s"] == 3 * width / 1e9 and first["start_ns"] == T0 + 3 * width
+    assert first["ops_per_s"] == pytest.approx(first["ops"] / (width / 1e9))
+    assert first["read_mb_per_s"] == pytest.approx(first["read_bytes"] / 1e6 / (width / 1e9))
+
+
+def test_timeline_widths_keep_to_60_rows(tmp_path):
+    spans = {"t1": 40_000_000, "t2": 7 * 10**9, "t3": 5 * 3600 * 10**9, "t4": 9 * 86400 * 10**9}
+    for name, span in spans.items():
+        df = rich(3).assign(start_ns=[T0, T0 + span // 3, T0 + span], dur_ns=1)
+        write3(tmp_path / name, df)
+        t = Trace(tmp_path / name).timeline()
+        assert t is not None and 30 <= len(t["buckets"]) <= 60, (name, t["width_ns"])
+        assert [b["ops"] for b in t["buckets"]].count(0) == len(t["buckets"]) - 3
+
+
+def test_timeline_text_and_plot(trace3, tmp_path, capsys):
+    png = tmp_path / "timeline.png"
+    done = report(capsys, str(trace3), "--timeline", "--plot", str(png), "--op", "read")
+    assert done.returncode == 0, done.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    lines = done.stdout.splitlines()
+    at = lines.index("timeline")
+    assert lines[at + 1].split() == ["t", "(s)", "time", "ops", "ops/s", "read", "MB/s", "write", "MB/s", "errors"]
+    assert f"drawn into {png}" in done.stdout
+    rows = lines[at + 3:next(i for i, ln in enumerate(lines) if ln.startswith("(operations that started"))]
+    assert sum(int(r.split()[2].replace(",", "")) for r in rows) == Trace(trace3, Filters(ops=("read",))).matched
+    assert "█" in "\n".join(rows)
+    out = json.loads(report(capsys, str(trace3), "--timeline", "--json").stdout)
+    assert sum(b["ops"] for b in out["timeline"]["buckets"]) == out["matched"] == out["records"]
+
+
+def test_json_has_everything(trace3, rich_df, capsys):
+    out = json.loads(report(capsys, str(trace3), "--json", "--by", "dir", "--comm", "make", "--histogram").stdout)
+    assert out["format_version"] == 3 and out["by"] == "dir" and out["top"] is None
+    assert out["filters"]["comm"] == ["make"] and out["matched"] == (rich_df.comm == "make").sum()
+    assert set(out["coverage"]) >= {"span_ns", "busy_ns", "busy_share", "round_trip_ns", "busy_with_round_trip_ns",
+                                    "rest_share"}
+    assert out["hints"] and out["histograms"]
+    assert sum(sum(r["errnos"].values()) for r in out["ops"]) == ((rich_df.comm == "make") & (rich_df.errno != 0)).sum()
+
+
+def test_since_and_until_as_wall_clock_times(tmp_path, capsys, monkeypatch):
+    """A time of day is the occurrence nearest the first record: a trace that runs past
+    midnight takes 00:00:00.5 on its second day.  The same cut in seconds agrees."""
+    monkeypatch.setenv("TZ", "UTC")
+    import time as _time
+
+    _time.tzset()
+    try:
+        df = rich(2000).assign(start_ns=T0 + np.arange(2000) * 1_000_000)  # 2 s from 23:59:59 UTC
+        midnight = int(pd.Timestamp("2026-11-24T00:00:00Z").value)
+        write3(tmp_path / "t", df, {"start_wall_ns": midnight - 10**9, "start_monotonic_ns": T0})
+
+        def matched(*argv):
+            return json.loads(report(capsys, str(tmp_path / "t"), "--json", *argv).stdout)["matched"]
+
+        assert matched("--since", "1.5") == 500
+        assert matched("--since", "00:00:00.5") == 500
+        assert matched("--since", "0:00:00.5") == 500
+        assert matched("--since", "2026-11-24T00:00:00.5") == 500
+        assert matched("--since", "2026-11-24T01:00:00.5+01:00") == 500
+        assert matched("--since", "23:59:59.25", "--until", "00:00") == 750
+        assert matched("--until", "23:59") == 0
+    finally:
+        monkeypatch.undo()
+        _time.tzset()
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--since", "abc"], ["--since abc: not seconds since the trace's first record (12.5), a time of day"]),
+    (["--until", "-1"], ["--until -1: seconds since the trace's first record must be 0 or more"]),
+    (["--since", "25:00"], ["--since 25:00: not seconds"]),
+    (["--since", "nan"], ["--since nan: seconds since"]),
+    (["--since", "2", "--until", "1"], ["--since 2 is not before --until 1"]),
+    (["--path", "/src/[ab"], ["--path /src/[ab: a [ opens a character class that has no ]"]),
+    (["--op", "reed"], ["--op reed: not a FUSE operation (one of: lookup, getattr"]),
+    (["--plot", "x.png"], ["--plot x.png: draws the timeline; give --timeline with it"]),
+    (["--timeline", "--plot", "x.jpg"], ["--plot x.jpg: the plot is a PNG; name the file .png"]),
+    (["--timeline", "--plot", "/nonexistent/x.png"], ["--plot /nonexistent/x.png: no such directory /nonexistent"]),
+])
+def test_bad_options_are_one_line_errors(trace3, capsys, argv, needles):
+    done = report(capsys, str(trace3), *argv)
+    one_line_error(done, *needles, code=1)
+    assert done.stdout == "" and done.stderr.startswith("fusetrace: ")
+
+
+def test_a_wall_clock_time_needs_the_metadata(trace, tmp_path, capsys):
+    d = tmp_path / "copied"
+    d.mkdir()
+    for p in trace.glob("*.parquet"):
+        (d / p.name).write_bytes(p.read_bytes())
+    one_line_error(report(capsys, str(d), "--since", "12:00"), "--since 12:00: this trace has no clock mapping (no "
+                   "_metadata.json: source, start time and drops unknown); give seconds since its first record")
+
+
+def test_a_plot_that_cannot_be_written_is_one_line(trace3, tmp_path, capsys):
+    (tmp_path / "x.png").mkdir()  # a directory where the file should go
+    one_line_error(report(capsys, str(trace3), "--timeline", "--plot", str(tmp_path / "x.png")),
+                   f"--plot {tmp_path / 'x.png'}: cannot write it: ")
+
+
+def test_a_format_2_trace_reports_and_refuses_comm_in_one_line(trace3, tmp_path, capsys):
+    """Before format 3 records named no process: the report works as before; --by comm and
+    --comm say so in one line and point to --pid."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for p in trace3.glob("*.parquet"):
+        pq.write_table(pq.read_table(p).drop_columns(["comm", "kind", "flags", "mode", "entry"]), old / p.name)
+    meta.write(str(old), {**meta.read(str(trace3)), "format_version": 2})
+    del_rt = meta.read(str(old))
+    del del_rt["fuse_round_trip_ns"]
+    meta.write(str(old), del_rt)
+    new, was = Trace(trace3).summary(by="pid"), Trace(old).summary(by="pid")
+    assert [{**r, "comms": []} for r in new["ops"]] == was["ops"]
+    assert was["coverage"]["busy_ns"] == new["coverage"]["busy_ns"] and was["coverage"]["round_trip_ns"] is None
+    assert "not measured (a trace from before format 3)" in render(was)
+    for argv, what in ((["--by", "comm"], "--by comm"), (["--comm", "sh"], "--comm")):
+        one_line_error(report(capsys, str(old), *argv), f"{old}: {what}: this trace names no processes (format 2, "
+                       "recorded before format 3 added comm); --pid and --by pid work on it")
+
+
+def test_report_of_a_real_mount_names_the_tools(mount, tmp_path, capsys):
+    """sh, mkdir, cat and tar on a traced mount: the report names each, finds cat's missing
+    file by its errno's name, measures the round trip, and filters by path and process."""
+    m = mount("--attr-timeout", "0", "--entry-timeout", "0", trace=True)
+    script = (f"mkdir {m.mountpoint}/src && for i in 1 2 3; do echo $i > {m.mountpoint}/src/f$i; done; "
+              f"cat {m.mountpoint}/src/f1 {m.mountpoint}/src/nope; tar cf {tmp_path}/x.tar -C {m.mountpoint} src")
+    subprocess.run(["sh", "-c", script], capture_output=True, check=False)
+    m.unmount()
+    out = json.loads(report(capsys, str(m.trace), "--json", "--by", "comm").stdout)
+    rows = {(r["comm"], r["op"]): r for r in out["ops"]}
+    assert {"sh", "mkdir", "cat", "tar"} <= {comm for comm, _ in rows}
+    assert rows["cat", "lookup"]["errnos"].get("ENOENT", 0) >= 1 and rows["mkdir", "mkdir"]["count"] == 1
+    c = out["coverage"]
+    assert 0 < c["round_trip_ns"] < 10**8 and 0 < c["busy_ns"] <= c["busy_with_round_trip_ns"] <= c["span_ns"]
+    assert c["rest_share"] == pytest.approx(1 - c["busy_with_round_trip_share"])
+    tar = json.loads(report(capsys, str(m.trace), "--json", "--by", "path", "--comm", "tar", "--path", "/src/*").stdout)
+    assert tar["matched"] > 0 and {r["path"] for r in tar["ops"]} <= {"/src/f1", "/src/f2", "/src/f3"}
+    text = report(capsys, str(m.trace), "--by", "dir", "--timeline").stdout
+    assert any(ln.startswith("/src ") for ln in text.splitlines()) and "\ntimeline\n" in text

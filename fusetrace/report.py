@@ -40,7 +40,7 @@ WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tupl
 # Hints: each fires only when its share or count is reached (tests/test_report.py runs both sides)
 HINT_SHARE = 0.2  # of the records: xattr misses, failed lookups, getattrs on a mount with --attr-timeout 0
 FSYNC_HINT_COUNT = 20  # at least this many fsync/fsyncdir calls ...
-FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each
+FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each to the files they synced
 
 NoTrace = reader.NoTrace  # raised for a missing or empty trace directory (scenarios/plots.py catches it)
 
@@ -151,7 +151,9 @@ class Trace:
         self.columns = {row[0] for row in self._db.execute("describe all_records").fetchall()}
         self.format_version = self.metadata.get("format_version") or (
             3 if "comm" in self.columns else 2 if "gate" in self.columns else 1)
-        self.records, self.origin_ns = self._one("select count(*), min(start_ns) from all_records")
+        totals = "count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0)"
+        whole = self._one(f"select {totals} from all_records")
+        self.records, self.origin_ns = whole[:2]
         self.filters = filters
         self.since_ns = self._instant("since", filters.since)
         self.until_ns = self._instant("until", filters.until)
@@ -160,7 +162,7 @@ class Trace:
         where = self._condition()
         self._db.execute(f"create view trace as select * from all_records {'where ' + where if where else ''}")
         self.matched, self.first_ns, self.last_ns, self.total_ns = self._one(
-            "select count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0) from trace")
+            f"select {totals} from trace") if where else whole
         self.span_ns = self.last_ns - self.first_ns if self.matched else 0
 
     def _one(self, sql: str) -> tuple:
@@ -272,11 +274,7 @@ class Trace:
         cursor = self._db.execute(sql)
         names = [d[0] for d in cursor.description]
         rows = [dict(zip(names, r)) for r in cursor.fetchall()]
-        errors: dict[tuple, dict[str, int]] = {}
-        for *k, code, n in self._db.execute(f"""
-                select {key + ', ' if key else ''}op, errno, count(*) as n from trace where errno <> 0
-                group by all order by n desc, errno""").fetchall():
-            errors.setdefault(tuple(k), {})[errnos.errorcode.get(code, f"errno {code}")] = n
+        errors = self._errors(key)
         comms: dict[int, list[str]] = {}
         if by == "pid" and "comm" in self.columns:
             for pid, comm, _ in self._db.execute("""
@@ -294,6 +292,21 @@ class Trace:
             if by == "pid":
                 r["comms"] = comms.get(r["pid"], [])
         return rows, groups
+
+    def _errors(self, key: str | None) -> dict[tuple, dict[str, int]]:
+        """{(group, op) or (op,): {errno name: count, most first}} of the failed records."""
+        errors: dict[tuple, dict[str, int]] = {}
+        for *k, code, n in self._db.execute(f"""
+                select {key + ', ' if key else ''}op, errno, count(*) as n from trace where errno <> 0
+                group by all order by n desc, errno""").fetchall():
+            errors.setdefault(tuple(k), {})[errnos.errorcode.get(code, f"errno {code}")] = n
+        return errors
+
+    def _per_op(self) -> dict[str, dict]:
+        """{op: {count, total_ns, errnos}}: what the hints go by, without ops()'s percentiles."""
+        errors = self._errors(None)
+        return {op: {"count": n, "total_ns": total, "errnos": errors.get((op,), {})} for op, n, total in
+                self._db.execute("select op, count(*), sum(dur_ns) from trace group by op").fetchall()}
 
     def shaping(self) -> list[dict] | None:
         """Per op, where the modelled time of its shaped operations went: how many
@@ -365,23 +378,22 @@ class Trace:
         out["rest_share"] = None if busy_share is None else 1 - busy_share
         return out
 
-    def hints(self) -> list[dict]:
+    def hints(self, per_op: dict[str, dict] | None = None) -> list[dict]:
         """What to change, where the records show a common cause of lost time: each a
-        `hint` name, one line of `text` with its remedy, and the figures behind it."""
+        `hint` name, one line of `text` with its remedy, and the figures behind it.
+        `per_op`: ops()'s ungrouped rows by op, when the caller has them."""
         out = []
         n = self.matched
         m = self.metadata
         options = m.get("options") or {}
         if n:
-            (xattr_misses, lookup_misses, syncs, writes, synced, sync_ns, getattrs) = self._one(f"""
-                select count(*) filter (where op = 'getxattr' and errno = {errnos.ENODATA}),
-                       count(*) filter (where op = 'lookup' and errno = {errnos.ENOENT}),
-                       count(*) filter (where op in ('fsync', 'fsyncdir')),
-                       count(*) filter (where op = 'write'),
-                       count(distinct path) filter (where op in ('fsync', 'fsyncdir')),
-                       coalesce(sum(dur_ns) filter (where op in ('fsync', 'fsyncdir')), 0),
-                       count(*) filter (where op = 'getattr')
-                from trace""")
+            ops = self._per_op() if per_op is None else per_op
+            none: dict = {"count": 0, "total_ns": 0, "errnos": {}}
+            xattr_misses = ops.get("getxattr", none)["errnos"].get("ENODATA", 0)
+            lookup_misses = ops.get("lookup", none)["errnos"].get("ENOENT", 0)
+            syncs = sum(ops.get(op, none)["count"] for op in ("fsync", "fsyncdir"))
+            sync_ns = sum(ops.get(op, none)["total_ns"] for op in ("fsync", "fsyncdir"))
+            getattrs = ops.get("getattr", none)["count"]
             if xattr_misses >= HINT_SHARE * n:  # with --no-xattrs the mount answers ENOSYS, once
                 names = ", ".join(f"{name} {_int(k)}" for name, k in self._db.execute(f"""
                     select path2, count(*) as k from trace where op = 'getxattr' and errno = {errnos.ENODATA}
@@ -402,15 +414,21 @@ class Trace:
                                     f"exist (most in {where}: {_int(k)}): a program searching a list of directories "
                                     f"(PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) one after another; shorten the list or "
                                     f"put the usual hit first{cached}"})
-            if syncs >= FSYNC_HINT_COUNT and writes <= FSYNC_HINT_WRITES * syncs:
-                share = sync_ns / self.total_ns if self.total_ns else 0
-                out.append({"hint": "fsync-per-write", "syncs": syncs, "writes": writes, "files": synced,
-                            "summed_share": share,
-                            "text": f"fsync: {_int(syncs)} calls on {_int(synced)} files, one for every "
-                                    f"{writes / syncs:.1f} writes, {_pct(share)} of the summed operation time: each "
-                                    f"waits until the data is on stable storage (on EFS a round trip to the "
-                                    f"server); make fewer, larger transactions (sqlite: PRAGMA journal_mode=WAL with "
-                                    f"synchronous=NORMAL syncs at checkpoints only)"})
+            if syncs >= FSYNC_HINT_COUNT:
+                synced, writes = self._one("""
+                    select count(distinct path) filter (where op <> 'write'),
+                           count(*) filter (where op = 'write' and path in (select path from trace where op = 'fsync'))
+                    from trace where op in ('fsync', 'fsyncdir', 'write')""")
+                if writes <= FSYNC_HINT_WRITES * syncs:
+                    share = sync_ns / self.total_ns if self.total_ns else 0
+                    out.append({"hint": "fsync-per-write", "syncs": syncs, "writes": writes, "synced": synced,
+                                "summed_share": share,
+                                "text": f"fsync: {_int(syncs)} calls (fsyncdir included) on {_int(synced)} files and "
+                                        f"directories, one for every {writes / syncs:.1f} writes to them, "
+                                        f"{_pct(share)} of the summed operation time: each waits until the data is on "
+                                        f"stable storage (on EFS a round trip to the server); make fewer, larger "
+                                        f"transactions (sqlite: PRAGMA journal_mode=WAL with synchronous=NORMAL syncs "
+                                        f"at checkpoints only)"})
             if getattrs >= HINT_SHARE * n and options.get("attr_timeout") == 0:
                 out.append({"hint": "attr-timeout-0", "records": getattrs, "share": getattrs / n,
                             "text": f"getattr: {_pct(getattrs / n)} of the records: this mount had --attr-timeout 0, "
@@ -479,7 +497,7 @@ class Trace:
             "ops": ops,
             "coverage": self.coverage(),
             "shaping": self.shaping(),
-            "hints": self.hints(),
+            "hints": self.hints(None if by else {r["op"]: r for r in ops}),
         }
         if histogram:
             out["histograms"] = self.histograms()

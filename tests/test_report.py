@@ -557,10 +557,10 @@ def test_coverage_lines(trace3, tmp_path):
 
 
 def hint_trace(tmp_path, ops: dict[str, int], errors: dict[str, int] | None = None, metadata: dict | None = None,
-               files: int = 3) -> list[str]:
-    """The hints of a trace of `ops` ({op: count}), `errors[op]` of them failing as
-    lookups and getxattrs do (ENOENT, ENODATA)."""
-    rows = []
+               files: int = 3, other_writes: int = 0) -> list[str]:
+    """The hints of a trace of `ops` ({op: count}) on `files` files, `errors[op]` of them
+    failing as lookups and getxattrs do (ENOENT, ENODATA), and `other_writes` to other files."""
+    rows = [("write", 0, f"/other/f{i}") for i in range(other_writes)]
     for op, count in ops.items():
         failing = (errors or {}).get(op, 0)
         code = errno.ENODATA if op == "getxattr" else errno.ENOENT
@@ -589,6 +589,7 @@ def test_fsync_hint(tmp_path):
     assert hint_trace(tmp_path, {"write": 80, "fsync": 20}) == ["fsync-per-write"]  # one per 4 writes
     assert hint_trace(tmp_path, {"write": 40, "fsync": 15, "fsyncdir": 5}) == ["fsync-per-write"]
     assert hint_trace(tmp_path, {"write": 81, "fsync": 20}) == []
+    assert hint_trace(tmp_path, {"write": 80, "fsync": 20}, other_writes=500) == ["fsync-per-write"]  # not synced
     assert hint_trace(tmp_path, {"write": 19, "fsync": 19}) == []  # too few to matter
 
 
@@ -618,7 +619,8 @@ def test_hints_in_text_and_json(tmp_path, capsys):
                                "not have (security.capability 30): mount with --no-xattrs")
     assert hints[1].startswith("- lookup: 26.1 % of the records look up names that do not exist (most in /d: 30)")
     assert "this mount caches no absent names" in hints[1]
-    assert hints[2].startswith("- fsync: 25 calls on 3 files, one for every 1.2 writes, ")
+    assert hints[2].startswith("- fsync: 25 calls (fsyncdir included) on 3 files and directories, one for every 1.2 "
+                               "writes to them, ")
     out = json.loads(report(capsys, str(d), "--json").stdout)
     assert [h["hint"] for h in out["hints"]] == ["xattr-misses", "failed-lookups", "fsync-per-write"]
     assert out["hints"][2]["syncs"] == 25 and out["hints"][2]["writes"] == 30

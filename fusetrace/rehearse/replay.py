@@ -43,7 +43,7 @@ from ..report import _int, _ns
 from ..texttable import table
 from ..trace import reader
 from .lanes import Lanes
-from .replay_calls import COLUMNS, Difference, Rec, Refused, Target
+from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
 
 BATCH_ROWS = 4096  # records read from the trace at a time
 MAX_WORKERS = 1024  # a FUSE mount serves 1,024 requests at once by default (--max-requests)
@@ -92,7 +92,7 @@ class Replay:
         self._running: set[int] = set()  # their numbers, until they end
         self._waiting = False  # the dispatcher waits for an operation to end
         self._handed = 0
-        self._queue: queue.SimpleQueue[tuple[int, Rec, int | None] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[int, Rec, Handle | None, int | None] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._crash: BaseException | None = None
         self._lock = threading.Lock()  # the figures below
@@ -156,6 +156,7 @@ class Replay:
         next record does not overlap it, so it may run here."""
         self._raise_crash()
         first = self._count(rec)
+        handle = self.target.bind(rec)
         self._after_what_it_follows(rec.start_ns)
         due = None
         if self.speed is not None:
@@ -165,7 +166,7 @@ class Replay:
                 time.sleep(wait / 1e9)
         if alone:
             self.most_at_once = max(self.most_at_once, len(self._running) + 1)
-            self._issue(rec, due)
+            self._issue(rec, handle, due)
             return
         with self._cond:
             self._handed += 1
@@ -179,7 +180,7 @@ class Replay:
                     self._threads.append(t)
                 else:
                     self.waited_for_worker += 1
-        self._queue.put((self._handed, rec, due))
+        self._queue.put((self._handed, rec, handle, due))
 
     def _count(self, rec: Rec) -> int:
         """A record read, for the recording's span and concurrency; the first one's start_ns."""
@@ -213,9 +214,9 @@ class Replay:
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
-            number, rec, due = item
+            number, rec, handle, due = item
             try:
-                self._issue(rec, due)
+                self._issue(rec, handle, due)
             except BaseException as exc:  # a bug: the dispatcher raises it
                 self._crash = exc
             finally:
@@ -224,14 +225,13 @@ class Replay:
                     if self._waiting:
                         self._cond.notify()
 
-    def _issue(self, rec: Rec, due: int | None) -> None:
+    def _issue(self, rec: Rec, handle: Handle | None, due: int | None) -> None:
         issued = time.monotonic_ns()
         try:
-            found = self.target.issue(rec)
+            found = self.target.issue(rec, handle)
         except Refused as refused:
             with self._lock:
-                self.refused[refused.reason] += 1
-                self._note(refused.found)
+                self.refused[str(refused)] += 1
             return
         except (ValueError, OverflowError, MemoryError) as exc:  # a value no system call takes
             with self._lock:

@@ -8,13 +8,17 @@ no O_NOFOLLOW added); other calls open the directory so and act on the last name
 relative to it, never following it (fstatat AT_SYMLINK_NOFOLLOW, lchown, lsetxattr, an
 O_PATH descriptor for truncate and chmod).  A path with a "." or ".." component is refused.
 
-Handles: open, create and opendir keep the new descriptor under the record's (pid, fh),
-which the operations on the handle name.  A flush is a close(2) of one descriptor of the
+Handles: open, create and opendir bind a new Handle to the record's (pid, fh), which the
+operations on the handle name, and release unbinds it; `bind` does this in start order,
+before the record is issued, so an open that reuses the number of a handle whose release
+is still under way gets a Handle of its own.  A flush is a close(2) of one descriptor of the
 file: it is held back until the handle's next operation, and is a close(dup(fd)) unless
 that operation is the release, when the one close(fd) makes both requests, as the
-original close did (one flush, one release, not two flushes).  A readdir at offset 0
-reads the whole listing; the batches after it are covered by it, and the number of
-entries is compared with theirs once the recording reached the listing's end.
+original close did (one flush, one release, not two flushes).  A readdir is one
+getdents64(2) call, which a FUSE kernel turns into one readdir request (a page of entries),
+from the start again at offset 0; the entries are counted over the listing and compared
+with the recording's when it reached the end (its last, empty, batch), so a target that
+returns them in other batches (a local file system: all in one) still matches.
 """
 
 import ctypes
@@ -51,12 +55,7 @@ class Rec(NamedTuple):
 
 
 class Refused(Exception):
-    """A record the replay does not issue on its own: `reason` (counted), and the
-    differences its arrival settled (a readdir that ends a listing compares it)."""
-
-    def __init__(self, reason: str, found: "list[Difference] | None" = None):
-        super().__init__(reason)
-        self.reason, self.found = reason, found or []
+    """A record the replay does not issue: the message is the reason, counted."""
 
 
 # A difference between the replay's outcome and the recording: (record, kind, detail).
@@ -73,11 +72,11 @@ _OPEN_FLAGS = (os.O_ACCMODE | os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_TRUNC 
 # write makes the target's kernel ask again, so issuing the record too would ask twice.
 KERNEL_XATTR = "security.capability"
 
+OPENS = frozenset(("open", "create", "opendir"))
 REFUSED_PATH = "its path leaves TARGET (a '.' or '..' component, or not '/'-rooted)"
 REFUSED_HANDLE = "its handle is not open here (the open failed or was not replayed)"
 REFUSED_DEVICE = "a device node (its device number is not traced)"
 REFUSED_XATTR = f"getxattr {KERNEL_XATTR}: the target's kernel asks it itself before each replayed write"
-COVERED = "readdir after offset 0: covered by the listing read at offset 0"
 
 
 class _OpenHow(ctypes.Structure):
@@ -105,15 +104,15 @@ def errno_name(code: int) -> str:
 
 class Handle:
     """A descriptor the replay opened for a traced handle; its flush held back (the
-    record, or None), and for a directory the listing being compared."""
+    record, or None), and for a directory the entries listed since offset 0, here and
+    in the recording."""
 
-    __slots__ = ("fd", "flush", "listed", "listing", "recorded")
+    __slots__ = ("fd", "flush", "listed", "recorded")
 
-    def __init__(self, fd: int):
-        self.fd = fd
+    def __init__(self) -> None:
+        self.fd = -1  # until its open has succeeded here
         self.flush: Rec | None = None
-        self.listing: Rec | None = None  # the readdir at offset 0 whose listing is being compared
-        self.listed = self.recorded = 0  # entries the replay listed; the recording's, summed over its batches
+        self.listed = self.recorded = 0
 
 
 class Target:
@@ -132,22 +131,51 @@ class Target:
             raise UserError(f"{directory}: cannot replay into it: openat2 failed ({exc.strerror}); replay needs "
                             f"Linux 5.6 or later") from None
         self.handles: dict[tuple[int, int], Handle] = {}
+        self._orphans: list[Handle] = []  # bound again before their release (the trace lost it)
         self._lock = threading.Lock()  # taking a held-back flush
         self._zeros = b""
         self._calls: dict[str, Callable[[Rec], list[Difference]]] = {
-            "lookup": self._stat, "getattr": self._stat, "setattr": self._setattr, "readlink": self._readlink,
-            "mknod": self._mknod, "mkdir": self._mkdir, "symlink": self._symlink, "unlink": self._unlink,
-            "rmdir": self._rmdir, "rename": self._rename, "link": self._link, "open": self._open,
-            "create": self._open, "opendir": self._open, "read": self._read, "write": self._write,
-            "flush": self._flush, "release": self._release, "fsync": self._fsync, "fsyncdir": self._fsync,
-            "readdir": self._readdir, "releasedir": self._release, "statfs": self._statfs,
-            "access": self._access, "getxattr": self._getxattr, "setxattr": self._setxattr,
-            "listxattr": self._listxattr, "removexattr": self._removexattr,
+            "lookup": self._stat, "getattr": self._stat, "readlink": self._readlink, "mknod": self._mknod,
+            "mkdir": self._mkdir, "symlink": self._symlink, "unlink": self._unlink, "rmdir": self._rmdir,
+            "rename": self._rename, "link": self._link, "statfs": self._statfs, "access": self._access,
+            "getxattr": self._getxattr, "setxattr": self._setxattr, "listxattr": self._listxattr,
+            "removexattr": self._removexattr,
+        }
+        self._handle_calls: dict[str, Callable[[Rec, Handle], list[Difference]]] = {
+            "read": self._read, "write": self._write, "flush": self._flush, "release": self._close,
+            "releasedir": self._close, "fsync": self._fsync, "fsyncdir": self._fsync, "readdir": self._readdir,
         }
 
-    def issue(self, rec: Rec) -> list[Difference]:
-        """Issue the record's system call(s); the differences from its recorded outcome.
-        Refused (before any call) when the record cannot be reproduced."""
+    def bind(self, rec: Rec) -> Handle | None:
+        """The handle a record opens or acts on (None: none), found in start order."""
+        key = (rec.pid, rec.fh)
+        if rec.op in OPENS:
+            if rec.errno:  # it gave no handle
+                return None
+            h = self.handles.get(key)
+            if h is not None:
+                self._orphans.append(h)
+            h = self.handles[key] = Handle()
+            return h
+        if rec.op in ("release", "releasedir"):
+            return self.handles.pop(key, None)
+        if rec.op in self._handle_calls or (rec.op == "setattr" and rec.fh):
+            return self.handles.get(key)
+        return None
+
+    def issue(self, rec: Rec, h: Handle | None) -> list[Difference]:
+        """Issue the record's system call(s), on the handle `bind` gave it; the
+        differences from its recorded outcome.  Refused (before any call) when the
+        record cannot be reproduced."""
+        if rec.op in OPENS:
+            return self._open(rec, h)
+        if rec.op == "setattr":
+            return self._setattr(rec, h)
+        handle_call = self._handle_calls.get(rec.op)
+        if handle_call is not None:
+            if h is None or h.fd < 0:
+                raise Refused(REFUSED_HANDLE)
+            return handle_call(rec, h)
         call = self._calls.get(rec.op)
         if call is None:
             raise Refused(f"{rec.op}: not an operation replay knows")
@@ -157,9 +185,11 @@ class Target:
         """Close every handle the trace left open (their held-back flushes are issued
         then), and TARGET.  Returns the differences found on the way."""
         found: list[Difference] = []
-        for key in list(self.handles):
-            h = self.handles.pop(key)
-            found += self._close(h)
+        for h in [*self.handles.values(), *self._orphans]:
+            if h.fd >= 0:
+                found += self._close(None, h)
+        self.handles.clear()
+        self._orphans.clear()
         os.close(self.fd)
         return found
 
@@ -250,13 +280,12 @@ class Target:
 
     # ---- attributes -----------------------------------------------------------------
 
-    def _setattr(self, rec: Rec) -> list[Difference]:
+    def _setattr(self, rec: Rec, h: Handle | None) -> list[Difference]:
         """What path2 names, in its order: size (truncate), mode (chmod to the mode the
         reply recorded), uid and gid (chown to the current owner: the value is not
         traced), atime and mtime (both set to now)."""
         names = (rec.path2 or "").split(",")
-        h = self.handles.get((rec.pid, rec.fh)) if rec.fh else None
-        if h is not None:
+        if h is not None and h.fd >= 0:
             found = self._settle(h)
             return found + _errno(rec, _call(lambda: _set_fd(h.fd, names, rec)))
         return _errno(rec, self._path_call(rec.path, lambda d, n: _set_at(d, n, names, rec))[0])
@@ -294,7 +323,7 @@ class Target:
 
     # ---- handles --------------------------------------------------------------------
 
-    def _open(self, rec: Rec) -> list[Difference]:
+    def _open(self, rec: Rec, h: Handle | None) -> list[Difference]:
         """open, create, opendir with the recorded flags, in one openat2 that follows no
         link (so no O_NOFOLLOW is added: the target is sent the flags recorded)."""
         if rec.op == "opendir":
@@ -306,19 +335,12 @@ class Target:
         parent, name = _split(rec.path)
         err, fd = _value(lambda: _openat2(self.fd, name if parent is None else f"{parent}/{name}",
                                           flags | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, mode))
-        found: list[Difference] = []
         if fd is not None:
-            old = self.handles.get((rec.pid, rec.fh))
-            if old is not None:  # the trace lost its release: that handle number is being reused
-                found += self._close(old)
-            self.handles[(rec.pid, rec.fh)] = Handle(fd)
-        return found + _errno(rec, err)
-
-    def _handle(self, rec: Rec) -> Handle:
-        h = self.handles.get((rec.pid, rec.fh))
-        if h is None:
-            raise Refused(REFUSED_HANDLE)
-        return h
+            if h is None:  # it failed in the recording: no operation uses its handle
+                os.close(fd)
+            else:
+                h.fd = fd
+        return _errno(rec, err)
 
     def _settle(self, h: Handle) -> list[Difference]:
         """Issue the handle's held-back flush, if it has one, as a close of a duplicate."""
@@ -328,14 +350,12 @@ class Target:
             return []
         return _errno(flush, _call(lambda: os.close(os.dup(h.fd))))
 
-    def _read(self, rec: Rec) -> list[Difference]:
-        h = self._handle(rec)
+    def _read(self, rec: Rec, h: Handle) -> list[Difference]:
         found = self._settle(h)
         err, data = _value(lambda: os.pread(h.fd, rec.size, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, None if data is None else len(data), "bytes read"))
 
-    def _write(self, rec: Rec) -> list[Difference]:
-        h = self._handle(rec)
+    def _write(self, rec: Rec, h: Handle) -> list[Difference]:
         found = self._settle(h)
         if len(self._zeros) < rec.size:
             self._zeros = bytes(rec.size)  # the data is not traced: zeros
@@ -343,55 +363,65 @@ class Target:
         err, n = _value(lambda: os.pwrite(h.fd, zeros, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, n, "bytes written"))
 
-    def _fsync(self, rec: Rec) -> list[Difference]:
-        h = self._handle(rec)
+    def _fsync(self, rec: Rec, h: Handle) -> list[Difference]:
         return self._settle(h) + _errno(rec, _call(lambda: os.fsync(h.fd)))
 
-    def _flush(self, rec: Rec) -> list[Difference]:
-        h = self._handle(rec)
+    def _flush(self, rec: Rec, h: Handle) -> list[Difference]:
         found = self._settle(h)  # an earlier close of a duplicate
         with self._lock:
             h.flush = rec
         return found
 
-    def _release(self, rec: Rec) -> list[Difference]:
-        h = self.handles.pop((rec.pid, rec.fh), None)
-        if h is None:
-            raise Refused(REFUSED_HANDLE)
-        return self._close(h, rec)
-
-    def _close(self, h: Handle, release: Rec | None = None) -> list[Difference]:
-        """close(fd), with the held-back flush's outcome (close returns the flush's error)."""
+    def _close(self, release: Rec | None, h: Handle) -> list[Difference]:
+        """release, releasedir (or the end of the replay): close(fd), with the held-back
+        flush's outcome (close returns the flush's error)."""
         found: list[Difference] = []
         with self._lock:
             flush, h.flush = h.flush, None
         err = _call(lambda: os.close(h.fd))
+        h.fd = -1
         if flush is not None:
             found += _errno(flush, err)
         if release is not None:
             found += _errno(release, 0 if flush is not None else err)
         return found
 
-    def _readdir(self, rec: Rec) -> list[Difference]:
-        h = self._handle(rec)
-        if rec.offset:
-            if h.listing is not None:
-                h.recorded += rec.result
-                if rec.result == 0:  # the recording reached the listing's end: compare
-                    raise Refused(COVERED, self._listing_done(h))
-            raise Refused(COVERED)
-        found = self._settle(h)
-        h.listing = None  # a listing the recording did not read to its end is not compared
-        err, names = _value(lambda: os.listdir(h.fd))
-        if names is not None and not rec.errno:
-            h.listing, h.listed, h.recorded = rec, len(names) + 2, rec.result  # the recording lists "." and ".."
-        return found + _errno(rec, err)
+    def _readdir(self, rec: Rec, h: Handle) -> list[Difference]:
+        if rec.offset == 0:  # opendir or rewinddir: the listing starts again
+            h.listed = h.recorded = 0
+        err, entries = _value(lambda: _getdents(h.fd, rewind=rec.offset == 0))
+        found = _errno(rec, err)
+        if not err and not rec.errno:
+            h.listed += entries
+            h.recorded += rec.result
+            if rec.result == 0:  # the recording's listing ended here: compare it
+                found += _count(rec._replace(result=h.recorded), 0, h.listed, "entries listed")
+        return found
 
-    def _listing_done(self, h: Handle) -> list[Difference]:
-        listing, h.listing = h.listing, None
-        if listing is None or h.listed == h.recorded:
-            return []
-        return _count(listing._replace(result=h.recorded), 0, h.listed, "entries listed")
+
+_GETDENTS_BUFFER = 32768  # glibc readdir(3)'s
+_buffers = threading.local()
+_getdents64 = _libc.getdents64
+_getdents64.restype = ctypes.c_ssize_t
+_getdents64.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+
+
+def _getdents(fd: int, rewind: bool) -> int:
+    """One getdents64(2) call on fd (from its start if `rewind`): how many entries it returned."""
+    if rewind:
+        os.lseek(fd, 0, os.SEEK_SET)
+    buf = getattr(_buffers, "buf", None)
+    if buf is None:
+        buf = _buffers.buf = ctypes.create_string_buffer(_GETDENTS_BUFFER)
+    n = _getdents64(fd, buf, _GETDENTS_BUFFER)
+    if n < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    view, at, entries = memoryview(buf)[:n], 0, 0
+    while at < n:  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), ...
+        at += int.from_bytes(view[at + 16:at + 18], "little")
+        entries += 1
+    return entries
 
 
 def _split(path: str) -> tuple[str | None, str]:

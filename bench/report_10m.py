@@ -4,7 +4,8 @@
 
 Writes the trace with pyarrow alone (as many parts as a long-running server would
 leave: by default 1000 parts of 10,000 records), then times the text report, the
---histogram, --by pid, --by path and --json variants in-process.
+--histogram, --by pid, --by path, --by comm, --by dir, --timeline, filtered and --json
+variants in-process.
 """
 
 import argparse
@@ -20,12 +21,13 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from fusetrace.report import TOP_GROUPS, Trace, render
+from fusetrace.report import TOP_GROUPS, Filters, Trace, render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import SCHEMA
 
 OPS = np.array(["getattr", "lookup", "read", "write", "open", "release", "flush", "readdir"])
 OP_WEIGHTS = np.array([0.30, 0.20, 0.20, 0.15, 0.05, 0.05, 0.04, 0.01])
+COMMS = np.array(["make", "cc1", "sh", "python3", "ld", "as", "cat", "tar"])
 
 
 def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.Table:
@@ -36,6 +38,7 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
     io = np.isin(op_idx, [2, 3])
     size = np.where(io, 65536, 0).astype(np.int64)
     err = np.where(rng.random(n) < 0.01, 2, 0).astype(np.int32)
+    pid = rng.integers(1000, 1016, n, dtype=np.uint32)
     cols = {
         "start_ns": start,
         "dur_ns": dur,
@@ -48,7 +51,7 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
         "size": size,
         "result": np.where(err == 0, size, 0),
         "errno": err,
-        "pid": rng.integers(1000, 1016, n, dtype=np.uint32),
+        "pid": pid,
         "uid": np.zeros(n, np.uint32),
         "gid": np.zeros(n, np.uint32),
         "shaped_ns": np.zeros(n, np.int64),
@@ -58,6 +61,12 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
         "latency_ns": np.zeros(n, np.int64),
         "transfer_ns": np.zeros(n, np.int64),
         "nfs": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
+        # format 3: each process's name; the request's details as a trace-only mount has them for most ops
+        "comm": pa.DictionaryArray.from_arrays(pa.array((pid % len(COMMS)).astype(np.int32)), pa.array(COMMS)),
+        "kind": pa.nulls(n, pa.dictionary(pa.int8(), pa.string())),
+        "flags": np.zeros(n, np.int32),
+        "mode": np.zeros(n, np.uint32),
+        "entry": np.zeros(n, np.uint64),
     }
     return pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA)
 
@@ -73,7 +82,7 @@ def write_trace(directory: str, records: int, parts: int, seed: int = 1) -> None
         table = synthetic(per + (records % parts if i == parts - 1 else 0), rng, t, paths)
         t = table["start_ns"][-1].as_py()
         pq.write_table(table, os.path.join(directory, f"part-{i:06d}.parquet"), compression="zstd")
-    meta.write(directory, {"start_wall_ns": wall, "start_monotonic_ns": mono, "format_version": 1,
+    meta.write(directory, {"start_wall_ns": wall, "start_monotonic_ns": mono, "format_version": meta.FORMAT_VERSION,
                            "source": "synthetic", "mountpoint": "-", "end_wall_ns": wall,
                            "records": records, "dropped": 0, "files": parts})
 
@@ -90,16 +99,21 @@ def main() -> None:
             t = time.perf_counter()
             write_trace(directory, args.records, args.parts)
             print(f"wrote {args.records:,} records in {args.parts} parts: {time.perf_counter() - t:.1f} s")
-        for label, kwargs, as_json in [("report", {}, False), ("--histogram", {"histogram": True}, False),
-                                       ("--by pid", {"by": "pid"}, False), ("--by path", {"by": "path"}, False),
-                                       ("--json --histogram", {"histogram": True}, True)]:
+        filtered = Filters(ops=("read", "write"), path="/data/dir1*/**", since="100")
+        for label, kwargs, as_json, filters in [
+                ("report", {}, False, Filters()), ("--histogram", {"histogram": True}, False, Filters()),
+                ("--by pid", {"by": "pid"}, False, Filters()), ("--by path", {"by": "path"}, False, Filters()),
+                ("--by comm", {"by": "comm"}, False, Filters()), ("--by dir", {"by": "dir"}, False, Filters()),
+                ("--timeline", {"timeline": True}, False, Filters()),
+                ("--op, --path, --since", {}, False, filtered),
+                ("--json --histogram", {"histogram": True}, True, Filters())]:
             t = time.perf_counter()
-            trace = Trace(directory)
+            trace = Trace(directory, filters)
             if as_json:
                 out = json.dumps(trace.summary(**kwargs))
             else:
                 out = render(trace.summary(top=TOP_GROUPS, **kwargs))
-            print(f"{label:<20} {time.perf_counter() - t:6.2f} s  ({len(out):,} characters)")
+            print(f"{label:<22} {time.perf_counter() - t:6.2f} s  ({len(out):,} characters)")
 
 
 if __name__ == "__main__":

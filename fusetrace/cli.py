@@ -412,7 +412,7 @@ def _report_parser(sub) -> None:
     r.add_argument("--pid", action="append", type=_positive_int, metavar="PID", help="only this process (repeat)")
     r.add_argument("--comm", action="append", metavar="NAME", help="only processes of this name (repeat)")
     r.add_argument("--path", metavar="GLOB", help="only paths matching this glob (* stops at /, ** does not)")
-    r.add_argument("--since", metavar="T", help="only operations from T: seconds into the trace (12.5) "
+    r.add_argument("--since", metavar="T", help="only operations from T: seconds since the trace's first record (12.5) "
                                                   "or a wall-clock time (14:03:07, 2026-11-23T14:03:07)")
     r.add_argument("--until", metavar="T", help="only operations started before T (as --since)")
     r.add_argument("--timeline", action="store_true", help="operations and MB per second over time")

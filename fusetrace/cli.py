@@ -41,6 +41,9 @@ def _mount_parser(sub) -> None:
     p.add_argument("--entry-timeout", type=float, metavar="S",
                    help="seconds the kernel may cache name lookups (default 1.0; with --emulate, "
                         "the profile's)")
+    p.add_argument("--negative-timeout", type=float, metavar="S",
+                   help="seconds the kernel may remember that a name is absent (default 0: every "
+                        "lookup of a missing name reaches the file system; with --emulate, the profile's)")
     p.add_argument("-o", dest="fuse_options", action="append", default=[], metavar="OPT[,OPT]",
                    help="mount options, as in /etc/fstab: FUSE's (e.g. allow_other: permissions are "
                         "then enforced by the kernel, default_permissions is always on; ro; not "
@@ -172,7 +175,7 @@ def _mount(args, argv) -> int:
 
     opts = MountOptions(
         source=args.source, mountpoint=args.mountpoint, trace_dir=args.trace_dir,
-        attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout,
+        attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout, negative_timeout=args.negative_timeout,
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
         inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse,

@@ -407,8 +407,9 @@ class Trace:
                     select {self._group('dir')} as d, count(*) as k from trace
                     where op = 'lookup' and errno = {errnos.ENOENT}
                     group by all order by k desc, d limit 1""").fetchall()
-                cached = "" if "emulation" in m else (
-                    "; this mount caches no absent names and an NFS client does, so EFS sees fewer of them")
+                cached = "" if "emulation" in m or (m.get("options") or {}).get("negative_timeout") else (
+                    "; this mount caches no absent names and an NFS client does (for acdirmin, 30 s), so EFS "
+                    "sees fewer of them: mount with --negative-timeout 30 to trace what it would")
                 out.append({"hint": "failed-lookups", "records": lookup_misses, "share": lookup_misses / n,
                             "text": f"lookup: {_pct(lookup_misses / n)} of the records look up names that do not "
                                     f"exist (most in {where}: {_int(k)}): a program searching a list of directories "

@@ -166,6 +166,8 @@ def test_a_base_that_is_not_utf8_names_both_files(dirs):
     (["--attr-timeout", "-1"], ["--attr-timeout -1", "0 or more"]),
     (["--entry-timeout", "nan"], ["--entry-timeout nan", "finite"]),
     (["--entry-timeout", "-0.5"], ["--entry-timeout -0.5", "0 or more"]),
+    (["--negative-timeout", "-1"], ["--negative-timeout -1", "0 or more"]),
+    (["--negative-timeout", "30", "--emulate", "efs-tiny"], ["--negative-timeout 30", "nfs_acdirmin_s"]),
     (["--attr-timeout", "0", "--emulate", "efs-tiny"], ["--attr-timeout 0", "nfs_acregmin_s"]),
     (["--threads", "0"], ["--threads 0", "1 to 1024"]),
     (["--threads", "100000"], ["--threads 100000", "1 to 1024"]),

@@ -102,3 +102,18 @@ def test_records_name_the_process_the_handles_and_what_changed(mount):
     assert set(df[df.op == "write"].kind) == {"buffered"} and set(df[df.op == "read"].kind) == {"read"}
     looked = df[(df.op == "lookup") & (df.errno == 0)]
     assert (looked.entry > 0).all() and (looked["mode"] > 0).all()
+
+
+def test_negative_timeout_lets_the_kernel_remember_absent_names(mount):
+    """--negative-timeout S: a missing name looked up again within S seconds is answered by
+    the kernel (one lookup reaches the trace); without it every lookup does."""
+    counts = {}
+    for timeout in ("0", "60"):
+        m = mount("--negative-timeout", timeout, trace=True)
+        for _ in range(5):
+            assert not os.path.exists(m.mountpoint / "missing")
+        m.unmount()
+        df = pd.read_parquet(m.trace)
+        counts[timeout] = len(df[(df.op == "lookup") & (df.path == "/missing")])
+        assert json.loads((m.trace / "_metadata.json").read_text())["options"]["negative_timeout"] == float(timeout)
+    assert counts == {"0": 5, "60": 1}

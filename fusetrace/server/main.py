@@ -42,6 +42,7 @@ class MountOptions:
     trace_dir: str | None = None
     attr_timeout: float | None = None  # None: CACHE_TIMEOUT, or the emulated NFS client's
     entry_timeout: float | None = None
+    negative_timeout: float | None = None  # None: 0 (absent names not cached), or the emulated NFS client's
     fuse_options: list[str] = field(default_factory=list)
     threads: int = 64
     max_requests: int = 1024
@@ -77,7 +78,7 @@ def check_values(opts: MountOptions) -> None:
         raise BadValue(f"--threads {opts.threads}: must be from 1 to {MAX_THREADS}")
     if not 1 <= opts.max_requests <= MAX_REQUESTS:
         raise BadValue(f"--max-requests {opts.max_requests}: must be from 1 to {MAX_REQUESTS}")
-    for name in ("attr_timeout", "entry_timeout"):
+    for name in ("attr_timeout", "entry_timeout", "negative_timeout"):
         value = getattr(opts, name)
         if value is None:
             continue
@@ -165,6 +166,7 @@ def _metadata(opts: MountOptions) -> dict:
         "options": {
             "attr_timeout": opts.attr_timeout,
             "entry_timeout": opts.entry_timeout,
+            "negative_timeout": opts.negative_timeout,
             "fuse_options": sorted(_fuse_options(opts)),
             "threads": opts.threads,
             "max_requests": opts.max_requests,
@@ -188,7 +190,8 @@ def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[s
     keeps)."""
     if emulation is None:
         return {"attr_timeout": CACHE_TIMEOUT if opts.attr_timeout is None else opts.attr_timeout,
-                "entry_timeout": CACHE_TIMEOUT if opts.entry_timeout is None else opts.entry_timeout}
+                "entry_timeout": CACHE_TIMEOUT if opts.entry_timeout is None else opts.entry_timeout,
+                "negative_timeout": opts.negative_timeout or 0.0}
     p = emulation.model.params
     return {"attr_timeout": p.nfs_acregmin_s, "dir_attr_timeout": p.nfs_acdirmin_s, "entry_timeout": p.nfs_acdirmin_s,
             "negative_timeout": p.nfs_acdirmin_s}

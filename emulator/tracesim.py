@@ -1,0 +1,453 @@
+"""A recorded workload run through the NFS client and the model in virtual time,
+repeated back to back for as long as asked: burst credits, permitted throughput and
+the time operations waited, sampled as it goes.
+
+Each operation is admitted at its recorded time (open loop: a slower file system does
+not delay the next one, so where the workload asks for more than the file system
+gives, the queue grows and the operations' wait with it; a real application would be
+slowed down by about that wait instead).  Repetition r runs the same operations
+shifted by r x the workload's span.
+
+Simulating every operation of a week of a one-minute workload would take many minutes,
+so whole repetitions are fast-forwarded while nothing changes regime.  After
+`STEADY` repetitions (not counting the first, whose caches start cold) that did the
+same work (metered bytes within `SAME_WORK` of one another) without moving the
+client's network credits:
+
+- **periodic**: their queues at the end did not grow.  Either the credit balance stayed
+  where it was (at its cap; elastic throughput) and the rest is skipped, or it stayed
+  away from zero and from its cap, moving by the same `delta` each time (what the
+  baseline earns over the span, less the metered bytes): repetitions are skipped
+  until it is `MARGIN` repetitions from zero or the cap, `Model.set` puts it where the
+  skipped ones would have left it, and the simulation goes on op by op from there,
+  through the change;
+- **saturated**: the work each carried into the next grew by a steady amount (the
+  workload asks more than is permitted).  The rest is extrapolated as a fluid queue:
+  the balance falls by `delta` a repetition until it is empty, the permitted
+  throughput is the baseline from then on, and the queue (so each operation's wait)
+  grows each repetition by the metered bytes at the permitted rate, less the span.
+
+Otherwise the next repetition is simulated op by op.  `Result.spans` says which
+stretches were simulated op by op and which extrapolated; so does each sample.  Pure
+and clock-free, like the model.
+"""
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import NamedTuple
+
+from .model import Model
+from .nfsclient import NfsClient
+from .ops import Admission, Gate
+from .throughput import fs_pipe_rates
+
+STEADY = 3  # repetitions alike in a row before any is extrapolated
+SAME_WORK = 0.05  # their metered bytes within this share of one another
+MARGIN = 2  # repetitions of credits left between a skip's end and the balance's zero or cap
+GROWING = 0.01  # a queue growing by more than this share of the span a repetition is saturated
+CACHE = Gate.CACHE
+
+
+class Call(NamedTuple):
+    """One VFS operation at time `t` (s), with NfsClient.admit's keywords."""
+
+    t: float
+    op: str
+    file: int = 0
+    directory: int = 0
+    name: str = ""
+    size: int = 0
+    offset: int = 0
+    write_mode: str = "buffered"
+    is_dir: bool = False
+    closes: bool = True
+    writable: bool = True
+    handle: int = 0
+    new_directory: int = 0
+    new_name: str = ""
+
+
+@dataclass
+class Sample:
+    """The model at `t` (s since the origin), and the operations admitted since the
+    sample before (extrapolated: their share of a repetition's)."""
+
+    t: float
+    balance: float  # BurstCreditBalance, bytes
+    permitted: float  # PermittedThroughput, bytes/s
+    metered: float  # MeteredIOBytes since the origin
+    ops: float
+    waited: float  # their waits for limits, slots and queues, summed (s)
+    max_wait: float  # the longest of them (s)
+    simulated: bool  # op by op; False: extrapolated
+
+
+@dataclass
+class Span:
+    """[start, end) (s since the origin): `reps` repetitions, simulated op by op or not."""
+
+    start: float
+    end: float
+    simulated: bool
+    reps: float
+
+
+@dataclass
+class Result:
+    samples: list[Sample]
+    spans: list[Span]
+    reps: float  # repetitions of the workload in the time simulated
+    ops: int  # operations simulated op by op
+    ops_total: float  # with the extrapolated ones
+    waited: float  # all their waits, summed (s)
+    max_wait: float  # the longest (s)
+    start_balance: float
+    end_balance: float
+    least_balance: float  # the lowest the balance was seen at
+    end_permitted: float
+    metered: float  # MeteredIOBytes in all
+    cliff: float | None  # when the credit balance first reached zero (s since the origin); None: never
+    cliff_simulated: bool  # that moment was simulated op by op (False: extrapolated)
+    after_cliff: float | None  # the throughput permitted once the credits are spent (bytes/s)
+    delta: float | None  # the balance's change a repetition over steady ones before any cliff (None: none)
+    saturated: bool  # the workload asked more than was permitted: its queue grew without bound
+
+
+@dataclass
+class _Rep:
+    """One repetition simulated op by op: the model at its boundaries, and its work."""
+
+    balance: float
+    client_balance: float
+    metered: float
+    ops: int = 0
+    waited: float = 0.0
+    max_wait: float = 0.0
+    last_done: float = -math.inf  # when its last operation completes
+    end_balance: float = 0.0
+    end_client_balance: float = 0.0
+    end_metered: float = 0.0
+    end_permitted: float = 0.0
+    dirty: float = 0.0  # buffered data not yet written back at its end
+    carried: float = 0.0  # how long its work runs on past its end (s)
+    sent: int = 0  # operations the client did not answer alone
+    low: float = 0.0  # the balance was never below this in it
+
+    @property
+    def delta(self) -> float:
+        return self.end_balance - self.balance
+
+    @property
+    def work(self) -> float:
+        return self.end_metered - self.metered
+
+
+class TraceSim:
+    """`calls()` gives one pass of the workload (its operations in time order, at their
+    own times) each time it is called; the first is at `first`.  The model starts at
+    `origin` (<= first); repetition r is shifted by r x `span`.  A sample is taken every
+    `every` seconds.  `admitted(call, t, admission)`, if given, sees each operation
+    simulated op by op."""
+
+    def __init__(self, model: Model, calls: Callable[[], Iterable[Call]], *, origin: float, first: float,
+                 span: float, every: float, admitted: Callable[[Call, float, Admission], None] | None = None):
+        if span <= 0 or every <= 0 or first < origin:
+            raise ValueError("span and every must be above 0, and the origin not after the first call")
+        self.model, self.client = model, NfsClient(model)
+        self.calls, self.origin, self.first, self.span, self.every = calls, origin, first, span, every
+        self.admitted = admitted
+        self.samples: list[Sample] = []
+        self.spans: list[Span] = []
+        self._taken = 0  # samples taken; the next is due at origin + taken x every
+        self._next = origin
+        self._ops = self._waited = self._max = 0.0  # the open interval's operations, their waits, the longest
+        self._extra = [0.0, 0.0, 0.0]  # extrapolated so far: metered bytes, operations, waits
+        self.ops = 0
+        self.waited = self.max_wait = 0.0
+        self.least = math.inf
+        self.cliff: float | None = None
+        self.cliff_simulated = False
+        self.after_cliff: float | None = None
+        self.delta: float | None = None  # the balance's change a repetition, while it had credits
+
+    def run(self, duration: float) -> Result:
+        """Simulate `duration` virtual seconds from the origin."""
+        stop = self.origin + duration
+        start = self.model.metrics(self.origin)
+        reps: list[_Rep] = []
+        r = 0
+        while self._boundary(r) < stop:
+            rep = self._simulate(r, stop)
+            if r > 0:
+                reps.append(rep)
+            r += 1
+            steady = reps[-STEADY:]
+            if self._boundary(r) >= stop or len(steady) < STEADY or not _alike(steady):
+                continue
+            if self.cliff is None:
+                self.delta = _mean([x.delta for x in steady])
+            growth = _growth(steady, self.span)
+            if growth is not None and growth > GROWING * self.span:
+                return self._fluid(r, stop, steady, growth, start)
+            skip = self._skip(r, stop, steady) if growth is not None else 0
+            if skip:
+                self._jump(r, skip, steady)
+                r += skip
+                reps.clear()
+        self._sample_until(stop)
+        end = self.model.metrics(stop)
+        self._observe(stop, end)
+        return self._result(stop, start, end, False)
+
+    # ---- op by op --------------------------------------------------------------------
+
+    def _boundary(self, r: int) -> float:
+        return self.origin if r == 0 else self.first + r * self.span
+
+    def _simulate(self, r: int, stop: float) -> _Rep:
+        """Repetition r, op by op, up to `stop`."""
+        begin, end = self._boundary(r), min(self._boundary(r + 1), stop)
+        self._sample_until(begin)
+        m = self.model.metrics(begin)
+        self._observe(begin, m)
+        rep = _Rep(m["BurstCreditBalance"], m["ClientNetworkCreditBalance"], m["MeteredIOBytes"])
+        shift = r * self.span
+        admit, admitted, metrics = self.client.admit, self.admitted, self.model.metrics
+        # The balance is looked at where it could first be zero: it falls at most at burst
+        # less baseline (`fall`).  Where it is lowest, at the end of a busy stretch, it has
+        # since earned at most `earn` for the time until it is looked at again (`low`).
+        hi, _, earn, _ = fs_pipe_rates(self.model.params, m["StorageBytes"])
+        fall = hi - earn if self.model.params.throughput_mode != "elastic" else 0.0
+        low, before = rep.balance, begin
+        look = begin + rep.balance / fall if fall > 0 else math.inf
+        for c in self.calls():
+            t = c.t + shift
+            if t >= stop:
+                break
+            if t >= self._next:
+                self._sample_until(t)
+            a = admit(c.op, t, file=c.file, directory=c.directory, name=c.name, size=c.size, offset=c.offset,
+                      write_mode=c.write_mode, is_dir=c.is_dir, closes=c.closes, writable=c.writable,
+                      handle=c.handle, new_directory=c.new_directory, new_name=c.new_name)
+            w = a.wait
+            rep.ops += 1
+            rep.waited += w
+            if w > rep.max_wait:
+                rep.max_wait = w
+            if a.done_at > rep.last_done:
+                rep.last_done = a.done_at
+            if a.gate is not CACHE:
+                rep.sent += 1
+            self._ops += 1
+            self._waited += w
+            if w > self._max:
+                self._max = w
+            if t >= look:
+                seen = metrics(t)
+                self._observe(t, seen)
+                balance = seen["BurstCreditBalance"]
+                low, before, look = min(low, balance - earn * (t - before)), t, t + balance / fall
+                if low <= 0 and self.cliff is not None:
+                    look = math.inf  # nothing more to learn in this repetition
+            if admitted is not None:
+                admitted(c, t, a)
+        self.ops += rep.ops
+        self.waited += rep.waited
+        self.max_wait = max(self.max_wait, rep.max_wait)
+        self._sample_until(end)
+        m = self.model.metrics(end)
+        self._observe(end, m)
+        rep.end_balance, rep.end_client_balance = m["BurstCreditBalance"], m["ClientNetworkCreditBalance"]
+        rep.end_metered, rep.end_permitted, rep.dirty = m["MeteredIOBytes"], m["PermittedThroughput"], m["DirtyBytes"]
+        rep.carried = max(0.0, rep.last_done - end)
+        rep.low = min(low, rep.end_balance - earn * (end - before))
+        self.spans.append(Span(begin - self.origin, end - self.origin, True, (end - begin) / self.span))
+        return rep
+
+    def _observe(self, t: float, m: dict[str, float]) -> None:
+        """Note the balance at t: the lowest yet, and the cliff when it first reaches zero."""
+        balance = m["BurstCreditBalance"]
+        self.least = min(self.least, balance)
+        if balance <= 0 and self.cliff is None and self.model.params.throughput_mode != "elastic":
+            self.cliff, self.cliff_simulated = t - self.origin, True
+            self.after_cliff = fs_pipe_rates(self.model.params, m["StorageBytes"])[1]
+
+    def _sample_until(self, t: float) -> None:
+        """Take the samples due by t (the model has seen every operation before them)."""
+        while self._next <= t:
+            at = self._next
+            m = self.model.metrics(at)
+            self._observe(at, m)
+            self.samples.append(Sample(at - self.origin, m["BurstCreditBalance"], m["PermittedThroughput"],
+                                       m["MeteredIOBytes"] + self._extra[0], self._ops, self._waited, self._max,
+                                       True))
+            self._ops = self._waited = self._max = 0.0
+            self._taken += 1
+            self._next = self.origin + self._taken * self.every
+
+    # ---- fast-forward ----------------------------------------------------------------
+
+    def _skip(self, r: int, stop: float, reps: list[_Rep]) -> int:
+        """How many whole repetitions from r on may be skipped (0: none)."""
+        whole = int((stop - self._boundary(r)) // self.span)
+        if self.model.params.throughput_mode == "elastic":
+            return whole
+        balances = [x.balance for x in reps] + [reps[-1].end_balance]
+        if max(balances) - min(balances) <= 1.0:  # it stays where it is: at its cap, or earned as spent
+            return whole
+        _, _, earn, cap = fs_pipe_rates(self.model.params, self.model.metrics(self._boundary(r))["StorageBytes"])
+        dip = max(x.balance - x.low for x in reps)  # how far the balance may fall within a repetition
+        if any(b <= dip or b + earn * self.span >= cap for b in balances):
+            return 0  # it reached, or could reach, zero or its cap within a repetition
+        delta = _mean([x.delta for x in reps])
+        b = reps[-1].end_balance
+        room = (b - dip) / -delta if delta < 0 else (cap - earn * self.span - b) / delta
+        return max(0, min(whole, int(room) - MARGIN))
+
+    def _jump(self, r: int, skip: int, reps: list[_Rep]) -> None:
+        """Skip repetitions r .. r + skip - 1, extrapolated from `reps`, and set the
+        balance to what they would have left."""
+        begin, end = self._boundary(r), self._boundary(r + skip)
+        b, delta = reps[-1].end_balance, _mean([x.delta for x in reps])
+        work, ops, waited = (_mean([x.work for x in reps]), _mean([float(x.ops) for x in reps]),
+                             _mean([x.waited for x in reps]))
+        permitted = self.model.metrics(begin)["PermittedThroughput"]
+        longest = max(x.max_wait for x in reps)
+        self._extrapolate(begin, end, lambda t: b + delta * (t - begin) / self.span, lambda t: permitted,
+                          work, ops, lambda t: waited / max(ops, 1.0), lambda t: longest)
+        self.model.set("burst_credit_balance", b + delta * skip, end)
+        self.spans.append(Span(begin - self.origin, end - self.origin, False, skip))
+
+    def _fluid(self, r: int, stop: float, reps: list[_Rep], growth: float, start: dict[str, float]) -> Result:
+        """Extrapolate from repetition r to `stop` as a fluid queue (the module's doc) and
+        give the result."""
+        begin = self._boundary(r)
+        last = reps[-1]
+        delta = _mean([x.delta for x in reps])
+        work, ops = _mean([x.work for x in reps]), _mean([float(x.ops) for x in reps])
+        m = self.model.metrics(begin)
+        elastic = self.model.params.throughput_mode == "elastic"
+        _, lo, _, _ = fs_pipe_rates(self.model.params, m["StorageBytes"])
+        b = last.end_balance
+        # seconds after begin at which the balance is spent (inf: not in this regime)
+        zero = math.inf if elastic else 0.0 if b <= 0 else b / -delta * self.span if delta < 0 else math.inf
+        after = max(growth, work / lo - self.span)  # the queue's growth a repetition at baseline
+        # An operation's mean wait grows by a share of the queue's growth: the share measured,
+        # until the client's dirty data reaches its limit (if it is still filling); from then
+        # on every operation the client does not answer alone waits for the queue.
+        waits = [x.waited / max(x.ops, 1) for x in reps]
+        wait0 = waits[-1]
+        share = max(0.0, _mean([b - a for a, b in pairwise(waits)])) / growth
+        filling = _mean([b.dirty - a.dirty for a, b in pairwise(reps)])
+        limit = self.model.params.client_dirty_limit
+        full = (limit - last.dirty) / filling * self.span if last.dirty < limit and filling > 0 else math.inf
+        share_full = last.sent / max(last.ops, 1) if full < math.inf else share
+
+        def balance(t: float) -> float:
+            return b if elastic else max(0.0, b + delta * (t - begin) / self.span)
+
+        def permitted(t: float) -> float:
+            return lo if t - begin >= zero else m["PermittedThroughput"]
+
+        def queued(s: float) -> float:  # how much the queue has grown s seconds after begin (s)
+            return (growth * min(s, zero) + after * max(0.0, s - zero)) / self.span
+
+        def wait(t: float) -> float:  # an operation's wait at t, on average
+            s = t - begin
+            return wait0 + share * queued(min(s, full)) + share_full * (queued(s) - queued(min(s, full)))
+
+        def worst(t: float) -> float:  # the longest: the queue's
+            return last.max_wait + queued(t - begin)
+
+        self._extrapolate(begin, stop, balance, permitted, work, ops, wait, worst)
+        if self.cliff is None and begin + zero < stop:
+            self.cliff, self.cliff_simulated = begin + zero - self.origin, False
+            self.after_cliff = lo
+        self.least = min(self.least, balance(stop))
+        self.spans.append(Span(begin - self.origin, stop - self.origin, False, (stop - begin) / self.span))
+        end = {**m, "BurstCreditBalance": balance(stop), "PermittedThroughput": permitted(stop)}
+        return self._result(stop, start, end, growth > 0)
+
+    def _extrapolate(self, begin: float, end: float, balance: Callable[[float], float],
+                     permitted: Callable[[float], float], work: float, ops: float, wait: Callable[[float], float],
+                     worst: Callable[[float], float]) -> None:
+        """Samples due in [begin, end) from a repetition's figures (`work` metered bytes,
+        `ops` operations, `wait(t)` their mean wait at t, `worst(t)` the longest), and the
+        totals."""
+        metered = self.model.metrics(begin)["MeteredIOBytes"] + self._extra[0]
+        rate = ops / self.span  # operations a second
+        # Waits over [a, b), by the midpoint rule over pieces of at most a repetition.
+        def waited(a: float, b: float) -> float:
+            n = max(1, math.ceil((b - a) / self.span))
+            step = (b - a) / n
+            return sum(rate * step * wait(a + (i + 0.5) * step) for i in range(n))
+
+        prev = begin
+        while self._next < end:
+            at = self._next
+            self._ops += rate * (at - prev)
+            self._waited += waited(prev, at)
+            self._max = max(self._max, worst(at))
+            b = balance(at)
+            self.least = min(self.least, b)
+            self.samples.append(Sample(at - self.origin, b, permitted(at),
+                                       metered + work * (at - begin) / self.span, self._ops, self._waited,
+                                       self._max, False))
+            self._ops = self._waited = self._max = 0.0
+            self._taken += 1
+            self._next = self.origin + self._taken * self.every
+            prev = at
+        self._ops += rate * (end - prev)
+        self._waited += waited(prev, end)
+        self._max = max(self._max, worst(end))
+        reps = (end - begin) / self.span
+        self._extra[0] += work * reps
+        self._extra[1] += ops * reps
+        self._extra[2] += waited(begin, end)
+        self.max_wait = max(self.max_wait, worst(end))
+
+    # ---- the answer ------------------------------------------------------------------
+
+    def _result(self, stop: float, start: dict[str, float], end: dict[str, float], saturated: bool) -> Result:
+        spans: list[Span] = []
+        for s in self.spans:
+            if spans and spans[-1].simulated == s.simulated and abs(spans[-1].end - s.start) < 1e-9:
+                spans[-1] = Span(spans[-1].start, s.end, s.simulated, spans[-1].reps + s.reps)
+            else:
+                spans.append(s)
+        self.least = min(self.least, end["BurstCreditBalance"])
+        metered = end["MeteredIOBytes"] + self._extra[0]
+        if self.samples[-1].t < stop - self.origin - 1e-9:  # the last, at the end
+            self.samples.append(Sample(stop - self.origin, end["BurstCreditBalance"], end["PermittedThroughput"],
+                                       metered, self._ops, self._waited, self._max, spans[-1].simulated))
+        return Result(self.samples, spans, max(0.0, (stop - self.first) / self.span), self.ops,
+                      self.ops + self._extra[1], self.waited + self._extra[2], self.max_wait,
+                      start["BurstCreditBalance"], end["BurstCreditBalance"], self.least, end["PermittedThroughput"],
+                      metered, self.cliff, self.cliff_simulated, self.after_cliff,
+                      self.delta, saturated)
+
+
+def _alike(reps: list["_Rep"]) -> bool:
+    """The repetitions did the same work, and the client's network credits did not move."""
+    works = [x.work for x in reps]
+    if max(works) - min(works) > SAME_WORK * max(max(works), 1.0):
+        return False
+    return all(abs(x.end_client_balance - x.client_balance) <= 1.0 for x in reps)
+
+
+def _growth(reps: list["_Rep"], span: float) -> float | None:
+    """How much the queue grows a repetition (s), when it grows steadily or not at all;
+    else None.  The queue at a repetition's end is the longer of its work carried past
+    the end and its buffered data still to be written back, at the rate permitted."""
+    queue = [max(x.carried, x.dirty / x.end_permitted if x.end_permitted else 0.0) for x in reps]
+    growth = [b - a for a, b in pairwise(queue)]
+    mean = _mean(growth)
+    if any(abs(g - mean) > 0.2 * abs(mean) + GROWING * span / 10 for g in growth):
+        return None
+    return max(mean, 0.0)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)

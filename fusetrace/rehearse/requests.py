@@ -1,0 +1,201 @@
+"""A trace's records back into the Requests the mount's handlers made of them.
+
+A record names what its handler's `Request` (fusetrace/request.py) held, but some of it
+only through the records before it, so the rebuilding is stateful over the stream, in
+start order (fusetrace/server/handlers.py is what it mirrors):
+
+- `kind` is the request's label (format 3): its Kind, or a write's mode;
+- an open file's flags come from its open or create (`flags`, the new handle in `fh`):
+  they give a write's mode where `kind` is missing and whether a flush's file was opened
+  for writing (`writable`); its first flush is the one that `closes` it;
+- a directory: `mode` of a lookup, create, mkdir, ... (the new entry) or getattr and
+  setattr (the object), the directory operations (opendir, readdir, releasedir,
+  fsyncdir), and the directory an entry operation names; `is_dir` comes from these;
+- the entry a lookup or namespace change is about: `inode` (its directory) and the
+  basename of `path`;
+- where a rename or link puts its entry (its new directory's node id): from a map of
+  directory paths to node ids, learnt from every record that names a directory with its
+  path.  A directory the trace never named by that path before (the kernel learnt it
+  from a READDIRPLUS reply, which the trace does not list) gets a synthetic id of its
+  own, above every FUSE node id (`UNKNOWN_DIRECTORY`), the same for the same path: the
+  emulated client then keeps that directory's caches under that id, so its own later
+  operations do not see the change.
+
+Traces before format 3 lack `kind`, `flags`, `mode` and `entry`: kinds are worked out
+from the handles' writes, writes taken as buffered, and directories known only from the
+operations on them.  `Rebuilder.gaps` counts what had to be guessed.
+"""
+
+import os
+import stat
+from dataclasses import dataclass
+
+from ..emulator.tracesim import Call
+from ..request import Kind, Request, WriteMode
+
+# The columns a Rebuilder reads, in the order rebuild() takes them.
+COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kind", "flags", "mode", "entry"]
+
+ROOT = 1  # FUSE's root node id (FUSE_ROOT_ID)
+UNKNOWN_DIRECTORY = 1 << 64  # synthetic node ids of directories never named before: above any FUSE node id
+
+# Operations on an entry of a directory: the record's inode is the directory, its path the entry's.
+_ENTRY_OPS = frozenset(("lookup", "mknod", "mkdir", "symlink", "create", "unlink", "rmdir", "rename"))
+_DIRECTORY_OPS = frozenset(("opendir", "readdir", "releasedir", "fsyncdir"))
+# Each operation's kind when the record does not say (flush, fsync, release: see _kind).
+_KINDS = {
+    **dict.fromkeys(("lookup", "getattr", "readlink", "open", "opendir", "readdir", "statfs", "access",
+                     "getxattr", "listxattr"), Kind.META_READ),
+    **dict.fromkeys(("setattr", "mknod", "mkdir", "symlink", "unlink", "rmdir", "rename", "link", "create",
+                     "setxattr", "removexattr"), Kind.META_WRITE),
+    "read": Kind.READ, "write": Kind.WRITE, "releasedir": Kind.NONE, "fsyncdir": Kind.COMMIT,
+}
+_WRITE_MODES = {m.value: m for m in WriteMode}
+_LABELS = {k.value: k for k in Kind}
+_SYNC = os.O_SYNC | os.O_DSYNC
+
+
+class _Handle:
+    """An open file as its records show it: its open flags (None: its open is not in
+    the trace), whether it was written since its last flush or fsync, whether it was
+    ever written, and whether a close(2) of it has been seen."""
+
+    __slots__ = ("closed", "dirty", "flags", "wrote")
+
+    def __init__(self, flags: int | None):
+        self.flags = flags
+        self.dirty = self.wrote = self.closed = False
+
+
+@dataclass
+class Gaps:
+    """What the rebuilding had to guess, counted."""
+
+    new_directories: int = 0  # renames and links into a directory the trace had not named (UNKNOWN_DIRECTORY)
+    unknown_handles: int = 0  # handles used without their open in the trace (flags unknown)
+    unknown_ops: int = 0  # records of operations no handler makes (skipped)
+
+
+class Rebuilder:
+    """Feed it a trace's records in start order; it gives back each one's Request."""
+
+    def __init__(self) -> None:
+        self._handles: dict[int, _Handle] = {}
+        self._dirs: set[int] = {ROOT}  # node ids known to be directories
+        self._dir_ids: dict[str, int] = {"/": ROOT}  # directory path: node id
+        self._unknown = UNKNOWN_DIRECTORY
+        self.gaps = Gaps()
+
+    def rebuild(self, op: str, inode: int, path: str, path2: str | None, fh: int, offset: int, size: int,
+                errno: int, kind: str | None, flags: int, mode: int, entry: int) -> Request | None:
+        """The Request the handler made for this record (COLUMNS, in order); None for an
+        operation no handler makes."""
+        self._learn(op, inode, path, mode, entry)
+        if op in _ENTRY_OPS:
+            return self._entry_op(op, inode, path, path2, fh, errno, kind, flags)
+        if op == "write":
+            h = self._handle(fh)
+            h.dirty = h.wrote = True  # as the handler marks it, before the call
+            if kind in _WRITE_MODES:
+                write_mode = _WRITE_MODES[kind]
+            elif h.flags is not None and h.flags & os.O_DIRECT:
+                write_mode = WriteMode.DIRECT
+            else:
+                write_mode = WriteMode.SYNC if h.flags is not None and h.flags & _SYNC else WriteMode.BUFFERED
+            return Request("write", Kind.WRITE, inode, size=size, write_mode=write_mode)
+        if op == "flush":
+            h = self._handle(fh)
+            req = Request("flush", self._kind(kind, Kind.COMMIT if h.dirty else Kind.META_READ), inode,
+                          closes=not h.closed,
+                          writable=h.wrote if h.flags is None else (h.flags & os.O_ACCMODE) != os.O_RDONLY)
+            h.dirty, h.closed = False, True
+            return req
+        if op == "fsync":
+            h = self._handle(fh)
+            req = Request("fsync", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
+            h.dirty = False
+            return req
+        if op == "release":
+            h = self._handles.pop(fh, None) or _Handle(None)
+            return Request("release", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
+        if op == "releasedir":
+            self._handles.pop(fh, None)
+        if op in ("open", "opendir") and fh:
+            self._handles[fh] = _Handle(flags)
+        if op == "link":
+            directory, name = self._directory_of(path2 or "")
+            return Request("link", self._kind(kind, Kind.META_WRITE), inode, directory=directory, name=name)
+        if op not in _KINDS:
+            self.gaps.unknown_ops += 1
+            return None
+        is_dir = op in ("getattr", "setattr", "access") and inode in self._dirs
+        if op == "readdir":
+            return Request(op, self._kind(kind, Kind.META_READ), inode, size=size, offset=offset, handle=fh)
+        return Request(op, self._kind(kind, _KINDS[op]), inode, size=size, is_dir=is_dir)
+
+    def _entry_op(self, op: str, inode: int, path: str, path2: str | None, fh: int, errno: int,
+                  kind: str | None, flags: int) -> Request:
+        name = path.rpartition("/")[2]
+        if op == "create" and fh:
+            self._handles[fh] = _Handle(flags)
+        if op == "rmdir" and not errno:
+            self._dir_ids.pop(path, None)
+        if op == "rename":
+            new_directory, new_name = self._directory_of(path2 or "")
+            if not errno and path in self._dir_ids and path2:  # a directory moved: its path moves with it
+                self._dir_ids[path2] = self._dir_ids.pop(path)
+            return Request("rename", self._kind(kind, Kind.META_WRITE), directory=inode, name=name,
+                           new_directory=new_directory, new_name=new_name)
+        if op == "lookup":
+            return Request("lookup", self._kind(kind, Kind.META_READ), inode, directory=inode, name=name)
+        return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name)
+
+    def _learn(self, op: str, inode: int, path: str, mode: int, entry: int) -> None:
+        """What the record says about directories: which node ids are ones, and their paths."""
+        if op in _ENTRY_OPS or op in _DIRECTORY_OPS:
+            directory = (path.rpartition("/")[0] or "/") if op in _ENTRY_OPS else path
+            self._dirs.add(inode)
+            self._dir_ids[directory] = inode
+        if entry and mode:  # a new entry's node id and its type
+            self._is_dir(entry, stat.S_ISDIR(mode), path if op != "link" else None)
+        elif mode and op in ("getattr", "setattr"):
+            self._is_dir(inode, stat.S_ISDIR(mode), path)
+
+    def _is_dir(self, node: int, yes: bool, path: str | None) -> None:
+        if yes:
+            self._dirs.add(node)
+            if path is not None:
+                self._dir_ids[path] = node
+        else:
+            self._dirs.discard(node)
+
+    def _directory_of(self, path: str) -> tuple[int, str]:
+        """(node id, name) of the entry at `path`: its directory's id as the trace named it,
+        else a synthetic one for that path (see the module's doc)."""
+        directory, _, name = path.rpartition("/")
+        directory = directory or "/"
+        node = self._dir_ids.get(directory)
+        if node is None:
+            self.gaps.new_directories += 1
+            self._unknown += 1
+            node = self._dir_ids[directory] = self._unknown
+        return node, name
+
+    def _handle(self, fh: int) -> _Handle:
+        h = self._handles.get(fh)
+        if h is None:
+            self.gaps.unknown_handles += 1
+            h = self._handles[fh] = _Handle(None)
+        return h
+
+    @staticmethod
+    def _kind(label: str | None, default: Kind) -> Kind:
+        return _LABELS.get(label, default) if label is not None else default
+
+
+def client_call(request: Request, t: float) -> Call:
+    """The emulated NFS client's view of `request` at time `t`, as the shaper asks it
+    (fusetrace/shaping/shaper.py, Shaper.admit)."""
+    r = request
+    return Call(t, r.op, r.file, r.directory, r.name, r.size, r.offset, r.write_mode or "buffered", r.is_dir,
+                r.closes, r.writable, r.handle, r.new_directory, r.new_name)

@@ -1,0 +1,319 @@
+"""`fusetrace simulate DIR --profile P [--set K=V] [--days N] [--plot FILE.png] [--json]`:
+a trace's operations through the emulated NFS client and the EFS model in virtual time,
+no mount and no sleeping, repeated back to back for N days if asked: when the burst
+credits run out, if they do, the throughput after, and the time operations waited.
+
+The records become the requests the mount's handlers made (requests.py), in start
+order, streamed from the trace in bounded memory (a trace of up to CACHE_CALLS records is
+read once and kept); emulator/tracesim.py runs them, simulating op by op around every
+change of regime and extrapolating the steady stretches between (it says which).
+"""
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+
+import duckdb
+
+from ..emulator.model import Model
+from ..emulator.tracesim import Call, Result, TraceSim
+from ..errors import UserError
+from ..report import Trace, _ns
+from ..shaping.profile import load_params
+from ..stats_view import _human_bytes
+from ..texttable import table
+from ..trace import metadata as meta
+from .requests import COLUMNS, Gaps, Rebuilder, client_call
+from .rows import records
+
+CACHE_CALLS = 200_000  # a trace of at most this many records is kept in memory (about 250 bytes a call)
+TABLE_ROWS = 24  # at most, besides the start
+SAMPLES_PER_ROW = 20  # samples a table row sums up (the plot draws every one)
+DAY = 86400.0
+# Steps a table row may take (s): the least that keeps the table within TABLE_ROWS.
+_STEPS = [k * 10.0**e for e in range(-3, 1) for k in (1, 2, 5)] + [
+    15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, DAY]
+
+
+class _Calls:
+    """One pass of the trace as the NFS client's calls, each time it is called: read from
+    the trace, or from memory once a whole pass has been read if the trace is small."""
+
+    def __init__(self, directory: str, count: int):
+        self.directory = directory
+        self.keep = count <= CACHE_CALLS
+        self.cached: list[Call] | None = None
+        self.gaps = Gaps()
+
+    def __call__(self) -> Iterable[Call]:
+        return self.cached if self.cached is not None else self._read()
+
+    def _read(self) -> Iterator[Call]:
+        rebuilder = Rebuilder()
+        kept: list[Call] | None = [] if self.keep else None
+        for start_ns, *record in records(self.directory, ["start_ns", *COLUMNS]):
+            request = rebuilder.rebuild(*record)
+            if request is None:
+                continue
+            call = client_call(request, start_ns / 1e9)
+            if kept is not None:
+                kept.append(call)
+            yield call
+        self.gaps = rebuilder.gaps
+        self.cached = kept
+
+
+def run(args) -> int:
+    """The command: args has trace_dir, profile, overrides, days, plot and json."""
+    params = load_params(args.profile, args.overrides)
+    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
+        raise UserError(f"{args.plot}: no such directory to write the plot in")
+    try:
+        summary = simulate(args.trace_dir, params, args.days)
+    except duckdb.Error as exc:
+        raise UserError(f"{args.trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+    summary.update(profile=args.profile, overrides=args.overrides)
+    if args.plot:
+        try:
+            plot(args.plot, summary)
+        except OSError as exc:
+            raise UserError(f"{args.plot}: cannot write it: {exc.strerror or exc}") from None
+        summary["plot"] = args.plot
+    print(json.dumps(summary, indent=1) if args.json else render(summary))
+    return 0
+
+
+def simulate(trace_dir: str, params, days: float | None) -> dict:
+    """The simulation of the trace at `trace_dir` under `params` (once, or back to back
+    for `days`), as the command's --json gives it."""
+    trace = Trace(trace_dir)
+    if not trace.records:
+        raise UserError(f"{trace_dir}: the trace holds no records")
+    first, last = trace.origin_ns, trace.last_ns
+    started = trace.metadata.get("start_monotonic_ns")
+    # Virtual time 0 is when the mount began tracing (its model started then), or the first record.
+    origin = started if isinstance(started, int) and started <= first else first
+    span = max(last - first, 1000) / 1e9  # at least a microsecond
+    duration = days * DAY if days else (last - origin) / 1e9 or span
+    step = next((s for s in _STEPS if s * TABLE_ROWS >= duration), None) or DAY * -(-duration // (DAY * TABLE_ROWS))
+    calls = _Calls(trace_dir, trace.records)
+    model = Model(params, origin / 1e9)
+    began = time.perf_counter()
+    result = TraceSim(model, calls, origin=origin / 1e9, first=first / 1e9, span=span,
+                      every=step / SAMPLES_PER_ROW).run(duration)
+    wall = time.perf_counter() - began
+    return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall)
+
+
+def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
+             step: float, wall: float) -> dict:
+    r = result
+    delta = r.delta
+    if delta is None and r.end_balance < r.start_balance and r.cliff is None:
+        delta = (r.end_balance - r.start_balance) / r.reps if r.reps else None  # one pass: its own change
+    projected = None
+    if r.cliff is None and delta is not None and delta < 0 and params.throughput_mode != "elastic":
+        projected = duration + r.end_balance / -delta * span
+    notes = []
+    loss = meta.loss_summary(trace.directory)
+    if loss:
+        notes.append(loss)
+    if trace.format_version < 3:
+        notes.append(f"a format {trace.format_version} trace: open flags, the requests' kinds and the replies' "
+                     f"types are not recorded: writes are taken as buffered, directories known only from the "
+                     f"operations on them")
+    if gaps.new_directories:
+        notes.append(f"{gaps.new_directories:,} renames or links into a directory the trace had not named: its "
+                     f"caches are kept apart from the directory's own")
+    if gaps.unknown_handles:
+        notes.append(f"{gaps.unknown_handles:,} uses of a handle whose open is not in the trace: its flags unknown")
+    if gaps.unknown_ops:
+        notes.append(f"{gaps.unknown_ops:,} records of operations no handler makes: left out")
+    return {
+        "trace": trace.directory, "records": trace.records, "format_version": trace.format_version,
+        "throughput_mode": params.throughput_mode, "stored_size_bytes": params.stored_size,
+        "span_s": span, "duration_s": duration, "days": days, "repetitions": r.reps,
+        "operations": {"simulated": r.ops, "total": r.ops_total}, "wall_s": wall,
+        "credits": {"start_bytes": r.start_balance, "end_bytes": r.end_balance, "least_bytes": r.least_balance,
+                    "change_per_repetition_bytes": delta,
+                    "change_per_day_bytes": delta * DAY / span if delta is not None else None,
+                    "run_out_s": r.cliff, "run_out_at": _when(r.cliff) if r.cliff is not None else None,
+                    "run_out_simulated": r.cliff_simulated if r.cliff is not None else None,
+                    "projected_run_out_s": projected,
+                    "projected_run_out_at": _when(projected) if projected is not None else None,
+                    "after_run_out_bytes_per_s": r.after_cliff},
+        "permitted_end_bytes_per_s": r.end_permitted,
+        "metered_bytes": r.metered, "metered_bytes_per_s": r.metered / duration if duration else 0.0,
+        "waited": {"total_s": r.waited, "mean_s": r.waited / r.ops_total if r.ops_total else 0.0,
+                   "max_s": r.max_wait},
+        "saturated": r.saturated,
+        "row_s": step,
+        "spans": [{"start_s": s.start, "end_s": s.end, "simulated": s.simulated, "repetitions": s.reps}
+                  for s in r.spans],
+        "samples": [{"t_s": s.t, "balance_bytes": s.balance, "permitted_bytes_per_s": s.permitted,
+                     "metered_bytes": s.metered, "ops": s.ops, "waited_s": s.waited, "max_wait_s": s.max_wait,
+                     "simulated": s.simulated} for s in r.samples],
+        "rebuilt": {"new_directories": gaps.new_directories, "unknown_handles": gaps.unknown_handles,
+                    "unknown_ops": gaps.unknown_ops},
+        "notes": notes,
+    }
+
+
+# ---- text ------------------------------------------------------------------------------
+
+def render(s: dict) -> str:
+    w, ops = s["waited"], s["operations"]
+    settings = ", ".join(s["overrides"])
+    lines = [f"simulate: {s['trace']} ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
+             f"{s['profile']}" + (f", {settings}" if settings else "")]
+    if s["days"]:
+        lines.append(f"{s['days']:g} days of virtual time: the trace {s['repetitions']:,.1f} times back to back; "
+                     f"{ops['simulated']:,} operations simulated op by op, {_count(ops['total'])} in all, "
+                     f"in {s['wall_s']:.2f} s")
+    else:
+        lines.append(f"the trace once, {_seconds(s['duration_s'])} of virtual time: {ops['simulated']:,} "
+                     f"operations, in {s['wall_s']:.2f} s")
+    lines += ["", _table(s), ""]
+    lines += _credit_lines(s)
+    lines.append(f"time operations waited (for limits, slots and queues): {_seconds(w['total_s'])} in all, "
+                 f"{_seconds(w['mean_s'])} on average, {_seconds(w['max_s'])} at most")
+    if s["saturated"]:
+        lines.append("the workload asks for more than is permitted: operations are issued at their recorded "
+                     "times, so the queue, and every operation's wait, grows without end; an application "
+                     "waiting for its operations would be slowed down by about that wait instead")
+    lines.append(_spans(s["spans"], s["row_s"]))
+    lines += [f"note: {n}" for n in s["notes"]]
+    if s.get("plot"):
+        lines.append(f"plot: {s['plot']}")
+    return "\n".join(lines)
+
+
+def _credit_lines(s: dict) -> list[str]:
+    c = s["credits"]
+    if s["throughput_mode"] == "elastic":
+        return ["elastic throughput: no burst credits to run out"]
+    moving = ""
+    if c["change_per_repetition_bytes"] is not None:
+        change = c["change_per_day_bytes"]
+        moving = (f", {'falling' if change < 0 else 'rising'} {_human_bytes(abs(change))} a day while they last"
+                  if abs(c["change_per_repetition_bytes"]) >= 1 else ", steady")
+    lines = [f"burst credits: {_human_bytes(c['start_bytes'])} at the start, {_human_bytes(c['end_bytes'])} at "
+             f"the end, {_human_bytes(c['least_bytes'])} at the lowest{moving}; the workload meters "
+             f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"]
+    if c["run_out_s"] is not None:
+        how = "simulated op by op" if c["run_out_simulated"] else "extrapolated"
+        lines.append(f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
+                     f"({how}); then {_human_bytes(c['after_run_out_bytes_per_s'])}/s is permitted (the baseline)")
+    elif c["projected_run_out_s"] is not None:
+        lines.append(f"credits do not run out in the time simulated; at this rate they would at "
+                     f"{c['projected_run_out_s']:,.0f} s, {c['projected_run_out_at']} from the trace's start")
+    else:
+        lines.append("credits do not run out")
+    return lines
+
+
+def _table(s: dict) -> str:
+    samples = s["samples"]
+    head = ["time", "credits", "permitted", "metered/s", "ops/s", "mean wait", "max wait", ""]
+    rows = [[_when(0.0, s["row_s"]), _human_bytes(samples[0]["balance_bytes"]),
+             _human_bytes(samples[0]["permitted_bytes_per_s"]) + "/s", "", "", "", "", "start"]]
+    prev = samples[0]
+    for i in range(1, len(samples), SAMPLES_PER_ROW):
+        chunk = samples[i:i + SAMPLES_PER_ROW]
+        end = chunk[-1]
+        seconds = end["t_s"] - prev["t_s"]
+        n = sum(x["ops"] for x in chunk)
+        waited = sum(x["waited_s"] for x in chunk)
+        how = {x["simulated"] for x in chunk}
+        rows.append([_when(end["t_s"], s["row_s"]), _human_bytes(end["balance_bytes"]),
+                     _human_bytes(end["permitted_bytes_per_s"]) + "/s",
+                     _human_bytes((end["metered_bytes"] - prev["metered_bytes"]) / seconds),
+                     f"{n / seconds:,.1f}", _seconds(waited / n) if n else "-",
+                     _seconds(max(x["max_wait_s"] for x in chunk)),
+                     "op by op" if how == {True} else "extrapolated" if how == {False} else "both"])
+        prev = end
+    return table(head, rows, "lrrrrrrl")
+
+
+def _spans(spans: list[dict], step: float) -> str:
+    def text(x: dict) -> str:
+        return f"{_when(x['start_s'], step)} to {_when(x['end_s'], step)} ({x['repetitions']:,.1f}x)"
+
+    simulated = [text(x) for x in spans if x["simulated"]]
+    extrapolated = [text(x) for x in spans if not x["simulated"]]
+    line = "simulated op by op: " + "; ".join(simulated)
+    return line + ("; extrapolated: " + "; ".join(extrapolated) if extrapolated else "")
+
+
+def _when(t: float, step: float = 60.0) -> str:
+    """Virtual time since the start as day+hh:mm (day+hh:mm:ss where rows are under a minute)."""
+    minutes, seconds = divmod(round(t) if step >= 60 else t, 60)
+    hours, minutes = divmod(int(minutes), 60)
+    days, hours = divmod(hours, 24)
+    if step >= 60:
+        return f"{days}+{hours:02d}:{minutes:02d}"
+    return f"{days}+{hours:02d}:{minutes:02d}:{seconds:0{6 if step < 1 else 2}.{3 if step < 1 else 0}f}"
+
+
+def _seconds(s: float) -> str:
+    """A duration: report's units up to seconds, then minutes, hours and days."""
+    for unit, size in (("d", DAY), ("h", 3600.0), ("min", 60.0)):
+        if s >= 2 * size:
+            return f"{s / size:,.1f} {unit}"
+    return _ns(s * 1e9)
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e6:,.1f} million" if n >= 1e7 else f"{n:,.0f}"
+
+
+# ---- the plot --------------------------------------------------------------------------
+
+def plot(path: str, s: dict) -> None:
+    """Credits, permitted throughput and the operations' waits over virtual time, the
+    extrapolated stretches shaded, the moment credits run out marked."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    samples = s["samples"]
+    duration = s["duration_s"]
+    unit, scale = next(((u, k) for u, k in (("days", DAY), ("hours", 3600.0), ("minutes", 60.0))
+                        if duration >= 2 * k), ("seconds", 1.0))
+    t = np.array([x["t_s"] for x in samples]) / scale
+    balance = np.array([x["balance_bytes"] for x in samples])
+    b_unit, b_scale = next(((u, k) for u, k in (("TiB", 2.0**40), ("GiB", 2.0**30)) if balance.max() >= k),
+                           ("MiB", 2.0**20))
+    ops = np.array([x["ops"] for x in samples])
+    mean_wait = np.divide([x["waited_s"] for x in samples], ops, out=np.zeros(len(samples)), where=ops > 0)
+    fig = Figure(figsize=(9, 7), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    credits, permitted, waits = fig.subplots(3, 1, sharex=True)
+    credits.plot(t, balance / b_scale, color="#1f77b4", linewidth=1.4)
+    credits.set(ylabel=f"BurstCreditBalance ({b_unit})", ylim=(0, None))
+    permitted.step(t, np.array([x["permitted_bytes_per_s"] for x in samples]) / 2**20, where="post",
+                   color="#2ca02c", linewidth=1.4)
+    permitted.set(ylabel="PermittedThroughput (MiB/s)", ylim=(0, None))
+    waits.plot(t[1:], mean_wait[1:], color="#ff7f0e", linewidth=1.2, label="mean")
+    waits.plot(t[1:], [x["max_wait_s"] for x in samples[1:]], color="#d62728", linewidth=1.0, linestyle="--",
+               label="longest")
+    waits.set(ylabel="operations waited (s)", xlabel=f"{unit} since the trace's start")
+    if max(x["max_wait_s"] for x in samples) > 0:
+        waits.set_yscale("log")
+    waits.legend(loc="upper left", fontsize=8)
+    for ax in (credits, permitted, waits):
+        for x in s["spans"]:
+            if not x["simulated"]:
+                ax.axvspan(x["start_s"] / scale, x["end_s"] / scale, color="0.9", zorder=0, linewidth=0)
+    c = s["credits"]
+    if c["run_out_s"] is not None:
+        for ax in (credits, permitted, waits):
+            ax.axvline(c["run_out_s"] / scale, color="#d62728", linewidth=0.8, linestyle=":")
+        credits.annotate(f"credits run out at {c['run_out_at']}", (c["run_out_s"] / scale, 0),
+                         xytext=(4, 12), textcoords="offset points", fontsize=8, color="#d62728")
+    settings = ", ".join(s["overrides"])
+    credits.set_title(f"{os.path.basename(s['trace'])} on {s['profile']}" + (f" ({settings})" if settings else "")
+                      + ("; shaded: extrapolated" if any(not x["simulated"] for x in s["spans"]) else ""),
+                      fontsize=9, parse_math=False)
+    fig.savefig(path, format="png")

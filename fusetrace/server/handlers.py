@@ -177,29 +177,31 @@ class Operations(pyfuse3.Operations):
     def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
                held: int, ticket: "Ticket | None") -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
-        fh, mode, entry, flags = site.fh, 0, 0, 0
-        if err or isinstance(out, bool):
-            result = 0
-        elif type(out) is pyfuse3.EntryAttributes:  # lookup, mknod, mkdir, symlink, link
-            result, mode, entry = 0, out.st_mode, out.st_ino
-        elif type(out) is os.stat_result:  # getattr, setattr
-            result, mode = 0, out.st_mode
+        fh, mode, entry, flags, result = site.fh, 0, 0, 0, 0
+        if err:
+            pass
         elif req.op in _OPENS:  # the handle: open, opendir (an int), create (with its entry)
-            result, fh, flags = 0, _new_handle(out), site.flags
+            fh, flags = _new_handle(out), site.flags
             if req.op == "create":
                 mode, entry = out[1].st_mode, out[1].st_ino
-        elif isinstance(out, int):
-            result = out  # bytes written
-        elif isinstance(out, (bytes, str, list, _Listing)):
-            result = len(out)  # bytes read, link length, xattr names, entries
         else:
-            result = 0
+            kind = type(out)
+            if kind is bytes or kind is str or kind is list or kind is _Listing:
+                result = len(out)  # bytes read, link length, xattr names, entries
+            elif kind is int:
+                result = out  # bytes written
+            elif kind is pyfuse3.EntryAttributes:  # lookup, mknod, mkdir, symlink, link
+                mode, entry = out.st_mode, out.st_ino
+            elif kind is os.stat_result:  # getattr, setattr
+                mode = out.st_mode
         t = _UNSHAPED if ticket is None else ticket
-        pid, comm = self._process_of(who.pid, start)
+        who_is = self._tgids.get(who.pid)  # the process and its name: see _process_of
+        if who_is is None or start - who_is[2] > _WHO_FOR_NS:
+            who_is = self._process_of(who.pid, start)
         tracer.record(TraceRecord(
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
-            site.offset, req.size, result, err, pid, who.uid, who.gid, held,
-            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, comm, req.label, flags, mode, entry))
+            site.offset, req.size, result, err, who_is[0], who.uid, who.gid, held,
+            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry))
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the inode table, the open files and where calls run."""
@@ -214,16 +216,15 @@ class Operations(pyfuse3.Operations):
             self._cached_pread = None  # tmpfs, for one: reads follow the inline policy from now on
             return None
 
-    def _process_of(self, tid: int, now: int) -> tuple[int, str]:
+    def _process_of(self, tid: int, now: int) -> tuple[int, str, int]:
         """FUSE names the calling thread; traces name its process (thread group) and
-        the process's name.  Both are read from /proc at most once a second per thread:
-        a name changes at exec, and a shell's child opens its redirections before it."""
-        known = self._tgids.get(tid)
-        if known is None or now - known[2] > _WHO_FOR_NS:
-            if len(self._tgids) > 4096:
-                self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
-            known = self._tgids[tid] = (*_thread_group(tid), now)
-        return known[0], known[1]
+        the process's name, read from /proc at most once a second per thread (a name
+        changes at exec, and a shell's child opens its redirections before it): (pid,
+        name, when read)."""
+        if len(self._tgids) > 4096:
+            self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
+        known = self._tgids[tid] = (*_thread_group(tid), now)
+        return known
 
     def _inode(self, node_id: int) -> Inode:
         inode = self.inodes.get(node_id)

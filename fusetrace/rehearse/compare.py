@@ -1,0 +1,244 @@
+"""`fusetrace compare A B`: two traces side by side, per operation, with a verdict.
+
+Per op (and per kind of request, for format 3 traces): count, mean, p50, p90 and p99 of
+each, B's over A's, and a verdict: `pass` when B's p50 is within --tolerance % of A's and
+its p99 within --tail-tolerance %; `fail` otherwise; `too few` under MIN_RECORDS records on
+either side; `only in A` / `only in B`.  A difference smaller than FUSE's own round trip
+(the larger of the two traces' `fuse_round_trip_ns`) passes too, marked so: a ratio of
+microsecond operations measures the host, not the file system.  Exit status 0 when every
+judged op passes, 1 when one fails, 2 for bad input.  With --out DIR, latency CDFs of A
+and B per op (one PNG) and a self-contained index.html.
+"""
+
+import base64
+import html
+import io
+import json
+import os
+
+import duckdb
+
+from ..errors import UserError
+from ..report import _int, _ns
+from ..texttable import table
+from ..trace import reader
+
+MIN_RECORDS = 20
+CDF_POINTS = 200
+_STATS = ("count", "mean_ns", "p50_ns", "p90_ns", "p99_ns")
+HOST = "pass (within FUSE's round trip)"
+
+
+class CompareError(UserError):
+    exit_code = 2
+
+
+class Side:
+    """One trace, opened for per-op percentiles."""
+
+    def __init__(self, directory: str):
+        self.directory = os.path.abspath(directory)
+        self.meta = reader.metadata(directory)
+        self.db = duckdb.connect()
+        self.db.read_parquet(reader.parts(directory), union_by_name=True).create_view("trace")
+        self.columns = {row[0] for row in self.db.execute("describe trace").fetchall()}
+        row = self.db.execute("select count(*), coalesce(max(start_ns + dur_ns) - min(start_ns), 0) "
+                              "from trace").fetchone()
+        assert row is not None
+        self.records, self.span_ns = row
+
+    def stats(self, key: str) -> dict[str, dict]:
+        """{op or kind: {count, mean_ns, p50_ns, p90_ns, p99_ns}}."""
+        rows = self.db.execute(f"""
+            select {key}, count(*), avg(dur_ns), quantile_cont(dur_ns, [0.5, 0.9, 0.99])
+            from trace where {key} is not null group by {key}""").fetchall()
+        return {str(k): dict(zip(_STATS, (n, mean, *q))) for k, n, mean, q in rows}
+
+    def cdf(self, op: str) -> list[float]:
+        """CDF_POINTS quantiles of op's latency, in ns."""
+        qs = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
+        row = self.db.execute("select quantile_cont(dur_ns, ?) from trace where op = ?", [qs, op]).fetchone()
+        return list(row[0]) if row and row[0] else []
+
+    def describe(self) -> dict:
+        emulation = self.meta.get("emulation") or {}
+        return {"directory": self.directory, "records": self.records, "span_ns": self.span_ns,
+                "profile": emulation.get("profile"), "fuse_round_trip_ns": self.meta.get("fuse_round_trip_ns")}
+
+
+def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_ns: float) -> dict:
+    """One row: A's and B's figures, B/A of p50 and p99, and the verdict."""
+    row: dict = {"a": a, "b": b, "p50_ratio": None, "p99_ratio": None}
+    if a is None or b is None:
+        row["verdict"] = "only in B" if a is None else "only in A"
+        return row
+    row["p50_ratio"] = b["p50_ns"] / a["p50_ns"] if a["p50_ns"] else None
+    row["p99_ratio"] = b["p99_ns"] / a["p99_ns"] if a["p99_ns"] else None
+    if min(a["count"], b["count"]) < MIN_RECORDS:
+        row["verdict"] = "too few"
+        return row
+    within = [abs(b[k] - a[k]) <= pct / 100 * a[k] for k, pct in (("p50_ns", tolerance), ("p99_ns", tail))]
+    by_host = [abs(b[k] - a[k]) <= slack_ns for k in ("p50_ns", "p99_ns")]
+    if all(within):
+        row["verdict"] = "pass"
+    elif all(w or h for w, h in zip(within, by_host)):
+        row["verdict"] = HOST
+    else:
+        row["verdict"] = "fail"
+    return row
+
+
+def compare(dir_a: str, dir_b: str, tolerance: float, tail: float) -> dict:
+    a, b = Side(dir_a), Side(dir_b)
+    slack = max(a.meta.get("fuse_round_trip_ns") or 0, b.meta.get("fuse_round_trip_ns") or 0)
+    out: dict = {"a": a.describe(), "b": b.describe(), "tolerance": tolerance, "tail_tolerance": tail,
+                 "min_records": MIN_RECORDS, "host_slack_ns": slack}
+    for key, name in (("op", "ops"), ("kind", "classes")):
+        if key == "kind" and not ("kind" in a.columns and "kind" in b.columns):
+            out[name] = []
+            continue
+        sa, sb = a.stats(key), b.stats(key)
+        rows = [{key if key == "op" else "kind": k, **judge(sa.get(k), sb.get(k), tolerance, tail, slack)}
+                for k in sorted(set(sa) | set(sb), key=lambda k: -max((sa.get(k) or {}).get("count", 0),
+                                                                     (sb.get(k) or {}).get("count", 0)))]
+        out[name] = rows
+    out["judged"] = sum(r["verdict"] in ("pass", "fail", HOST) for r in out["ops"])
+    out["failed"] = sum(r["verdict"] == "fail" for r in out["ops"])
+    out["_sides"] = (a, b)
+    return out
+
+
+def run(args) -> int:
+    for flag, value in (("--tolerance", args.tolerance), ("--tail-tolerance", args.tail_tolerance)):
+        if value >= 1000:
+            raise CompareError(f"{flag} {value:g}: a percentage under 1000")
+    try:
+        result = compare(args.trace_a, args.trace_b, args.tolerance, args.tail_tolerance)
+    except duckdb.Error as exc:
+        raise CompareError(f"cannot read the traces: {str(exc).splitlines()[0]}") from None
+    sides = result.pop("_sides")
+    if args.out:
+        result["out"] = write_out(args.out, result, sides)
+    print(json.dumps(result, indent=2) if args.json else render(result), flush=True)
+    return 1 if result["failed"] else 0
+
+
+def render(r: dict) -> str:
+    lines = []
+    for side in ("a", "b"):
+        d = r[side]
+        emulated = f", emulating {d['profile']}" if d["profile"] else ""
+        lines.append(f"{side.upper()}  {d['directory']}  ({_int(d['records'])} records over "
+                     f"{d['span_ns'] / 1e9:.3f} s{emulated})")
+    blocks = ["\n".join(lines), _table(r["ops"], "op")]
+    if r["classes"]:
+        blocks.append(_table(r["classes"], "kind"))
+    slack = f"; or apart by less than FUSE's round trip ({_ns(r['host_slack_ns'])})" if r["host_slack_ns"] else ""
+    blocks.append(f"(pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %"
+                  f"{slack}; too few: under {r['min_records']} records on a side)\n"
+                  f"{r['judged'] - r['failed']} of {r['judged']} judged operations pass"
+                  + (f"; see {r['out']['html']}" if r.get("out") else ""))
+    return "\n\n".join(blocks)
+
+
+def _table(rows: list[dict], key: str) -> str:
+    head = [key, "A n", "B n", "A p50", "B p50", "p50 B/A", "A p99", "B p99", "p99 B/A", "verdict"]
+    body = []
+    for r in rows:
+        a, b = r["a"] or {}, r["b"] or {}
+        body.append([r[key], _int(a.get("count", 0)), _int(b.get("count", 0)),
+                     *(_ns(x[k]) if k in x else "-" for x, k in ((a, "p50_ns"), (b, "p50_ns"))),
+                     _ratio(r["p50_ratio"]),
+                     *(_ns(x[k]) if k in x else "-" for x, k in ((a, "p99_ns"), (b, "p99_ns"))),
+                     _ratio(r["p99_ratio"]), r["verdict"]])
+    return table(head, body, "l" + "r" * 8 + "l")
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+# ---- --out: CDF plots and a page -----------------------------------------------------------
+
+def write_out(directory: str, r: dict, sides: tuple[Side, Side]) -> dict:
+    if os.path.islink(directory) or (os.path.exists(directory) and not os.path.isdir(directory)):
+        raise CompareError(f"--out {directory}: not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise CompareError(f"--out {directory}: cannot make it: {exc.strerror or exc}") from None
+    png = _cdf_png(r, sides)
+    png_path = os.path.join(directory, "latency-cdf.png")
+    html_path = os.path.join(directory, "index.html")
+    _write(png_path, png)
+    _write(html_path, _page(r, png).encode())
+    return {"png": png_path, "html": html_path}
+
+
+def _write(path: str, data: bytes) -> None:
+    from ..trace.metadata import atomic_write
+
+    try:
+        atomic_write(path, lambda f: f.write(data))
+    except OSError as exc:
+        raise CompareError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _cdf_png(r: dict, sides: tuple[Side, Side]) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ops = [row["op"] for row in r["ops"] if row["a"] and row["b"]][:16] or [row["op"] for row in r["ops"]][:16]
+    cols = min(4, max(1, len(ops)))
+    rows = max(1, -(-len(ops) // cols))
+    fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    ys = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
+    for ax, op in zip(axes, ops):
+        for side, label, style in ((sides[0], "A", "-"), (sides[1], "B", "--")):
+            xs = side.cdf(op)
+            if xs:
+                ax.plot([max(x, 1.0) / 1e3 for x in xs], ys, style, label=label)
+        ax.set_xscale("log")
+        ax.set_title(op)
+        ax.set_xlabel("latency (µs)")
+        ax.set_ylabel("share of operations")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="lower right")
+    for ax in axes[len(ops):]:
+        ax.set_visible(False)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    return buf.getvalue()
+
+
+def _page(r: dict, png: bytes) -> str:
+    esc = html.escape
+    heads = ["op", "A n", "B n", "A p50", "B p50", "p50 B/A", "A p99", "B p99", "p99 B/A", "verdict"]
+    body = []
+    for row in r["ops"]:
+        a, b = row["a"] or {}, row["b"] or {}
+        cells = [row["op"], _int(a.get("count", 0)), _int(b.get("count", 0)),
+                 _ns(a["p50_ns"]) if a else "-", _ns(b["p50_ns"]) if b else "-", _ratio(row["p50_ratio"]),
+                 _ns(a["p99_ns"]) if a else "-", _ns(b["p99_ns"]) if b else "-", _ratio(row["p99_ratio"]),
+                 row["verdict"]]
+        cls = "fail" if row["verdict"] == "fail" else ""
+        body.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
+    image = base64.b64encode(png).decode()
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>fusetrace compare</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} td:first-child{{text-align:left}}
+tr.fail td{{background:#fdd}}</style></head><body>
+<h1>A against B</h1>
+<p>A: {esc(r['a']['directory'])} ({_int(r['a']['records'])} records)<br>
+B: {esc(r['b']['directory'])} ({_int(r['b']['records'])} records)</p>
+<p>pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %
+(or apart by less than FUSE's round trip); too few: under {r['min_records']} records on a side.
+{r['judged'] - r['failed']} of {r['judged']} judged operations pass.</p>
+<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>
+{chr(10).join(body)}</table>
+<h2>Latency CDFs</h2><img alt="latency CDF of each operation, A solid, B dashed" src="data:image/png;base64,{image}">
+</body></html>
+"""

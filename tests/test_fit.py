@@ -72,7 +72,7 @@ def test_an_emulated_trace_gives_the_models_own_latency(tmp_path):
     records, t = [], 0
     for ms in lognormal(rng, 2.7, 6.0, 2000):
         t += 50_000
-        records.append(rec(t, "mkdir", int(ms * 3e6), kind="meta_write", nfs="CREATE", latency_ns=int(ms * 1e6),
+        records.append(rec(t, "unlink", int(ms * 3e6), kind="meta_write", nfs="REMOVE", latency_ns=int(ms * 1e6),
                            gate="latency"))
         records.append(rec(t + 1, "flush", int(ms * 2e6), kind="commit", nfs="WRITE x4,COMMIT",
                            latency_ns=int(ms * 9e6), gate="writeback"))
@@ -83,6 +83,18 @@ def test_an_emulated_trace_gives_the_models_own_latency(tmp_path):
     assert profile["meta_write_latency_p99_ms"] == pytest.approx(6.0, rel=0.12)
     assert "commit_latency_ms" not in profile  # only ever sent with WRITEs: nothing says what one COMMIT costs
     assert "median of 2,000: the model's sampled latency" in text
+
+
+def test_names_made_after_their_lookup_are_left_out_of_an_emulated_fit(tmp_path):
+    """The emulated client takes a preceding lookup's time off a create or mkdir, so their
+    latency_ns is below a request's: they are not fitted from."""
+    records = [rec(i * 50_000, "mkdir", 3_000_000, kind="meta_write", nfs="CREATE", latency_ns=1_000_000,
+                   gate="latency") for i in range(100)]
+    records += [rec(10**8 + i * 50_000, "rmdir", 3_000_000, kind="meta_write", nfs="REMOVE", latency_ns=2_700_000,
+                    gate="latency") for i in range(100)]
+    write_trace(tmp_path / "t", records, emulation={"profile": "efs-bursting"})
+    profile, _ = fitted(tmp_path, tmp_path / "t")
+    assert profile["meta_write_latency_ms"] == pytest.approx(2.7)
 
 
 def test_slots_are_raised_only_where_the_trace_had_more_at_once(tmp_path):

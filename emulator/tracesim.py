@@ -18,18 +18,26 @@ client's network credits:
   where it was (at its cap; elastic throughput) and the rest is skipped, or it stayed
   away from zero and from its cap, moving by the same `delta` each time (what the
   baseline earns over the span, less the metered bytes): repetitions are skipped
-  until it is `MARGIN` repetitions from zero or the cap, `Model.set` puts it where the
-  skipped ones would have left it, and the simulation goes on op by op from there,
-  through the change;
-- **saturated**: the work each carried into the next grew by a steady amount (the
-  workload asks more than is permitted).  The rest is extrapolated as a fluid queue:
-  the balance falls by `delta` a repetition until it is empty, the permitted
-  throughput is the baseline from then on, and the queue (so each operation's wait)
-  grows each repetition by the metered bytes at the permitted rate, less the span.
+  until it is `MARGIN` repetitions from where it could reach zero within one (as low
+  as it was seen to dip) or its cap, `Model.set` puts it where the skipped ones would
+  have left it, and the simulation goes on op by op from there, through the change
+  (with the model's queues empty: a steady backlog at the skip's start is dropped);
+- **saturated**: the queue carried from one into the next grew by a steady amount, and
+  the operations' waits with it (the workload asks more than is permitted).  The rest
+  is extrapolated as a fluid queue: bytes arrive at the workload's metered rate and are
+  served at the rate the last repetitions were (what their queue's growth says) while
+  the balance lasts (it falls by `delta` a repetition), then at the lower of that and
+  the baseline; an operation waits until the queue ahead of it has passed, so the
+  operations' mean wait grows by the share of that the last repetitions measured,
+  and once the buffered data queued reaches the client's dirty limit (writers wait
+  from then on) by the share of operations the client sends.
 
 Otherwise the next repetition is simulated op by op.  `Result.spans` says which
-stretches were simulated op by op and which extrapolated; so does each sample.  Pure
-and clock-free, like the model.
+stretches were simulated op by op and which extrapolated; so does each sample.  The
+balance is looked at in every sample, and after an operation whenever it could have
+reached zero by then (it falls at most at burst less baseline): the cliff is the first
+moment it is seen at zero, the time of an operation or a sample.  Pure and
+clock-free, like the model.
 """
 
 import math
@@ -47,7 +55,7 @@ STEADY = 3  # repetitions alike in a row before any is extrapolated
 SAME_WORK = 0.05  # their metered bytes within this share of one another
 MARGIN = 2  # repetitions of credits left between a skip's end and the balance's zero or cap
 GROWING = 0.01  # a queue growing by more than this share of the span a repetition is saturated
-CACHE = Gate.CACHE
+_CACHE = Gate.CACHE
 
 
 class Call(NamedTuple):
@@ -238,7 +246,7 @@ class TraceSim:
                 rep.max_wait = w
             if a.done_at > rep.last_done:
                 rep.last_done = a.done_at
-            if a.gate is not CACHE:
+            if a.gate is not _CACHE:
                 rep.sent += 1
             self._ops += 1
             self._waited += w
@@ -291,7 +299,7 @@ class TraceSim:
 
     def _skip(self, r: int, stop: float, reps: list[_Rep]) -> int:
         """How many whole repetitions from r on may be skipped (0: none)."""
-        whole = int((stop - self._boundary(r)) // self.span)
+        whole = int((stop - self._boundary(r)) / self.span + 1e-9)
         if self.model.params.throughput_mode == "elastic":
             return whole
         balances = [x.balance for x in reps] + [reps[-1].end_balance]
@@ -321,54 +329,81 @@ class TraceSim:
         self.spans.append(Span(begin - self.origin, end - self.origin, False, skip))
 
     def _fluid(self, r: int, stop: float, reps: list[_Rep], growth: float, start: dict[str, float]) -> Result:
-        """Extrapolate from repetition r to `stop` as a fluid queue (the module's doc) and
-        give the result."""
-        begin = self._boundary(r)
+        """Extrapolate from repetition r to `stop` as a fluid queue and give the result.
+
+        The workload's metered bytes arrive at `demand` a second; the queue is served at
+        `rate`, what the last repetitions were served at (its growth says), until the
+        balance is spent, and at the lower of that and the baseline from then on.  An
+        operation arriving s seconds after `begin` is served once the queue ahead of it
+        has passed: `drain(s)`.  The operations' mean wait grows by the share of that the
+        last repetitions measured, and once the buffered data queued reaches the client's
+        dirty limit (writers then wait too), by the share of operations the client sends."""
+        begin, span = self._boundary(r), self.span
         last = reps[-1]
         delta = _mean([x.delta for x in reps])
         work, ops = _mean([x.work for x in reps]), _mean([float(x.ops) for x in reps])
         m = self.model.metrics(begin)
         elastic = self.model.params.throughput_mode == "elastic"
-        _, lo, _, _ = fs_pipe_rates(self.model.params, m["StorageBytes"])
+        lo = fs_pipe_rates(self.model.params, m["StorageBytes"])[1]
         b = last.end_balance
-        # seconds after begin at which the balance is spent (inf: not in this regime)
-        zero = math.inf if elastic else 0.0 if b <= 0 else b / -delta * self.span if delta < 0 else math.inf
-        after = max(growth, work / lo - self.span)  # the queue's growth a repetition at baseline
-        # An operation's mean wait grows by a share of the queue's growth: the share measured,
-        # until the client's dirty data reaches its limit (if it is still filling); from then
-        # on every operation the client does not answer alone waits for the queue.
+        # seconds after begin at which the balance is spent (inf: not while this lasts)
+        zero = math.inf if elastic else 0.0 if b <= 0 else b / -delta * span if delta < 0 else math.inf
+        demand = work / span
+        rate = demand * span / (span + growth)
+        after = rate if elastic else min(rate, lo)
+
+        def served(s: float) -> float:  # bytes served in the first s seconds
+            return rate * min(s, zero) + after * max(0.0, s - zero)
+
+        def when(y: float) -> float:  # the moment the first y bytes have been served
+            return y / rate if y <= rate * zero else zero + (y - rate * zero) / after
+
+        queue0 = served(_queue(last))  # bytes queued at begin
+
+        def drain(s: float) -> float:
+            return when(queue0 + demand * s) - s
+
         waits = [x.waited / max(x.ops, 1) for x in reps]
-        wait0 = waits[-1]
-        share = max(0.0, _mean([b - a for a, b in pairwise(waits)])) / growth
-        filling = _mean([b.dirty - a.dirty for a, b in pairwise(reps)])
+        wait0, grew = waits[-1], waits[-1] - waits[-2]
+        share = min(1.0, max(0.0, grew / growth))
+        # The client's dirty data grows with the queue: when it reaches its limit (s after begin).
         limit = self.model.params.client_dirty_limit
-        full = (limit - last.dirty) / filling * self.span if last.dirty < limit and filling > 0 else math.inf
-        share_full = last.sent / max(last.ops, 1) if full < math.inf else share
+        filling = _mean([b.dirty - a.dirty for a, b in pairwise(reps)]) / ((demand - rate) * span)
+        full = math.inf
+        if filling > 0 and last.dirty < limit:
+            lo_s, hi_s = 0.0, 1.0
+            while demand * hi_s - served(hi_s) < (limit - last.dirty) / filling and hi_s < 1e12:
+                lo_s, hi_s = hi_s, 2 * hi_s
+            for _ in range(60):
+                mid = (lo_s + hi_s) / 2
+                lo_s, hi_s = (mid, hi_s) if demand * mid - served(mid) < (limit - last.dirty) / filling else (lo_s, mid)
+            full = hi_s
+        share_full = max(share, last.sent / max(last.ops, 1)) if full < math.inf else share
+        d0, d_full = drain(0.0), drain(min(full, 1e12))
 
         def balance(t: float) -> float:
-            return b if elastic else max(0.0, b + delta * (t - begin) / self.span)
+            return b if elastic else max(0.0, b + delta * (t - begin) / span)
 
         def permitted(t: float) -> float:
             return lo if t - begin >= zero else m["PermittedThroughput"]
 
-        def queued(s: float) -> float:  # how much the queue has grown s seconds after begin (s)
-            return (growth * min(s, zero) + after * max(0.0, s - zero)) / self.span
-
         def wait(t: float) -> float:  # an operation's wait at t, on average
             s = t - begin
-            return wait0 + share * queued(min(s, full)) + share_full * (queued(s) - queued(min(s, full)))
+            if s <= full:
+                return wait0 + share * (drain(s) - d0)
+            return wait0 + share * (d_full - d0) + share_full * (drain(s) - d_full)
 
         def worst(t: float) -> float:  # the longest: the queue's
-            return last.max_wait + queued(t - begin)
+            return last.max_wait + drain(t - begin) - d0
 
         self._extrapolate(begin, stop, balance, permitted, work, ops, wait, worst)
         if self.cliff is None and begin + zero < stop:
             self.cliff, self.cliff_simulated = begin + zero - self.origin, False
             self.after_cliff = lo
         self.least = min(self.least, balance(stop))
-        self.spans.append(Span(begin - self.origin, stop - self.origin, False, (stop - begin) / self.span))
+        self.spans.append(Span(begin - self.origin, stop - self.origin, False, (stop - begin) / span))
         end = {**m, "BurstCreditBalance": balance(stop), "PermittedThroughput": permitted(stop)}
-        return self._result(stop, start, end, growth > 0)
+        return self._result(stop, start, end, True)
 
     def _extrapolate(self, begin: float, end: float, balance: Callable[[float], float],
                      permitted: Callable[[float], float], work: float, ops: float, wait: Callable[[float], float],
@@ -437,16 +472,21 @@ def _alike(reps: list["_Rep"]) -> bool:
     return all(abs(x.end_client_balance - x.client_balance) <= 1.0 for x in reps)
 
 
+def _queue(rep: "_Rep") -> float:
+    """The queue at a repetition's end (s): the longer of its work carried past the end and
+    its buffered data still to be written back, at the rate permitted."""
+    return max(rep.carried, rep.dirty / rep.end_permitted if rep.end_permitted else 0.0)
+
+
 def _growth(reps: list["_Rep"], span: float) -> float | None:
-    """How much the queue grows a repetition (s), when it grows steadily or not at all;
-    else None.  The queue at a repetition's end is the longer of its work carried past
-    the end and its buffered data still to be written back, at the rate permitted."""
-    queue = [max(x.carried, x.dirty / x.end_permitted if x.end_permitted else 0.0) for x in reps]
-    growth = [b - a for a, b in pairwise(queue)]
-    mean = _mean(growth)
-    if any(abs(g - mean) > 0.2 * abs(mean) + GROWING * span / 10 for g in growth):
-        return None
-    return max(mean, 0.0)
+    """How much the queue grows a repetition (s), when it grows steadily, and the
+    operations' mean wait with it, or not at all; else None."""
+    for series in ([_queue(x) for x in reps], [x.waited / max(x.ops, 1) for x in reps]):
+        growth = [b - a for a, b in pairwise(series)]
+        mean = _mean(growth)
+        if any(abs(g - mean) > 0.1 * abs(mean) + GROWING * span / 10 for g in growth):
+            return None
+    return max(_mean([_queue(b) - _queue(a) for a, b in pairwise(reps)]), 0.0)
 
 
 def _mean(xs: list[float]) -> float:

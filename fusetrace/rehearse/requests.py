@@ -42,14 +42,16 @@ UNKNOWN_DIRECTORY = 1 << 64  # synthetic node ids of directories never named bef
 # Operations on an entry of a directory: the record's inode is the directory, its path the entry's.
 _ENTRY_OPS = frozenset(("lookup", "mknod", "mkdir", "symlink", "create", "unlink", "rmdir", "rename"))
 _DIRECTORY_OPS = frozenset(("opendir", "readdir", "releasedir", "fsyncdir"))
-# Each operation's kind when the record does not say (flush, fsync, release: see _kind).
+_HANDLE_OPS = frozenset(("write", "flush", "fsync", "release"))  # their kinds follow the handle's writes
+# The other operations' kinds, where a record does not say.
 _KINDS = {
-    **dict.fromkeys(("lookup", "getattr", "readlink", "open", "opendir", "readdir", "statfs", "access",
-                     "getxattr", "listxattr"), Kind.META_READ),
-    **dict.fromkeys(("setattr", "mknod", "mkdir", "symlink", "unlink", "rmdir", "rename", "link", "create",
-                     "setxattr", "removexattr"), Kind.META_WRITE),
-    "read": Kind.READ, "write": Kind.WRITE, "releasedir": Kind.NONE, "fsyncdir": Kind.COMMIT,
+    **dict.fromkeys(("getattr", "readlink", "open", "opendir", "readdir", "statfs", "access", "getxattr",
+                     "listxattr"), Kind.META_READ),
+    **dict.fromkeys(("setattr", "link", "setxattr", "removexattr"), Kind.META_WRITE),
+    "read": Kind.READ, "releasedir": Kind.NONE, "fsyncdir": Kind.COMMIT,
 }
+_OPS = _ENTRY_OPS | _HANDLE_OPS | set(_KINDS)
+_TYPED = frozenset(("getattr", "setattr", "access"))  # the requests that say whether their object is a directory
 _WRITE_MODES = {m.value: m for m in WriteMode}
 _LABELS = {k.value: k for k in Kind}
 _SYNC = os.O_SYNC | os.O_DSYNC
@@ -90,11 +92,34 @@ class Rebuilder:
                 errno: int, kind: str | None, flags: int, mode: int, entry: int) -> Request | None:
         """The Request the handler made for this record (COLUMNS, in order); None for an
         operation no handler makes."""
+        if op not in _OPS:
+            self.gaps.unknown_ops += 1
+            return None
         self._learn(op, inode, path, mode, entry)
         if op in _ENTRY_OPS:
             return self._entry_op(op, inode, path, path2, fh, errno, kind, flags)
+        if op in _HANDLE_OPS:
+            return self._handle_op(op, inode, fh, size, kind)
+        if op == "link":
+            directory, name = self._directory_of(path2 or "")
+            return Request("link", self._kind(kind, Kind.META_WRITE), inode, directory=directory, name=name)
+        if op in ("open", "opendir") and fh:
+            self._handles[fh] = _Handle(flags)
+        elif op == "releasedir":
+            self._handles.pop(fh, None)
+        label = self._kind(kind, _KINDS[op])
+        if op == "readdir":
+            return Request(op, label, inode, size=size, offset=offset, handle=fh)
+        return Request(op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs)
+
+    def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
+        """A write, flush, fsync or release on an open file, as its handle stands."""
+        if op == "release":
+            released = self._handles.pop(fh, None)
+            dirty = released is not None and released.dirty
+            return Request("release", self._kind(kind, Kind.COMMIT if dirty else Kind.NONE), inode)
+        h = self._handle(fh)
         if op == "write":
-            h = self._handle(fh)
             h.dirty = h.wrote = True  # as the handler marks it, before the call
             if kind in _WRITE_MODES:
                 write_mode = _WRITE_MODES[kind]
@@ -103,35 +128,15 @@ class Rebuilder:
             else:
                 write_mode = WriteMode.SYNC if h.flags is not None and h.flags & _SYNC else WriteMode.BUFFERED
             return Request("write", Kind.WRITE, inode, size=size, write_mode=write_mode)
-        if op == "flush":
-            h = self._handle(fh)
+        if op == "fsync":
+            req = Request("fsync", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
+        else:
             req = Request("flush", self._kind(kind, Kind.COMMIT if h.dirty else Kind.META_READ), inode,
                           closes=not h.closed,
                           writable=h.wrote if h.flags is None else (h.flags & os.O_ACCMODE) != os.O_RDONLY)
-            h.dirty, h.closed = False, True
-            return req
-        if op == "fsync":
-            h = self._handle(fh)
-            req = Request("fsync", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
-            h.dirty = False
-            return req
-        if op == "release":
-            h = self._handles.pop(fh, None) or _Handle(None)
-            return Request("release", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
-        if op == "releasedir":
-            self._handles.pop(fh, None)
-        if op in ("open", "opendir") and fh:
-            self._handles[fh] = _Handle(flags)
-        if op == "link":
-            directory, name = self._directory_of(path2 or "")
-            return Request("link", self._kind(kind, Kind.META_WRITE), inode, directory=directory, name=name)
-        if op not in _KINDS:
-            self.gaps.unknown_ops += 1
-            return None
-        is_dir = op in ("getattr", "setattr", "access") and inode in self._dirs
-        if op == "readdir":
-            return Request(op, self._kind(kind, Kind.META_READ), inode, size=size, offset=offset, handle=fh)
-        return Request(op, self._kind(kind, _KINDS[op]), inode, size=size, is_dir=is_dir)
+            h.closed = True
+        h.dirty = False
+        return req
 
     def _entry_op(self, op: str, inode: int, path: str, path2: str | None, fh: int, errno: int,
                   kind: str | None, flags: int) -> Request:
@@ -148,7 +153,7 @@ class Rebuilder:
                            new_directory=new_directory, new_name=new_name)
         if op == "lookup":
             return Request("lookup", self._kind(kind, Kind.META_READ), inode, directory=inode, name=name)
-        return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name)
+        return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name)  # file 0: not made yet
 
     def _learn(self, op: str, inode: int, path: str, mode: int, entry: int) -> None:
         """What the record says about directories: which node ids are ones, and their paths."""
@@ -190,6 +195,7 @@ class Rebuilder:
 
     @staticmethod
     def _kind(label: str | None, default: Kind) -> Kind:
+        """The Kind a record's label names (format 3), else `default`."""
         return _LABELS.get(label, default) if label is not None else default
 
 

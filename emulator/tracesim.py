@@ -119,7 +119,8 @@ class Result:
     cliff: float | None  # when the credit balance first reached zero (s since the origin); None: never
     cliff_simulated: bool  # that moment was simulated op by op (False: extrapolated)
     after_cliff: float | None  # the throughput permitted once the credits are spent (bytes/s)
-    delta: float | None  # the balance's change a repetition over steady ones before any cliff (None: none)
+    delta: float | None  # the balance's change a repetition, first found steady (None: never, or only after
+    # the cliff)
     saturated: bool  # the workload asked more than was permitted: its queue grew without bound
 
 
@@ -178,7 +179,7 @@ class TraceSim:
         self.cliff: float | None = None
         self.cliff_simulated = False
         self.after_cliff: float | None = None
-        self.delta: float | None = None  # the balance's change a repetition, while it had credits
+        self.delta: float | None = None  # the balance's change a repetition in the first steady stretch
 
     def run(self, duration: float) -> Result:
         """Simulate `duration` virtual seconds from the origin."""
@@ -194,7 +195,7 @@ class TraceSim:
             steady = reps[-STEADY:]
             if self._boundary(r) >= stop or len(steady) < STEADY or not _alike(steady):
                 continue
-            if self.cliff is None:
+            if self.cliff is None and self.delta is None:
                 self.delta = _mean([x.delta for x in steady])
             growth = _growth(steady, self.span)
             if growth is not None and growth > GROWING * self.span:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 import duckdb
 
 from ..emulator.model import Model
+from ..emulator.throughput import credit_cap
 from ..emulator.tracesim import Call, Result, TraceSim
 from ..errors import UserError
 from ..report import Trace, _ns
@@ -133,6 +134,7 @@ def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, dura
     return {
         "trace": trace.directory, "records": trace.records, "format_version": trace.format_version,
         "throughput_mode": params.throughput_mode, "stored_size_bytes": params.stored_size,
+        "credit_cap_bytes": credit_cap(params, params.stored_size),
         "span_s": span, "duration_s": duration, "days": days, "repetitions": r.reps,
         "operations": {"simulated": r.ops, "total": r.ops_total}, "wall_s": wall,
         "credits": {"start_bytes": r.start_balance, "end_bytes": r.end_balance, "least_bytes": r.least_balance,
@@ -196,8 +198,12 @@ def _credit_lines(s: dict) -> list[str]:
     moving = ""
     if c["change_per_repetition_bytes"] is not None:
         change = c["change_per_day_bytes"]
-        moving = (f", {'falling' if change < 0 else 'rising'} {_human_bytes(abs(change))} a day while they last"
-                  if abs(c["change_per_repetition_bytes"]) >= 1 else ", steady")
+        if abs(c["change_per_repetition_bytes"]) < 1:
+            moving = ", steady"
+        elif change < 0:
+            moving = f", falling {_human_bytes(-change)} a day"
+        else:
+            moving = f", rising {_human_bytes(change)} a day up to their cap ({_human_bytes(s['credit_cap_bytes'])})"
     lines = [f"burst credits: {_human_bytes(c['start_bytes'])} at the start, {_human_bytes(c['end_bytes'])} at "
              f"the end, {_human_bytes(c['least_bytes'])} at the lowest{moving}; the workload meters "
              f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"]
@@ -292,9 +298,13 @@ def plot(path: str, s: dict) -> None:
     credits, permitted, waits = fig.subplots(3, 1, sharex=True)
     credits.plot(t, balance / b_scale, color="#1f77b4", linewidth=1.4)
     credits.set(ylabel=f"BurstCreditBalance ({b_unit})", ylim=(0, None))
-    permitted.step(t, np.array([x["permitted_bytes_per_s"] for x in samples]) / 2**20, where="post",
-                   color="#2ca02c", linewidth=1.4)
-    permitted.set(ylabel="PermittedThroughput (MiB/s)", ylim=(0, None))
+    rates = np.array([x["permitted_bytes_per_s"] for x in samples]) / 2**20
+    permitted.step(t, rates, where="post", color="#2ca02c", linewidth=1.4)
+    permitted.set(ylabel="PermittedThroughput (MiB/s)")
+    if rates.min() > 0 and rates.max() > 20 * rates.min():  # burst and baseline both readable
+        permitted.set_yscale("log")
+    else:
+        permitted.set_ylim(0, None)
     waits.plot(t[1:], mean_wait[1:], color="#ff7f0e", linewidth=1.2, label="mean")
     waits.plot(t[1:], [x["max_wait_s"] for x in samples[1:]], color="#d62728", linewidth=1.0, linestyle="--",
                label="longest")

@@ -317,7 +317,7 @@ def test_rising_credits_reach_the_cap():
     settings = ["burst_credit_balance=10 MiB", "burst_credit_cap_min=200 MiB", "burst_credit_cap_per_tib=0"]
     res = _simulated(settings, calls, 200)
     full = _every_operation(settings, calls, 200)
-    assert res.cliff is None and res.delta == 0  # at its cap by the end
+    assert res.cliff is None and res.delta > 0
     assert res.end_balance == full["BurstCreditBalance"] == 200 * MiB
     # skipped while rising, simulated as it reaches the cap, skipped from there on
     assert [s.simulated for s in res.spans] == [True, False, True, False]

@@ -66,7 +66,7 @@ def run(rounds: int, profile: str, work: Path) -> dict:
 
 def render(r: dict) -> str:
     meta = r["meta"]
-    rt = max(m.get("fuse_round_trip_ns") or 0 for m in meta.values())
+    rt = min(m.get("fuse_round_trip_ns") or 0 for m in meta.values())
     lines = [MARK, "## The rehearsal loop: record, fit, emulate, replay, compare", "",
              f"`bench/rehearsal.py --rounds {r['rounds']} --profile {r['profile']}` (about "
              f"{r['recorded_s']:.0f} s of workload), run {time.strftime('%Y-%m-%d')} on this machine. "
@@ -131,7 +131,7 @@ def main() -> None:
     part = render(result)
     print(part)
     docs = Path(args.docs)
-    text = docs.read_text()
+    text = docs.read_text() if docs.exists() else "# Benchmarks\n"
     if MARK in text:
         before, _, rest = text.partition(MARK)
         after = rest.partition(MARK)[2]

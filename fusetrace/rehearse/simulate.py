@@ -111,8 +111,6 @@ def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, dura
              step: float, wall: float) -> dict:
     r = result
     delta = r.delta
-    if delta is None and r.end_balance < r.start_balance and r.cliff is None:
-        delta = (r.end_balance - r.start_balance) / r.reps if r.reps else None  # one pass: its own change
     projected = None
     if r.cliff is None and delta is not None and delta < 0 and params.throughput_mode != "elastic":
         projected = duration + r.end_balance / -delta * span
@@ -215,7 +213,8 @@ def _credit_lines(s: dict) -> list[str]:
         lines.append(f"credits do not run out in the time simulated; at this rate they would at "
                      f"{c['projected_run_out_s']:,.0f} s, {c['projected_run_out_at']} from the trace's start")
     else:
-        lines.append("credits do not run out")
+        lines.append("credits do not run out" + ("" if s["days"] else " in the trace's time (--days N repeats it "
+                                                                          "for N days)"))
     return lines
 
 
@@ -253,13 +252,15 @@ def _spans(spans: list[dict], step: float) -> str:
 
 
 def _when(t: float, step: float = 60.0) -> str:
-    """Virtual time since the start as day+hh:mm (day+hh:mm:ss where rows are under a minute)."""
-    minutes, seconds = divmod(round(t) if step >= 60 else t, 60)
+    """Virtual time since the start as day+hh:mm (day+hh:mm:ss where rows are under a
+    minute, with milliseconds where they are under a second)."""
+    digits = 3 if step < 1 else 0
+    minutes, seconds = divmod(round(t / 60) * 60 if step >= 60 else round(t, digits), 60)
     hours, minutes = divmod(int(minutes), 60)
     days, hours = divmod(hours, 24)
     if step >= 60:
         return f"{days}+{hours:02d}:{minutes:02d}"
-    return f"{days}+{hours:02d}:{minutes:02d}:{seconds:0{6 if step < 1 else 2}.{3 if step < 1 else 0}f}"
+    return f"{days}+{hours:02d}:{minutes:02d}:{seconds:0{3 + digits if digits else 2}.{digits}f}"
 
 
 def _seconds(s: float) -> str:

@@ -414,9 +414,10 @@ class TraceSim:
         totals."""
         metered = self.model.metrics(begin)["MeteredIOBytes"] + self._extra[0]
         rate = ops / self.span  # operations a second
-        # Waits over [a, b), by the midpoint rule over pieces of at most a repetition.
+        # Waits over [a, b), by the midpoint rule over pieces of at most a repetition (at most 64:
+        # wait(t) is piecewise linear, with two kinks at most)
         def waited(a: float, b: float) -> float:
-            n = max(1, math.ceil((b - a) / self.span))
+            n = max(1, min(64, math.ceil((b - a) / self.span)))
             step = (b - a) / n
             return sum(rate * step * wait(a + (i + 0.5) * step) for i in range(n))
 

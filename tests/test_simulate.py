@@ -184,7 +184,7 @@ def _rebuilt(rows: list[dict]) -> list[Request | None]:
     return [r.rebuild(*(row[c] for c in COLUMNS)) for row in rows]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROGRAMS)
 def test_the_records_give_back_the_requests_the_handlers_made(program):
     served, _ = _served(program)
@@ -193,7 +193,7 @@ def test_the_records_give_back_the_requests_the_handlers_made(program):
         assert repr(again) == repr(request), row
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROGRAMS)
 def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
     """The simulation of a trace leaves the model as the original requests, handed to an

@@ -166,7 +166,8 @@ def render(s: dict) -> str:
     w, ops = s["waited"], s["operations"]
     settings = ", ".join(s["overrides"])
     lines = [f"simulate: {s['trace']} ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
-             f"{s['profile']}" + (f", {settings}" if settings else "")]
+             f"{s['profile']}" + (f", {settings}" if settings else "")
+             + f" ({_human_bytes(s['stored_size_bytes'])} stored: stored_size)"]
     if s["days"]:
         lines.append(f"{s['days']:g} days of virtual time: the trace {s['repetitions']:,.1f} times back to back; "
                      f"{ops['simulated']:,} operations simulated op by op, {_count(ops['total'])} in all, "

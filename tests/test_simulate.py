@@ -92,7 +92,7 @@ async def _run(ops, program) -> None:
             if action == "mkdir":
                 learn(await ops.mkdir(parent, name, stat.S_IFDIR | 0o755, CTX))
             elif action == "create":
-                info, entry = await ops.create(parent, name, 0o644, FLAGS[c % len(FLAGS)] & ~os.O_RDONLY, CTX)
+                info, entry = await ops.create(parent, name, 0o644, FLAGS[c % len(FLAGS)], CTX)
                 learn(entry)
                 handles.append(info.fh)
             elif action == "open" and files:

@@ -32,7 +32,7 @@ def to_wall_ns(metadata: dict, monotonic_ns: int) -> int:
     return metadata["start_wall_ns"] + (monotonic_ns - metadata["start_monotonic_ns"])
 
 
-def atomic_write(path: str, fill: Callable[[BinaryIO], None], dir_fd: int | None = None) -> None:
+def atomic_write(path: str, fill: Callable[[BinaryIO], object], dir_fd: int | None = None) -> None:
     """Write `path` (mode 0600) through a hidden temporary name and rename it into place,
     so a reader sees the whole file or none of it, even after a crash (fsync first).
 

@@ -168,7 +168,7 @@ class Shaper:
         if now < deadline_ns:
             assert self.timer is not None, "a shaper made without a timer only admits"
             await self.timer.sleep_until(deadline_ns, int(self.slack_share * modelled))
-            held = deadline_ns - now
+            held = monotonic_ns() - now  # as slept: the timer may wake it a little early or late
         else:
             held = 0
         if request.write_mode is WriteMode.BUFFERED or request.write_mode is WriteMode.SYNC:

@@ -152,9 +152,9 @@ class Fitter:
             rows = self.db.execute(
                 f"select latency_ns, size from trace where nfs in ({_list(rpcs)}) and latency_ns > 0 "
                 f"and op not in ({_list(list(_MAKES))})").fetchall()
+            made = " (names made are left out: their lookup's time is taken off)" if cls == "meta_write" else ""
             return ([ns / 1e6 for ns, _ in rows], [s for _, s in rows],
-                    f"the model's sampled latency (latency_ns) of operations that sent one {names} "
-                    f"(names made are left out: their lookup's time is taken off)")
+                    f"the model's sampled latency (latency_ns) of operations that sent one {names}{made}")
         ops = [op for op, c in _OP_CLASS.items() if c == cls]
         if not ops:
             return [], [], ""

@@ -126,7 +126,9 @@ def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, dura
         notes.append(f"{gaps.new_directories:,} renames or links into a directory the trace had not named: its "
                      f"caches are kept apart from the directory's own")
     if gaps.unknown_handles:
-        notes.append(f"{gaps.unknown_handles:,} uses of a handle whose open is not in the trace: its flags unknown")
+        n = gaps.unknown_handles
+        notes.append(f"{n:,} {'use' if n == 1 else 'uses'} of a handle whose open is not in the trace: its flags "
+                     f"unknown")
     if gaps.unknown_ops:
         notes.append(f"{gaps.unknown_ops:,} records of operations no handler makes: left out")
     return {

@@ -9,6 +9,7 @@ import sys
 import time
 
 from . import __version__, logs
+from .client import ask
 from .errors import UserError
 
 READY_TIMEOUT = 30.0
@@ -315,33 +316,10 @@ def _wait_server(mnt: str, pid: int, trace: str | None) -> None:
         time.sleep(0.02)
 
 
-def _server_of(mountpoint: str) -> dict:
-    from .server import mounts, runstate
-
-    mnt = mounts.canonical(mountpoint)
-    state = runstate.read(mnt)
-    if state is None or mounts.mounted_at(mnt) is None:
-        raise UserError(f"{mnt}: no fusetrace mount here")
-    return state
-
-
-def _ask(mountpoint: str, **req) -> dict:
-    from .server.control import request
-
-    state = _server_of(mountpoint)
-    try:
-        answer = request(state["control"], **req)
-    except OSError as exc:
-        raise UserError(f"{mountpoint}: cannot reach the server ({exc.strerror or exc})") from None
-    if "error" in answer:
-        raise UserError(f"{mountpoint}: {answer['error']}")
-    return answer
-
-
 def _stats(args) -> int:
     import json
 
-    answer = _ask(args.mountpoint, cmd="stats")
+    answer = ask(args.mountpoint, cmd="stats")
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
@@ -367,7 +345,7 @@ def _set(args) -> int:
         changes.append((key, value))
     for key, value in changes:
         try:
-            answer = _ask(args.mountpoint, cmd="set", key=key, value=value)
+            answer = ask(args.mountpoint, cmd="set", key=key, value=value)
         except UserError as exc:
             if exc.args[0].startswith(f"{args.mountpoint}: set "):  # refused by the model: a bad value
                 raise _BadValue(exc.args[0]) from None

@@ -1,0 +1,32 @@
+"""Talking to a running server from another process: `fusetrace stats`, `set`, `fault`,
+and the pytest plugin ask it through its control socket (fusetrace/server/control.py)."""
+
+from .errors import UserError
+
+
+def server_of(mountpoint: str) -> dict:
+    """The run state of the fusetrace server mounted at `mountpoint` (pid, control socket,
+    trace directory...); UserError when there is none."""
+    from .server import mounts, runstate
+
+    mnt = mounts.canonical(mountpoint)
+    state = runstate.read(mnt)
+    if state is None or mounts.mounted_at(mnt) is None:
+        raise UserError(f"{mnt}: no fusetrace mount here")
+    return state
+
+
+def ask(mountpoint: str, **req) -> dict:
+    """Send one control request ({"cmd": ..., ...}) to the server at `mountpoint` and return
+    its answer; an answer with an error, or a server that cannot be reached, is a UserError
+    naming the mount."""
+    from .server.control import request
+
+    state = server_of(mountpoint)
+    try:
+        answer = request(state["control"], **req)
+    except OSError as exc:
+        raise UserError(f"{mountpoint}: cannot reach the server ({exc.strerror or exc})") from None
+    if "error" in answer:
+        raise UserError(f"{mountpoint}: {answer['error']}")
+    return answer

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import __version__, logs
+from . import __version__, fault_cli, logs
 from .client import ask
 from .errors import UserError
 
@@ -61,6 +61,10 @@ def _mount_parser(sub) -> None:
                         "(a name from `fusetrace profiles`, or a .toml file)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile parameter (repeatable)")
+    p.add_argument("--faults", metavar="FILE",
+                   help="fault rules ([[rule]]) and, with --emulate, model events ([[event]]) from this "
+                        "TOML file, in force from the mount on (docs/FAULTS.md; change them live with "
+                        "`fusetrace fault`)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)")
     p.add_argument("--inline", choices=("auto", "always", "never"), default="auto",
@@ -179,7 +183,7 @@ def _mount(args, argv) -> int:
         attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout, negative_timeout=args.negative_timeout,
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
-        inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse,
+        inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse, faults=args.faults,
     )
     if args.foreground:
         logs.configure(server=True, debug=args.debug)
@@ -489,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     _scenario_parser(sub)
     _report_parser(sub)
     _rehearse_parsers(sub)
+    fault_cli.add_parser(sub)
     return parser
 
 
@@ -524,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
             from fusetrace.scenarios import command
 
             return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
-        return {"stats": _stats, "set": _set, "profiles": _profiles}[args.command](args)
+        return {"stats": _stats, "set": _set, "profiles": _profiles, "fault": fault_cli.run}[args.command](args)
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -14,11 +14,13 @@ LAYERS = {
     "base": set(),  # errors, private files, logging, text tables
     "trace": {"base"},
     "shaping": {"base", "emulator"},
-    "server": {"base", "emulator", "shaping", "trace"},
+    "faults": {"base", "emulator"},  # fault rules and the injector's state: pure, asked by the server
+    "server": {"base", "emulator", "shaping", "trace", "faults"},
     "report": {"base", "trace"},
     "rehearse": {"base", "emulator", "shaping", "trace", "report"},  # export, replay, fit, compare, simulate
-    "scenarios": {"base", "emulator", "shaping", "server", "trace", "report"},
-    "cli": {"base", "emulator", "shaping", "server", "trace", "report", "rehearse", "scenarios"},
+    "client": {"base", "server", "trace"},  # another process asking a server: client.py, the pytest plugin
+    "scenarios": {"base", "emulator", "shaping", "server", "trace", "report", "faults"},
+    "cli": {"base", "emulator", "shaping", "server", "trace", "report", "rehearse", "scenarios", "faults", "client"},
 }
 # What the pure model must never reach for: the loop, the kernel, threads, processes, the clock.
 IMPURE = {"trio", "pyfuse3", "ctypes", "socket", "subprocess", "threading", "time", "os", "select", "signal"}
@@ -30,9 +32,11 @@ def _part(module: str) -> str:
     if len(parts) == 1:
         return "base"
     second = parts[1]
-    if second in ("emulator", "trace", "shaping", "server", "scenarios", "rehearse"):
+    if second in ("emulator", "trace", "shaping", "server", "scenarios", "rehearse", "faults"):
         return second
-    if second in ("cli", "__main__"):
+    if second in ("client", "pytest_plugin"):
+        return "client"
+    if second in ("cli", "__main__", "fault_cli"):
         return "cli"
     if second in ("report", "stats_view"):
         return "report"

@@ -21,7 +21,7 @@ U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
 
 
 UNSHAPED = (None, 0, 0, 0, None)  # gate, wait_ns, latency_ns, transfer_ns, nfs of an op the model never saw
-PLAIN = ("", None, 0, 0, 0)  # comm, kind, flags, mode, entry left out
+PLAIN = ("", None, 0, 0, 0, None)  # comm, kind, flags, mode, entry, fault left out
 
 
 def row(i: int, op: str = "read", path: str = "/f", path2: str | None = None) -> tuple:
@@ -40,14 +40,15 @@ def read_rows(d: Path) -> list[tuple]:
 
 def test_records_round_trip_exactly(tmp_path):
     rows = [
-        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0, *UNSHAPED, "ls", "meta_read", 0, 0o40755, U64),
+        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0, *UNSHAPED, "ls", "meta_read", 0, 0o40755, U64,
+         None),
         (-(2**63), I64, "write", U64, "/dir/é ü 文件", None, U64, -(2**63), I64, -1, 28, U32, U32, U32, I64,
-         "throughput", I64, -(2**63), 0, "WRITE,COMMIT", "dd é", "direct", 0, 0, 0),
+         "throughput", I64, -(2**63), 0, "WRITE,COMMIT", "dd é", "direct", 0, 0, 0, "r1"),
         (5, 7, "rename", 9, "/a/old", "/b/new", 0, 0, 0, 0, 2, 42, 1000, 1000, 123, "directory", 100, 200, 0,
-         "RENAME", "mv", "meta_write", 0, 0, 0),
+         "RENAME", "mv", "meta_write", 0, 0, 0, None),
         (6, 8, "symlink", 10, "/link", "../target", 0, 0, 0, 0, 0, 1, 2, 3, 0, "cache", 0, 0, 0, "", "",
-         None, 0, U32, 0),
-        (7, 9, "open", 11, "/f", None, 5, 0, 0, 0, 0, 1, 2, 3, 0, *UNSHAPED, "cat", "meta_read", -(2**31), 0, 0),
+         None, 0, U32, 0, "stall-1"),
+        (7, 9, "open", 11, "/f", None, 5, 0, 0, 0, 0, 1, 2, 3, 0, *UNSHAPED, "cat", "meta_read", -(2**31), 0, 0, None),
     ]
     with TraceWriter(tmp_path / "t", {"source": "/src"}) as w:
         for r in rows:

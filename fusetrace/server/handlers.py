@@ -21,8 +21,10 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyfuse3
+import trio
 from pyfuse3 import FUSEError
 
+from ..faults.injector import Firing, Injector
 from ..request import Kind, Request, WriteMode
 from ..trace.schema import TraceRecord
 from . import syscalls
@@ -116,6 +118,8 @@ class Operations(pyfuse3.Operations):
         self.negative_timeout = negative_timeout  # how long the kernel may trust an absent name (0: not at all)
         self._tgids: dict[int, tuple[int, str, int]] = {}  # thread id: (process id, its name, when read)
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced
+        self.faults = Injector()
+        self.faults_changed = trio.Event()  # set when rules are cleared: stalled requests look again
 
     # ---- the common path of every request -------------------------------------------
 
@@ -125,8 +129,11 @@ class Operations(pyfuse3.Operations):
         (a request context or an open handle).  An OSError from fn answers its errno.
         `nowait(*args)`, if given, is tried first on the loop (see _place).  `reply(out)`,
         if given, turns fn's result into the handler's answer before the record is made
-        (so the record can name the handle or node id the kernel is given)."""
+        (so the record can name the handle or node id the kernel is given).  While fault
+        rules or what they left behind are in force, _faulted takes the request."""
         start = monotonic_ns()
+        if self.faults.active:
+            return await self._faulted(req, site, who, fn, args, nowait, reply, start)
         ticket = None if self.shaper is None else self.shaper.admit(req, start)
         out, err = await self._place(req, fn, args, nowait)
         held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, start)
@@ -137,6 +144,74 @@ class Operations(pyfuse3.Operations):
         if err:
             raise FUSEError(err)
         return out
+
+    async def _faulted(self, req: Request, site: "_Site", who, fn, args: tuple, nowait, reply, start: int):
+        """_call with the fault rules applied (fusetrace/faults/): the request may wait out
+        a stall, fail without reaching the source, carry fewer bytes, or leave a write-back
+        error for the file's next fsync and close; its record names the rule."""
+        faults = self.faults
+        firing = _NO_FIRING
+        if req.op not in _CLOSES:
+            rid = faults.stale_rule(req.file, req.directory) if faults.stale else None
+            if rid is not None:
+                firing = Firing(rid, "stale", E.ESTALE)
+            elif faults.rules:
+                firing = faults.check(req.op, req.kind, req.file, req.directory, site.path, req.size,
+                                      functools.partial(self._who, who.pid, start), start) or _NO_FIRING
+        effect = firing.effect
+        err = 0
+        if effect == "stall":
+            err = await self._stalled(firing)
+        now = monotonic_ns()
+        ticket = None if self.shaper is None else self.shaper.admit(req, now)
+        out = None
+        if err:
+            pass
+        elif effect in ("errno", "stale") or (effect == "write_error" and req.write_mode is not WriteMode.BUFFERED):
+            err = firing.errno  # the server answered with it: nothing reaches the source
+        else:
+            if effect == "short":
+                args, nowait = _shortened(req.op, args, firing.short), None
+            out, err = await self._place(req, fn, args, nowait)
+            if effect == "write_error" and not err:  # NFS: the write-back fails later, the write does not
+                faults.write_failed(req.file, firing.rule, firing.errno,
+                                    {fh for fh, h in self.handles.items() if h.inode.id == req.file})
+            elif faults.pending and not err and req.op in _REPORTS:
+                late = faults.reported(req.file, site.fh)
+                if late is not None:
+                    err, firing = late[0], Firing(late[1], "write_error", late[0])
+        held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, now)
+        if reply is not None and not err:
+            out = reply(out)
+        if self.tracer is not None and who.pid != self.untraced_pid:
+            self._trace(self.tracer, req, site, who, start, out, err, held, ticket, firing.rule or None)
+        if err:
+            raise FUSEError(err)
+        return out
+
+    async def _stalled(self, firing: Firing) -> int:
+        """Wait out a stall: until the outage ends (0), or, on a soft mount, until the
+        call times out first (its errno); at once when the rule is cleared."""
+        end, fail = firing.until_ns, firing.fail_ns
+        limit = min(end, fail) if fail else end
+        while self.faults.in_force(firing.rule):
+            now = monotonic_ns()
+            if now >= limit:
+                return firing.errno if fail and fail < end else 0
+            changed = self.faults_changed
+            with trio.move_on_after((limit - now) / 1e9):
+                await changed.wait()
+        return 0
+
+    def add_fault(self, raw: dict, where: str = "fault add") -> dict:
+        return self.faults.add(raw, monotonic_ns(), where)
+
+    def clear_faults(self, ids: list[str] | None = None) -> list[str]:
+        """Remove fault rules; requests their stalls hold go on at once."""
+        removed = self.faults.clear(ids)
+        self.faults_changed.set()
+        self.faults_changed = trio.Event()
+        return removed
 
     async def _place(self, req: Request, fn, args: tuple, nowait=None) -> tuple[Any, int]:
         """Run fn(*args) where it belongs: on the loop while the inline policy finds
@@ -175,7 +250,7 @@ class Operations(pyfuse3.Operations):
                 self.inodes.unpin(node)
 
     def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
-               held: int, ticket: "Ticket | None") -> None:
+               held: int, ticket: "Ticket | None", fault: str | None = None) -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
         fh, mode, entry, flags, result = site.fh, 0, 0, 0, 0
         if err:
@@ -195,13 +270,11 @@ class Operations(pyfuse3.Operations):
             elif kind is os.stat_result:  # getattr, setattr
                 mode = out.st_mode
         t = _UNSHAPED if ticket is None else ticket
-        who_is = self._tgids.get(who.pid)  # the process and its name: see _process_of
-        if who_is is None or start - who_is[2] > _WHO_FOR_NS:
-            who_is = self._process_of(who.pid, start)
+        who_is = self._who(who.pid, start)
         tracer.record(TraceRecord(
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
             site.offset, req.size, result, err, who_is[0], who.uid, who.gid, held,
-            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry))
+            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault))
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the inode table, the open files and where calls run."""
@@ -215,6 +288,13 @@ class Operations(pyfuse3.Operations):
         except _NowaitUnsupported:
             self._cached_pread = None  # tmpfs, for one: reads follow the inline policy from now on
             return None
+
+    def _who(self, tid: int, now: int) -> tuple[int, str, int]:
+        """The process and its name of thread `tid` (see _process_of), from the cache."""
+        who_is = self._tgids.get(tid)
+        if who_is is None or now - who_is[2] > _WHO_FOR_NS:
+            who_is = self._process_of(tid, now)
+        return who_is
 
     def _process_of(self, tid: int, now: int) -> tuple[int, str, int]:
         """FUSE names the calling thread; traces name its process (thread group) and
@@ -644,6 +724,16 @@ _UNSHAPED = _Unshaped()
 
 _WHO_FOR_NS = 1_000_000_000  # how long a thread's process and name are trusted
 _OPENS = frozenset(("open", "opendir", "create"))
+_CLOSES = frozenset(("release", "releasedir"))  # always run: no rule takes them
+_REPORTS = frozenset(("fsync", "flush"))  # where a write-back error reaches the application
+_NO_FIRING = Firing("", "")
+
+
+def _shortened(op: str, args: tuple, most: int) -> tuple:
+    """The arguments of a read (fh, size, offset) or write (fh, buffer, offset) that
+    carries at most `most` bytes."""
+    fh, what, offset = args
+    return (fh, min(what, most), offset) if op == "read" else (fh, what[:most], offset)
 
 
 def _new_handle(out) -> int:

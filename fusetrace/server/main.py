@@ -52,6 +52,7 @@ class MountOptions:
     inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
+    faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
 
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
@@ -131,6 +132,23 @@ def preflight(opts: MountOptions) -> None:
         from ..shaping.profile import load_params
 
         load_params(opts.emulate, opts.overrides)
+    if opts.faults is not None:
+        _check_faults(opts)
+
+
+def _check_faults(opts: MountOptions) -> None:
+    """Every rule of the faults file checked, each mistake one line naming the file and the
+    rule; model events only where there is a model (the emulation checks them as it opens)."""
+    from ..faults.injector import Injector
+    from ..faults.rules import load_file
+
+    rules, events = load_file(opts.faults or "")
+    trial = Injector()
+    for i, raw in enumerate(rules, 1):
+        trial.add(raw, 0, f"--faults {opts.faults}: rule {i}")
+    if events and opts.emulate is None:
+        raise UserError(f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
+                        f"emulated file system's timeline)")
 
 
 def _inline_threshold_us(opts: MountOptions) -> float:
@@ -175,6 +193,7 @@ def _metadata(opts: MountOptions) -> dict:
             "xattrs": opts.xattrs,
             "emulate": opts.emulate,
             "overrides": opts.overrides,
+            "faults": opts.faults,
         },
         "pid": os.getpid(),
         "locks": LOCKS,
@@ -215,6 +234,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     try:
         preflight(opts)
         emulation = _open_emulation(opts)
+        rules = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _say(ready_fd, f"error: {exc}")
@@ -227,6 +247,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
                      shaper=emulation.shaper if emulation else None,
                      **_cache_timeouts(opts, emulation),
                      xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs))
+    for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
+        ops.add_fault(raw, f"--faults {opts.faults}: rule {i}")
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
@@ -250,6 +272,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         pyfuse3.close(unmount=still_mounted)
         if emulation is not None and tracer is not None:
             tracer.update_metadata(**emulation.final_metadata())
+        if tracer is not None and (ops.faults.fired or ops.faults.rules):
+            tracer.update_metadata(faults=ops.faults.listing())
         _close(ops, workers, tracer)
         runstate.remove(opts.mountpoint)
         log.info("%s: server (pid %d) stopped", opts.mountpoint, os.getpid())
@@ -262,6 +286,20 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
     from ..shaping.emulation import Emulation
 
     return Emulation.open(opts.emulate, opts.overrides, opts.source)
+
+
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[dict]:
+    """The faults file's rules (for the handlers), its events scheduled on the emulation's
+    timeline from now."""
+    if opts.faults is None:
+        return []
+    from ..faults.rules import load_file
+
+    rules, events = load_file(opts.faults)
+    if emulation is not None:
+        for i, raw in enumerate(events, 1):
+            emulation.add_event(raw, f"--faults {opts.faults}: event {i}")
+    return rules
 
 
 def _open_tracer(opts: MountOptions, emulation):
@@ -291,6 +329,7 @@ class _Status:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
         if self.emulation is not None:
             out.update(self.emulation.stats())
+        out["faults"] = {"rules": self.ops.faults.listing(), **self.ops.faults.counters()}
         return out
 
     def set(self, request) -> dict:
@@ -298,11 +337,42 @@ class _Status:
             raise ControlError("this mount does not emulate: nothing to set")
         return self.emulation.set(request["key"], request["value"])
 
+    def fault_add(self, request) -> dict:
+        try:
+            return {"rule": self.ops.add_fault(request["rule"])}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
+    def fault_list(self, _request) -> dict:
+        events = self.emulation.events() if self.emulation is not None else []
+        return {"rules": self.ops.faults.listing(), "events": events, **self.ops.faults.counters()}
+
+    def fault_clear(self, request) -> dict:
+        ids = request.get("ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise ControlError("fault clear: ids must be a list of rule ids")
+        try:
+            return {"removed": self.ops.clear_faults(ids)}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
+    def event_add(self, request) -> dict:
+        if self.emulation is None:
+            raise ControlError("this mount does not emulate: events script the emulated file system's timeline")
+        try:
+            return {"event": self.emulation.add_event(request["event"], "fault event")}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
+    def handlers(self) -> dict:
+        return {"stats": self.stats, "set": self.set, "fault_add": self.fault_add, "fault_list": self.fault_list,
+                "fault_clear": self.fault_clear, "event_add": self.event_add}
+
 
 async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals)
-        nursery.start_soon(serve_control, control, {"stats": status.stats, "set": status.set})
+        nursery.start_soon(serve_control, control, status.handlers())
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)

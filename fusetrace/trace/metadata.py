@@ -13,8 +13,9 @@ from typing import BinaryIO
 
 NAME = "_metadata.json"
 # 2: the model's account of each operation (gate, wait_ns ... nfs); 3: the process name and the
-# request's details (comm, kind, flags, mode, entry), open's handle in fh, setattr's attributes in path2
-FORMAT_VERSION = 3
+# request's details (comm, kind, flags, mode, entry), open's handle in fh, setattr's attributes in
+# path2; 4: the fault rule that acted on the operation (fault)
+FORMAT_VERSION = 4
 
 
 def clock_pair() -> tuple[int, int]:

@@ -24,7 +24,8 @@ from .schema import COLUMNS
 # What a column missing from an older format reads as.
 _DEFAULTS = {"gate": "null::varchar", "wait_ns": "0::bigint", "latency_ns": "0::bigint",
              "transfer_ns": "0::bigint", "nfs": "null::varchar", "comm": "''", "kind": "null::varchar",
-             "flags": "0::integer", "mode": "0::uinteger", "entry": "0::ubigint"}
+             "flags": "0::integer", "mode": "0::uinteger", "entry": "0::ubigint",
+             "fault": "null::varchar"}
 MEMORY_LIMIT = "512MB"
 
 

@@ -37,6 +37,8 @@ SCHEMA = pa.schema(
         ("flags", pa.int32()),  # open, create, opendir: the open(2) flags; else 0
         ("mode", pa.uint32()),  # st_mode of the object a reply described (lookup, getattr, create...); else 0
         ("entry", pa.uint64()),  # the node id lookup, create, mknod, mkdir, symlink, link answered; else 0
+        # Format 4: the fault rule that fired on the operation, held it or whose error it returned; else null
+        ("fault", pa.dictionary(pa.int32(), pa.string())),
     ]
 )
 
@@ -73,3 +75,4 @@ class TraceRecord(NamedTuple):
     flags: int = 0
     mode: int = 0
     entry: int = 0
+    fault: str | None = None

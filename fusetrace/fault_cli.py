@@ -1,0 +1,136 @@
+"""`fusetrace fault MOUNTPOINT add|list|clear|event`: fault rules and model events on a
+running mount, through its control socket.  The server checks every rule (one line per
+mistake); this only turns options into the rule's keys (docs/FAULTS.md)."""
+
+import argparse
+import json
+
+from .client import ask
+from .errors import UserError
+from .texttable import table
+
+# option → the rule's key, in the order `add --help` lists them
+_MATCH = (("--op", "op", "OPS", "operations or classes, comma-separated: write,fsync; data, metadata, "
+                                "meta_read, meta_write, read, write, commit, all (default all)"),
+          ("--path", "path", "GLOB", "paths below the mount: * and ? within a name, ** across /; "
+                                     "a glob not starting with / matches at any depth"))
+_WHEN = (("--probability", "probability", float, "P", "each match fires with probability P (0 < P <= 1)"),
+         ("--seed", "seed", int, "N", "with --probability: the same seed and workload fire the same faults "
+                                      "(default: drawn, and shown by list)"),
+         ("--count", "count", int, "N", "fire at most N times (a stall: N outages; default 1)"),
+         ("--every", "every", int, "N", "fire on every Nth match only"),
+         ("--after", "after", str, "DURATION", "not before this long after now (e.g. 10s, 500ms, 2m)"),
+         ("--until", "until", str, "DURATION", "not after this long after now"))
+
+
+def add_parser(sub) -> None:
+    f = sub.add_parser("fault", help="inject faults into a running mount: add, list, clear; model events",
+                       description="Fault rules make chosen operations fail, stall, go stale or come up "
+                                   "short; events script the emulated file system's timeline. See "
+                                   "docs/FAULTS.md.")
+    f.add_argument("mountpoint")
+    actions = f.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
+    a = actions.add_parser("add", help="add a rule (in force at once)")
+    a.add_argument("--id", help="the rule's name (default r1, r2, ...)")
+    for option, _key, metavar, text in _MATCH:
+        a.add_argument(option, metavar=metavar, help=text)
+    a.add_argument("--pid", type=int, action="append", metavar="PID", help="only this process (repeatable)")
+    a.add_argument("--comm", action="append", metavar="NAME", help="only processes of this name (repeatable)")
+    for option, _key, kind, metavar, text in _WHEN:
+        a.add_argument(option, type=kind, metavar=metavar, help=text)
+    e = a.add_argument_group("effect (exactly one)")
+    e.add_argument("--errno", metavar="NAME", help="fail with this errno (EIO, ENOSPC, ...); with --full or "
+                                                    "--soft, the errno they fail with")
+    e.add_argument("--stall", metavar="DURATION", help="the server stops answering this long: matching "
+                                                       "operations wait, then proceed (a hard NFS mount)")
+    e.add_argument("--soft", action="store_true", help="with --stall: fail (EIO, or --errno ETIMEDOUT) "
+                                                       "after timeo x retrans, as a soft NFS mount does")
+    e.add_argument("--timeo", type=int, metavar="DECISECONDS", help="with --soft: NFS timeo (default 600)")
+    e.add_argument("--retrans", type=int, metavar="N", help="with --soft: NFS retrans (default 2)")
+    e.add_argument("--stale", action="store_true", help="the file is gone on the server: ESTALE from now on")
+    e.add_argument("--write-error", metavar="ERRNO", help="buffered writes succeed; the next fsync and close "
+                                                          "of the file fail with ERRNO")
+    e.add_argument("--full", metavar="SIZE", help="ENOSPC (or --errno EDQUOT) once writes pass SIZE (4k, 10M)")
+    e.add_argument("--short", metavar="BYTES", help="reads and writes carry at most BYTES")
+    ls = actions.add_parser("list", help="the rules in force, how often each matched and fired; model events")
+    ls.add_argument("--json", action="store_true")
+    c = actions.add_parser("clear", help="remove rules (all, or those named); stalled operations go on")
+    c.add_argument("ids", nargs="*", metavar="ID")
+    ev = actions.add_parser("event", help="schedule a model event on an emulated mount")
+    ev.add_argument("--at", required=True, metavar="DURATION", help="this long from now")
+    what = ev.add_mutually_exclusive_group(required=True)
+    what.add_argument("--set", action="append", metavar="KEY=VALUE",
+                      help="change profile keys then (burst_credit_balance=0: credits run out)")
+    what.add_argument("--stall", metavar="DURATION", help="the emulated server answers nothing this long")
+
+
+def run(args: argparse.Namespace) -> int:
+    mnt = args.mountpoint
+    if args.fault_command == "add":
+        rule = ask(mnt, cmd="fault_add", rule=rule_of(args))["rule"]
+        print(f"{rule['id']}: added")
+    elif args.fault_command == "list":
+        answer = ask(mnt, cmd="fault_list")
+        print(json.dumps(answer, indent=2) if args.json else render(answer))
+    elif args.fault_command == "clear":
+        removed = ask(mnt, cmd="fault_clear", **({"ids": args.ids} if args.ids else {}))["removed"]
+        print(f"removed {', '.join(removed)}" if removed else "no rules were in force")
+    else:
+        event: dict = {"at": args.at}
+        if args.stall:
+            event["stall"] = args.stall
+        else:
+            event["set"] = dict(_assignment(item) for item in args.set)
+        print(json.dumps(ask(mnt, cmd="event_add", event=event)["event"]))
+    return 0
+
+
+def rule_of(args: argparse.Namespace) -> dict:
+    """The rule's table from `fault add`'s options: only those given."""
+    rule: dict = {}
+    if args.id is not None:
+        rule["id"] = args.id
+    for _option, key, _metavar, _text in _MATCH:
+        if getattr(args, key) is not None:
+            rule[key] = getattr(args, key)
+    for key in ("pid", "comm"):
+        if getattr(args, key):
+            rule[key] = getattr(args, key)
+    for _option, key, *_ in _WHEN:
+        if getattr(args, key) is not None:
+            rule[key] = getattr(args, key)
+    for key in ("errno", "stall", "timeo", "retrans", "write_error", "full", "short"):
+        if getattr(args, key) is not None:
+            rule[key] = getattr(args, key)
+    for key in ("soft", "stale"):
+        if getattr(args, key):
+            rule[key] = True
+    return rule
+
+
+def _assignment(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise UserError(f"fault event --set {item}: expected KEY=VALUE")
+    return key.strip(), value.strip()
+
+
+def render(answer: dict) -> str:
+    """`fault list` for a terminal."""
+    rules = answer.get("rules", [])
+    lines = []
+    if rules:
+        lines.append(table(["rule", "matched", "fired", "held", "what"],
+                           [[r["id"], f"{r['matched']:,}", f"{r['fired']:,}", f"{r['held']:,}", r["summary"]]
+                            for r in rules], "lrrrl"))
+    else:
+        lines.append("no fault rules in force")
+    left = [f"{answer[k]:,} {name}" for k, name in (("stale_files", "stale files"),
+                                                      ("pending_write_errors", "write-back errors not yet reported"))
+            if answer.get(k)]
+    if left:
+        lines.append("left by the rules: " + "; ".join(left))
+    for ev in answer.get("events", []):
+        lines.append(f"event: {json.dumps(ev)}")
+    lines.append(f"faults fired since mounting: {answer.get('fired', 0):,}")
+    return "\n".join(lines)

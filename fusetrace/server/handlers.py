@@ -120,6 +120,7 @@ class Operations(pyfuse3.Operations):
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced
         self.faults = Injector()
         self.faults_changed = trio.Event()  # set when rules are cleared: stalled requests look again
+        self.stopping = False
 
     # ---- the common path of every request -------------------------------------------
 
@@ -194,7 +195,7 @@ class Operations(pyfuse3.Operations):
         call times out first (its errno); at once when the rule is cleared."""
         end, fail = firing.until_ns, firing.fail_ns
         limit = min(end, fail) if fail else end
-        while self.faults.in_force(firing.rule):
+        while not self.stopping and self.faults.in_force(firing.rule):
             now = monotonic_ns()
             if now >= limit:
                 return firing.errno if fail and fail < end else 0
@@ -205,6 +206,12 @@ class Operations(pyfuse3.Operations):
 
     def add_fault(self, raw: dict, where: str = "fault add") -> dict:
         return self.faults.add(raw, monotonic_ns(), where)
+
+    def end_stalls(self) -> None:
+        """The server is stopping: every stalled request goes on now (pyfuse3's main loop
+        returns only once every request it started has been answered)."""
+        self.stopping = True
+        self.faults_changed.set()
 
     def clear_faults(self, ids: list[str] | None = None) -> list[str]:
         """Remove fault rules; requests their stalls hold go on at once."""

@@ -371,7 +371,7 @@ class _Status:
 
 async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_stop_on_signals)
+        nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port)
@@ -407,9 +407,10 @@ async def _serve_fuse(opts: MountOptions, scope: trio.CancelScope) -> None:
     scope.cancel()  # unmounted or terminated: stop the other tasks too
 
 
-async def _stop_on_signals() -> None:
+async def _stop_on_signals(ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for _ in signals:
+            ops.end_stalls()
             pyfuse3.terminate()
             return
 

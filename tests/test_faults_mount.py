@@ -1,0 +1,234 @@
+"""Fault rules on real mounts, through the real command line: each effect as a program
+sees it, the data below untouched by the injector, every fault named in its trace record
+and counted in `fault list` and `stats`, stalls released by `fault clear` and by an
+unmount, and bad rules refused with one line."""
+
+import errno as E
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pandas as pd
+import pytest
+from conftest import fusetrace, is_mounted, one_line_error, poll
+
+
+def add(m, *args: str) -> str:
+    done = fusetrace("fault", str(m.mountpoint), "add", *args)
+    return done.stdout.split(":")[0]
+
+
+def listed(m) -> dict:
+    return {r["id"]: r for r in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)["rules"]}
+
+
+def records(m) -> pd.DataFrame:
+    m.unmount()
+    return pd.read_parquet(m.trace)
+
+
+def test_an_errno_fails_the_operation_without_reaching_the_source_and_is_traced(mount):
+    m = mount(trace=True)
+    (m.source / "keep.db").write_bytes(b"committed")
+    rid = add(m, "--op", "write", "--path", "*.db", "--errno", "EIO", "--count", "1", "--id", "eio")
+    assert rid == "eio"
+    fd = os.open(m.mountpoint / "keep.db", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as failed:
+            os.pwrite(fd, b"CLOBBER", 0)
+        assert failed.value.errno == E.EIO
+        assert os.pwrite(fd, b"second", 0) == 6  # count 1: the next one goes through
+    finally:
+        os.close(fd)
+    assert (m.source / "keep.db").read_bytes() == b"secondted"  # "second" over "committed"
+    assert (listed(m)["eio"]["matched"], listed(m)["eio"]["fired"]) == (2, 1)
+    stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+    assert stats["faults"]["fired"] == 1 and stats["faults"]["rules"][0]["id"] == "eio"
+    writes = records(m).query("op == 'write'")
+    assert writes.errno.tolist() == [E.EIO, 0] and writes.fault.iloc[0] == "eio" and pd.isna(writes.fault.iloc[1])
+
+
+def test_rules_from_a_faults_file_hold_from_the_mount_on(mount, tmp_path):
+    faults = tmp_path / "faults.toml"
+    faults.write_text('[[rule]]\nid = "ro"\nop = "meta_write"\npath = "/locked/**"\nerrno = "EROFS"\n')
+    m = mount("--faults", str(faults))
+    (m.source / "locked").mkdir()
+    with pytest.raises(OSError) as failed:
+        (m.mountpoint / "locked" / "new").write_text("x")
+    assert failed.value.errno == E.EROFS
+    (m.mountpoint / "free").write_text("x")
+    assert not (m.source / "locked" / "new").exists() and (m.source / "free").read_text() == "x"
+    assert listed(m)["ro"]["fired"] == 1
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[rule]]\nerrno = "EIOO"\n', "rule 1: errno 'EIOO': not an errno name"),
+    ('[[rule]]\nerrno = "EIO"\n[[rule]]\nstall = "5s"\nop = "nope"\n', "rule 2: op 'nope'"),
+    ('[[rules]]\nerrno = "EIO"\n', "unknown table 'rules'"),
+    ('[[rule]\n', "not TOML"),
+    ('[[event]]\nat = "1s"\nstall = "1s"\n', "[[event]] tables need --emulate"),
+])
+def test_a_bad_faults_file_is_one_line_and_nothing_is_mounted(tmp_path, text, says):
+    faults = tmp_path / "faults.toml"
+    faults.write_text(text)
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    done = fusetrace("mount", str(src), str(mnt), "--faults", str(faults), check=False)
+    one_line_error(done, f"--faults {faults}", says)
+    assert not is_mounted(mnt)
+
+
+def test_a_bad_rule_at_run_time_is_one_line_and_changes_nothing(mount):
+    m = mount()
+    done = fusetrace("fault", str(m.mountpoint), "add", "--stall", "5s", "--timeo", "3", check=False)
+    one_line_error(done, "timeo, retrans and errno go with soft = true")
+    done = fusetrace("fault", str(m.mountpoint), "clear", "r9", check=False)
+    one_line_error(done, "fault clear r9: no such rule")
+    assert listed(m) == {}
+
+
+def _in_thread(fn) -> dict:
+    """Run fn() in a thread; the dict gets its result or error and when it ended."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["result"] = fn()
+        except OSError as exc:
+            out["error"] = exc.errno
+        out["ended"] = time.monotonic()
+
+    threading.Thread(target=run, daemon=True).start()
+    return out
+
+
+def test_a_stall_holds_matching_operations_until_it_ends_and_others_answer(mount):
+    m = mount(trace=True)
+    (m.source / "slow").write_text("late")
+    (m.source / "fast").write_text("now")
+    add(m, "--op", "read", "--path", "/slow", "--stall", "1s", "--id", "outage")
+    began = time.monotonic()
+    assert (m.mountpoint / "slow").read_text() == "late"
+    assert time.monotonic() - began >= 1.0  # proceeds after the outage, as a hard mount does
+    reads = records(m).query("op == 'read' and path == '/slow'")
+    assert reads.fault.tolist()[0] == "outage" and reads.dur_ns.iloc[0] >= 1e9
+
+
+def test_fault_clear_releases_a_stalled_operation_at_once(mount):
+    m = mount()
+    (m.source / "f").write_text("data")
+    add(m, "--op", "read", "--stall", "1h")
+    out = _in_thread(lambda: (m.mountpoint / "f").read_text())
+    poll(lambda: listed(m)["r1"]["fired"] == 1)
+    assert "ended" not in out
+    fusetrace("fault", str(m.mountpoint), "clear")
+    poll(lambda: "ended" in out, timeout=20)
+    assert out.get("result") == "data"
+
+
+def test_a_stalled_server_still_stops_when_told_and_leaves_no_mount(mount):
+    m = mount()
+    (m.source / "f").write_text("data")
+    add(m, "--op", "read", "--stall", "1h")
+    out = _in_thread(lambda: (m.mountpoint / "f").read_text())
+    poll(lambda: listed(m)["r1"]["fired"] == 1)
+    pid = m.server_pid()
+    os.kill(pid, signal.SIGTERM)  # as a service manager stops it
+    poll(lambda: not is_mounted(m.mountpoint), timeout=20)
+    poll(lambda: "ended" in out, timeout=20)
+    assert out.get("error") in (E.ENOTCONN, E.EIO, E.ECONNABORTED)
+    assert (m.source / "f").read_text() == "data"
+
+
+def test_a_soft_stall_fails_the_call_after_the_nfs_timeouts(mount):
+    m = mount()
+    (m.source / "f").write_text("data")
+    add(m, "--op", "read", "--stall", "1h", "--soft", "--timeo", "2", "--retrans", "1", "--errno", "ETIMEDOUT")
+    began = time.monotonic()
+    with pytest.raises(OSError) as failed:
+        (m.mountpoint / "f").read_text()
+    assert failed.value.errno == E.ETIMEDOUT
+    assert time.monotonic() - began >= 0.2 + 0.4  # timeo, then 2 timeo
+    assert (m.source / "f").read_text() == "data"
+
+
+def test_a_stale_file_answers_estale_on_its_handles_until_the_rule_is_cleared(mount):
+    m = mount(trace=True)
+    (m.source / "obj").write_bytes(b"x" * 100)
+    fd = os.open(m.mountpoint / "obj", os.O_RDONLY)
+    try:
+        add(m, "--op", "read", "--path", "/obj", "--stale", "--id", "gone")
+        with pytest.raises(OSError) as failed:
+            os.pread(fd, 10, 0)
+        assert failed.value.errno == E.ESTALE
+        with pytest.raises(OSError) as again:
+            os.pread(fd, 10, 50)  # the file is gone for good, not for one read
+        assert again.value.errno == E.ESTALE
+        assert listed(m)["gone"]["fired"] == 1
+        fusetrace("fault", str(m.mountpoint), "clear", "gone")
+        assert os.pread(fd, 10, 0) == b"x" * 10
+    finally:
+        os.close(fd)
+    assert (m.source / "obj").read_bytes() == b"x" * 100
+    reads = records(m).query("op == 'read'")  # the kernel retries a failed readahead page by page
+    assert set(reads.fault.iloc[:-1]) == {"gone"} and pd.isna(reads.fault.iloc[-1])
+
+
+def test_a_write_back_error_surfaces_at_fsync_and_close_once_each_and_the_data_is_below(mount):
+    m = mount(trace=True)
+    add(m, "--op", "write", "--path", "*.log", "--write-error", "EIO", "--count", "1", "--id", "wb")
+    a = os.open(m.mountpoint / "x.log", os.O_CREAT | os.O_WRONLY, 0o644)
+    b = os.open(m.mountpoint / "x.log", os.O_WRONLY)
+    later = None
+    try:
+        assert os.write(a, b"buffered") == 8  # accepted: the error comes with write-back
+        later = os.open(m.mountpoint / "x.log", os.O_RDONLY)  # opened after: never sees it
+        with pytest.raises(OSError) as at_fsync:
+            os.fsync(a)
+        assert at_fsync.value.errno == E.EIO
+        os.fsync(a)  # reported once
+    finally:
+        os.close(a)
+    with pytest.raises(OSError) as at_close:
+        os.close(b)
+    assert at_close.value.errno == E.EIO
+    os.close(later)
+    assert (m.source / "x.log").read_bytes() == b"buffered"
+    faulted = records(m).dropna(subset=["fault"])
+    assert list(zip(faulted.op, faulted.errno)) == [("write", 0), ("fsync", E.EIO), ("flush", E.EIO)]
+
+
+def test_a_full_file_system_cuts_the_crossing_write_short_then_refuses(mount):
+    m = mount()
+    add(m, "--full", "10k", "--errno", "EDQUOT")
+    done = subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'big'}", "bs=4k", "count=8"],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "Disk quota exceeded" in done.stderr
+    assert (m.source / "big").stat().st_size == 10 * 1024
+    with pytest.raises(OSError) as failed:
+        os.mkdir(m.mountpoint / "d")
+    assert failed.value.errno == E.EDQUOT
+
+
+def test_a_short_write_writes_only_what_it_says(mount):
+    m = mount()
+    add(m, "--op", "write", "--short", "3", "--count", "1")
+    fd = os.open(m.mountpoint / "f", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        assert os.write(fd, b"abcdef") == 3
+        assert os.write(fd, b"def") == 3
+    finally:
+        os.close(fd)
+    assert (m.source / "f").read_bytes() == b"abcdef"
+
+
+def test_a_rule_for_one_process_name_leaves_the_others_alone(mount):
+    m = mount()
+    (m.source / "f").write_text("data")
+    add(m, "--op", "open", "--comm", "cat", "--errno", "EACCES")
+    assert subprocess.run(["cat", str(m.mountpoint / "f")], capture_output=True).returncode != 0
+    assert subprocess.run(["head", str(m.mountpoint / "f")], capture_output=True, text=True).stdout == "data"

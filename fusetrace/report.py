@@ -103,7 +103,7 @@ class Trace:
         self._db.read_parquet(self.files).create_view("all_records")
         self.columns = {row[0] for row in self._db.execute("describe all_records").fetchall()}
         self.format_version = self.metadata.get("format_version") or (
-            3 if "comm" in self.columns else 2 if "gate" in self.columns else 1)
+            4 if "fault" in self.columns else 3 if "comm" in self.columns else 2 if "gate" in self.columns else 1)
         totals = "count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0)"
         whole = self._one(f"select {totals} from all_records")
         self.records, self.origin_ns = whole[:2]
@@ -254,6 +254,21 @@ class Trace:
                 group by all order by n desc, errno""").fetchall():
             errors.setdefault(tuple(k), {})[errnos.errorcode.get(code, f"errno {code}")] = n
         return errors
+
+    def faults(self) -> list[dict]:
+        """Per fault rule (docs/FAULTS.md): the records it acted on, and per op and errno
+        how many (errno 0: held by a stall, cut short, or a write whose write-back failed)."""
+        if "fault" not in self.columns:
+            return []
+        out: dict[str, dict] = {}
+        for rule, op, code, n in self._db.execute("""
+                select fault, op, errno, count(*) as n from trace where fault is not null
+                group by all order by fault, n desc, op""").fetchall():
+            entry = out.setdefault(rule, {"rule": rule, "records": 0, "ops": []})
+            entry["records"] += n
+            entry["ops"].append({"op": op, "errno": errnos.errorcode.get(code, str(code)) if code else None,
+                                 "count": n})
+        return list(out.values())
 
     def _per_op(self) -> dict[str, dict]:
         """{op: {count, total_ns, errnos}}: what the hints go by, without ops()'s percentiles."""
@@ -451,6 +466,7 @@ class Trace:
             "ops": ops,
             "coverage": self.coverage(),
             "shaping": self.shaping(),
+            "faults": self.faults(),
             "hints": self.hints(None if by else {r["op"]: r for r in ops}),
         }
         if histogram:
@@ -537,6 +553,9 @@ def _header(s: dict) -> list[str]:
         lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")
     lines += _emulation(m)
+    for f in s.get("faults", []):
+        said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {_int(o['count'])}" for o in f["ops"])
+        lines.append(f"fault       rule {f['rule']} acted on {_int(f['records'])} records: {said}")
     if s["metadata_error"]:
         lines.append(f"warning     {s['metadata_error']}")
     elif not s["closed"]:

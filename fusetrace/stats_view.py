@@ -61,6 +61,11 @@ def render(stats: dict) -> str:
     trace = stats.get("trace")
     if trace:
         lines.append(_trace_line(trace))
+    faults = stats.get("faults")
+    if faults and (faults["rules"] or faults["fired"]):
+        rules = ", ".join(f"{r['id']} (fired {r['fired']:,} of {r['matched']:,} matched)" for r in faults["rules"])
+        lines.append(f"faults: {faults['fired']:,} fired since mounting; in force: {rules or 'none'} "
+                     f"(fusetrace fault MOUNTPOINT list)")
     return "\n".join(lines)
 
 

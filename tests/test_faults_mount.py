@@ -47,6 +47,8 @@ def test_an_errno_fails_the_operation_without_reaching_the_source_and_is_traced(
     assert (listed(m)["eio"]["matched"], listed(m)["eio"]["fired"]) == (2, 1)
     stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
     assert stats["faults"]["fired"] == 1 and stats["faults"]["rules"][0]["id"] == "eio"
+    assert "faults: 1 fired since mounting; in force: eio (fired 1 of 2 matched)" in \
+        fusetrace("stats", str(m.mountpoint)).stdout
     writes = records(m).query("op == 'write'")
     assert writes.errno.tolist() == [E.EIO, 0] and writes.fault.iloc[0] == "eio" and pd.isna(writes.fault.iloc[1])
 
@@ -200,6 +202,8 @@ def test_a_write_back_error_surfaces_at_fsync_and_close_once_each_and_the_data_i
     assert (m.source / "x.log").read_bytes() == b"buffered"
     faulted = records(m).dropna(subset=["fault"])
     assert list(zip(faulted.op, faulted.errno)) == [("write", 0), ("fsync", E.EIO), ("flush", E.EIO)]
+    report = fusetrace("report", str(m.trace)).stdout
+    assert "rule wb acted on 3 records: flush EIO 1, fsync EIO 1, write (no error) 1" in report
 
 
 def test_a_full_file_system_cuts_the_crossing_write_short_then_refuses(mount):

@@ -6,6 +6,7 @@ peer's uid (SO_PEERCRED), so only the mounting user (or root) can use it.
 """
 
 import json
+import logging
 import os
 import socket
 import struct
@@ -14,6 +15,8 @@ import trio
 
 from ..errors import ControlError
 from ..private import open_private_dir
+
+log = logging.getLogger(__name__)
 
 MAX_REQUEST = 64 * 1024
 
@@ -80,6 +83,9 @@ async def _answer(stream: trio.SocketStream, handlers: dict) -> None:
             answer = {"error": f"bad request: {exc}"}
         except ControlError as exc:
             answer = {"error": str(exc)}
+        except Exception as exc:  # a bug answering one request must not end the server (trio would)
+            log.exception("control request %.200r failed", data)
+            answer = {"error": f"internal error: {exc!r} (see the server's log)"}
         await stream.send_all(json.dumps(answer).encode() + b"\n")
 
 

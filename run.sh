@@ -9,9 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run; acl: setfacl for the tests.
+# fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run; acl: setfacl for the
+# tests; sqlite3 and git: real applications the fault tests run through a mount.
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod
-              parallel rsync cpio fpart tar acl)
+              parallel rsync cpio fpart tar acl sqlite3 git)
 
 install_system() {
     local missing=()

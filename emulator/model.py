@@ -24,10 +24,12 @@ Which of these operations a system call makes is the NFS client's business
 and where it comes from.
 """
 
+import heapq
 import math
 import random
 
 from .credits import CreditPipe
+from .events import Event
 from .iops import IopsLimit, grant
 from .latency import Lognormal
 from .metrics import CLASSES, Counters
@@ -96,6 +98,8 @@ class Model:
         self._files: SlotPools | None = None
         self._dirs: SlotPools | None = None
         self._writeback = Writeback(params.client_dirty_limit)
+        self._sets: list[tuple[float, int, dict]] = []  # scheduled `set` events: a heap by time
+        self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), in time order
         self._configure(now)
         self._credit.set_balance(params.burst_credit_balance, now)
 
@@ -126,8 +130,34 @@ class Model:
         else:  # COMMIT: the server starts on it once the file's dirty data has drained
             done, gate, latency, transfer = self._serve(self._commit, now, 0, 1, None, 0, 0.0,
                                                         max(after, self._writeback.drained_at(op.file)))
+        if self._stalls:
+            done, gate = self._stalled(now, done, gate)
         wait = done - now - latency - transfer
         return Admission(done, gate, latency, transfer, wait if wait > 0.0 else 0.0)
+
+    def schedule(self, event: Event, origin: float) -> None:
+        """Have `event` happen at origin + event.at of the model's time (emulator/events.py).
+        A `set` takes effect at that instant, as `set` would; a `stall` delays every
+        request the server would serve in it to its end, and every one in service at its
+        start by its length (a hard mount's calls resume when the server answers again)."""
+        at = origin + event.at
+        if event.stall:
+            self._stalls.append((at, at + event.stall))
+            self._stalls.sort()
+        else:
+            heapq.heappush(self._sets, (at, len(self._sets) + len(self._stalls), dict(event.set)))
+        self._advance(self._now)
+
+    def _stalled(self, now: float, done: float, gate: Gate) -> tuple[float, Gate]:
+        """A completion moved by the stalls it meets: one admitted inside a stall is served
+        after it; one in service when a stall begins completes that much later."""
+        self._stalls = [s for s in self._stalls if s[1] > now]  # one over before now moves nothing from now on
+        for begin, end in self._stalls:
+            if begin <= now < end:
+                done, gate = end + (done - now), Gate.STALL
+            elif now < begin < done:
+                done, gate = done + (end - begin), Gate.STALL
+        return done, gate
 
     def drained_at(self, file: int) -> float:
         """When all of the file's buffered data will have reached the server (-inf: none written)."""
@@ -238,6 +268,10 @@ class Model:
     # ---- time and parameters -------------------------------------------------------------
 
     def _advance(self, now: float) -> None:
+        while self._sets and self._sets[0][0] <= now:  # scheduled changes, each at its own instant
+            at, _, keys = heapq.heappop(self._sets)
+            for key, value in keys.items():
+                self.set(key, value, max(at, self._now))
         if now > self._now:
             self._now = now
         if self._now >= self._next_remeasure:

@@ -45,6 +45,7 @@ class Gate(enum.StrEnum):
     DIRTY = "dirty"  # a buffered write that waited for the client's dirty data to drain
     WRITEBACK = "writeback"  # waited for the file's dirty data to reach the server (a flush, a stat)
     CACHE = "cache"  # the NFS client answered alone (its caches, nothing to send, or sent without waiting)
+    STALL = "stall"  # the server answered nothing for a while (a scheduled stall: emulator/events.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,7 +374,8 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
         if status.emulation is not None:
-            await status.emulation.start(nursery, status.tracer, opts.metrics_port)
+            await status.emulation.start(nursery, status.tracer, opts.metrics_port,
+                                         lambda: {"faults_fired": status.ops.faults.fired})
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
         await _measure_round_trip(opts.mountpoint, status)
         _say(ready_fd, "ok")

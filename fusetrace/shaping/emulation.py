@@ -15,9 +15,10 @@ from time import monotonic_ns
 
 import trio
 
+from ..emulator.events import parse_event
 from ..emulator.model import Model
 from ..emulator.params import ProfileError
-from ..errors import ControlError
+from ..errors import ControlError, UserError
 from . import prometheus, roundtrip
 from .hostload import NO_LOAD, extending_writes_note, host_load
 from .loopload import LoopLoad
@@ -98,6 +99,8 @@ class Emulation:
         self._tracer = None
         self._calibrated = trio.Event()
         self.measured = False  # whether a walk of the source has given its size yet
+        self._events: list[dict] = []  # scheduled on the model's timeline, for `fault list`
+        self._counters: Callable[[], dict] = _no_faults  # more counters for Prometheus (the server's)
 
     @classmethod
     def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
@@ -106,8 +109,12 @@ class Emulation:
     def describe(self) -> dict:
         return {"profile": self.name, "params": dataclasses.asdict(self.model.params)}
 
-    async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None) -> None:
+    async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None,
+                    counters: Callable[[], dict] | None = None) -> None:
+        """Run the timer and the samplers; serve the metrics (the model's, the host's and
+        `counters()`) on metrics_port."""
         self._tracer = tracer
+        self._counters = counters or _no_faults
         self.loop = LoopLoad()  # on the loop's thread, whose CPU time it reads
         nursery.start_soon(self.timer.run)
         nursery.start_soon(self._sample_every_minute)
@@ -181,17 +188,39 @@ class Emulation:
         except ProfileError as exc:
             raise ControlError(str(exc)) from None
 
+    def add_event(self, raw: dict, where: str = "event") -> dict:
+        """Schedule an event (emulator/events.py) `at` seconds from now on the model's
+        timeline; a mistake is one line naming `where`."""
+        try:
+            event = parse_event(raw, where)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        self.model.schedule(event, _now())
+        described = {**event.describe(), "wall_time": time.time() + event.at}
+        self._events.append(described)
+        return described
+
+    def events(self) -> list[dict]:
+        """The events scheduled since mounting, each with the wall time it happens at."""
+        return list(self._events)
+
     def prometheus_metrics(self) -> dict[str, float]:
         """The model's CloudWatch-named metrics and the host's counters at one instant,
         for prometheus.METRICS; on the loop's thread (prometheus.serve runs it there)."""
         host = self.host()
-        return {**self.model.metrics(_now()), **host, "loop_busy_ns": host["loop_elapsed_ns"] - host["loop_idle_ns"]}
+        return {**self.model.metrics(_now()), **host, "loop_busy_ns": host["loop_elapsed_ns"] - host["loop_idle_ns"],
+                **self._counters()}
 
     def final_metadata(self) -> dict:
         self._sample()
         host = self.host()
         return {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
                 "warnings": _warnings(host)}
+
+
+def _no_faults() -> dict:
+    """The server's own counters for Prometheus, until it hands them in (Emulation.start)."""
+    return {"faults_fired": 0}
 
 
 def _warnings(host: dict) -> list[str]:

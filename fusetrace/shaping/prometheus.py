@@ -87,6 +87,7 @@ METRICS: tuple[Exported, ...] = (
     _own("fusetrace_client_network_credit_balance_bytes", G, "ClientNetworkCreditBalance",
          "The emulated client's network credits left (0 without a client network limit)"),
     _own("fusetrace_shaped_operations_total", C, "ops", "Operations the shaper held to the model's time"),
+    _own("fusetrace_faults_fired_total", C, "faults_fired", "Fault rules fired on operations (docs/FAULTS.md)"),
     _own("fusetrace_late_operations_total", C, "late", "Replies later than their deadline by over a tenth of "
          "their modelled time: the host, not the model, set their pace"),
     _own("fusetrace_late_seconds_total", C, "late_ns", "Time replies went out past their deadlines, summed",

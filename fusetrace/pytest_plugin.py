@@ -1,0 +1,216 @@
+"""The `efs` fixture: an emulated EFS mounted for one test, in an application's own suite.
+
+Installed with the package (entry point `pytest11`), so `def test_x(efs):` needs no
+conftest.  Each test gets a fresh mount of an empty directory under its own tmp_path,
+emulating a profile (default `efs-bursting`; the `efs_profile` ini option, a
+`@pytest.mark.efs(profile=..., set={...}, faults=...)` marker, or indirect
+parametrisation with the same keys), with a trace.  The mount is always taken down: at the
+test's teardown, and once more at the session's end for any a crash or an interrupt left
+behind.  docs/PYTEST.md is the user's guide.
+"""
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .client import ask
+from .errors import UserError
+
+DEFAULT_PROFILE = "efs-bursting"
+TRACE_WAIT = 30.0  # seconds .trace() waits for the server to write what it has queued
+_KEYS = {"profile", "set", "faults"}
+_mounted: dict[Path, "EFS"] = {}  # mounts this session made and has not yet taken down
+
+
+def _fusetrace(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    # -P: the working directory (the user's project) is not put on sys.path
+    return subprocess.run([sys.executable, "-P", "-m", "fusetrace", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _last_line(done: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit code {done.returncode}"
+
+
+class Fault:
+    """A rule in force for a `with efs.fault(...)` block: its id and counts so far."""
+
+    def __init__(self, efs: "EFS", rule: dict):
+        self.efs, self.rule, self.id = efs, rule, rule["id"]
+
+    def _listed(self) -> dict:
+        for r in self.efs.faults():
+            if r["id"] == self.id:
+                return r
+        return {"matched": 0, "fired": 0, "held": 0}
+
+    @property
+    def fired(self) -> int:
+        return self._listed()["fired"]
+
+    @property
+    def matched(self) -> int:
+        return self._listed()["matched"]
+
+
+class EFS:
+    """One emulated mount: `path` (where the test works), `source` (the directory below),
+    `trace_dir`, `profile`."""
+
+    def __init__(self, root: Path, profile: str, overrides: dict, faults: str | None):
+        self.source, self.path, self.trace_dir = root / "source", root / "mnt", root / "trace"
+        self.profile, self.overrides, self.faults_file = profile, dict(overrides), faults
+        self._up = False
+
+    def mount(self) -> None:
+        self.source.mkdir(parents=True)
+        self.path.mkdir()
+        args = ["mount", str(self.source), str(self.path), "--emulate", self.profile, "--trace", str(self.trace_dir)]
+        args += [f"--set={key}={value}" for key, value in self.overrides.items()]
+        if self.faults_file is not None:
+            args += ["--faults", str(self.faults_file)]
+        done = _fusetrace(*args)
+        if done.returncode != 0:
+            raise UserError(f"efs fixture: {_last_line(done)}")
+        self._up = True
+        _mounted[self.path] = self
+
+    def unmount(self) -> None:
+        """Take the mount down (the server flushes its trace); detach it if it will not go."""
+        if not self._up:
+            return
+        self._up = False
+        _mounted.pop(self.path, None)
+        done = _fusetrace("umount", str(self.path))
+        if done.returncode != 0 and _is_mounted(self.path):
+            subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True, timeout=30)
+            raise UserError(f"efs fixture: {_last_line(done)}; detached it with fusermount3 -uz")
+
+    def _ask(self, **request) -> dict:
+        return ask(str(self.path), **request)
+
+    def set(self, **keys: Any) -> dict:
+        """Change profile keys now, as `fusetrace set` does (burst_credit_balance=0, ...)."""
+        return {key: self._ask(cmd="set", key=key, value=str(value))["value"] for key, value in keys.items()}
+
+    def stats(self) -> dict:
+        """`fusetrace stats --json`, with the CloudWatch-named metrics (BurstCreditBalance,
+        PermittedThroughput, ...) also at the top level."""
+        answer = self._ask(cmd="stats")
+        return {**answer, **answer.get("metrics", {})}
+
+    def faults(self) -> list[dict]:
+        """The fault rules in force, with how often each matched, fired and held."""
+        return self._ask(cmd="fault_list")["rules"]
+
+    @contextlib.contextmanager
+    def fault(self, **rule: Any) -> Iterator[Fault]:
+        """A fault rule (docs/FAULTS.md: op, path, errno, stall, count, ...) in force for
+        the block, cleared at its end however it ends."""
+        added = Fault(self, self._ask(cmd="fault_add", rule=rule)["rule"])
+        try:
+            yield added
+        finally:
+            if self._up:
+                self._ask(cmd="fault_clear", ids=[added.id])
+
+    def event(self, **event: Any) -> dict:
+        """Schedule an event on the emulated file system's timeline (at=..., set={...} or stall=...)."""
+        return self._ask(cmd="event_add", event=event)["event"]
+
+    def trace(self):
+        """The test's own trace so far, as a pandas DataFrame (one row per operation;
+        docs/TRACE_FORMAT.md), once the server has written what it had queued.  Needs
+        pandas, which fusetrace itself does not."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UserError("efs.trace() needs pandas: pip install pandas") from None
+
+        deadline = time.monotonic() + TRACE_WAIT
+        while self._ask(cmd="stats").get("trace", {}).get("queued", 0):
+            if time.monotonic() > deadline:
+                raise UserError(f"efs fixture: the trace writer still had records queued after {TRACE_WAIT:g} s")
+            time.sleep(0.05)
+        parts = sorted(self.trace_dir.glob("*.parquet"))
+        if not parts:
+            return pd.DataFrame()
+        return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True).sort_values(
+            "start_ns", ignore_index=True)
+
+    def __repr__(self) -> str:
+        return f"EFS({self.profile} at {self.path})"
+
+
+def _is_mounted(path: Path) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(path) for line in f)
+
+
+def _options(request: pytest.FixtureRequest) -> dict:
+    """The mount's options: the ini default, then the nearest marker, then the indirect
+    parameter, each key checked."""
+    options: dict = {"profile": request.config.getini("efs_profile") or DEFAULT_PROFILE, "set": {}, "faults": None}
+    marker = request.node.get_closest_marker("efs")
+    given = [("@pytest.mark.efs", marker.kwargs if marker else {}),
+             ("the efs parameter", getattr(request, "param", None) or {})]
+    for where, values in given:
+        if not isinstance(values, dict):
+            raise UserError(f"efs fixture: {where} must be a dict of {sorted(_KEYS)}, got {values!r}")
+        unknown = sorted(set(values) - _KEYS)
+        if unknown:
+            raise UserError(f"efs fixture: {where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_KEYS))})")
+        for key, value in values.items():
+            options[key] = {**options["set"], **value} if key == "set" else value
+    if not isinstance(options["set"], dict):
+        raise UserError(f"efs fixture: set must be a dict of profile keys, got {options['set']!r}")
+    return options
+
+
+@pytest.fixture
+def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
+    """A fresh emulated EFS mounted for this test (see the module's docstring)."""
+    try:
+        options = _options(request)
+        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"])
+        mount.mount()
+    except UserError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield mount
+    finally:
+        try:
+            mount.unmount()
+        except UserError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("efs_profile", f"profile the efs fixture emulates (default {DEFAULT_PROFILE})",
+                  default=DEFAULT_PROFILE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "efs(profile=NAME, set={KEY: VALUE}, faults=FILE): how the efs fixture "
+                                       "mounts its emulated EFS")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Any mount a crash or an interrupt left behind is taken down, and said."""
+    for mount in list(_mounted.values()):
+        try:
+            mount.unmount()
+            note = "unmounted"
+        except UserError as exc:
+            note = str(exc)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"efs fixture: {mount.path} was still mounted at the session's end: {note}")
+

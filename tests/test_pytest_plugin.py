@@ -1,0 +1,95 @@
+"""The `efs` pytest fixture, tested as a user's project uses it: a separate test file run
+by pytest in a child process (pytester), finding the plugin through the installed
+package's entry point, mounting real emulated file systems."""
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+def _mounts_under(path) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(str(path))]
+
+
+def run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_user=source)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", *args, timeout=300)
+
+
+def test_a_user_test_gets_a_fresh_emulated_mount_with_its_own_trace(pytester):
+    result = run(pytester, '''
+import os, pytest
+
+def test_write_and_read(efs):
+    (efs.path / "hello.txt").write_text("hi")
+    assert (efs.source / "hello.txt").read_text() == "hi"
+    assert efs.stats()["profile"] == "efs-bursting"
+    assert efs.stats()["BurstCreditBalance"] > 0
+    ops = set(efs.trace().op)
+    assert {"create", "write"} <= ops, ops
+
+def test_starts_empty(efs):
+    assert os.listdir(efs.path) == []
+
+@pytest.mark.efs(profile="efs-elastic", set={"nfs_acregmin_s": 0})
+def test_marker(efs):
+    assert efs.stats()["profile"] == "efs-elastic"
+
+@pytest.mark.parametrize("efs", [{"profile": "efs-2016"}], indirect=True)
+def test_indirect(efs):
+    assert efs.stats()["profile"] == "efs-2016"
+
+def test_set_and_a_fault_in_a_block(efs):
+    efs.set(burst_credit_balance=0)
+    assert efs.stats()["BurstCreditBalance"] < 1e9
+    with efs.fault(op="fsync", errno="EIO", path="*.ckpt", count=1) as rule:
+        fd = os.open(efs.path / "job.ckpt", os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, b"state")
+        with pytest.raises(OSError) as failed:
+            os.fsync(fd)
+        os.close(fd)
+        assert failed.value.errno == 5 and rule.fired == 1
+    assert efs.faults() == []
+    faulted = efs.trace().dropna(subset=["fault"])
+    assert list(faulted.op) == ["fsync"]
+''')
+    result.assert_outcomes(passed=5)
+    assert _mounts_under(pytester.path) == []
+
+
+def test_a_failing_or_interrupted_test_leaves_no_mount(pytester):
+    failing = run(pytester, '''
+def test_fails(efs):
+    (efs.path / "f").write_text("x")
+    assert False, "the application broke"
+''')
+    failing.assert_outcomes(failed=1)
+    assert _mounts_under(pytester.path) == []
+    interrupted = run(pytester, '''
+def test_interrupted(efs):
+    (efs.path / "f").write_text("x")
+    raise KeyboardInterrupt
+
+def test_never_reached(efs):
+    pass
+''')
+    assert interrupted.ret == pytest.ExitCode.INTERRUPTED
+    assert _mounts_under(pytester.path) == []
+
+
+def test_a_bad_option_fails_the_test_with_one_line(pytester):
+    result = run(pytester, '''
+import pytest
+
+@pytest.mark.efs(profile="no-such-profile")
+def test_bad_profile(efs):
+    pass
+
+@pytest.mark.efs(colour="red")
+def test_bad_key(efs):
+    pass
+''')
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*"])
+    assert _mounts_under(pytester.path) == []

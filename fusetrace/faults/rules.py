@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
 from ..errors import UserError
 from ..globs import glob_regex
@@ -34,8 +35,6 @@ CREATES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))  # what a f
 EFFECTS = ("errno", "stall", "stale", "write_error", "full", "short")
 _KEYS = {"id", "op", "path", "pid", "comm", "probability", "seed", "count", "every", "after", "until",
          *EFFECTS, "soft", "timeo", "retrans"}
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
-_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -173,16 +172,11 @@ def parse_errno(value, where: str, key: str = "errno") -> int:
 
 
 def parse_duration(value, where: str, key: str) -> float:
-    """Seconds from a number or text such as "250ms", "40s", "2m"."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise UserError(f"{where}: {key} {value!r}: expected seconds, or a duration such as 250ms, 40s, 2m")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise UserError(f"{where}: {key} {value!r}: must be a finite duration, 0 or more")
-    return seconds
+    """Seconds from a number or text such as "250ms", "40s", "2m" (as events take them)."""
+    try:
+        return seconds(value)
+    except ValueError as exc:
+        raise UserError(f"{where}: {key} {exc}") from None
 
 
 def parse_rule(raw: dict, where: str, default_id: str) -> Rule:

@@ -236,3 +236,23 @@ def test_a_rule_for_one_process_name_leaves_the_others_alone(mount):
     add(m, "--op", "open", "--comm", "cat", "--errno", "EACCES")
     assert subprocess.run(["cat", str(m.mountpoint / "f")], capture_output=True).returncode != 0
     assert subprocess.run(["head", str(m.mountpoint / "f")], capture_output=True, text=True).stdout == "data"
+
+
+def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_path):
+    faults = tmp_path / "faults.toml"
+    faults.write_text('[[event]]\nat = "0s"\nstall = "1500ms"\n')
+    m = mount("--emulate", "efs-bursting", "--faults", str(faults), trace=True)
+    began = time.monotonic()
+    (m.mountpoint / "f").write_text("x")  # its create waits for the server to answer again
+    assert time.monotonic() - began >= 0.5
+    answer = json.loads(fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--set",
+                                  "burst_credit_balance=0").stdout)
+    assert answer["set"] == {"burst_credit_balance": 0.0}
+    stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+    assert stats["metrics"]["BurstCreditBalance"] < 1e9
+    assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
+            ["events"]] == [1.5, None]
+    done = fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "burst_credit_balanse=0",
+                     check=False)
+    one_line_error(done, "burst_credit_balanse: unknown parameter")
+    assert "stall" in set(records(m).gate.dropna())

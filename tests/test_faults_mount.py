@@ -120,12 +120,18 @@ def test_a_stall_holds_matching_operations_until_it_ends_and_others_answer(mount
     assert reads.fault.tolist()[0] == "outage" and reads.dur_ns.iloc[0] >= 1e9
 
 
-def test_fault_clear_releases_a_stalled_operation_at_once(mount):
-    m = mount()
+def _a_read_stalled_for_an_hour(m) -> dict:
+    """A read of /f held by an hour's stall, in a thread (see _in_thread), once it is held."""
     (m.source / "f").write_text("data")
     add(m, "--op", "read", "--stall", "1h")
     out = _in_thread(lambda: (m.mountpoint / "f").read_text())
     poll(lambda: listed(m)["r1"]["fired"] == 1)
+    return out
+
+
+def test_fault_clear_releases_a_stalled_operation_at_once(mount):
+    m = mount()
+    out = _a_read_stalled_for_an_hour(m)
     assert "ended" not in out
     fusetrace("fault", str(m.mountpoint), "clear")
     poll(lambda: "ended" in out, timeout=20)
@@ -134,10 +140,7 @@ def test_fault_clear_releases_a_stalled_operation_at_once(mount):
 
 def test_a_stalled_server_still_stops_when_told_and_leaves_no_mount(mount):
     m = mount()
-    (m.source / "f").write_text("data")
-    add(m, "--op", "read", "--stall", "1h")
-    out = _in_thread(lambda: (m.mountpoint / "f").read_text())
-    poll(lambda: listed(m)["r1"]["fired"] == 1)
+    out = _a_read_stalled_for_an_hour(m)
     pid = m.server_pid()
     os.kill(pid, signal.SIGTERM)  # as a service manager stops it
     poll(lambda: not is_mounted(m.mountpoint), timeout=20)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..texttable import table as text_table
-from . import runner, spec
+from . import application, runner, spec
 from .progress import Progress
 
 
@@ -57,6 +57,9 @@ def run_scenarios(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out}: cannot write {s.id}'s results "
                             f"({exc.strerror or exc}{_where(exc)})") from None
         print(table(result["rows"]))
+        if "application" in result:
+            print("\nwhat the application saw (from the first step's start):")
+            print(text_table(application.HEAD, application.table(result["application"]), "lrlrrrr"))
         print(f"\n{s.id}: {result['duration_s']:.0f} s; report in {run_dir / 'index.html'}\n")
     try:
         write_index(out)

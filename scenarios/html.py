@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
+from . import application
 from .plots import Plot
 
 STYLE = """
@@ -38,6 +39,7 @@ def write_run(run_dir: Path, result: dict, plots: list[Plot]) -> Path:
             _description(result),
             "<h2>Emulated and published figures</h2>",
             figures_table(result["rows"]),
+            *_application(result),
             "<h2>Plots</h2>",
             *(_plot(run_dir, p) for p in plots)]
     path = run_dir / "index.html"
@@ -75,6 +77,22 @@ def figures_table(rows: list[dict]) -> str:
         return '<p class="note">No figures: the run measured nothing.</p>'
     return (f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(lines) + "\n</tbody></table>"
             '<p class="note">ratio = emulated / published</p>')
+
+
+def _application(result: dict) -> list[str]:
+    """A scripted run's events and fault rules, and what the application saw: errors and
+    latency per operation (scenarios/application.py)."""
+    if "application" not in result:
+        return []
+    scripted = [f"<li>event: {escape(json.dumps(e))}</li>" for e in result["scripted"]["events"]]
+    scripted += [f"<li>fault rule: {escape(json.dumps(r))}</li>" for r in result["scripted"]["faults"]]
+    head = "".join(f"<th>{escape(h)}</th>" for h in application.HEAD)
+    rows = "\n".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                     for row in application.table(result["application"]))
+    return ["<h2>What the application saw</h2>", f"<ul>{''.join(scripted)}</ul>",
+            f"<table><thead><tr>{head}</tr></thead><tbody>\n{rows}\n</tbody></table>",
+            '<p class="note">latency per operation from the run\'s trace; times after the first step\'s start, '
+            'when the events and rules took effect</p>']
 
 
 def _description(result: dict) -> str:

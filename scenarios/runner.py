@@ -27,7 +27,7 @@ from ..emulator.params import MiB
 from ..errors import UserError
 from ..shaping.hostload import extending_writes_note, host_load
 from ..shaping.profile import load_params
-from . import children, fio
+from . import application, children, fio
 from .progress import Progress
 from .scratch import ScratchMount, load_text, scratch_root
 from .spec import Scenario, Step
@@ -98,6 +98,9 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
             if scenario.setup:
                 progress.note("setting up")
                 _shell(scenario, "setup", scenario.setup, m.mnt, env)
+            if scenario.events or scenario.faults:
+                result["scripted_monotonic_ns"] = time.monotonic_ns()
+                result["scripted"] = _script(scenario, m, fast)
             for i, step in enumerate(scenario.steps):
                 missing = phase_missing(step.needs, start_balance, _credit_balance(m)) if step.needs else ""
                 begin, host = time.monotonic() - t0, m.host()
@@ -119,7 +122,17 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
             sampler.stop()
             result["duration_s"] = time.monotonic() - t0
     result["rows"] = rows(steps)
+    if out is not None and "scripted" in result:
+        result["application"] = application.seen(out / "trace", result["scripted_monotonic_ns"])
     return result
+
+
+def _script(scenario: Scenario, m: ScratchMount, fast: bool) -> dict:
+    """Put the scenario's fault rules in force and its events on the model's timeline,
+    from now (the first step's start); what the server made of them."""
+    rules = [m.ask(cmd="fault_add", rule=raw)["rule"] for raw in scenario.faults]
+    events = [m.ask(cmd="event_add", event=raw)["event"] for raw in scenario.timeline(fast)]
+    return {"faults": rules, "events": events}
 
 
 def fio_seconds(step: Step, fast: bool, runtime: float | None) -> float:

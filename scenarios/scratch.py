@@ -64,21 +64,23 @@ class ScratchMount:
             raise
         return self
 
-    def stats(self) -> dict:
-        """The server's `fusetrace stats --json`, straight from its control socket."""
-        answer = request(self._control(), cmd="stats")
+    def ask(self, **req) -> dict:
+        """One control request to the server ({"cmd": ..., ...}), straight from its socket."""
+        answer = request(self._control(), **req)
         if "error" in answer:
             raise UserError(f"{self.mnt}: {answer['error']}")
         return answer
+
+    def stats(self) -> dict:
+        """The server's `fusetrace stats --json`."""
+        return self.ask(cmd="stats")
 
     def host(self) -> dict:
         """How the emulating server keeps up: its counters (shaping.hostload.host_load() compares two)."""
         return self.stats()["host"]
 
     def set(self, key: str, value) -> None:
-        answer = request(self._control(), cmd="set", key=key, value=str(value))
-        if "error" in answer:
-            raise UserError(f"{self.mnt}: {answer['error']}")
+        self.ask(cmd="set", key=key, value=str(value))
 
     def _control(self) -> str:
         return runstate.path_for(mounts.canonical(self.mnt), ".sock")

@@ -4,17 +4,20 @@ The format is documented in docs/SCENARIO_FORMAT.md.  Every mistake in a file is
 naming the file, the step and the key, before anything is mounted.
 """
 
+import string
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fusetrace.emulator.events import parse_event
 from fusetrace.errors import UserError
+from fusetrace.faults.injector import Injector
 
 DIRECTORY = Path(__file__).resolve().parent  # the data files live beside the code
 
 _TOP = {"title", "system", "source", "profile", "scaling", "fast", "tools", "credits", "set", "vars",
-        "fast_vars", "setup", "shell", "steps"}
+        "fast_vars", "setup", "shell", "steps", "events", "faults"}
 _FIGURES = {"published", "inconsistent", "also_published"}
 _FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set", "needs"} | _FIGURES
 _SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "needs"} | _FIGURES
@@ -69,9 +72,15 @@ class Scenario:
     setup: str
     shell: str
     steps: tuple[Step, ...]
+    events: tuple[dict, ...] = ()  # on the model's timeline from the first step's start (emulator/events.py)
+    faults: tuple[dict, ...] = ()  # fault rules in force from the first step's start (docs/FAULTS.md)
 
     def variables(self, fast: bool) -> dict[str, str]:
         return {**self.vars, **(self.fast_vars if fast else {})}
+
+    def timeline(self, fast: bool) -> list[dict]:
+        """The events with the run's variables put into their text values ("$STALL")."""
+        return [_expanded(e, self.variables(fast)) for e in self.events]
 
     def overrides(self, extra: Sequence[str] = ()) -> list[str]:
         """The file's [set] as KEY=VALUE items, then the user's --set items."""
@@ -114,7 +123,44 @@ def _scenario(path: Path, data: dict) -> Scenario:
         set=dict(data.get("set", {})), vars=_strings(where, "vars", data.get("vars", {})),
         fast_vars=_strings(where, "fast_vars", data.get("fast_vars", {})),
         setup=data.get("setup", ""), shell=shell, steps=steps,
+        events=_events(where, data, steps), faults=_faults(where, data),
     )
+
+
+def _events(where: str, data: dict, steps: tuple) -> tuple[dict, ...]:
+    """The [[events]] tables, each checked as it will run, with and without --fast."""
+    events = data.get("events", [])
+    if not isinstance(events, list):
+        raise UserError(f"{where}: write [[events]], one table per event")
+    for fast in (False, True):
+        variables = {**_strings(where, "vars", data.get("vars", {})),
+                     **(_strings(where, "fast_vars", data.get("fast_vars", {})) if fast else {})}
+        for i, raw in enumerate(events, 1):
+            try:
+                parse_event(_expanded(raw, variables), f"{where}: event {i}")
+            except (ValueError, KeyError) as exc:
+                raise UserError(str(exc) if isinstance(exc, ValueError) else
+                                f"{where}: event {i}: no variable {exc} in [vars]") from None
+    return tuple(events)
+
+
+def _faults(where: str, data: dict) -> tuple[dict, ...]:
+    """The [[faults]] tables, each checked as a fault rule."""
+    rules = data.get("faults", [])
+    if not isinstance(rules, list):
+        raise UserError(f"{where}: write [[faults]], one table per rule")
+    trial = Injector()
+    for i, raw in enumerate(rules, 1):
+        trial.add(raw, 0, f"{where}: fault {i}")
+    return tuple(rules)
+
+
+def _expanded(raw, variables: dict[str, str]):
+    """An event table with $NAME in its text values replaced by the run's variables."""
+    if not isinstance(raw, dict):
+        return raw
+    return {k: _expanded(v, variables) if isinstance(v, dict) else
+            string.Template(v).substitute(variables) if isinstance(v, str) else v for k, v in raw.items()}
 
 
 def _step(where: str, i: int, raw: dict) -> Step:

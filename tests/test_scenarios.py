@@ -40,7 +40,7 @@ def test_every_data_file_loads_and_names_a_real_profile():
     from fusetrace.shaping.profile import load_params
 
     names = spec.ids()
-    assert len(names) == 12
+    assert len(names) == 14
     for name in names:
         s = spec.load(name)
         load_params(s.profile, s.overrides())
@@ -52,7 +52,12 @@ def test_every_scenario_names_its_public_source_and_its_year():
     carries of it; never a note that figures are not carried: a row the file has no figure for
     says so in the table."""
     for name in spec.ids():
-        source = spec.load(name).source
+        scenario = spec.load(name)
+        source = scenario.source
+        if scenario.events or scenario.faults:  # a rehearsal: says so, and carries no figure
+            assert source.startswith("A rehearsal, not a published experiment: "), (name, source)
+            assert not any(step.published for step in scenario.steps), name
+            continue
         publication = re.split(r"[;:] ", source)[0]
         assert re.fullmatch(r"[A-Z][^;:]{10,}\b(19|20)\d\d", publication), (name, source)
         assert not re.search(r"not carried|kept aside|predicts the result", source), (name, source)
@@ -75,6 +80,11 @@ def test_a_step_can_need_a_phase_of_the_run(tmp_path):
     ('[[steps]]\nname = "a"\nrun = "true"\nunit = "files"\n', "'unit' needs 'count'"),
     ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nruntime = -1\n', "runtime = -1"),
     ('colour = "red"\n[[steps]]\nrun = "true"\n', "unknown key 'colour'"),
+    ('[[events]]\nat = "1s"\n[[steps]]\nrun = "true"\n', "event 1: an event has exactly one of set"),
+    ('[[events]]\nat = "$LATER"\nstall = "1s"\n[[steps]]\nrun = "true"\n', "event 1: no variable 'LATER'"),
+    ('[fast_vars]\nAT = "soon"\n[vars]\nAT = "1"\n[[events]]\nat = "$AT"\nstall = "1s"\n[[steps]]\nrun = "true"\n',
+     "event 1: at 'soon'"),
+    ('[[faults]]\nerrno = "EIOO"\n[[steps]]\nrun = "true"\n', "fault 1: errno 'EIOO'"),
 ])
 def test_a_mistake_in_a_data_file_is_one_line_naming_it(tmp_path, text, says):
     path = _write(tmp_path, text)

@@ -1,0 +1,51 @@
+"""Scenarios that script faults: rules and events put in force at the first step, and what
+the application saw (errors and latency per operation) in the result, the text and the page."""
+
+import json
+
+from conftest import fusetrace
+from test_scenarios import _write
+
+from fusetrace.scenarios import spec
+
+
+def test_a_scripted_scenario_reports_what_the_application_saw(tmp_path):
+    path = _write(tmp_path, '''
+[vars]
+AT = "0"
+
+[[faults]]
+op = "fsync"
+path = "/tx/*"
+errno = "EIO"
+count = 2
+
+[[events]]
+at = "$AT"
+set = { burst_credit_balance = 0 }
+
+[[steps]]
+name = "transactions"
+setup = "mkdir -p tx"
+run = 'for i in 1 2 3 4; do dd if=/dev/zero of="tx/t$i" bs=4k count=1 conv=fsync status=none || true; done'
+count = "4"
+unit = "transactions"
+''')
+    out = tmp_path / "out"
+    done = fusetrace("scenario", "run", str(path), "--out", str(out), check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "sc" / "result.json").read_text())
+    assert [r["id"] for r in result["scripted"]["faults"]] == ["r1"]
+    assert result["scripted"]["events"][0]["set"] == {"burst_credit_balance": 0.0}
+    seen = {o["op"]: o for o in result["application"]}
+    assert seen["fsync"]["errors"] == {"EIO": 2} and seen["fsync"]["count"] == 4
+    assert "what the application saw" in done.stdout and "EIO 2" in done.stdout
+    page = (out / "sc" / "index.html").read_text()
+    assert "What the application saw" in page and "EIO 2" in page
+
+
+def test_the_rehearsal_scenarios_script_a_failover_and_the_day_credits_ran_out():
+    failover, credits = spec.load("efs-failover"), spec.load("efs-credits-run-out")
+    assert failover.timeline(fast=False) == [{"at": "5", "stall": "40"}]
+    assert failover.timeline(fast=True) == [{"at": "0.5", "stall": "2"}]
+    assert credits.timeline(fast=True) == [{"at": "2", "set": {"burst_credit_balance": 0}}]

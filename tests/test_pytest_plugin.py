@@ -2,9 +2,13 @@
 by pytest in a child process (pytester), finding the plugin through the installed
 package's entry point, mounting real emulated file systems."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "PYTEST.md"
 
 
 def _mounts_under(path) -> list[str]:
@@ -92,4 +96,12 @@ def test_bad_key(efs):
 ''')
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*"])
+    assert _mounts_under(pytester.path) == []
+
+
+@pytest.mark.slow
+def test_the_guides_worked_example_runs_as_written(pytester):
+    [example] = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
+    result = run(pytester, example)
+    result.assert_outcomes(passed=4)
     assert _mounts_under(pytester.path) == []

@@ -65,6 +65,19 @@ def test_a_trace_mode_trace_gives_server_latency_and_bandwidth(tmp_path):
     assert "meta_write: no records" in text  # nothing seen: the base's stands, and it says so
 
 
+def test_records_a_fault_rule_acted_on_are_not_fitted(tmp_path):
+    rng = np.random.default_rng(2)
+    records, t = [], 0
+    for ms in lognormal(rng, 0.6, 2.0, 2000):
+        t += 100_000
+        records.append(rec(t, "getattr", int(ms * 1e6) - RT_NS))
+    for i in range(500):  # a 40 s stall held these: the outage, not the file system
+        records.append(rec(t + i, "getattr", 40_000_000_000)._replace(fault="failover"))
+    write_trace(tmp_path / "t", records)
+    profile, _ = fitted(tmp_path, tmp_path / "t")
+    assert profile["meta_read_latency_p99_ms"] == pytest.approx(2.0, rel=0.12)
+
+
 def test_an_emulated_trace_gives_the_models_own_latency(tmp_path):
     """With the model's account, its sampled latency is read, not dur_ns (which holds the
     host's delays too); operations that sent more than one request, or none, are left out."""

@@ -121,8 +121,11 @@ class Fitter:
         files = reader.parts(trace_dir)
         self.meta = reader.metadata(trace_dir)
         self.db = duckdb.connect()
-        self.db.read_parquet(files, union_by_name=True).create_view("trace")
-        self.columns = {row[0] for row in self.db.execute("describe trace").fetchall()}
+        self.db.read_parquet(files, union_by_name=True).create_view("records")
+        self.columns = {row[0] for row in self.db.execute("describe records").fetchall()}
+        # what injected faults did (docs/FAULTS.md) is not the file system's behaviour to learn
+        unfaulted = " where fault is null" if "fault" in self.columns else ""
+        self.db.execute(f"create view trace as select * from records{unfaulted}")
         self.rt_ns = int(self.meta.get("fuse_round_trip_ns") or 0)
         self.modelled = "nfs" in self.columns and self._one("select count(*) from trace where nfs is not null") > 0
 

@@ -40,12 +40,16 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
 
 
 class Fault:
-    """A rule in force for a `with efs.fault(...)` block: its id and counts so far."""
+    """A rule in force for a `with efs.fault(...)` block: its id and counts so far (after
+    the block, its counts when the block ended)."""
 
     def __init__(self, efs: "EFS", rule: dict):
         self.efs, self.rule, self.id = efs, rule, rule["id"]
+        self.final: dict | None = None  # the counts when the rule was cleared
 
     def _listed(self) -> dict:
+        if self.final is not None:
+            return self.final
         for r in self.efs.faults():
             if r["id"] == self.id:
                 return r
@@ -119,6 +123,7 @@ class EFS:
             yield added
         finally:
             if self._up:
+                added.final = added._listed()
                 self._ask(cmd="fault_clear", ids=[added.id])
 
     def event(self, **event: Any) -> dict:
@@ -135,9 +140,14 @@ class EFS:
             raise UserError("efs.trace() needs pandas: pip install pandas") from None
 
         deadline = time.monotonic() + TRACE_WAIT
-        while self._ask(cmd="stats").get("trace", {}).get("queued", 0):
+        target = self._ask(cmd="stats")["trace"]["recorded"]  # every record given so far
+        while True:
+            trace = self._ask(cmd="stats")["trace"]
+            if trace["records"] + trace["lost"] >= target:
+                break
             if time.monotonic() > deadline:
-                raise UserError(f"efs fixture: the trace writer still had records queued after {TRACE_WAIT:g} s")
+                raise UserError(f"efs fixture: the trace writer had not written the test's records "
+                                f"after {TRACE_WAIT:g} s")
             time.sleep(0.05)
         parts = sorted(self.trace_dir.glob("*.parquet"))
         if not parts:

@@ -100,8 +100,10 @@ def test_bad_key(efs):
 
 
 @pytest.mark.slow
-def test_the_guides_worked_example_runs_as_written(pytester):
-    [example] = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
+@pytest.mark.parametrize("doc, tests", [(GUIDE, 4), (GUIDE.parent.parent / "README.md", 1)],
+                         ids=["PYTEST.md", "README.md"])
+def test_the_worked_examples_run_as_written(pytester, doc, tests):
+    [example] = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
     result = run(pytester, example)
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=tests)
     assert _mounts_under(pytester.path) == []

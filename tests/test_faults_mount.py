@@ -10,10 +10,12 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pandas as pd
 import pytest
 from conftest import fusetrace, is_mounted, one_line_error, poll
+from test_metrics_endpoint import _free_port
 
 
 def add(m, *args: str) -> str:
@@ -259,3 +261,37 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
                      check=False)
     one_line_error(done, "burst_credit_balanse: unknown parameter")
     assert "stall" in set(records(m).gate.dropna())
+
+
+def _fired_on(m) -> list[tuple[str, int]]:
+    """(path, offset) of the writes a rule fired on, in order."""
+    writes = records(m).query("op == 'write'")
+    return list(zip(writes[writes.fault.notna()].path, writes[writes.fault.notna()].offset))
+
+
+def test_a_seeded_rule_fires_on_the_same_operations_in_a_second_run(mount):
+    fired = []
+    for _ in range(2):
+        m = mount(trace=True)
+        add(m, "--op", "write", "--path", "*.log", "--errno", "EIO", "--probability", "0.3", "--seed", "11")
+        for i in range(60):
+            fd = os.open(m.mountpoint / f"f{i % 4}.log", os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.pwrite(fd, b"x" * 100, 100 * i)
+            except OSError as exc:
+                assert exc.errno == E.EIO
+            finally:
+                os.close(fd)
+        fired.append(_fired_on(m))
+    assert fired[0] == fired[1] and 5 < len(fired[0]) < 40
+
+
+def test_prometheus_counts_the_faults_fired(mount):
+    port = _free_port()
+    m = mount("--emulate", "efs-bursting", "--metrics-port", str(port))
+    add(m, "--op", "mkdir", "--errno", "EACCES")
+    for name in ("a", "b"):
+        with pytest.raises(PermissionError):
+            os.mkdir(m.mountpoint / name)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "fusetrace_faults_fired_total 2.0" in body.splitlines()

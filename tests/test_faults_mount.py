@@ -52,6 +52,8 @@ def test_an_errno_fails_the_operation_without_reaching_the_source_and_is_traced(
     assert "faults: 1 fired since mounting; in force: eio (fired 1 of 2 matched)" in \
         fusetrace("stats", str(m.mountpoint)).stdout
     writes = records(m).query("op == 'write'")
+    kept = json.loads((m.trace / "_metadata.json").read_text())["faults"]  # the rules at unmount
+    assert [(r["id"], r["fired"]) for r in kept] == [("eio", 1)]
     assert writes.errno.tolist() == [E.EIO, 0] and writes.fault.iloc[0] == "eio" and pd.isna(writes.fault.iloc[1])
 
 

@@ -56,6 +56,7 @@ class Injector:
         self.active = False  # any of the three above: the handlers ask nothing while it is not
         self.fired = 0
         self._next = 1
+        self._takers: dict[tuple[str, Kind], list[_State]] = {}  # per (op, kind): the rules that take it
 
     # ---- control ------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ class Injector:
         return [i for i in known if i in gone]
 
     def _changed(self) -> None:
+        self._takers.clear()
         self.needs_process = any(s.rule.needs_process for s in self.rules)
         self.active = bool(self.rules or self.stale or self.pending)
 
@@ -115,9 +117,12 @@ class Injector:
         whose outage holds it) wins.  `who()` gives the caller's (process id, name), asked
         only when a rule matches on them."""
         process: tuple | None = None
-        for s in self.rules:
+        takers = self._takers.get((op, kind))
+        if takers is None:  # worked out once per kind of request while the rules stay the same
+            takers = self._takers[(op, kind)] = [s for s in self.rules if s.rule.takes(op, kind)]
+        for s in takers:
             rule = s.rule
-            if not rule.matches(op, kind, path):
+            if not rule.matches(path):
                 continue
             if rule.needs_process:
                 process = process or who()

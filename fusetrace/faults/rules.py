@@ -66,11 +66,13 @@ class Rule:
     full_bytes: int = 0
     short_bytes: int = 0
 
-    def matches(self, op: str, kind: Kind, path: str) -> bool:
-        """Whether the rule's operations and path take this request (pids and process
-        names are checked by the caller, which only looks them up for rules that ask)."""
-        if (self.ops or self.kinds) and op not in self.ops and kind not in self.kinds:
-            return False
+    def takes(self, op: str, kind: Kind) -> bool:
+        """Whether the rule's operations include this one (of this kind)."""
+        return not (self.ops or self.kinds) or op in self.ops or kind in self.kinds
+
+    def matches(self, path: str) -> bool:
+        """Whether the rule's glob takes this path (pids and process names are checked by
+        the caller, which only looks them up for rules that ask)."""
         return self.path_re is None or self.path_re.fullmatch(path) is not None
 
     @property

@@ -91,7 +91,7 @@ def _application(result: dict) -> list[str]:
     out = ["What the application saw (times after the first step's start, when " + "; ".join(scripted) + "):",
            "", "| " + " | ".join(application.HEAD) + " |", "|---|" + "---:|" * (len(application.HEAD) - 1)]
     out += ["| " + " | ".join(row) + " |" for row in application.table(result["application"])]
-    return out + [""]
+    return [*out, ""]
 
 
 def _table(result: dict) -> str:

@@ -11,6 +11,7 @@ from .params import coerce
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+LONGEST = 366 * 86400.0  # a year: the most an event's `at` or `stall` may be
 
 
 def seconds(value) -> float:
@@ -61,13 +62,15 @@ def parse_event(raw, where: str) -> Event:
         at = seconds(raw["at"])
     except ValueError as exc:
         raise ValueError(f"{where}: at {exc}") from None
+    if at > LONGEST:
+        raise ValueError(f"{where}: at {raw['at']!r}: at most a year from now")
     if "stall" in raw:
         try:
             stall = seconds(raw["stall"])
         except ValueError as exc:
             raise ValueError(f"{where}: stall {exc}") from None
-        if stall <= 0:
-            raise ValueError(f"{where}: stall {raw['stall']!r}: must be longer than 0")
+        if not 0 < stall <= LONGEST:
+            raise ValueError(f"{where}: stall {raw['stall']!r}: must be longer than 0 and at most a year")
         return Event(at, stall=stall)
     keys = raw["set"]
     if not isinstance(keys, dict) or not keys:

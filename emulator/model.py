@@ -25,6 +25,7 @@ and where it comes from.
 """
 
 import heapq
+import itertools
 import math
 import random
 
@@ -34,8 +35,8 @@ from .iops import IopsLimit, grant
 from .latency import Lognormal
 from .metrics import CLASSES, Counters
 from .ops import Admission, Gate, Op, OpClass
-from .params import LATENCY_CLASSES, MiB, Params
-from .profiles import replace_checked
+from .params import LATENCY_CLASSES, MiB, Params, ProfileError
+from .profiles import replace_keys
 from .slots import SlotPools
 from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
 from .writeback import Writeback
@@ -98,8 +99,10 @@ class Model:
         self._files: SlotPools | None = None
         self._dirs: SlotPools | None = None
         self._writeback = Writeback(params.client_dirty_limit)
-        self._sets: list[tuple[float, int, dict]] = []  # scheduled `set` events: a heap by time
-        self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), in time order
+        self._sets: list[tuple[float, int, dict]] = []  # scheduled `set` events: a heap by time, then order
+        self._scheduled = itertools.count()  # the order of events scheduled for one instant
+        self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), apart, in time order
+        self.refused_events: list[str] = []  # scheduled sets that were inconsistent at their instant
         self._configure(now)
         self._credit.set_balance(params.burst_credit_balance, now)
 
@@ -142,10 +145,10 @@ class Model:
         start by its length (a hard mount's calls resume when the server answers again)."""
         at = origin + event.at
         if event.stall:
-            self._stalls.append((at, at + event.stall))
-            self._stalls.sort()
+            self._stalls = _merged([*self._stalls, (at, at + event.stall)])
         else:
-            heapq.heappush(self._sets, (at, len(self._sets) + len(self._stalls), dict(event.set)))
+            replace_keys(self.params, event.set, "set ")  # refused now, not at its instant
+            heapq.heappush(self._sets, (at, next(self._scheduled), dict(event.set)))
         self._advance(self._now)
 
     def _stalled(self, now: float, done: float, gate: Gate) -> tuple[float, Gate]:
@@ -167,18 +170,22 @@ class Model:
         """Change a parameter now; `value` may be text as typed (--set).  Work
         already admitted keeps its times.  Returns the value as stored."""
         self._advance(now)
-        self.params = replace_checked(self.params, key, value, "set ")
-        if key == "seed":
-            self._rng.seed(self.params.seed)
-        if key == "storage_remeasure_s":
-            period = self.params.storage_remeasure_s
-            self._next_remeasure = self._now + period if period > 0 else math.inf
-        self._configure(self._now)
-        if key == "burst_credit_balance":
-            self._credit.set_balance(self.params.burst_credit_balance, self._now)
-        if key == "client_network_credit" and self._client is not None:
-            self._client.set_balance(self.params.client_network_credit, self._now)
+        self._set_keys({key: value}, self._now)
         return getattr(self.params, key)
+
+    def _set_keys(self, keys: dict, now: float) -> None:
+        """Change several parameters at one instant, all or none (ProfileError)."""
+        self.params = replace_keys(self.params, keys, "set ")
+        if "seed" in keys:
+            self._rng.seed(self.params.seed)
+        if "storage_remeasure_s" in keys:
+            period = self.params.storage_remeasure_s
+            self._next_remeasure = now + period if period > 0 else math.inf
+        self._configure(now)
+        if "burst_credit_balance" in keys:
+            self._credit.set_balance(self.params.burst_credit_balance, now)
+        if "client_network_credit" in keys and self._client is not None:
+            self._client.set_balance(self.params.client_network_credit, now)
 
     def set_stored_bytes(self, nbytes: float, now: float) -> None:
         """The backing directory's size, as measured by the shaper.  Like EFS, the
@@ -261,6 +268,8 @@ class Model:
         ack = self._writeback.room_at(now, n)
         cost = n / self._io_size
         drained, _, _, _ = self._serve(self._write, now, n, cost, self._files, op.file, self._file_hold, ack)
+        if self._stalls:  # the write-back waits for the server like any request; the ack does not
+            drained, _ = self._stalled(max(now, ack), drained, Gate.STALL)
         self._writeback.add(op.file, n, drained)
         latency = self._buffered_cost
         return Admission(ack + latency, Gate.DIRTY if ack > now else Gate.BUFFERED, latency, 0.0, ack - now)
@@ -270,8 +279,14 @@ class Model:
     def _advance(self, now: float) -> None:
         while self._sets and self._sets[0][0] <= now:  # scheduled changes, each at its own instant
             at, _, keys = heapq.heappop(self._sets)
-            for key, value in keys.items():
-                self.set(key, value, max(at, self._now))
+            if at > self._now:
+                self._now = at
+            if self._now >= self._next_remeasure:
+                self._remeasure(self._now)
+            try:
+                self._set_keys(keys, self._now)
+            except ProfileError as exc:  # a later `set` made it inconsistent: not applied, and said
+                self.refused_events.append(f"event at {at:.3f} s: {exc}")
         if now > self._now:
             self._now = now
         if self._now >= self._next_remeasure:
@@ -355,3 +370,15 @@ def _pools(pools: SlotPools | None, slots: int, label: Gate, now: float) -> Slot
     if pools.slots != slots:
         pools.resize(slots, now)
     return pools
+
+
+def _merged(stalls: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Stall intervals in time order with overlapping ones joined: a server that is not
+    answering for two reasons at once is not answering, not twice as late."""
+    out: list[tuple[float, float]] = []
+    for begin, end in sorted(stalls):
+        if out and begin <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((begin, end))
+    return out

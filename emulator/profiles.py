@@ -40,7 +40,12 @@ def apply_overrides(params: Params, items: list[str]) -> Params:
 
 def replace_checked(params: Params, key: str, value, origin: str) -> Params:
     """params with one key changed at run time; `value` may be text as typed."""
-    return _apply(params, [(key, value, origin, isinstance(value, str))])
+    return replace_keys(params, {key: value}, origin)
+
+
+def replace_keys(params: Params, keys: dict, origin: str) -> Params:
+    """params with several keys changed at one instant, checked together."""
+    return _apply(params, [(key, value, origin, isinstance(value, str)) for key, value in keys.items()])
 
 
 def _apply(params: Params, settings) -> Params:

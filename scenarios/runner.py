@@ -112,6 +112,8 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
                     progress.begin(i, step)
                     for key, value in step.set.items():
                         m.set(key, value)
+                    if "scripted" in result:
+                        result["scripted"]["events"] += _schedule(scenario, m, fast, step.name)
                     record = _run_step(scenario, step, m, env, fast, runtime, progress, t0)
                     progress.end(i, step, record["metrics"])
                 record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
@@ -130,9 +132,19 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
 def _script(scenario: Scenario, m: ScratchMount, fast: bool) -> dict:
     """Put the scenario's fault rules in force and its events on the model's timeline,
     from now (the first step's start); what the server made of them."""
-    rules = [m.ask(cmd="fault_add", rule=raw)["rule"] for raw in scenario.faults]
-    events = [m.ask(cmd="event_add", event=raw)["event"] for raw in scenario.timeline(fast)]
-    return {"faults": rules, "events": events}
+    rules = [m.ask(cmd="fault_add", rule=raw)["rule"] for raw in scenario.rules(fast)]
+    return {"faults": rules, "events": _schedule(scenario, m, fast, None)}
+
+
+def _schedule(scenario: Scenario, m: ScratchMount, fast: bool, step: str | None) -> list[dict]:
+    """Put on the model's timeline, from now, the events that count from `step`'s start
+    (None: from the first step's start); each as the server made it, with its step."""
+    out = []
+    for raw in scenario.timeline(fast):
+        if raw.get("step") == step:
+            event = m.ask(cmd="event_add", event={k: v for k, v in raw.items() if k != "step"})["event"]
+            out.append({**event, "step": step} if step else event)
+    return out
 
 
 def fio_seconds(step: Step, fast: bool, runtime: float | None) -> float:

@@ -6,7 +6,8 @@ naming the file, the step and the key, before anything is mounted.
 
 import string
 import tomllib
-from collections.abc import Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +83,10 @@ class Scenario:
         """The events with the run's variables put into their text values ("$STALL")."""
         return [_expanded(e, self.variables(fast)) for e in self.events]
 
+    def rules(self, fast: bool) -> list[dict]:
+        """The fault rules with the run's variables put into their text values."""
+        return [_expanded(r, self.variables(fast)) for r in self.faults]
+
     def overrides(self, extra: Sequence[str] = ()) -> list[str]:
         """The file's [set] as KEY=VALUE items, then the user's --set items."""
         return [f"{k}={v}" for k, v in self.set.items()] + list(extra)
@@ -128,31 +133,46 @@ def _scenario(path: Path, data: dict) -> Scenario:
 
 
 def _events(where: str, data: dict, steps: tuple) -> tuple[dict, ...]:
-    """The [[events]] tables, each checked as it will run, with and without --fast."""
+    """The [[events]] tables, each checked as it will run, with and without --fast.  An
+    event's `at` counts from the first step's start, or from the start of the step it names
+    (`step = "NAME"`)."""
     events = data.get("events", [])
     if not isinstance(events, list):
         raise UserError(f"{where}: write [[events]], one table per event")
-    for fast in (False, True):
-        variables = {**_strings(where, "vars", data.get("vars", {})),
-                     **(_strings(where, "fast_vars", data.get("fast_vars", {})) if fast else {})}
-        for i, raw in enumerate(events, 1):
-            try:
-                parse_event(_expanded(raw, variables), f"{where}: event {i}")
-            except (ValueError, KeyError) as exc:
-                raise UserError(str(exc) if isinstance(exc, ValueError) else
-                                f"{where}: event {i}: no variable {exc} in [vars]") from None
+    names = {s.name for s in steps}
+    for i, raw in enumerate(events, 1):
+        step = raw.get("step") if isinstance(raw, dict) else None
+        if step is not None and step not in names:
+            raise UserError(f"{where}: event {i}: step = {step!r}: no such step (have: {', '.join(sorted(names))})")
+    _check_each(where, data, events, "event",
+                lambda raw, name: parse_event({k: v for k, v in raw.items() if k != "step"}
+                                              if isinstance(raw, dict) else raw, name))
     return tuple(events)
 
 
 def _faults(where: str, data: dict) -> tuple[dict, ...]:
-    """The [[faults]] tables, each checked as a fault rule."""
+    """The [[faults]] tables, each checked as a fault rule, with and without --fast."""
     rules = data.get("faults", [])
     if not isinstance(rules, list):
         raise UserError(f"{where}: write [[faults]], one table per rule")
-    trial = Injector()
-    for i, raw in enumerate(rules, 1):
-        trial.add(raw, 0, f"{where}: fault {i}")
+    _check_each(where, data, rules, "fault", lambda raw, name: Injector().add(raw, 0, name))
     return tuple(rules)
+
+
+def _check_each(where: str, data: dict, tables: list, kind: str, check: Callable[[Any, str], object]) -> None:
+    """check(table with the run's variables put in, "FILE: KIND i") for each table as it runs
+    with and without --fast; a UserError naming the table on any mistake."""
+    for fast in (False, True):
+        variables = {**_strings(where, "vars", data.get("vars", {})),
+                     **(_strings(where, "fast_vars", data.get("fast_vars", {})) if fast else {})}
+        for i, raw in enumerate(tables, 1):
+            name = f"{where}: {kind} {i}"
+            try:
+                check(_expanded(raw, variables), name)
+            except KeyError as exc:
+                raise UserError(f"{name}: no variable {exc} in [vars]") from None
+            except ValueError as exc:
+                raise UserError(str(exc) if str(exc).startswith(name) else f"{name}: {exc}") from None
 
 
 def _expanded(raw, variables: dict[str, str]):

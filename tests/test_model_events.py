@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from fusetrace.emulator.events import Event, parse_event
 from fusetrace.emulator.model import Gate, Model, Op, OpClass
-from fusetrace.emulator.params import KiB, MiB
+from fusetrace.emulator.params import KiB, MiB, ProfileError
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.emulator.simulate import closed_loop, fio_job
 
@@ -56,6 +56,52 @@ def test_an_rpc_in_service_when_a_stall_begins_completes_that_much_later():
     assert moved.gate is Gate.STALL and moved.done_at == pytest.approx(base.done_at + 10.0)
 
 
+def test_a_buffered_write_acknowledged_before_a_stall_reaches_the_server_after_it():
+    """The page cache takes the write at once; its write-back, and so the fsync's COMMIT
+    behind it, waits out the stall like any request."""
+    model = model_of("efs-bursting", "seed=2")
+    model.schedule(Event(0.001, stall=5.0), 0.0)
+    ack = model.admit(Op(OpClass.DATA_WRITE, 4 * KiB, file=1, write_mode="buffered"), 0.0)
+    assert ack.done_at < 0.001 and ack.gate is Gate.BUFFERED
+    assert model.drained_at(1) >= 5.001
+    assert model.admit(Op(OpClass.COMMIT, 0, file=1), 0.0005).done_at > 5.001
+
+
+def test_overlapping_stalls_join_rather_than_add_up():
+    model = model_of("efs-bursting", "seed=4")
+    model.schedule(Event(1.0, stall=4.0), 0.0)
+    model.schedule(Event(2.0, stall=4.0), 0.0)  # the server is silent from 1 s to 6 s
+    model.schedule(Event(1.0, stall=1.0), 0.0)
+    done = model.admit(read(), 1.5)
+    assert done.gate is Gate.STALL and 6.0 <= done.done_at < 6.1
+
+
+def test_keys_set_at_one_instant_are_checked_together_when_scheduled():
+    """Two keys only consistent together go in at once; one inconsistent event is refused
+    when scheduled, not at its instant inside some request's admission; events at one instant
+    happen in the order given."""
+    model = model_of()
+    model.schedule(Event(1.0, set={"meta_read_latency_ms": 50, "meta_read_latency_p99_ms": 60}), 0.0)
+    with pytest.raises(ProfileError, match="meta_read_latency_p99_ms: must not be below"):
+        model.schedule(Event(1.0, set={"meta_read_latency_p99_ms": 0.001}), 0.0)
+    model.schedule(Event(1.0, stall=0.5), 0.0)
+    model.schedule(Event(1.0, set={"seed": 5}), 0.0)
+    model.schedule(Event(1.0, set={"seed": 6}), 0.0)
+    model.admit(read(), 2.0)
+    assert (model.params.meta_read_latency_ms, model.params.seed) == (50, 6) and not model.refused_events
+
+
+def test_a_set_made_inconsistent_by_a_later_change_is_refused_and_said():
+    model = model_of()
+    model.schedule(Event(5.0, set={"meta_read_latency_p99_ms": 20}), 0.0)
+    model.set("meta_read_latency_p99_ms", 100, 1.0)
+    model.set("meta_read_latency_ms", 30, 1.0)
+    model.admit(read(), 6.0)
+    assert model.params.meta_read_latency_p99_ms == 100
+    assert model.refused_events == ["event at 5.000 s: set meta_read_latency_p99_ms: must not be below "
+                                    "meta_read_latency_ms (30)"]
+
+
 def test_credits_running_out_at_t_is_the_throughput_cliff_at_t():
     """A reader going flat out on a small bursting file system: at the burst rate on
     credits, then at the baseline from the instant the balance is set to zero."""
@@ -83,6 +129,8 @@ def test_events_round_trip_and_durations_read_as_written():
     ({"at": "soon", "stall": "2s"}, "at 'soon': expected seconds"),
     ({"at": "-1", "stall": "2s"}, "at '-1': expected seconds"),
     ({"at": "1s", "stall": 0}, "stall 0: must be longer than 0"),
+    ({"at": "1s", "stall": "9000h"}, "stall '9000h': must be longer than 0 and at most a year"),
+    ({"at": 1e300, "stall": "1s"}, "at 1e+300: at most a year"),
     ({"at": "1s", "set": {"burst_credit_balanse": 0}}, "set burst_credit_balanse: unknown parameter (did you mean"),
     ({"at": "1s", "set": {}}, "set: expected profile keys"),
     ({"at": "1s", "stall": "1s", "colour": 1}, "unknown key 'colour'"),

@@ -44,8 +44,43 @@ unit = "transactions"
     assert "What the application saw" in page and "EIO 2" in page
 
 
+def test_an_event_naming_a_step_happens_as_that_step_starts(tmp_path):
+    path = _write(tmp_path, '''
+[vars]
+ERR = "ENOSPC"
+
+[[faults]]
+op = "write"
+path = "/second"
+errno = "$ERR"
+
+[[events]]
+step = "second"
+at = 0
+set = { burst_credit_balance = 0 }
+
+[[steps]]
+name = "first"
+run = 'echo data > first'
+
+[[steps]]
+name = "second"
+run = 'echo data > second || true'
+''')
+    out = tmp_path / "out"
+    done = fusetrace("scenario", "run", str(path), "--out", str(out), check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "sc" / "result.json").read_text())
+    assert [(e["step"], e["set"]) for e in result["scripted"]["events"]] == [
+        ("second", {"burst_credit_balance": 0.0})]
+    assert result["scripted"]["faults"][0]["errno"] == "ENOSPC"
+    seen = {o["op"]: o for o in result["application"]}
+    assert seen["write"]["errors"] == {"ENOSPC": 1}
+
+
 def test_the_rehearsal_scenarios_script_a_failover_and_the_day_credits_ran_out():
     failover, credits = spec.load("efs-failover"), spec.load("efs-credits-run-out")
     assert failover.timeline(fast=False) == [{"at": "5", "stall": "40"}]
     assert failover.timeline(fast=True) == [{"at": "0.5", "stall": "2"}]
-    assert credits.timeline(fast=True) == [{"at": "2", "set": {"burst_credit_balance": 0}}]
+    assert credits.timeline(fast=True) == [
+        {"step": "reads after the credits ran out", "at": 0, "set": {"burst_credit_balance": 0}}]

@@ -85,6 +85,10 @@ def test_a_step_can_need_a_phase_of_the_run(tmp_path):
     ('[fast_vars]\nAT = "soon"\n[vars]\nAT = "1"\n[[events]]\nat = "$AT"\nstall = "1s"\n[[steps]]\nrun = "true"\n',
      "event 1: at 'soon'"),
     ('[[faults]]\nerrno = "EIOO"\n[[steps]]\nrun = "true"\n', "fault 1: errno 'EIOO'"),
+    ('[[faults]]\nerrno = "$ERR"\n[[steps]]\nrun = "true"\n', "fault 1: no variable 'ERR'"),
+    ('[[events]]\nat = "$"\nstall = "1s"\n[[steps]]\nrun = "true"\n', "event 1: Invalid placeholder"),
+    ('[[events]]\nstep = "b"\nat = 0\nstall = "1s"\n[[steps]]\nname = "a"\nrun = "true"\n',
+     "event 1: step = 'b': no such step"),
 ])
 def test_a_mistake_in_a_data_file_is_one_line_naming_it(tmp_path, text, says):
     path = _write(tmp_path, text)

@@ -193,16 +193,17 @@ class Emulation:
         timeline; a mistake is one line naming `where`."""
         try:
             event = parse_event(raw, where)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-        self.model.schedule(event, _now())
+            self.model.schedule(event, _now())
+        except (ValueError, ProfileError) as exc:
+            raise UserError(f"{where}: {exc}" if isinstance(exc, ProfileError) else str(exc)) from None
         described = {**event.describe(), "wall_time": time.time() + event.at}
         self._events.append(described)
         return described
 
     def events(self) -> list[dict]:
-        """The events scheduled since mounting, each with the wall time it happens at."""
-        return list(self._events)
+        """The events scheduled since mounting, each with the wall time it happens at; then
+        any `set` that a later change made inconsistent at its instant ({"refused": why})."""
+        return self._events + [{"refused": why} for why in self.model.refused_events]
 
     def prometheus_metrics(self) -> dict[str, float]:
         """The model's CloudWatch-named metrics and the host's counters at one instant,

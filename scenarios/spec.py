@@ -6,10 +6,10 @@ naming the file, the step and the key, before anything is mounted.
 
 import string
 import tomllib
-from typing import Any
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fusetrace.emulator.events import parse_event
 from fusetrace.errors import UserError

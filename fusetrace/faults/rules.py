@@ -143,7 +143,7 @@ class Rule:
         if self.probability is not None:
             when.append(f"p={self.probability:g} seed {self.seed}")
         if self.every is not None:
-            when.append(f"every {self.every}th")
+            when.append(f"every {_ordinal(self.every)} match")
         if self.count is not None:
             when.append(f"at most {self.count}x")
         if self.after_s or self.until_s != math.inf:
@@ -357,3 +357,9 @@ def load_file(path: str) -> tuple[list[dict], list[dict]]:
         if not isinstance(tables, list):
             raise UserError(f"--faults {path}: write [[{name}]], one table per {name}")
     return rules, events
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st ..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

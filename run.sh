@@ -10,9 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run; acl: setfacl for the
-# tests; sqlite3 and git: real applications the fault tests run through a mount.
+# tests; sqlite3 and git: real applications the fault tests run through a mount; redis-server:
+# the shared state of several mounts of one emulated file system, started by the tests.
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod
-              parallel rsync cpio fpart tar acl sqlite3 git)
+              parallel rsync cpio fpart tar acl sqlite3 git redis-server)
 
 install_system() {
     local missing=()

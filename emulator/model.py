@@ -41,7 +41,9 @@ from .slots import SlotPools
 from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
 from .writeback import Writeback
 
-__all__ = ["Admission", "Gate", "Model", "Op", "OpClass", "Params"]
+__all__ = ["Admission", "Gate", "Model", "Op", "OpClass", "Params", "Usage"]
+
+Usage = tuple[int, int, int, int, float]  # (class index, file or directory key, operations, bytes, IOPS cost)
 
 _READ, _WRITE, _META_READ, _META_WRITE, _COMMIT = CLASSES
 # per class, in that order: is it a read (read IOPS limit, read factor), does it carry data
@@ -103,6 +105,8 @@ class Model:
         self._scheduled = itertools.count()  # the order of events scheduled for one instant
         self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), apart, in time order
         self.refused_events: list[str] = []  # scheduled sets that were inconsistent at their instant
+        self.clients = 1  # clients of the file system (ClientConnections); emulator/shared.py sets it
+        self._usage: dict[tuple[int, int], list] | None = None  # when shared: what went through the shared gates
         self._configure(now)
         self._credit.set_balance(params.burst_credit_balance, now)
 
@@ -213,11 +217,54 @@ class Model:
             BurstCreditBalance=self._credit.balance_at(now),
             PercentIOLimit=max((lim.percent_used(now) for lim in limits), default=0.0),
             StorageBytes=self._stored,
-            ClientConnections=1.0,
+            ClientConnections=float(self.clients),
             DirtyBytes=self._writeback.dirty(now),
             ClientNetworkCreditBalance=self._client.balance_at(now) if self._client else 0.0,
         )
         return out
+
+    # ---- a file system shared by several clients (emulator/shared.py) -------------------
+
+    def share(self) -> None:
+        """Record from now on what this client puts through the file system's shared gates
+        (IOPS, throughput and credits, file and directory slots), for take_usage()."""
+        if self._usage is None:
+            self._usage = {}
+
+    def take_usage(self) -> list[Usage]:
+        """What went through the shared gates since the last call, per class and file or
+        directory: (class index, key, operations, bytes, IOPS cost)."""
+        if not self._usage:
+            return []
+        out = [(i, key, n, nbytes, cost) for (i, key), (n, nbytes, cost) in self._usage.items()]
+        self._usage = {}
+        return out
+
+    def absorb(self, usage: list[Usage], now: float) -> None:
+        """Other clients' usage, put through this client's copy of the shared gates at
+        `now`: their IOPS tokens, throughput and burst credits, file and directory slots
+        are taken as their own requests would take them, and their operations counted.
+        Not this client's own gates (network, per-client limit, dirty data)."""
+        self._advance(now)
+        now = self._now
+        counters = self._counters
+        for i, key, n, nbytes, cost in usage:
+            route = self._routes[i]
+            counters.ops[i] += n
+            counters.nbytes[i] += nbytes or route.fixed_bytes * n
+            counters.metered += nbytes * route.metered_per_byte + route.metered_fixed * n
+            if route.limits:
+                grant(route.limits, now, cost)
+            if key:
+                pool, hold = ((self._files, self._file_hold) if route is self._write else
+                              (self._dirs, self._dir_hold) if route is self._meta_write else (None, 0.0))
+                if pool is not None:  # the hold spread over the key's slots, as the others' requests were
+                    share = hold * cost / pool.slots
+                    for _ in range(pool.slots):
+                        pool.take(key, now, share)
+            charge = nbytes * route.charge_per_byte + route.charge_fixed * n
+            if route.pipe is not None and charge > 0:
+                route.pipe.transmit(now, charge)
 
     # ---- serving an operation -----------------------------------------------------------
 
@@ -233,6 +280,15 @@ class Model:
         counters.ops[i] += 1
         counters.nbytes[i] += nbytes or route.fixed_bytes
         counters.metered += nbytes * route.metered_per_byte + route.metered_fixed
+        usage = self._usage
+        if usage is not None:
+            used = usage.get((i, key if pool is not None else 0))
+            if used is None:
+                usage[i, key if pool is not None else 0] = [1, nbytes, cost]
+            else:
+                used[0] += 1
+                used[1] += nbytes
+                used[2] += cost
 
         at = grant(route.limits, now, cost) if route.limits else now
         gate = Gate.IOPS if at > now else Gate.LATENCY

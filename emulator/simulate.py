@@ -9,6 +9,7 @@ figures in docs/EMULATOR.md come from here.
 """
 
 import heapq
+import itertools
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from .model import Model
 from .nfsclient import NfsClient
 from .ops import Op, OpClass
 from .params import MiB
+from .shared import EXCHANGE_EVERY, Hub, SharedClient
 
 
 @dataclass(frozen=True)
@@ -153,3 +155,40 @@ def parse_size(text: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     text = text.strip().lower().rstrip("b").rstrip("i")
     return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def shared_closed_loop(clients: list[tuple[SharedClient, Callable[[int], Op], int]], hub: Hub, *,
+                       duration: float, every: float = EXCHANGE_EVERY, start: float = 0.0) -> list[Stats]:
+    """closed_loop for several clients of one file system, each (SharedClient, op_factory,
+    depth) on its own model, exchanging with `hub` every `every` seconds (staggered, as
+    clients on several hosts would be): the Stats of each."""
+    end = start + duration
+    heap: list = []  # (time, seq, client, admitted or None for an exchange, bytes)
+    seq = itertools.count()
+    issued = [0] * len(clients)
+    done_ops, done_bytes, latency = [0] * len(clients), [0] * len(clients), [0.0] * len(clients)
+
+    def issue(c: int, now: float) -> None:
+        shared, factory, _ = clients[c]
+        op = factory(issued[c])
+        issued[c] += 1
+        heapq.heappush(heap, (shared.model.admit(op, now).done_at, next(seq), c, now, op.nbytes))
+
+    for c, (_, _, depth) in enumerate(clients):
+        heapq.heappush(heap, (start + every * c / len(clients), next(seq), c, None, 0))
+        for _ in range(depth):
+            issue(c, start)
+    while heap:
+        t, _, c, admitted, size = heapq.heappop(heap)
+        if t > end:
+            break
+        if admitted is None:  # this client's exchange
+            shared = clients[c][0]
+            shared.apply(hub.exchange(shared.report(t)), t)
+            heapq.heappush(heap, (t + every, next(seq), c, None, 0))
+            continue
+        done_ops[c] += 1
+        done_bytes[c] += size
+        latency[c] += t - admitted
+        issue(c, t)
+    return [Stats(n, b, duration, lat / n if n else 0.0) for n, b, lat in zip(done_ops, done_bytes, latency)]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fusetrace.scenarios import children
+from fusetrace.scenarios.redisserver import RedisServer
 from fusetrace.server import runstate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,3 +110,27 @@ def mount(tmp_path):
     yield make
     for m in reversed(made):
         m.unmount()
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """The test's own redis-server (scenarios/redisserver.py), stopped at its end."""
+    with RedisServer(str(tmp_path)) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_hub(redis_server):
+    """redis_hub() -> a RedisHub on the test's redis-server, for one new file system per test."""
+    from fusetrace.shaping.redis_hub import RedisHub
+
+    hubs: list = []
+
+    def make(fs_id: str = "fs1"):
+        hub = RedisHub(redis_server.url, fs_id)
+        hubs.append(hub)
+        return hub
+
+    yield make
+    for hub in hubs:
+        hub.close()

@@ -23,7 +23,7 @@ LAYERS = {
     "cli": {"base", "emulator", "shaping", "server", "trace", "report", "rehearse", "scenarios", "faults", "client"},
 }
 # What the pure model must never reach for: the loop, the kernel, threads, processes, the clock.
-IMPURE = {"trio", "pyfuse3", "ctypes", "socket", "subprocess", "threading", "time", "os", "select", "signal"}
+IMPURE = {"trio", "pyfuse3", "ctypes", "socket", "subprocess", "threading", "time", "os", "select", "signal", "redis"}
 
 
 def _part(module: str) -> str:

@@ -1,0 +1,175 @@
+"""One emulated file system, several clients: what they share and how.
+
+EFS's burst credits, throughput, IOPS limit and per-file and per-directory
+serialisation belong to the file system; the network, the per-client throughput
+limit and the dirty data belong to each client.  Each client keeps its own model
+(emulator/model.py) and so its own copy of the shared gates.  Every few
+milliseconds it reports what it put through them (Model.take_usage) to a hub and
+takes back what the other clients put through theirs since, which it puts through
+its own copy (Model.absorb).  So every copy carries the whole file system's load:
+a client's requests queue behind the others' for throughput, IOPS tokens and a
+file's write slots, every copy spends the credits at the aggregate rate, and the
+sum of what the clients get stays at the file system's limits.  Nothing on a
+request's path waits for the hub: the exchange runs beside the requests, and a
+client whose hub is away serves on its own copy, keeping what it has not reported
+until the hub answers again.
+
+The price of the copies being a few milliseconds apart: within one exchange
+period, clients starting at once may together go over a limit by what it allows
+in that period; it is paid back in the next.  docs/SCALE.md measures this.
+
+A hub is anything with `exchange(Report) -> Reply`: LocalHub here, for clients
+in one process (and for the virtual-time tests), and fusetrace.shaping.redis_hub
+for clients on several hosts.  Pure and clock-free, like the model.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .model import Model, Usage
+from .params import ProfileError
+
+
+@dataclass
+class Report:
+    """What a client tells the hub at an exchange."""
+
+    client: str
+    now: float  # the client's model time (LocalHub's clock; Redis keeps its own)
+    usage: list[Usage] = field(default_factory=list)
+    sets: list[tuple[str, object]] = field(default_factory=list)  # parameters changed here (fusetrace set)
+    source: str = ""  # which backing directory the client measures, so that one measured twice counts once
+    stored: float = -1.0  # its measured bytes (-1: not measured since the last exchange)
+    balance: float = math.nan  # the burst credit balance as this client sees it
+
+
+@dataclass
+class Reply:
+    """What the hub answers: the other clients' reports since this client's last."""
+
+    usage: list[Usage] = field(default_factory=list)
+    sets: list[tuple[str, object]] = field(default_factory=list)
+    clients: int = 1  # live clients, this one included
+    stored: float = -1.0  # the bytes of every live source (-1: none reported)
+    balance: float = math.nan  # the last balance any client reported before this one's (nan: none)
+
+
+class Hub(Protocol):
+    def exchange(self, report: Report) -> Reply: ...
+
+
+_CLIENTS_OWN = frozenset(("seed", "per_client_mibps", "buffered_write_ms", "xattrs", "description"))
+
+
+def clients_own(key: str) -> bool:
+    """Whether a parameter belongs to each client (its network, its limit, its NFS mount
+    options, its page cache) rather than to the file system, and so is not shared."""
+    return key in _CLIENTS_OWN or key.startswith(("client_", "nfs_"))
+
+
+class SharedClient:
+    """A model's side of the exchange.  report() and apply() run where the model runs;
+    the hub's exchange may run elsewhere in between (a worker thread for Redis); a failed
+    exchange gives its report back with restore(), to go with the next."""
+
+    def __init__(self, model: Model, client: str, source: str = ""):
+        model.share()
+        self.model, self.client, self.source = model, client, source
+        self.joined = False  # False until the first reply: a new client takes the file system's balance
+        self._sets: list[tuple[str, object]] = []
+        self._stored = -1.0
+        self._pending: list[Usage] = []  # what the hub did not take yet
+        self.refused: list[str] = []  # other clients' sets this client's parameters could not take
+
+    def changed(self, key: str, value) -> None:
+        """A parameter set on this client (already applied here), for the others if it is
+        the file system's."""
+        if not clients_own(key):
+            self._sets.append((key, value))
+
+    def measured(self, nbytes: float) -> None:
+        """This client's source measured at `nbytes`, for the file system's stored size."""
+        self._stored = float(nbytes)
+
+    def report(self, now: float) -> Report:
+        usage = self.model.take_usage()
+        if self._pending:  # what a failed exchange did not deliver goes with this one
+            usage, self._pending = _merged(self._pending + usage), []
+        out = Report(self.client, now, usage, self._sets, self.source, self._stored,
+                     self.model.metrics(now)["BurstCreditBalance"])
+        self._sets, self._stored = [], -1.0
+        return out
+
+    def restore(self, report: Report) -> None:
+        """A report the hub did not take: kept, merged (so what is kept grows with the files
+        touched, not with the operations), for the next exchange."""
+        self._pending = _merged(self._pending + report.usage)
+        self._sets = report.sets + self._sets
+        if self._stored < 0:
+            self._stored = report.stored
+
+    def apply(self, reply: Reply, now: float) -> None:
+        """The others' usage through this client's gates, their parameter changes, the
+        count of clients and the stored size; on joining, the file system's balance."""
+        model = self.model
+        if not self.joined:
+            self.joined = True
+            if not math.isnan(reply.balance):
+                model.set("burst_credit_balance", reply.balance, now)
+        for key, value in reply.sets:
+            if not clients_own(key):
+                try:
+                    model.set(key, value, now)
+                except ProfileError as exc:  # inconsistent with this client's own overrides
+                    self.refused.append(str(exc))
+        if reply.usage:
+            model.absorb(reply.usage, now)
+        model.clients = max(1, reply.clients)
+        if reply.stored >= 0:
+            model.set_stored_bytes(reply.stored, now)
+
+def _merged(usage: list[Usage]) -> list[Usage]:
+    """Usage with the entries for one class and key added up."""
+    out: dict[tuple[int, int], list] = {}
+    for i, key, n, nbytes, cost in usage:
+        used = out.setdefault((i, key), [0, 0, 0.0])
+        used[0] += n
+        used[1] += nbytes
+        used[2] += cost
+    return [(i, key, n, nbytes, cost) for (i, key), (n, nbytes, cost) in out.items()]
+
+
+EXCHANGE_EVERY = 0.02  # s between a client's exchanges with the hub
+CLIENT_TTL = 5.0  # s: a client that has not reported for this long is gone
+SOURCE_TTL = 180.0  # s: a source whose size has not been reported for this long is gone (measured each minute)
+
+
+class LocalHub:
+    """A hub for clients in one process: a log of reports, a read position per client,
+    and clients counted live while they have reported within CLIENT_TTL of the latest
+    report (in the clients' model time)."""
+
+    def __init__(self) -> None:
+        self._log: list[Report] = []
+        self._read: dict[str, int] = {}
+        self._seen: dict[str, float] = {}
+        self._stored: dict[str, tuple[float, float]] = {}  # source: (bytes, when reported)
+        self._balance = math.nan
+
+    def exchange(self, report: Report) -> Reply:
+        start = self._read.get(report.client, len(self._log))  # a new client starts from now
+        others = [r for r in self._log[start:] if r.client != report.client]
+        if report.usage or report.sets:
+            self._log.append(report)
+        self._read[report.client] = len(self._log)
+        now = max([report.now, *self._seen.values()])
+        self._seen[report.client] = report.now
+        self._seen = {c: t for c, t in self._seen.items() if t > now - CLIENT_TTL}
+        if report.stored >= 0:
+            self._stored[report.source] = (report.stored, report.now)
+        live = [b for b, t in self._stored.values() if t > now - SOURCE_TTL]
+        balance, self._balance = self._balance, report.balance
+        return Reply(usage=_merged([u for r in others for u in r.usage]),
+                     sets=[s for r in others for s in r.sets], clients=len(self._seen),
+                     stored=sum(live) if live else -1.0, balance=balance)

@@ -1,0 +1,135 @@
+"""Several clients of one emulated file system, in virtual time, through each hub (in
+process, and a real redis-server): what they get together stays at the file system's
+limits, as one model given all of their load would have it; the credits drain at the
+aggregate rate; each client's own limits hold apart; a set reaches every client."""
+
+import math
+
+import pytest
+
+from fusetrace.emulator.model import Model, Op, OpClass
+from fusetrace.emulator.params import KiB, MiB
+from fusetrace.emulator.profiles import apply_overrides, load_profile
+from fusetrace.emulator.shared import LocalHub, Reply, Report, SharedClient
+from fusetrace.emulator.simulate import closed_loop, fio_job, shared_closed_loop
+
+
+def model_of(profile: str, *overrides: str, seed: int = 1) -> Model:
+    return Model(apply_overrides(load_profile(profile), [*overrides, f"seed={seed}"]), 0.0)
+
+
+@pytest.fixture(params=["local", "redis"])
+def hub(request):
+    """A new hub: in process, or on the test's own redis-server under a fresh file system id."""
+    if request.param == "local":
+        return LocalHub()
+    return request.getfixturevalue("redis_hub")()
+
+
+def together(hub, n: int, profile: str, job: str, duration: float, *overrides: str):
+    """n clients running `job` each, sharing `hub`; and one model running n times its depth."""
+    clients = []
+    for c in range(n):
+        factory, depth = fio_job(job)
+        clients.append((SharedClient(model_of(profile, *overrides, seed=c + 1), f"c{c}"), factory, depth))
+    apart = shared_closed_loop(clients, hub, duration=duration)
+    factory, depth = fio_job(job)
+    alone = closed_loop(model_of(profile, *overrides), factory, n * depth, duration=duration)
+    return apart, alone, [c[0].model for c in clients]
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_writes_to_one_file_together_stay_at_the_files_limit(hub, n):
+    apart, alone, _ = together(hub, n, "efs-2016", "-rw=randwrite -bs=4k -iodepth 16 -direct=1", 20.0)
+    total = sum(s.iops for s in apart)
+    assert total == pytest.approx(alone.iops, rel=0.02)  # 3 slots / 9.68 ms: 310 writes/s, however many write
+    assert all(s.iops > 0.5 * total / n for s in apart)  # and no client is starved
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_reads_together_stay_at_the_file_systems_iops(hub, n):
+    apart, alone, _ = together(hub, n, "efs-2016", "-rw=randread -bs=4k -iodepth 256 -direct=1", 10.0)
+    assert sum(s.iops for s in apart) == pytest.approx(alone.iops, rel=0.02)  # 7,400/s in all
+    assert alone.iops == pytest.approx(7400, rel=0.02)
+
+
+def test_credits_drain_at_the_aggregate_rate_and_every_client_sees_one_balance(hub):
+    overrides = ("stored_size=100GiB",)
+    apart, alone, models = together(hub, 2, "efs-bursting", "-rw=read -bs=1M -iodepth 8 -direct=1", 30.0, *overrides)
+    single = model_of("efs-bursting", *overrides)
+    factory, depth = fio_job("-rw=read -bs=1M -iodepth 16 -direct=1")
+    closed_loop(single, factory, depth, duration=30.0)
+    start = model_of("efs-bursting", *overrides).metrics(0.0)["BurstCreditBalance"]
+    spent_alone = start - single.metrics(30.0)["BurstCreditBalance"]
+    for m in models:
+        assert start - m.metrics(30.0)["BurstCreditBalance"] == pytest.approx(spent_alone, rel=0.02)
+    assert sum(s.mb_per_s for s in apart) == pytest.approx(alone.mb_per_s, rel=0.02)
+
+
+def test_each_clients_own_limit_holds_apart(hub):
+    """A per-client limit well under the file system's: two clients get twice one's."""
+    overrides = ("per_client_mibps=50",)
+    apart, _, _ = together(hub, 2, "efs-elastic", "-rw=read -bs=1M -iodepth 16 -direct=1", 10.0, *overrides)
+    one = closed_loop(model_of("efs-elastic", *overrides), *fio_job("-rw=read -bs=1M -iodepth 16 -direct=1"),
+                      duration=10.0)
+    assert one.mb_per_s == pytest.approx(50 * MiB / 1e6, rel=0.03)
+    for s in apart:
+        assert s.mb_per_s == pytest.approx(one.mb_per_s, rel=0.03)
+
+
+def test_one_client_alone_is_the_model_unshared(hub):
+    shared = SharedClient(model_of("efs-bursting"), "only")
+    plain = model_of("efs-bursting")
+    for k in range(2000):
+        now = k * 0.001
+        if k % 20 == 0:
+            shared.apply(hub.exchange(shared.report(now)), now)
+        op = Op(OpClass.DATA_WRITE, 64 * KiB, file=1 + k % 3, write_mode="direct")
+        assert shared.model.admit(op, now) == plain.admit(op, now)
+    assert shared.model.metrics(2.0)["ClientConnections"] == 1.0
+
+
+def test_a_set_reaches_every_client_and_a_new_client_takes_the_balance(hub):
+    a, b = SharedClient(model_of("efs-bursting"), "a"), SharedClient(model_of("efs-bursting"), "b")
+    for c in (a, b):
+        c.apply(hub.exchange(c.report(0.0)), 0.0)
+    a.model.set("read_latency_p99_ms", 2, 0.1)
+    a.changed("read_latency_p99_ms", 2)
+    a.model.set("burst_credit_balance", 1 * MiB, 0.1)
+    a.changed("burst_credit_balance", 1 * MiB)
+    for t in (0.2, 0.25):  # the second round: every client's report carries the set's balance
+        for c in (a, b):
+            c.apply(hub.exchange(c.report(t)), t)
+    assert b.model.params.read_latency_p99_ms == 2 and b.model.metrics(0.2)["ClientConnections"] == 2.0
+    late = SharedClient(model_of("efs-bursting"), "late")
+    late.apply(hub.exchange(late.report(0.3)), 0.3)
+    assert late.model.metrics(0.3)["BurstCreditBalance"] < 2 * MiB  # the file system's, not a fresh one's
+    assert late.model.metrics(0.3)["ClientConnections"] == 3.0
+
+
+def test_the_stored_size_is_the_sum_over_sources_each_counted_once(hub):
+    a, b, c = (SharedClient(model_of("efs-bursting", "storage_remeasure_s=0"), name, source=src)
+               for name, src in (("a", "host1:/data"), ("b", "host1:/data"), ("c", "host2:/data")))
+    for client, size in ((a, 10 * MiB), (b, 10 * MiB), (c, 30 * MiB)):
+        client.measured(size)
+        client.apply(hub.exchange(client.report(0.0)), 0.0)
+    a.apply(hub.exchange(a.report(0.1)), 0.1)
+    assert a.model.metrics(0.1)["StorageBytes"] == a.model.params.stored_size + 40 * MiB
+
+
+def test_a_report_the_hub_did_not_take_goes_with_the_next():
+    a, b = SharedClient(model_of("efs-2016"), "a"), SharedClient(model_of("efs-2016"), "b")
+    hub = LocalHub()
+    for c in (a, b):
+        c.apply(hub.exchange(c.report(0.0)), 0.0)
+    for k in range(100):
+        a.model.admit(Op(OpClass.DATA_READ, 4 * KiB, file=1), 0.01 * k)
+    a.restore(a.report(1.0))  # the hub was away
+    a.model.admit(Op(OpClass.DATA_READ, 4 * KiB, file=1), 1.5)
+    a.apply(hub.exchange(a.report(2.0)), 2.0)
+    b.apply(hub.exchange(b.report(2.0)), 2.0)
+    assert b.model.metrics(2.0)["DataReadIOBytes"] == 101 * 4 * KiB
+
+
+def test_reply_and_report_defaults_say_nothing_known():
+    assert math.isnan(Report("c", 0.0).balance) and Reply().stored == -1.0

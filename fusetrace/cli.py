@@ -65,6 +65,10 @@ def _mount_parser(sub) -> None:
                    help="fault rules ([[rule]]) and, with --emulate, model events ([[event]]) from this "
                         "TOML file, in force from the mount on (docs/FAULTS.md; change them live with "
                         "`fusetrace fault`)")
+    p.add_argument("--shared", metavar="URL",
+                   help="with --emulate and --fs-id: one emulated file system shared with every mount of "
+                        "the same --fs-id through Redis at URL (redis://HOST:PORT/DB; docs/SCALE.md)")
+    p.add_argument("--fs-id", metavar="ID", help="the shared file system's name (letters, digits, . _ -)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)")
     p.add_argument("--inline", choices=("auto", "always", "never"), default="auto",
@@ -184,6 +188,7 @@ def _mount(args, argv) -> int:
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
         inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse, faults=args.faults,
+        shared=args.shared, fs_id=args.fs_id,
     )
     if args.foreground:
         logs.configure(server=True, debug=args.debug)
@@ -384,6 +389,9 @@ def _scenario_parser(sub) -> None:
                    help="where results, traces, plots and HTML go (default ./scenario-results)")
     r.add_argument("--fast", action="store_true",
                    help="small sizes and short runs (what CI runs); each scenario says what changes")
+    r.add_argument("--clients", type=_clients, metavar="N",
+                   help="run every fio step from N clients, each its own mount of one emulated file system "
+                        "shared through a private redis-server (1 to 64; docs/SCALE.md)")
 
 
 def _report_parser(sub) -> None:
@@ -454,6 +462,16 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
     return value
+
+
+def _clients(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_CLIENTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_CLIENTS}: {text!r}")
+    return value
+
+
+MAX_CLIENTS = 64  # mounts a scenario makes for --clients
 
 
 def _positive_float(text: str) -> float:

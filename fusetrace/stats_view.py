@@ -1,6 +1,8 @@
 """`fusetrace stats` for a terminal: the CloudWatch-named figures with units, what held
 the operations, how the host keeps up, and what the run must be warned of."""
 
+import time
+
 from .texttable import table
 
 _BYTES = ("BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
@@ -51,6 +53,8 @@ def render(stats: dict) -> str:
                      f"all; {host['late']:,} of {host['ops']:,} operations late; loop busy "
                      f"{100 * host['loop_busy']:.0f} % of the time since mounting)")
     lines += [f"warning: {w}" for w in stats.get("warnings", [])]
+    if stats.get("shared"):
+        lines.append(_shared_line(stats["shared"]))
     if stats.get("gates"):
         lines.append(_gates_table(stats["gates"]))
     fds = stats.get("inode_fds", {})
@@ -67,6 +71,17 @@ def render(stats: dict) -> str:
         lines.append(f"faults: {faults['fired']:,} fired since mounting; in force: {rules or 'none'} "
                      f"(fusetrace fault MOUNTPOINT list)")
     return "\n".join(lines)
+
+
+def _shared_line(shared: dict) -> str:
+    """Whose file system this is and whether Redis answers: a mount on its own copy says so."""
+    state = ("Redis answers" if shared["state"] == "ok" else
+             f"Redis at {shared['url']} DOES NOT ANSWER: serving on this mount's own copy of the state since "
+             f"{time.strftime('%H:%M:%S', time.localtime(shared['since']))}, reports kept until it does"
+             if shared["state"] == "unreachable" else "starting")
+    return (f"shared: file system {shared['fs_id']} at {shared['url']}, {shared['clients']} client(s) live; "
+            f"{state}; {shared['exchanges']:,} exchanges, {shared['failed']:,} failed, "
+            f"{len(shared['outages'])} outage(s)")
 
 
 def _gates_table(gates: dict) -> str:

@@ -53,6 +53,8 @@ class MountOptions:
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
     faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
+    shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
+    fs_id: str | None = None  # which shared file system
 
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
@@ -132,6 +134,17 @@ def preflight(opts: MountOptions) -> None:
         from ..shaping.profile import load_params
 
         load_params(opts.emulate, opts.overrides)
+    if (opts.shared is None) != (opts.fs_id is None):
+        raise UserError("--shared URL and --fs-id ID go together (which Redis, and which file system in it)")
+    if opts.shared is not None:
+        if opts.emulate is None:
+            raise UserError(f"--shared {opts.shared}: needs --emulate PROFILE (what is shared is the emulated "
+                            f"file system's state)")
+        from ..shaping.redis_hub import check_url
+        from ..shaping.sharing import check_fs_id
+
+        check_url(opts.shared)
+        check_fs_id(opts.fs_id or "")
     if opts.faults is not None:
         _check_faults(opts)
 
@@ -272,6 +285,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         pyfuse3.close(unmount=still_mounted)
         if emulation is not None and tracer is not None:
             tracer.update_metadata(**emulation.final_metadata())
+        if emulation is not None and emulation.sharing is not None:
+            emulation.sharing.close()
         if tracer is not None and (ops.faults.fired or ops.faults.rules):
             tracer.update_metadata(faults=ops.faults.listing())
         _close(ops, workers, tracer)
@@ -285,7 +300,10 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
         return None
     from ..shaping.emulation import Emulation
 
-    return Emulation.open(opts.emulate, opts.overrides, opts.source)
+    emulation = Emulation.open(opts.emulate, opts.overrides, opts.source)
+    if opts.shared is not None and opts.fs_id is not None:
+        emulation.share(opts.shared, opts.fs_id)
+    return emulation
 
 
 def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[dict]:

@@ -12,6 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 from time import monotonic_ns
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -23,6 +24,9 @@ from . import prometheus, roundtrip
 from .hostload import NO_LOAD, extending_writes_note, host_load
 from .loopload import LoopLoad
 from .profile import load_params
+
+if TYPE_CHECKING:
+    from .sharing import Sharing
 from .shaper import Shaper
 from .timer import PreciseTimer
 
@@ -101,6 +105,15 @@ class Emulation:
         self.measured = False  # whether a walk of the source has given its size yet
         self._events: list[dict] = []  # scheduled on the model's timeline, for `fault list`
         self._counters: Callable[[], dict] = _no_faults  # more counters for Prometheus (the server's)
+        self.sharing: Sharing | None = None  # --shared: the file system's state shared with other mounts
+
+    def share(self, url: str, fs_id: str) -> None:
+        """Share the file system's state with every mount of `fs_id` through Redis at
+        `url` (shaping/sharing.py); a UserError if Redis does not answer now."""
+        from .sharing import Sharing  # imports redis: only for a shared mount
+
+        self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
+        self.sharing.ping()
 
     @classmethod
     def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
@@ -119,6 +132,8 @@ class Emulation:
         nursery.start_soon(self.timer.run)
         nursery.start_soon(self._sample_every_minute)
         nursery.start_soon(self._measure_storage)
+        if self.sharing is not None:
+            nursery.start_soon(self.sharing.run)
         if metrics_port is not None:
             prometheus.serve(metrics_port, self.prometheus_metrics)
 
@@ -159,7 +174,10 @@ class Emulation:
             await self._calibrated.wait()
         while True:
             size = await trio.to_thread.run_sync(_tree_bytes, self.source, abandon_on_cancel=True)
-            self.model.set_stored_bytes(size, _now())
+            if self.sharing is not None:  # the file system's size is every client's source's
+                self.sharing.client.measured(size)
+            else:
+                self.model.set_stored_bytes(size, _now())
             self.measured = True
             await trio.sleep(MEASURE_EVERY)
 
@@ -175,8 +193,11 @@ class Emulation:
         """For `fusetrace stats`: the metrics, how the host keeps up, what held the
         operations (Shaper.gates) and what the run should be warned of."""
         host = self.host()
-        return {"profile": self.name, "metrics": self.model.metrics(_now()), "host": host,
-                "gates": self.shaper.gates(), "warnings": _warnings(host)}
+        out = {"profile": self.name, "metrics": self.model.metrics(_now()), "host": host,
+               "gates": self.shaper.gates(), "warnings": _warnings(host)}
+        if self.sharing is not None:
+            out["shared"] = self.sharing.describe()
+        return out
 
     def set(self, key: str, value: str) -> dict:
         if key == "xattrs":
@@ -184,9 +205,12 @@ class Emulation:
         if key.startswith("nfs_ac"):
             raise ControlError(f"{key}: fixed at mount (the kernel's own caches were given it)")
         try:
-            return {"key": key, "value": self.model.set(key, value, _now())}
+            stored = self.model.set(key, value, _now())
         except ProfileError as exc:
             raise ControlError(str(exc)) from None
+        if self.sharing is not None:
+            self.sharing.client.changed(key, stored)
+        return {"key": key, "value": stored}
 
     def add_event(self, raw: dict, where: str = "event") -> dict:
         """Schedule an event (emulator/events.py) `at` seconds from now on the model's
@@ -215,8 +239,11 @@ class Emulation:
     def final_metadata(self) -> dict:
         self._sample()
         host = self.host()
-        return {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
-                "warnings": _warnings(host)}
+        out = {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
+               "warnings": _warnings(host)}
+        if self.sharing is not None:
+            out["shared"] = self.sharing.describe()
+        return out
 
 
 def _no_faults() -> dict:

@@ -1,0 +1,99 @@
+"""A mount's part in an emulated file system shared with other mounts (--shared URL --fs-id ID).
+
+Every EXCHANGE_EVERY seconds, beside the requests and never in their way, the mount
+reports what its requests put through the file system's gates and takes in the
+other clients' (emulator/shared.py), one Redis round trip run on a worker thread
+(shaping/redis_hub.py).  When Redis does not answer within its bound the mount
+serves on its own copy of the state, keeps what it has not reported, says so in
+`stats`, the log and the trace's metadata, and tries again every RETRY_EVERY
+seconds; once Redis answers, what was kept goes, and the others' reports since are
+taken in: the copies agree again.
+"""
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import redis
+import trio
+
+from ..emulator.model import Model
+from ..emulator.shared import EXCHANGE_EVERY, SharedClient
+from ..errors import UserError
+from .redis_hub import RedisHub, check_url, shown
+
+log = logging.getLogger("fusetrace")
+
+RETRY_EVERY = 1.0  # s between tries while Redis does not answer
+
+
+def check_fs_id(fs_id: str) -> str:
+    """The file system id if it is 1 to 64 of letters, digits, '.', '_' and '-'."""
+    if not (0 < len(fs_id) <= 64 and all(c.isalnum() or c in "._-" for c in fs_id) and fs_id.isascii()):
+        raise UserError(f"--fs-id {fs_id!r}: expected 1 to 64 letters, digits, '.', '_' or '-'")
+    return fs_id
+
+
+class Sharing:
+    def __init__(self, model: Model, url: str, fs_id: str, source: str, clock: Callable[[], float]):
+        host = socket.gethostname()
+        self._now = clock  # the model's clock
+        self.url, self.fs_id = check_url(url), check_fs_id(fs_id)
+        self.hub = RedisHub(url, fs_id)
+        self.client = SharedClient(model, f"{host}/{os.getpid()}", source=f"{host}:{source}")
+        self.state = "starting"
+        self.since = time.time()
+        self.exchanges = self.failed = 0
+        self.outages: list[dict] = []  # {from, to (None: still), error}: wall times
+
+    def ping(self) -> None:
+        """Redis answers now, or a UserError naming it: checked before mounting."""
+        try:
+            self.hub.ping()
+        except redis.RedisError as exc:
+            raise UserError(f"--shared {shown(self.url)}: Redis does not answer ({exc})") from None
+
+    async def run(self) -> None:
+        while True:
+            report = self.client.report(self._now())
+            try:
+                reply = await trio.to_thread.run_sync(self.hub.exchange, report, abandon_on_cancel=True)
+            except (redis.RedisError, OSError, ValueError) as exc:  # unreachable, or answered nonsense
+                self.client.restore(report)
+                self.failed += 1
+                self._down(exc)
+                await trio.sleep(RETRY_EVERY)
+                continue
+            self.client.apply(reply, self._now())
+            self.exchanges += 1
+            self._up()
+            await trio.sleep(EXCHANGE_EVERY)
+
+    def _down(self, exc: Exception) -> None:
+        if self.state == "unreachable":
+            return
+        self.state, self.since = "unreachable", time.time()
+        self.outages.append({"from": self.since, "to": None, "error": str(exc)})
+        log.warning("shared state: Redis at %s does not answer (%s); serving on this mount's own copy "
+                    "of file system %s until it does", shown(self.url), exc, self.fs_id)
+
+    def _up(self) -> None:
+        if self.state == "ok":
+            return
+        if self.state == "unreachable":
+            self.outages[-1]["to"] = time.time()
+            log.warning("shared state: Redis at %s answers again after %.1f s; what this mount kept has gone "
+                        "to the others", shown(self.url), time.time() - self.since)
+        self.state, self.since = "ok", time.time()
+
+    def describe(self) -> dict:
+        """For stats and the trace's metadata."""
+        return {"url": shown(self.url), "fs_id": self.fs_id, "client": self.client.client,
+                "state": self.state, "since": self.since, "exchanges": self.exchanges, "failed": self.failed,
+                "round_trips": self.hub.round_trips, "clients": self.client.model.clients,
+                "outages": list(self.outages), "refused_sets": list(self.client.refused)}
+
+    def close(self) -> None:
+        self.hub.close()

@@ -1,0 +1,97 @@
+"""Several mounts, one emulated file system: real mounts over one backing directory, each
+its own client, sharing state through the test's own redis-server."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import fusetrace, one_line_error, poll
+
+
+def stats(m) -> dict:
+    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+
+
+def shared_mounts(mount, tmp_path, redis_server, n: int, *extra: str, fs_id: str = "fs1"):
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    return [mount("--emulate", "efs-bursting", "--shared", redis_server.url, "--fs-id", fs_id, *extra, source=data)
+            for _ in range(n)]
+
+
+def clients(m) -> float:
+    return stats(m)["metrics"]["ClientConnections"]
+
+
+def write(path, nbytes: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"x" * nbytes)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_two_mounts_are_two_clients_of_one_file_system(mount, tmp_path, redis_server):
+    a, b = shared_mounts(mount, tmp_path, redis_server, 2)
+    lone = mount("--emulate", "efs-bursting", "--shared", redis_server.url, "--fs-id", "other")
+    poll(lambda: clients(a) == clients(b) == 2.0)
+    assert clients(lone) == 1.0  # another file system in the same Redis
+    write(a.mountpoint / "f", 3 << 20)
+    poll(lambda: stats(b)["metrics"]["DataWriteIOBytes"] >= 3 << 20)  # a's writes, counted by b's metrics
+    assert stats(lone)["metrics"]["DataWriteIOBytes"] == 0
+    fusetrace("set", str(a.mountpoint), "burst_credit_balance=1MiB")
+    poll(lambda: stats(b)["metrics"]["BurstCreditBalance"] < 2 << 20)  # a set on one is a set on all
+    fusetrace("set", str(a.mountpoint), "client_dirty_limit=1MiB")  # a client's own: not shared
+    shared = stats(b)["shared"]
+    assert shared["state"] == "ok" and shared["fs_id"] == "fs1" and shared["failed"] == 0
+    assert "shared: file system fs1" in fusetrace("stats", str(b.mountpoint)).stdout
+
+
+@pytest.mark.slow
+def test_eight_mounts_count_eight_clients_and_one_leaving_is_seen(mount, tmp_path, redis_server):
+    ms = shared_mounts(mount, tmp_path, redis_server, 8)
+    poll(lambda: all(clients(m) == 8.0 for m in ms), timeout=30)
+    ms[-1].unmount()
+    poll(lambda: clients(ms[0]) == 7.0, timeout=30)  # its heartbeat expires
+
+
+def test_redis_gone_the_mounts_serve_on_and_catch_up_when_it_is_back(mount, tmp_path, redis_server):
+    (a,) = shared_mounts(mount, tmp_path, redis_server, 1, "--trace", str(tmp_path / "trace"))
+    (b,) = shared_mounts(mount, tmp_path, redis_server, 1)
+    poll(lambda: clients(a) == 2.0)
+    writer = subprocess.Popen(["sh", "-c", f'i=0; while :; do i=$((i+1)); dd if=/dev/zero of="{a.mountpoint}/w$i" '
+                               'bs=64k count=1 conv=fsync status=none; done'])
+    try:
+        poll(lambda: len(list(a.source.glob("w*"))) > 3)
+        redis_server.stop()
+        poll(lambda: stats(a)["shared"]["state"] == "unreachable")
+        before = len(list(a.source.glob("w*")))
+        poll(lambda: len(list(a.source.glob("w*"))) > before + 10)  # the writes go on without Redis
+        redis_server.start()
+        poll(lambda: stats(a)["shared"]["state"] == "ok" and stats(b)["shared"]["state"] == "ok")
+    finally:
+        writer.kill()
+        writer.wait()
+    written = stats(a)["metrics"]["DataWriteIOBytes"]
+    poll(lambda: stats(b)["metrics"]["DataWriteIOBytes"] >= written)  # what a kept through the outage reached b
+    assert stats(a)["shared"]["outages"][0]["to"] is not None
+    a.unmount()
+    meta = json.loads((tmp_path / "trace" / "_metadata.json").read_text())
+    assert meta["shared"]["fs_id"] == "fs1" and len(meta["shared"]["outages"]) == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0"], "--shared URL and --fs-id ID go together"),
+    (["--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "needs --emulate PROFILE"),
+    (["--emulate", "efs-bursting", "--shared", "http://x", "--fs-id", "x"], "expected a Redis URL"),
+    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0", "--fs-id", "a/b"], "--fs-id 'a/b'"),
+    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "Redis does not answer"),
+])
+def test_a_shared_mount_that_cannot_be_is_one_line_and_no_mount(tmp_path, args, says):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), *args, check=False)
+    one_line_error(done, says)
+    assert not os.path.ismount(tmp_path / "mnt")

@@ -46,6 +46,7 @@ def run_scenarios(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out}: cannot create {run_dir} ({exc.strerror or exc})") from None
         try:
             result = runner.run(s, run_dir, fast=args.fast, profile=args.profile, sets=args.overrides,
+                                clients=args.clients,
                                 progress=Progress(s.id, s.steps))
         except UserError as exc:
             print(f"fusetrace: {exc}", file=sys.stderr)

@@ -10,6 +10,8 @@ short of a published IOPS figure runs again on a mount with no emulation, which 
 most this machine drives through FUSE.
 """
 
+import contextlib
+import dataclasses
 import functools
 import os
 import shutil
@@ -29,6 +31,7 @@ from ..shaping.hostload import extending_writes_note, host_load
 from ..shaping.profile import load_params
 from . import application, children, fio
 from .progress import Progress
+from .redisserver import RedisServer
 from .scratch import ScratchMount, load_text, scratch_root
 from .spec import Scenario, Step
 
@@ -41,7 +44,7 @@ SAMPLED = ("BurstCreditBalance", "PermittedThroughput", "MeteredIOBytes", "DataR
 
 # Debian packages of the tools scenarios use (what ./run.sh installs).
 PACKAGES = {"fio": "fio", "parallel": "parallel", "rsync": "rsync", "cpio": "cpio", "fpsync": "fpart",
-            "fpart": "fpart", "tar": "tar", "dd": "coreutils", "bash": "bash"}
+            "fpart": "fpart", "tar": "tar", "dd": "coreutils", "bash": "bash", "redis-server": "redis-server"}
 
 
 def missing_tools(scenario: Scenario) -> list[str]:
@@ -63,19 +66,27 @@ def preflight(scenario: Scenario, profile: str | None, sets: Sequence[str]) -> N
 
 
 def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: str | None = None,
-        sets: Sequence[str] = (), runtime: float | None = None, progress: Progress | None = None) -> dict:
+        sets: Sequence[str] = (), runtime: float | None = None, progress: Progress | None = None,
+        clients: int | None = None) -> dict:
     """Run `scenario`, writing its trace to out/trace (out None: no trace, for the demo and
     the calibration, which keep only the table); the result (see docs/SCENARIO_FORMAT.md).
-    `runtime`: seconds for every fio step instead of the file's."""
+    `runtime`: seconds for every fio step instead of the file's; `clients`: how many clients
+    run every fio step instead of the file's.  With more than one client, each is a mount of
+    its own over the one directory, sharing the emulated file system's state through a
+    private redis-server (docs/SCALE.md); the first mount is the one traced and sampled."""
+    if clients is not None:
+        scenario = dataclasses.replace(scenario, steps=tuple(
+            dataclasses.replace(step, clients=clients) if step.kind == "fio" else step for step in scenario.steps))
     preflight(scenario, profile, sets)
     profile = profile or scenario.profile
     overrides = scenario.overrides(sets)
     options = ["--emulate", profile, *(a for kv in overrides for a in ("--set", kv))]
+    traced: list[str] = []
     if out is not None:
         trace = out / "trace"
         if trace.exists():
             shutil.rmtree(trace)
-        options += ["--trace", str(trace)]
+        traced = ["--trace", str(trace)]
     progress = progress or Progress(scenario.id, [])
     steps: list[dict] = []
     samples: list[dict] = []
@@ -86,8 +97,17 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
         "credits": scenario.credits, "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "steps": steps, "rows": [], "samples": samples,
     }
-    with tempfile.TemporaryDirectory(prefix="fusetrace-work-", dir=scratch_root()) as work, \
-            ScratchMount(*options, prefix="fusetrace-scenario-") as m:
+    n = max((step.clients for step in scenario.steps if step.kind == "fio"), default=1)
+    result["clients"] = n
+    with contextlib.ExitStack() as stack:
+        work = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusetrace-work-", dir=scratch_root()))
+        shared = []
+        if n > 1:
+            redis = stack.enter_context(RedisServer(work))
+            shared = ["--shared", redis.url, "--fs-id", scenario.id]
+        m = stack.enter_context(ScratchMount(*options, *traced, *shared, prefix="fusetrace-scenario-"))
+        clients_mounts = [m, *(stack.enter_context(ScratchMount(*options, *shared, prefix="fusetrace-client-",
+                                                                source=m.src)) for _ in range(n - 1))]
         env = {**os.environ, **scenario.variables(fast), "MNT": m.mnt, "WORK": work}
         t0 = time.monotonic()
         result["start_monotonic_ns"] = time.monotonic_ns()
@@ -111,10 +131,11 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
                 else:
                     progress.begin(i, step)
                     for key, value in step.set.items():
-                        m.set(key, value)
+                        for client in clients_mounts:  # a client's own keys are each mount's
+                            client.set(key, value)
                     if "scripted" in result:
                         result["scripted"]["events"] += _schedule(scenario, m, fast, step.name)
-                    record = _run_step(scenario, step, m, env, fast, runtime, progress, t0)
+                    record = _run_step(scenario, step, clients_mounts, env, fast, runtime, progress, t0)
                     progress.end(i, step, record["metrics"])
                 record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
                               published=step.published, inconsistent=step.inconsistent,
@@ -237,7 +258,7 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
         with ScratchMount() as plain:
             for i, step in enumerate(short):
                 progress.begin(i, step)
-                ceilings[step.name] = fio_step(step, plain, fio_seconds(step, fast, runtime), progress)["iops"]
+                ceilings[step.name] = fio_step(step, [plain], fio_seconds(step, fast, runtime), progress)["iops"]
                 progress.end(i, step, {"iops": ceilings[step.name]})
     # host-bound is the step's verdict, from its IOPS figure: every row of the step shares it
     published_iops = {row["step"]: row["published"] for row in result["rows"]
@@ -259,10 +280,11 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
             row["note"] = "; ".join(note for note in (row["note"], plain_note) if note)
 
 
-def _run_step(scenario: Scenario, step: Step, m: ScratchMount, env: dict, fast: bool,
+def _run_step(scenario: Scenario, step: Step, clients: list[ScratchMount], env: dict, fast: bool,
               runtime: float | None, progress: Progress, t0: float) -> dict:
+    m = clients[0]
     if step.kind == "fio":
-        return {"metrics": fio_step(step, m, fio_seconds(step, fast, runtime), progress), "series": []}
+        return {"metrics": fio_step(step, clients, fio_seconds(step, fast, runtime), progress), "series": []}
     if step.setup:
         _shell(scenario, step.name, step.setup, m.mnt, env)
     count = _count(scenario, step, env["WORK"], env)  # outside the mount: it costs the model nothing
@@ -305,11 +327,12 @@ def _count(scenario: Scenario, step: Step, cwd: str, env: dict) -> float:
                         f"not a number") from None
 
 
-def fio_step(step: Step, m: ScratchMount, seconds: float, progress: Progress) -> dict:
-    """Run a fio step's job from each of its clients on `m` for `seconds`; its metrics."""
+def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: Progress) -> dict:
+    """Run a fio step's job from each of its clients for `seconds`, client i on mounts[i]
+    (or all on one, given one mount); its metrics."""
     args = fio.job_args(step.fio)
-    name = fio.prepare_file(m.src, args)
-    procs = [fio.start(m.mnt, args, seconds, name) for _ in range(step.clients)]
+    name = fio.prepare_file(mounts[0].src, args)
+    procs = [fio.start(mounts[i % len(mounts)].mnt, args, seconds, name) for i in range(step.clients)]
     try:
         results = [fio.collect(p, args, on_tick=lambda t: progress.tick(t, None, seconds)) for p in procs]
     finally:

@@ -45,17 +45,20 @@ def cli(*args: str) -> str:
 
 class ScratchMount:
     """`with ScratchMount(*mount options) as m:` m.src (the directory below, in
-    scratch_root()), m.mnt (the mount point); unmounted and removed at the end of the
-    block, however it ends."""
+    scratch_root(), or `source`: another mount's, for a second client of its file
+    system), m.mnt (the mount point); unmounted and removed at the end of the block,
+    however it ends."""
 
-    def __init__(self, *options: str, prefix: str = "fusetrace-"):
+    def __init__(self, *options: str, prefix: str = "fusetrace-", source: str | None = None):
         self.options = options
         self.prefix = prefix
+        self.source = source
 
     def __enter__(self):
         self._tmp = tempfile.TemporaryDirectory(prefix=self.prefix, dir=scratch_root())
-        self.src, self.mnt = os.path.join(self._tmp.name, "src"), os.path.join(self._tmp.name, "mnt")
-        os.mkdir(self.src)
+        self.src, self.mnt = self.source or os.path.join(self._tmp.name, "src"), os.path.join(self._tmp.name, "mnt")
+        if self.source is None:
+            os.mkdir(self.src)
         os.mkdir(self.mnt)
         try:
             cli("mount", self.src, self.mnt, *self.options)

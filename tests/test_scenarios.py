@@ -148,6 +148,24 @@ def test_ctrl_c_unmounts(tmp_path, new_scenario_mounts):
     assert not new_scenario_mounts()
 
 
+def test_clients_are_mounts_of_one_file_system(tmp_path, new_scenario_mounts):
+    """--clients 3: three mounts over one directory, one emulated file system between them;
+    the file's three write slots are the file system's, so three clients together write at
+    one file's rate (efs-2016: 3 slots / 9.68 ms = 310 writes/s), not three times it."""
+    path = _write(tmp_path, 'profile = "efs-2016"\ntools = ["fio", "redis-server"]\n[[steps]]\nname = "w"\n'
+                            'fio = "-direct=1 -iodepth 16 -rw=randwrite -ioengine=libaio -bs=4K -size=64M"\n',
+                  "clients.toml")
+    path.write_text(path.read_text().replace('profile = "efs-tiny"\n', ""))
+    out = tmp_path / "out"
+    done = _run(str(path), "--fast", "--clients", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "clients" / "result.json").read_text())
+    assert result["clients"] == 3
+    iops = next(r["emulated"] for r in result["rows"] if r["metric"] == "iops")
+    assert 200 < iops < 1.15 * 310  # one file's rate in all; three unshared mounts would give 930
+    assert not new_scenario_mounts()
+
+
 # The ones that take over ten seconds, or near it, run with --all only (./run.sh).
 SLOW_SCENARIOS = {"efs-2016-fio", "alinas-2016-fio", "efs-2018-transfer", "alinas-2016-tar", "efs-2016-two-clients",
                   "efs-2019-credit-cliff"}

@@ -3,6 +3,7 @@ beside the published ones.
 
     python bench/scenarios.py                       # run all (about 20 min), write the page
     python bench/scenarios.py --from DIR            # write the page from an earlier run's DIR
+    python bench/scenarios.py --only NAME ...       # run these again, the others kept from the last run
 """
 
 import argparse
@@ -24,6 +25,8 @@ from fusetrace.scenarios import application, command, runner, spec  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", metavar="DIR", help="an earlier `scenario run --all --out DIR`")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these; the page keeps the others' "
+                                                             "results from the last run (bench/out/scenarios)")
     p.add_argument("--out", default=str(ROOT / "docs" / "SCENARIOS.md"))
     args = p.parse_args()
     run_dir = Path(args.source) if args.source else ROOT / "bench" / "out" / "scenarios"
@@ -31,7 +34,7 @@ def main() -> int:
     if not args.source:
         begin = time.monotonic()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        done = subprocess.run([sys.executable, "-m", "fusetrace", "scenario", "run", "--all",
+        done = subprocess.run([sys.executable, "-m", "fusetrace", "scenario", "run", *(args.only or ["--all"]),
                                "--out", str(run_dir)], env=env)
         took = time.monotonic() - begin
         if done.returncode != 0:
@@ -77,7 +80,7 @@ def page(results: dict, took: float | None, command: str) -> str:
         if result is None:
             lines += ["", "_No result: the scenario did not complete in the last run._", ""]
             continue
-        lines += [f"- run took {result['duration_s']:.0f} s", "", _table(result), ""]
+        lines += [f"- run started {result['started']}, took {result['duration_s']:.0f} s", "", _table(result), ""]
         if "application" in result:
             lines += _application(result)
     return "\n".join(lines)

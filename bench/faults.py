@@ -9,7 +9,6 @@ figures go between the `<!-- faults-bench -->` markers of docs/FAULTS.md.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,13 +20,13 @@ from fusetrace.faults.injector import Injector
 from fusetrace.request import Kind
 
 ROOT = Path(__file__).resolve().parent.parent
-FUSETRACE = [sys.executable, "-m", "fusetrace"]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import cpu_s, ft, write_between  # noqa: E402
+
 MARK = "<!-- faults-bench -->"
 TEN = [{"op": "write,fsync", "path": f"/never/{i}/*.db", "errno": "EIO"} for i in range(10)]
 
-
-def ft(*args: str) -> str:
-    return subprocess.run([*FUSETRACE, *args], check=True, capture_output=True, text=True, timeout=600).stdout
 
 
 def in_process() -> list[tuple[str, float]]:
@@ -52,12 +51,6 @@ def in_process() -> list[tuple[str, float]]:
         out.append((name, min(timeit.repeat(one, number=n, repeat=5)) / n * 1e6))
     return out
 
-
-def cpu_s(pid: int) -> float:
-    """CPU time (user and system) of process `pid` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stat_loop(path: Path, n: int, server: int) -> tuple[float, float]:
@@ -126,11 +119,7 @@ def main() -> None:
     args = p.parse_args()
     text = render(in_process(), on_mount(args.rounds, args.stats), args.stats)
     print(text)
-    docs = Path(args.docs)
-    body = docs.read_text()
-    head, _, rest = body.partition(MARK)
-    _, _, tail = rest.partition(MARK)
-    docs.write_text(f"{head}{MARK}\n{text}\n{MARK}{tail}")
+    write_between(Path(args.docs), MARK, text)
 
 
 if __name__ == "__main__":

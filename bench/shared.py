@@ -11,7 +11,6 @@ The figures go between the `<!-- shared-bench -->` markers of docs/SCALE.md.
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -28,20 +27,15 @@ from fusetrace.shaping.profile import load_params
 from fusetrace.shaping.redis_hub import RedisHub
 
 ROOT = Path(__file__).resolve().parent.parent
-FUSETRACE = [sys.executable, "-m", "fusetrace"]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import FUSETRACE, cpu_s, ft, write_between  # noqa: E402
+
 MARK = "<!-- shared-bench -->"
 PROFILE = "efs-bursting"
 JOB = ["--rw=randread", "--bs=4k", "--iodepth=16", "--ioengine=libaio", "--direct=1", "--size=64M"]
 
 
-def ft(*args: str) -> str:
-    return subprocess.run([*FUSETRACE, *args], check=True, capture_output=True, text=True, timeout=600).stdout
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fio(mnt: Path, seconds: float) -> subprocess.Popen:
@@ -163,11 +157,7 @@ def main() -> None:
         exchange = exchange_cost(redis.url)
     text = render(run(args.rounds, args.seconds), args.seconds, exchange)
     print(text)
-    docs = Path(args.docs)
-    body = docs.read_text()
-    head, _, rest = body.partition(MARK)
-    _, _, tail = rest.partition(MARK)
-    docs.write_text(f"{head}{MARK}\n{text}\n{MARK}{tail}")
+    write_between(Path(args.docs), MARK, text)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,16 @@ from test_scenarios import _write
 from fusetrace.scenarios import spec
 
 
+def run(tmp_path, text: str):
+    """Write the scenario `text` and run it: (the command's result, the run's result.json)."""
+    out = tmp_path / "out"
+    done = fusetrace("scenario", "run", str(_write(tmp_path, text)), "--out", str(out), check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done, json.loads((out / "sc" / "result.json").read_text())
+
+
 def test_a_scripted_scenario_reports_what_the_application_saw(tmp_path):
-    path = _write(tmp_path, '''
+    done, result = run(tmp_path, '''
 [vars]
 AT = "0"
 
@@ -31,21 +39,17 @@ run = 'for i in 1 2 3 4; do dd if=/dev/zero of="tx/t$i" bs=4k count=1 conv=fsync
 count = "4"
 unit = "transactions"
 ''')
-    out = tmp_path / "out"
-    done = fusetrace("scenario", "run", str(path), "--out", str(out), check=False, timeout=300)
-    assert done.returncode == 0, done.stderr
-    result = json.loads((out / "sc" / "result.json").read_text())
     assert [r["id"] for r in result["scripted"]["faults"]] == ["r1"]
     assert result["scripted"]["events"][0]["set"] == {"burst_credit_balance": 0.0}
     seen = {o["op"]: o for o in result["application"]}
     assert seen["fsync"]["errors"] == {"EIO": 2} and seen["fsync"]["count"] == 4
     assert "what the application saw" in done.stdout and "EIO 2" in done.stdout
-    page = (out / "sc" / "index.html").read_text()
+    page = (tmp_path / "out" / "sc" / "index.html").read_text()
     assert "What the application saw" in page and "EIO 2" in page
 
 
 def test_an_event_naming_a_step_happens_as_that_step_starts(tmp_path):
-    path = _write(tmp_path, '''
+    _, result = run(tmp_path, '''
 [vars]
 ERR = "ENOSPC"
 
@@ -67,10 +71,6 @@ run = 'echo data > first'
 name = "second"
 run = 'echo data > second || true'
 ''')
-    out = tmp_path / "out"
-    done = fusetrace("scenario", "run", str(path), "--out", str(out), check=False, timeout=300)
-    assert done.returncode == 0, done.stderr
-    result = json.loads((out / "sc" / "result.json").read_text())
     assert [(e["step"], e["set"]) for e in result["scripted"]["events"]] == [
         ("second", {"burst_credit_balance": 0.0})]
     assert result["scripted"]["faults"][0]["errno"] == "ENOSPC"

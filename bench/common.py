@@ -1,0 +1,29 @@
+"""What several benchmarks share: the command line as a user runs it, a process's CPU time,
+and writing figures between a page's markers."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FUSETRACE = [sys.executable, "-m", "fusetrace"]
+
+
+def ft(*args: str) -> str:
+    """Run a fusetrace command; its standard output (an error raises)."""
+    return subprocess.run([*FUSETRACE, *args], check=True, capture_output=True, text=True, timeout=600).stdout
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user and system) of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def write_between(docs: Path, mark: str, text: str) -> None:
+    """Put `text` between the two `mark` lines of `docs`, in place of what was there."""
+    body = docs.read_text()
+    head, _, rest = body.partition(mark)
+    _, _, tail = rest.partition(mark)
+    docs.write_text(f"{head}{mark}\n{text}\n{mark}{tail}")

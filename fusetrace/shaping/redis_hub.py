@@ -116,5 +116,9 @@ class RedisHub:
         return Reply(usage=got_usage, sets=got_sets, clients=int(clients),
                      stored=float(stored) if stored else -1.0, balance=float(prior) if prior else math.nan)
 
+    def leave(self, client: str) -> None:
+        """`client` is gone: counted out of ClientConnections now, not when its report ages."""
+        self._redis.zrem(f"fusetrace:{self.fs_id}:clients", client)
+
     def close(self) -> None:
         self._redis.close()

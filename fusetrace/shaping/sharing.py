@@ -96,4 +96,9 @@ class Sharing:
                 "outages": list(self.outages), "refused_sets": list(self.client.refused)}
 
     def close(self) -> None:
+        """At unmount: leave the file system (if Redis answers within its bound), disconnect."""
+        try:
+            self.hub.leave(self.client.client)
+        except redis.RedisError:
+            pass  # its report ages out in CLIENT_TTL
         self.hub.close()

@@ -30,6 +30,8 @@ from typing import Protocol
 from .model import Model, Usage
 from .params import ProfileError
 
+Totals = list[tuple[int, int, int, float]]  # per class index: operations, bytes, IOPS cost, ever reported
+
 
 @dataclass
 class Report:
@@ -38,6 +40,8 @@ class Report:
     client: str
     now: float  # the client's model time (LocalHub's clock; Redis keeps its own)
     usage: list[Usage] = field(default_factory=list)
+    totals: Totals = field(default_factory=list)  # all the usage this client has ever reported, this included
+    announce: bool = False  # to be passed on even without usage or sets: its totals (once a second)
     sets: list[tuple[str, object]] = field(default_factory=list)  # parameters changed here (fusetrace set)
     source: str = ""  # which backing directory the client measures, so that one measured twice counts once
     stored: float = -1.0  # its measured bytes (-1: not measured since the last exchange)
@@ -48,7 +52,7 @@ class Report:
 class Reply:
     """What the hub answers: the other clients' reports since this client's last."""
 
-    usage: list[Usage] = field(default_factory=list)
+    reports: list[tuple[str, list[Usage], Totals]] = field(default_factory=list)  # (client, usage, totals)
     sets: list[tuple[str, object]] = field(default_factory=list)
     clients: int = 1  # live clients, this one included
     stored: float = -1.0  # the bytes of every live source (-1: none reported)
@@ -77,9 +81,13 @@ class SharedClient:
         model.share()
         self.model, self.client, self.source = model, client, source
         self.joined = False  # False until the first reply: a new client takes the file system's balance
+        self._joined_at = 0.0
         self._sets: list[tuple[str, object]] = []
         self._stored = -1.0
         self._pending: list[Usage] = []  # what the hub did not take yet
+        self._totals: dict[int, list] = {}  # per class: all this client has put in reports
+        self._absorbed: dict[str, dict[int, list]] = {}  # per other client and class: what was taken in
+        self._announced = -math.inf  # when a report last went with the totals alone
         self.refused: list[str] = []  # other clients' sets this client's parameters could not take
 
     def changed(self, key: str, value) -> None:
@@ -96,15 +104,23 @@ class SharedClient:
         usage = self.model.take_usage()
         if self._pending:  # what a failed exchange did not deliver goes with this one
             usage, self._pending = _merged(self._pending + usage), []
-        out = Report(self.client, now, usage, self._sets, self.source, self._stored,
-                     self.model.metrics(now)["BurstCreditBalance"])
+        for i, _, n, nbytes, cost in usage:
+            _add(self._totals.setdefault(i, [0, 0, 0.0]), n, nbytes, cost)
+        out = Report(self.client, now, usage=usage, totals=[(i, *t) for i, t in sorted(self._totals.items())],
+                     sets=self._sets, source=self.source, stored=self._stored,
+                     balance=self.model.metrics(now)["BurstCreditBalance"])
+        if now - self._announced >= ANNOUNCE_EVERY:
+            out.announce, self._announced = True, now
         self._sets, self._stored = [], -1.0
         return out
 
     def restore(self, report: Report) -> None:
         """A report the hub did not take: kept, merged (so what is kept grows with the files
-        touched, not with the operations), for the next exchange."""
+        touched, not with the operations), for the next exchange.  Its totals stand: a report
+        the hub did take whose answer was lost is then not counted twice (apply())."""
         self._pending = _merged(self._pending + report.usage)
+        for i, _, n, nbytes, cost in report.usage:
+            _add(self._totals[i], -n, -nbytes, -cost)
         self._sets = report.sets + self._sets
         if self._stored < 0:
             self._stored = report.stored
@@ -114,7 +130,7 @@ class SharedClient:
         count of clients and the stored size; on joining, the file system's balance."""
         model = self.model
         if not self.joined:
-            self.joined = True
+            self.joined, self._joined_at = True, now
             if not math.isnan(reply.balance):
                 model.set("burst_credit_balance", reply.balance, now)
         for key, value in reply.sets:
@@ -123,11 +139,50 @@ class SharedClient:
                     model.set(key, value, now)
                 except ProfileError as exc:  # inconsistent with this client's own overrides
                     self.refused.append(str(exc))
-        if reply.usage:
-            model.absorb(reply.usage, now)
+        for client, usage, totals in reply.reports:
+            model.absorb(self._due(client, usage, totals, now), now)
         model.clients = max(1, reply.clients)
         if reply.stored >= 0:
             model.set_stored_bytes(reply.stored, now)
+
+    def _due(self, client: str, usage: list[Usage], totals: Totals, now: float) -> list[Usage]:
+        """What to take in of `client`'s report: its usage, made to agree with its totals
+        against what was taken in from it before.  Reports lost (a Redis restarted before this
+        client read them) leave the totals ahead: the difference is taken in, per class,
+        without a file.  A report sent twice (its answer was lost, so it went again) leaves
+        them behind: the report is scaled down to what the totals allow.  A client first
+        heard of within JOIN_WINDOW of this one joining was there before it: its first report
+        sets where it stands (a client joining takes in no history); one first heard of later
+        joined later, and everything it reported counts."""
+        sums = {i: [0, 0, 0.0] for i, *_ in totals}
+        for i, _, n, nbytes, cost in usage:
+            _add(sums.setdefault(i, [0, 0, 0.0]), n, nbytes, cost)
+        seen = self._absorbed.get(client)
+        if seen is None:
+            before = now - self._joined_at <= JOIN_WINDOW
+            seen = self._absorbed[client] = {
+                i: [n - sums[i][0], b - sums[i][1], c - sums[i][2]] if before else [0, 0, 0.0]
+                for i, n, b, c in totals}
+        out = []
+        for i, n, nbytes, cost in totals:
+            was = seen.setdefault(i, [0, 0, 0.0])
+            due = [n - was[0], nbytes - was[1], cost - was[2]]
+            got = sums[i]
+            share = min(1.0, due[0] / got[0]) if got[0] > 0 else 1.0
+            out += [(j, key, round(k * share), round(b * share), c * share)
+                    for j, key, k, b, c in usage if j == i and share > 0]
+            gap = [due[0] - round(got[0] * share), due[1] - round(got[1] * share), due[2] - got[2] * share]
+            if gap[0] > 0:
+                out.append((i, 0, gap[0], max(gap[1], 0), max(gap[2], 0.0)))
+            seen[i] = [n, nbytes, cost]
+        return out
+
+
+def _add(total: list, n: int, nbytes: int, cost: float) -> None:
+    total[0] += n
+    total[1] += nbytes
+    total[2] += cost
+
 
 def _merged(usage: list[Usage]) -> list[Usage]:
     """Usage with the entries for one class and key added up."""
@@ -141,6 +196,8 @@ def _merged(usage: list[Usage]) -> list[Usage]:
 
 
 EXCHANGE_EVERY = 0.02  # s between a client's exchanges with the hub
+ANNOUNCE_EVERY = 1.0  # s: an idle client's totals go round this often, so that reports lost are made up
+JOIN_WINDOW = ANNOUNCE_EVERY + 10 * EXCHANGE_EVERY  # s: within it of joining, a client has heard from every other
 CLIENT_TTL = 5.0  # s: a client that has not reported for this long is gone
 SOURCE_TTL = 180.0  # s: a source whose size has not been reported for this long is gone (measured each minute)
 
@@ -160,7 +217,7 @@ class LocalHub:
     def exchange(self, report: Report) -> Reply:
         start = self._read.get(report.client, len(self._log))  # a new client starts from now
         others = [r for r in self._log[start:] if r.client != report.client]
-        if report.usage or report.sets:
+        if report.usage or report.sets or report.announce:
             self._log.append(report)
         self._read[report.client] = len(self._log)
         now = max([report.now, *self._seen.values()])
@@ -170,6 +227,6 @@ class LocalHub:
             self._stored[report.source] = (report.stored, report.now)
         live = [b for b, t in self._stored.values() if t > now - SOURCE_TTL]
         balance, self._balance = self._balance, report.balance
-        return Reply(usage=_merged([u for r in others for u in r.usage]),
+        return Reply(reports=[(r.client, r.usage, r.totals) for r in others],
                      sets=[s for r in others for s in r.sets], clients=len(self._seen),
                      stored=sum(live) if live else -1.0, balance=balance)

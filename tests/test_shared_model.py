@@ -133,3 +133,57 @@ def test_a_report_the_hub_did_not_take_goes_with_the_next():
 
 def test_reply_and_report_defaults_say_nothing_known():
     assert math.isnan(Report("c", 0.0).balance) and Reply().stored == -1.0
+
+
+def reads(client: SharedClient, n: int, now: float) -> None:
+    for _ in range(n):
+        client.model.admit(Op(OpClass.DATA_READ, 4 * KiB, file=1), now)
+
+
+def exchange(hub, now: float, *clients: SharedClient) -> None:
+    for c in clients:
+        c.apply(hub.exchange(c.report(now)), now)
+
+
+def test_reports_lost_in_a_redis_restart_are_made_up_from_the_totals(redis_server, redis_hub):
+    hub = redis_hub()
+    a, b = SharedClient(model_of("efs-2016"), "a"), SharedClient(model_of("efs-2016"), "b")
+    exchange(hub, 0.0, a, b)
+    reads(a, 100, 3.0)
+    exchange(hub, 3.0, a)  # in the log, not read by b yet
+    redis_server.stop()
+    redis_server.start()  # without persistence: the log is gone
+    reads(a, 10, 3.1)
+    exchange(hub, 3.1, a)
+    exchange(hub, 3.2, b)
+    assert b.model.metrics(3.2)["DataReadIOBytes"] == 110 * 4 * KiB
+
+
+def test_a_report_sent_twice_counts_once():
+    """The hub took a report but its answer was lost: the client sends the usage again with the
+    next, and the others take in what the totals say, not twice."""
+    hub = LocalHub()
+    a, b = SharedClient(model_of("efs-2016"), "a"), SharedClient(model_of("efs-2016"), "b")
+    exchange(hub, 0.0, a, b)
+    reads(a, 100, 0.5)
+    report = a.report(0.5)
+    hub.exchange(report)  # taken ...
+    a.restore(report)  # ... but a never heard so
+    reads(a, 20, 0.6)
+    exchange(hub, 0.6, a)
+    exchange(hub, 0.7, b)
+    assert b.model.metrics(0.7)["DataReadIOBytes"] == 120 * 4 * KiB
+
+
+def test_a_client_joining_takes_in_no_history_but_everything_after():
+    hub = LocalHub()
+    a = SharedClient(model_of("efs-2016"), "a")
+    exchange(hub, 0.0, a)
+    reads(a, 50, 0.5)
+    exchange(hub, 0.5, a)
+    late = SharedClient(model_of("efs-2016"), "late")
+    exchange(hub, 0.6, late)
+    reads(a, 7, 0.7)
+    exchange(hub, 0.7, a)
+    exchange(hub, 0.8, late)
+    assert late.model.metrics(0.8)["DataReadIOBytes"] == 7 * 4 * KiB  # a's 50 before it joined are history

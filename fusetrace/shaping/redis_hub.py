@@ -1,7 +1,8 @@
 """The hub of a file system shared by clients on several hosts (emulator/shared.py), in Redis.
 
 One exchange is one round trip: a Lua script, run by Redis atomically, appends the
-client's report to the file system's log (a stream), reads the others' reports
+client's report (its usage since the last, and its running totals) to the file system's
+log (a stream), reads the others' reports
 since the client's last, marks the client live and counts the live ones, and keeps
 the stored size per source, all against Redis's own clock (TIME), so hosts whose
 clocks differ agree on who is live.  Keys, for file system ID:
@@ -30,6 +31,7 @@ _EXCHANGE = """
 local p, client, cursor, usage, sets = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local source, stored, balance = ARGV[5], ARGV[6], ARGV[7]
 local client_ttl, source_ttl, keep = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local totals, announce = ARGV[11], ARGV[12]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 redis.call('ZADD', p .. ':clients', now, client)
@@ -55,13 +57,15 @@ else
   entries = redis.call('XRANGE', p .. ':log', '(' .. cursor, '+')
   if #entries > 0 then cursor = entries[#entries][1] end
 end
-if usage ~= '[]' or sets ~= '[]' then
-  redis.call('XADD', p .. ':log', 'MAXLEN', '~', keep, '*', 'c', client, 'u', usage, 's', sets)
+if usage ~= '[]' or sets ~= '[]' or announce == '1' then
+  redis.call('XADD', p .. ':log', 'MAXLEN', '~', keep, '*', 'c', client, 'u', usage, 's', sets, 't', totals)
 end
 local out = {cursor, clients, any == 1 and tostring(total) or '', prior}
 for _, e in ipairs(entries) do
   local f = e[2]
-  if f[2] ~= client then table.insert(out, f[4]); table.insert(out, f[6]) end
+  if f[2] ~= client then
+    table.insert(out, f[2]); table.insert(out, f[4]); table.insert(out, f[6]); table.insert(out, f[8])
+  end
 end
 return out
 """
@@ -105,15 +109,18 @@ class RedisHub:
         self.round_trips += 1
         out = self._script(keys=[f"fusetrace:{self.fs_id}"], args=[
             report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
-            repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH])
+            repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
+            json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0"])
         cursor, clients, stored, prior, *entries = (x.decode() if isinstance(x, bytes) else x for x in out)
         self._cursors[report.client] = cursor
-        got_usage: list = []
+        reports: list = []
         got_sets: list = []
-        for i in range(0, len(entries), 2):
-            got_usage += [tuple(u) for u in json.loads(entries[i])]
-            got_sets += [tuple(s) for s in json.loads(entries[i + 1])]
-        return Reply(usage=got_usage, sets=got_sets, clients=int(clients),
+        for i in range(0, len(entries), 4):
+            client, usage_text, sets_text, totals_text = entries[i:i + 4]
+            reports.append((client, [tuple(u) for u in json.loads(usage_text)],
+                            [tuple(t) for t in json.loads(totals_text)]))
+            got_sets += [tuple(s) for s in json.loads(sets_text)]
+        return Reply(reports=reports, sets=got_sets, clients=int(clients),
                      stored=float(stored) if stored else -1.0, balance=float(prior) if prior else math.nan)
 
     def leave(self, client: str) -> None:

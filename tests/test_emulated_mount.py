@@ -151,7 +151,11 @@ def test_what_set_each_operations_time_is_counted_traced_and_reported(mount):
     # round trip, which replies leave early: the precise timer wakes each a little early or late)
     meta = json.loads((m.trace / "_metadata.json").read_text())
     modelled = shaped.wait_ns + shaped.latency_ns + shaped.transfer_ns
-    assert (shaped.shaped_ns <= modelled).all()
+    # (a reply the timer woke late, as on a busy host, may be held past its modelled time by
+    # that lateness: not by another modelled time)
+    late = shaped[shaped.shaped_ns > modelled + 1_000_000]
+    assert late.empty, late[["op", "gate", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"]].to_string()
+    assert shaped.shaped_ns.sum() <= modelled.sum()
     fuse_ns = meta["host_load"]["compensation_us"] * 1e3
     assert shaped.dur_ns.sum() >= 0.95 * (modelled - fuse_ns).clip(lower=0).sum()
     assert meta["warnings"] == []

@@ -251,8 +251,10 @@ def test_ctrl_c_stops_the_replay_cleanly(tmp_path):
                                        rec(60_000, "release", "/f", fh=5)])
     target = tmp_path / "target"
     target.mkdir()
+    # SIGINT at its default, as in a terminal: a suite run in the background passes it on ignored
     p = subprocess.Popen([sys.executable, "-m", "fusetrace", "replay", str(trace), str(target)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     poll(lambda: (target / "f").exists())
     started = time.monotonic()
     p.send_signal(signal.SIGINT)

@@ -4,7 +4,7 @@ exchanges only), and shared with a second mount of the same file system reading 
 hard at the same time (so each also takes in the other's usage).  Per configuration:
 operations per second, the mean latency fio saw, the server's CPU per operation, and
 Redis round trips per operation; rounds alternate the order, medians of the rounds.
-The figures go between the `<!-- shared-bench -->` markers of docs/SCALE.md.
+The figures go between the `<!-- shared-bench -->` markers of docs/BENCHMARKS.md.
 
     .venv/bin/python bench/shared.py [--rounds N] [--seconds S] [--docs FILE]
 """
@@ -90,11 +90,16 @@ def run(rounds: int, seconds: float) -> dict[str, list[dict]]:
                     subprocess.run([*FUSETRACE, "umount", str(mnt)], capture_output=True)
 
 
-def exchange_cost(url: str, exchanges: int = 2000) -> tuple[float, float]:
-    """CPU µs and wall µs of one exchange of two clients' (report, Redis round trip, apply),
-    each with 200 reads and 50 writes on 10 files since its last, in this process."""
-    hub = RedisHub(url, "exchange-cost")
-    clients = [SharedClient(Model(load_params(PROFILE, []), 0.0), name) for name in ("a", "b")]
+CLIENT_COUNTS = (2, 8, 32)
+
+
+def exchange_cost(url: str, n: int) -> tuple[float, float]:
+    """CPU µs and wall µs of one exchange (report, Redis round trip, apply: the other n - 1
+    clients' reports taken in) among n clients in this process, each with 200 reads and 50
+    writes on 10 files since its last."""
+    hub = RedisHub(url, f"exchange-cost-{n}")
+    clients = [SharedClient(Model(load_params(PROFILE, []), 0.0), f"c{i}") for i in range(n)]
+    exchanges = max(50, 2000 // n)
     cpu = wall = 0.0
     for k in range(exchanges):
         now = k * 0.02
@@ -107,11 +112,11 @@ def exchange_cost(url: str, exchanges: int = 2000) -> tuple[float, float]:
             cpu += time.process_time() - c0
             wall += time.perf_counter() - w0
     hub.close()
-    n = exchanges * len(clients)
-    return cpu / n * 1e6, wall / n * 1e6
+    done = exchanges * len(clients)
+    return cpu / done * 1e6, wall / done * 1e6
 
 
-def render(results: dict[str, list[dict]], seconds: float, exchange: tuple[float, float]) -> str:
+def render(results: dict[str, list[dict]], seconds: float, exchange: dict[int, tuple[float, float]]) -> str:
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
@@ -127,7 +132,6 @@ def render(results: dict[str, list[dict]], seconds: float, exchange: tuple[float
                      f"{med(name, 'cpu_us'):.1f} | {cells(name, 'cpu_us')} | {med(name, 'trips'):.4f} |")
     base_cpu, base_lat = med("unshared", "cpu_us"), med("unshared", "lat_ms")
     alone, two = "shared, alone", "shared, two clients"
-    cpu_us, wall_us = exchange
     lines += ["", f"Against the unshared mount, sharing changed the server's CPU per operation by "
                   f"{med(alone, 'cpu_us') - base_cpu:+.1f} µs alone and {med(two, 'cpu_us') - base_cpu:+.1f} µs "
                   f"with a second client reading as hard (taking in its usage too), and the mean latency by "
@@ -139,9 +143,11 @@ def render(results: dict[str, list[dict]], seconds: float, exchange: tuple[float
                   f"also share its CPU, which is what lowers their IOPS each. Redis round trips: one per "
                   f"exchange, every 20 ms whatever the load, {med(two, 'trips'):.4f} per operation here; none "
                   f"on a request's path.",
-              "", f"One exchange in process (report, a Redis round trip on 127.0.0.1, apply; 250 operations on "
-                  f"10 files since the last, from each of two clients): {cpu_us:.0f} µs of CPU and {wall_us:.0f} µs "
-                  f"of wall time, {cpu_us * 50 / 1e4:.2f} % of a core at 50 exchanges a second."]
+              "", "One exchange in process (report, a Redis round trip on 127.0.0.1, apply), each client with "
+                  "250 operations on 10 files since its last, the others' reports taken in:", "",
+              "| clients | CPU µs per exchange | wall µs | a core's share at 50 exchanges a second |",
+              "|---:|---:|---:|---:|"]
+    lines += [f"| {n} | {cpu:,.0f} | {wall:,.0f} | {cpu * 50 / 1e4:.1f} % |" for n, (cpu, wall) in exchange.items()]
     return "\n".join(lines)
 
 
@@ -149,12 +155,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--docs", default=str(ROOT / "docs" / "SCALE.md"))
+    p.add_argument("--docs", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = p.parse_args()
     if shutil.which("redis-server") is None or shutil.which("fio") is None:
         raise SystemExit("bench/shared.py: needs redis-server and fio (./run.sh installs both)")
     with tempfile.TemporaryDirectory(prefix="fusetrace-shared-bench-") as tmp, RedisServer(tmp) as redis:
-        exchange = exchange_cost(redis.url)
+        exchange = {n: exchange_cost(redis.url, n) for n in CLIENT_COUNTS}
     text = render(run(args.rounds, args.seconds), args.seconds, exchange)
     print(text)
     write_between(Path(args.docs), MARK, text)

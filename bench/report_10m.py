@@ -67,6 +67,8 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
         "flags": np.zeros(n, np.int32),
         "mode": np.zeros(n, np.uint32),
         "entry": np.zeros(n, np.uint64),
+        "fault": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),  # format 4: no fault rule fired
+        "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array(["bench"])),  # format 5
     }
     return pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA)
 

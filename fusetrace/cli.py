@@ -34,6 +34,10 @@ def _mount_parser(sub) -> None:
     p.add_argument("mountpoint")
     p.add_argument("--trace", metavar="DIR", dest="trace_dir",
                    help="write a trace of every operation to DIR (Parquet files)")
+    p.add_argument("--host", metavar="NAME",
+                   help="the host the trace names, in every record and its _metadata.json (default: "
+                        "NAME of a trace directory called host=NAME, else this machine's host name; "
+                        "1 to 64 letters, digits, '.', '_' or '-')")
     p.add_argument("--foreground", action="store_true", help="serve in this process until unmounted")
     p.add_argument("--attr-timeout", type=float, metavar="S",
                    help="seconds the kernel may cache attributes (default 1.0; 0 sends every "
@@ -189,6 +193,7 @@ def _mount(args, argv) -> int:
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
         inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse, faults=args.faults,
         shared=args.shared, fs_id=args.fs_id,
+        host=args.host,
     )
     if args.foreground:
         logs.configure(server=True, debug=args.debug)

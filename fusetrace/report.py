@@ -597,7 +597,7 @@ def _not_closed(m: dict) -> str:
     failed: with write errors already counted, a full disk is the likely cause)."""
     counts = "the counts above are from its last metadata write"
     pid = m.get("pid")
-    if pid and m.get("host") in (None, os.uname().nodename) and _is_fusetrace(pid):
+    if pid and m.get("hostname", m.get("host")) in (None, os.uname().nodename) and _is_fusetrace(pid):
         return f"trace still being written (its server, pid {pid}, is running): {counts}"
     if m.get("write_errors"):
         return (f"trace not closed: its final {meta.NAME} could not be written, like the "

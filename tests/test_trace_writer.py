@@ -9,12 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import poll
 
 from fusetrace.trace import metadata as meta
-from fusetrace.trace.schema import COLUMNS, SCHEMA, TraceRecord
+from fusetrace.trace.schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
 from fusetrace.trace.writer import TraceDirError, TraceWriter
 
 U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
@@ -33,9 +34,11 @@ def parts(d: Path) -> list[str]:
 
 
 def read_rows(d: Path) -> list[tuple]:
+    """The records' own columns; every record's host is the one the metadata names."""
     table = pq.read_table(d)
     assert table.schema.remove_metadata() == SCHEMA
-    return [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
+    assert set(table.column("host").to_pylist()) <= {meta.read(d).get("host") or ""}
+    return [tuple(r[c] for c in RECORD_SCHEMA.names) for r in table.to_pylist()]
 
 
 def test_records_round_trip_exactly(tmp_path):
@@ -257,7 +260,20 @@ def test_refuses_a_directory_with_other_files_but_not_hidden_ones(tmp_path):
 
 
 def test_the_record_type_is_the_schema_field_for_field():
-    assert list(TraceRecord._fields) == COLUMNS
+    assert list(TraceRecord._fields) == RECORD_SCHEMA.names
+    assert [*TraceRecord._fields, "host"] == COLUMNS  # the writer adds the trace's host to every record
+
+
+def test_every_record_names_the_traces_host(tmp_path):
+    with TraceWriter(tmp_path / "t", {"host": "web-1.example"}, flush_interval=0.01) as w:
+        for i in range(3):
+            w.record(TraceRecord(*row(i)))
+        poll(lambda: w.files, timeout=5)  # a second part, so the column is checked across parts
+        w.record(TraceRecord(*row(3)))
+    table = pq.read_table(tmp_path / "t")
+    assert table.column("host").to_pylist() == ["web-1.example"] * 4
+    assert table.schema.field("host").type == pa.dictionary(pa.int32(), pa.string())
+    assert read_rows(tmp_path / "t") == [row(i) for i in range(4)]
 
 
 def test_a_record_left_without_the_models_account_is_unshaped(tmp_path):

@@ -5,6 +5,7 @@ import logging
 import math
 import os
 import platform
+import re
 import resource
 import signal
 import socket
@@ -55,6 +56,7 @@ class MountOptions:
     faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
     fs_id: str | None = None  # which shared file system
+    host: str | None = None  # --host: the host the trace names (trace_host)
 
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
@@ -75,8 +77,42 @@ OWN_FUSE_OPTIONS = {  # set by fusetrace itself; another value would hide what t
 }
 
 
+# --host NAME: a short token that is safe in a path, a hive partition (host=NAME) and a shell
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+HOST_RULE = "1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit"
+
+
+def trace_host(opts: MountOptions) -> str:
+    """The host the trace names (_metadata.json's `host`, every record's host column):
+    --host, else NAME when the trace directory is called host=NAME (readers that take such
+    directories as a column, as DuckDB, pandas and Spark do, then agree), else this
+    machine's host name."""
+    return opts.host or _host_of_directory(opts.trace_dir) or socket.gethostname()
+
+
+def _host_of_directory(trace_dir: str | None) -> str | None:
+    name = os.path.basename(os.path.normpath(trace_dir)) if trace_dir else ""
+    return name[len("host="):] if name.startswith("host=") else None
+
+
+def _check_host(opts: MountOptions) -> None:
+    named = _host_of_directory(opts.trace_dir)
+    if opts.host is not None:
+        if not HOST_NAME.fullmatch(opts.host):
+            raise BadValue(f"--host {opts.host!r}: not a host name ({HOST_RULE})")
+        if opts.trace_dir is None:
+            raise BadValue(f"--host {opts.host}: names the host in the trace; give --trace DIR with it")
+    if named is not None and not HOST_NAME.fullmatch(named):
+        raise BadValue(f"--trace {opts.trace_dir}: host={named!r} is not a host name ({HOST_RULE})")
+    if named is not None and opts.host not in (None, named):
+        raise BadValue(f"--host {opts.host}: the trace directory {opts.trace_dir} is named for host {named}, "
+                       f"which DuckDB, pandas and Spark would read as its host; give --host {named}, or "
+                       f"another directory")
+
+
 def check_values(opts: MountOptions) -> None:
     """Every option's value within its range, each refused as one line naming the option."""
+    _check_host(opts)
     if not 1 <= opts.threads <= MAX_THREADS:
         raise BadValue(f"--threads {opts.threads}: must be from 1 to {MAX_THREADS}")
     if not 1 <= opts.max_requests <= MAX_REQUESTS:
@@ -186,7 +222,8 @@ def _metadata(opts: MountOptions) -> dict:
     return {
         "source": opts.source,
         "mountpoint": opts.mountpoint,
-        "host": socket.gethostname(),
+        "host": trace_host(opts),
+        "hostname": socket.gethostname(),
         "versions": {
             "fusetrace": __version__,
             "pyfuse3": pyfuse3.__version__,

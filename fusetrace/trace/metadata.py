@@ -14,8 +14,9 @@ from typing import BinaryIO
 NAME = "_metadata.json"
 # 2: the model's account of each operation (gate, wait_ns ... nfs); 3: the process name and the
 # request's details (comm, kind, flags, mode, entry), open's handle in fh, setattr's attributes in
-# path2; 4: the fault rule that acted on the operation (fault)
-FORMAT_VERSION = 4
+# path2; 4: the fault rule that acted on the operation (fault); 5: the host the trace was taken on
+# (host), so that a fleet's traces read as one
+FORMAT_VERSION = 5
 
 
 def clock_pair() -> tuple[int, int]:

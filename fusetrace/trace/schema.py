@@ -1,14 +1,17 @@
-"""Columns of a trace record: `TraceRecord`, what `TraceWriter.record` takes, and the
-Parquet schema, field for field in the same order (tests/test_trace_writer.py checks).
+"""Columns of a trace record: `TraceRecord`, what `TraceWriter.record` takes, and its
+Arrow type `RECORD_SCHEMA`, field for field in the same order (tests/test_trace_writer.py
+checks); the Parquet schema `SCHEMA` is those and, after them, the columns that hold one
+value for a whole trace (`host`), which the writer adds from its metadata rather than
+every record carrying them.
 
-docs/TRACE_FORMAT.md documents every column; keep the three in step.
+docs/TRACE_FORMAT.md documents every column; keep them in step.
 """
 
 from typing import NamedTuple
 
 import pyarrow as pa
 
-SCHEMA = pa.schema(
+RECORD_SCHEMA = pa.schema(
     [
         ("start_ns", pa.int64()),  # CLOCK_MONOTONIC at admission; metadata maps it to wall time
         ("dur_ns", pa.int64()),  # admission to reply, shaping included
@@ -41,6 +44,10 @@ SCHEMA = pa.schema(
         ("fault", pa.dictionary(pa.int32(), pa.string())),
     ]
 )
+# Format 5: the host the trace was taken on (the mount's --host, else its host name), for
+# reading a fleet's traces as one; int32 indices, so that a fleet of thousands unifies
+HOST = pa.field("host", pa.dictionary(pa.int32(), pa.string()))
+SCHEMA = RECORD_SCHEMA.append(HOST)
 
 COLUMNS = SCHEMA.names
 

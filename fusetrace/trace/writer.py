@@ -23,17 +23,18 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
 from ..private import NotPrivate, open_private_dir
 from . import metadata as meta
-from .schema import SCHEMA, TraceRecord
+from .schema import HOST, RECORD_SCHEMA, SCHEMA, TraceRecord
 
 log = logging.getLogger(__name__)
 
-_ROW = pa.struct(list(SCHEMA))
+_ROW = pa.struct(list(RECORD_SCHEMA))
 # Rows converted per pyarrow call.  Conversion holds the GIL for the whole call
 # (~1 us a row here), so small chunks keep the trio loop from stalling behind it.
 _CHUNK = 2048
@@ -74,9 +75,11 @@ class TraceDirError(UserError):
 class TraceWriter:
     def __init__(self, directory: str | os.PathLike, metadata: dict, *, flush_interval: float = 0.5,
                  max_pending: int | None = None, max_pending_bytes: int | None = MAX_PENDING_BYTES):
-        """max_pending: at most this many records wait (None: no count limit);
-        max_pending_bytes: at most this many estimated bytes wait (None: no limit)."""
+        """metadata: what _metadata.json says of the trace; its `host` is also every
+        record's host column.  max_pending: at most this many records wait (None: no count
+        limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit)."""
         self.directory = os.path.abspath(directory)
+        self._host = pa.array([str(metadata.get("host") or "")], pa.string())
         self.flush_interval = flush_interval
         self._max_pending = sys.maxsize if max_pending is None else max_pending
         self._max_bytes = sys.maxsize if max_pending_bytes is None else max_pending_bytes
@@ -237,7 +240,7 @@ class TraceWriter:
                 while taken < n:
                     rows = self._take(min(_ROW_GROUP, n - taken))
                     taken += len(rows)
-                    out.write_table(_table(rows))
+                    out.write_table(_table(rows, self._host))
                     del rows
 
         try:
@@ -330,9 +333,10 @@ def _reserve(dirfd: int) -> bool:
         os.close(fd)
 
 
-def _table(rows: list[TraceRecord]) -> pa.Table:
+def _table(rows: list[TraceRecord], host: pa.Array) -> pa.Table:
     """Rows to a Table, converted row-wise by pyarrow (measured faster than
-    transposing with zip(*rows) and converting column by column)."""
+    transposing with zip(*rows) and converting column by column), with the trace's
+    `host` (a one-value array) as every row's host column."""
     batches = []
     for i in range(0, len(rows), _CHUNK):
         chunk = rows[i:i + _CHUNK]
@@ -341,7 +345,8 @@ def _table(rows: list[TraceRecord]) -> pa.Table:
         except UnicodeEncodeError:  # a name that is not UTF-8 (os.fsdecode's surrogates)
             array = pa.array([_utf8_paths(r) for r in chunk], type=_ROW)
         batches.append(pa.RecordBatch.from_struct_array(array))
-    return pa.Table.from_batches(batches, schema=SCHEMA)
+    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+    return table.append_column(HOST, pa.DictionaryArray.from_arrays(np.zeros(table.num_rows, np.int32), host))
 
 
 def _utf8_paths(row: TraceRecord) -> TraceRecord:

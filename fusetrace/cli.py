@@ -400,10 +400,13 @@ def _scenario_parser(sub) -> None:
 
 
 def _report_parser(sub) -> None:
-    r = sub.add_parser("report", help="who did what on a trace, how long it took, and what to change")
-    r.add_argument("trace_dir", metavar="DIR")
-    r.add_argument("--by", choices=("comm", "pid", "path", "dir"),
-                   help="one table per process name, process, path or directory")
+    r = sub.add_parser("report", help="who did what on a trace, how long it took, and what to change",
+                       description="Report on a trace directory, or on several read as one (a fleet's: one "
+                                   "per host), with a line per host.")
+    r.add_argument("trace_dir", metavar="DIR", nargs="+",
+                   help="a trace directory, or a glob of them in quotes ('traces/*'); several are read as one")
+    r.add_argument("--by", choices=("comm", "pid", "path", "dir", "host"),
+                   help="one table per process name, process, path, directory or host")
     r.add_argument("--top", type=_positive_int, default=20, metavar="N",
                    help="with --by: the N groups with most time (default 20; --json has all)")
     r.add_argument("--op", action="append", metavar="OP", help="only these operations (repeat, or a,b,c)")
@@ -439,9 +442,14 @@ def _rehearse_parsers(sub) -> None:
     f.add_argument("-o", "--output", required=True, metavar="PROFILE.toml")
     f.add_argument("--base", default="efs-bursting",
                    help="the profile whose values stand where the trace says nothing (default efs-bursting)")
-    c = sub.add_parser("compare", help="two traces side by side, per operation, with a verdict")
-    c.add_argument("trace_a", metavar="A")
-    c.add_argument("trace_b", metavar="B")
+    c = sub.add_parser("compare", help="two traces side by side, per operation, with a verdict",
+                       description="Set trace A beside trace B, per operation. Either side may be several "
+                                   "trace directories read as one (a fleet's): a glob in quotes ('prod/*'), "
+                                   "or, with --against, every directory before it is A and those after it B.")
+    c.add_argument("traces", metavar="A", nargs="+",
+                   help="A then B, each a trace directory or a glob in quotes; with --against, A's directories")
+    c.add_argument("--against", metavar="B", nargs="+",
+                   help="B's trace directories or globs; every argument before --against is then A's")
     c.add_argument("--out", metavar="DIR", help="also write CDF plots (PNG) and a self-contained HTML page here")
     c.add_argument("--tolerance", type=_positive_float, default=10.0, metavar="PCT",
                    help="p50s within this many per cent pass (default 10)")

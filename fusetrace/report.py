@@ -2,7 +2,9 @@
 process or directory; how much of the records' span the operations account for; what to
 change (hints); operations and bytes over time (`--timeline`, `--plot`); and for an
 emulated trace where the modelled time went (the gates that held each operation, and
-wait / latency / transfer), the profile, and whether the host kept up.
+wait / latency / transfer), the profile, and whether the host kept up.  Several trace
+directories (a fleet's, one per host: `fusetrace report 'traces/*'`) give one report of
+all their records, with a line per host.
 
 Every pass over the records is DuckDB SQL on the Parquet parts, filters pushed into the
 scan; Python only formats the few result rows.  `Trace(dir, filters).summary()` gives
@@ -15,6 +17,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 
@@ -81,29 +84,32 @@ class Filters:
 
 
 class Trace:
-    """A trace directory opened for queries, through `filters`.  Only the parts present
-    when it was opened are read, so a trace still being written reports consistently.
+    """A trace directory, or several read as one (a fleet's: reader.TraceSet), opened for
+    queries through `filters`.  Only the parts present when it was opened are read, so a
+    trace still being written reports consistently.
 
     `records`, `origin_ns` (the first record's start_ns: a trace's time 0) are of the
     whole trace; `matched`, `first_ns`, `last_ns`, `span_ns`, `total_ns` of the records
-    the filters keep, which every other figure is about."""
+    the filters keep, which every other figure is about.  Over several traces, times are
+    on the clock of the one that started first, and `metadata` is what they share
+    (fleet_metadata)."""
 
-    def __init__(self, directory: str, filters: Filters = Filters()):
-        self.directory = os.path.abspath(directory)
-        self.files = reader.parts(directory)
-        self.metadata_error = None
-        try:
-            self.metadata = meta.read(self.directory)
-        except ValueError as exc:
-            self.metadata, self.metadata_error = {}, f"{meta.NAME} unreadable: {exc}"
-        else:
-            if not self.metadata:
-                self.metadata_error = f"no {meta.NAME}: source, start time and drops unknown"
+    def __init__(self, directories: str | os.PathLike | Sequence[str | os.PathLike], filters: Filters = Filters()):
+        given = [directories] if isinstance(directories, str | os.PathLike) else list(directories)
+        self.set = reader.TraceSet([os.fspath(d) for d in given])
+        members = self.set.members
+        self.directories = [m.directory for m in members]
+        self.directory = self.directories[0]
+        self.fleet = len(members) > 1
+        self.label = f"{len(members)} traces" if self.fleet else self.directory
+        self.files = self.set.files
         self._db = duckdb.connect()
-        self._db.read_parquet(self.files).create_view("all_records")
-        self.columns = {row[0] for row in self._db.execute("describe all_records").fetchall()}
-        self.format_version = self.metadata.get("format_version") or (
-            4 if "fault" in self.columns else 3 if "comm" in self.columns else 2 if "gate" in self.columns else 1)
+        self.columns = self.set.create_view(self._db, "all_records")
+        if self.fleet:
+            self.metadata, self.metadata_error = fleet_metadata(self.set), None
+        else:
+            self.metadata, self.metadata_error = members[0].metadata, members[0].metadata_error
+        self.format_version = min(m.format_version for m in members)
         totals = "count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0)"
         whole = self._one(f"select {totals} from all_records")
         self.records, self.origin_ns = whole[:2]
@@ -125,7 +131,8 @@ class Trace:
 
     def _need_comm(self, what: str) -> None:
         if "comm" not in self.columns:
-            raise UserError(f"{self.directory}: {what}: this trace names no processes (format "
+            raise UserError(f"{self.label}: {what}: {'these traces name' if self.fleet else 'this trace names'} "
+                            f"no processes (format "
                             f"{self.format_version}, recorded before format 3 added comm); --pid and --by pid "
                             f"work on it")
 
@@ -200,13 +207,32 @@ class Trace:
             self._need_comm("--by comm")
         return by
 
+    def hosts(self) -> list[dict]:
+        """Per host, of the records the filters keep: the traces taken there, operations,
+        errors, operations per second over the whole span (so that hosts compare, and add up
+        to the report's), their summed latency (`total_ns`, and its share of all hosts'),
+        and the host's own span, from its first operation to its last reply; most total
+        time first."""
+        traces: dict[str, int] = {}
+        for m in self.set.members:
+            traces[m.host] = traces.get(m.host, 0) + 1
+        rows = self._db.execute("""
+            select host, count(*), count(*) filter (where errno <> 0), sum(dur_ns),
+                   max(start_ns + dur_ns) - min(start_ns)
+            from trace group by host order by sum(dur_ns) desc, host""").fetchall()
+        total = self.total_ns or 1
+        return [{"host": host, "traces": traces.get(host, 0), "count": n, "errors": errors, "total_ns": int(summed),
+                 "share": summed / total, "span_ns": span,
+                 "ops_per_s": n / (self.span_ns / 1e9) if self.span_ns else None}
+                for host, n, errors, summed, span in rows]
+
     def ops(self, by: str | None = None, top: int | None = None) -> tuple[list[dict], int]:
         """One row per op (or per (group, op), `by` comm, pid, path or dir), biggest total
         time first, and the number of groups; `top` keeps only the groups with most total
         time.  Each row has its errors by name (`errnos`, most first); by pid, the names the
         process ran under (`comms`, most records first)."""
-        if by not in (None, "comm", "pid", "path", "dir"):
-            raise ValueError(f"by must be comm, pid, path or dir, not {by!r}")
+        if by not in (None, "comm", "pid", "path", "dir", "host"):
+            raise ValueError(f"by must be comm, pid, path, dir or host, not {by!r}")
         key = f'{self._group(by)} as "{by}"' if by else None
         stats = f"""
             select {key + ', ' if key else ''}op, count(*) as count, count(*) filter (where errno <> 0) as errors,
@@ -446,7 +472,11 @@ class Trace:
         ops, groups = self.ops(by, top)
         m = self.metadata
         out = {
-            "directory": self.directory,
+            "directory": None if self.fleet else self.directory,
+            "directories": self.directories,
+            "traces": self.traces(),
+            "hosts": self.hosts(),
+            "unaligned": self.set.unaligned,
             "files": len(self.files),
             "records": self.records,
             "format_version": self.format_version,
@@ -459,7 +489,7 @@ class Trace:
             "total_ns": self.total_ns,
             "metadata": m,
             "metadata_error": self.metadata_error,
-            "closed": "end_wall_ns" in m,
+            "closed": all("end_wall_ns" in t.metadata for t in self.set.members),
             "by": by,
             "top": top,
             "groups": groups,
@@ -475,6 +505,24 @@ class Trace:
             out["timeline"] = self.timeline()
         return out
 
+    def traces(self) -> list[dict]:
+        """Per trace directory read: its host, records, parts, format, and what its reader
+        must be warned of (`warning`: no metadata, or not closed; else None); on an
+        emulated one, its `profile` and whether the host set the pace (`host_bound`, None
+        when unknown)."""
+        out = []
+        for i, t in enumerate(self.set.members):
+            m = t.metadata
+            warning = t.metadata_error or (None if "end_wall_ns" in m else _not_closed(m))
+            load = m.get("host_load")
+            load = load if isinstance(load, dict) else {}
+            out.append({"directory": t.directory, "host": t.host,
+                        "records": self._one(f"select count(*) from all_records_{i}")[0],
+                        "files": len(t.files), "format_version": t.format_version, "warning": warning,
+                        "profile": (m.get("emulation") or {}).get("profile") if "emulation" in m else None,
+                        "host_bound": load.get("host_bound") if "emulation" in m else None})
+        return out
+
     def _filters(self) -> dict | None:
         f = self.filters
         if f == Filters():
@@ -483,6 +531,42 @@ class Trace:
                 "path_regex": None if f.path is None else glob_regex(self._below_mount(f.path)),
                 "since": f.since, "since_ns": self.since_ns, "until": f.until, "until_ns": self.until_ns,
                 "options": f.options()}
+
+
+_ABSENT = object()
+
+
+def fleet_metadata(traces: reader.TraceSet) -> dict:
+    """What a report over several traces says of them together, in a trace's metadata's
+    keys: those every trace has with the same value (`options` key by key), the counters
+    added up, the clock of the trace that started first (the records' clock), the mean of
+    their FUSE round trips when each has one, the profiles emulated, every warning once.
+    What belongs to one run alone (its end, pid, host_load, metrics) is left out."""
+    each = [m.metadata for m in traces.members]
+    first, rest = each[0], each[1:]
+    out = {k: v for k, v in first.items() if all(o.get(k, _ABSENT) == v for o in rest)}
+    for key in ("end_wall_ns", "end_monotonic_ns", "start_wall_ns", "start_monotonic_ns", "pid", "host_load",
+                "metrics_per_minute", "last_error", "fuse_round_trip_ns", "emulation", "warnings"):
+        out.pop(key, None)
+    out.update({k: traces.base[k] for k in ("start_wall_ns", "start_monotonic_ns") if k in traces.base})
+    for key in ("records", "files", "dropped", "lost", "write_errors"):
+        if any(key in o for o in each):
+            out[key] = sum(o.get(key) or 0 for o in each)
+    options: list[dict] = [o["options"] if isinstance(o.get("options"), dict) else {} for o in each]
+    out["options"] = {k: v for k, v in options[0].items() if all(o.get(k, _ABSENT) == v for o in options[1:])}
+    errors = [o["last_error"] for o in each if o.get("last_error")]
+    if errors:
+        out["last_error"] = errors[-1]
+    trips = [t for o in each if isinstance(t := o.get("fuse_round_trip_ns"), int | float) and t > 0]
+    if len(trips) == len(each):
+        out["fuse_round_trip_ns"] = round(sum(trips) / len(trips))
+    profiles = sorted({str((o["emulation"] or {}).get("profile")) for o in each if "emulation" in o})
+    if profiles:
+        out["emulation"] = {"profile": ", ".join(profiles)}
+    warnings = list(dict.fromkeys(w for o in each for w in o.get("warnings") or ()))
+    if warnings:
+        out["warnings"] = warnings
+    return out
 
 
 def run(args) -> int:
@@ -496,11 +580,13 @@ def run(args) -> int:
         if not os.path.isdir(folder):
             raise UserError(f"--plot {args.plot}: no such directory {folder}")
     filters = Filters.from_args(args)
+    directories = reader.expand(args.trace_dir)
     try:
-        trace = Trace(args.trace_dir, filters)
+        trace = Trace(directories, filters)
         s = trace.summary(args.by, args.histogram, None if args.json else args.top, args.timeline)
     except duckdb.Error as exc:
-        raise UserError(f"{args.trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+        what = directories[0] if len(directories) == 1 else " ".join(args.trace_dir)
+        raise UserError(f"{what}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     if args.plot is not None and s["timeline"] is not None:
         try:
             plot_timeline(args.plot, s)
@@ -518,7 +604,10 @@ def run(args) -> int:
 # ---- text ----------------------------------------------------------------------------
 
 def render(s: dict) -> str:
-    parts = ["\n".join(_header(s)), _ops_table(s)]
+    parts = ["\n".join(_header(s))]
+    if len(s["hosts"]) > 1:
+        parts.append(_hosts_table(s))
+    parts.append(_ops_table(s))
     shaping = _shaping(s)
     if shaping:
         parts.append(shaping)
@@ -533,7 +622,16 @@ def render(s: dict) -> str:
 
 def _header(s: dict) -> list[str]:
     m = s["metadata"]
-    lines = [f"trace       {s['directory']}  ({_int(s['records'])} records in {_int(s['files'])} files)"]
+    counts = f"({_int(s['records'])} records in {_int(s['files'])} files)"
+    if s["directory"] is not None:
+        lines = [f"trace       {s['directory']}  {counts}"]
+    else:
+        traces = s["traces"]
+        hosts = len({t["host"] for t in traces})
+        lines = [f"traces      {len(traces)} traces from {hosts} host{'s' if hosts > 1 else ''}  {counts}"]
+        lines += [f"            {t['host'] or '(no host)'}  {t['directory']}" for t in traces[:TOP_GROUPS]]
+        if len(traces) > TOP_GROUPS:
+            lines.append(f"            and {_int(len(traces) - TOP_GROUPS)} more (--json lists them all)")
     if "source" in m:
         host = f" on {m['host']}" if m.get("host") else ""
         lines.append(f"source      {m['source']}{host}, mounted at {m.get('mountpoint', '?')}")
@@ -552,15 +650,28 @@ def _header(s: dict) -> list[str]:
     if m.get("write_errors"):
         lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")
-    lines += _emulation(m)
+    lines += _emulation(m, s["traces"])
     for f in s.get("faults", []):
         said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {_int(o['count'])}" for o in f["ops"])
         lines.append(f"fault       rule {f['rule']} acted on {_int(f['records'])} records: {said}")
-    if s["metadata_error"]:
-        lines.append(f"warning     {s['metadata_error']}")
-    elif not s["closed"]:
-        lines.append(f"warning     {_not_closed(m)}")
+    if s["directory"] is not None:
+        warning = s["traces"][0]["warning"]
+        lines += [f"warning     {warning}"] if warning else []
+    else:
+        lines += [f"warning     {t['directory']}: {t['warning']}" for t in s["traces"] if t["warning"]]
+        lines += [f"warning     {d}: no clock mapping (start_wall_ns) in its {meta.NAME}: its times are its "
+                  f"own, not aligned with the other traces'" for d in s["unaligned"]]
     return lines
+
+
+def _hosts_table(s: dict) -> str:
+    """One line per host of a report over several traces."""
+    head = ["host", "traces", "ops", "errors", "ops/s", "total", "%total", "span"]
+    rows = [[h["host"] or "(no host)", _int(h["traces"]), _int(h["count"]), _int(h["errors"]), _num(h["ops_per_s"]),
+             _ns(h["total_ns"]), f"{100 * h['share']:.1f}", f"{h['span_ns'] / 1e9:.3f} s"] for h in s["hosts"]]
+    return (f"per host\n{table(head, rows, 'l' + 'r' * 7)}\n(ops: the records kept on each host, ops/s over the "
+            f"records' whole span; total: their latencies added up, %total its share of all hosts'; span: from the "
+            f"host's first operation to its last reply)")
 
 
 def _at(s: dict, ns: int) -> str:
@@ -652,14 +763,22 @@ def _ops_table(s: dict) -> str:
     return f"{text}\n({note})"
 
 
-def _emulation(m: dict) -> list[str]:
+def _emulation(m: dict, traces: list[dict]) -> list[str]:
     """The header's lines on an emulated trace: the profile, whether the host kept up
-    with the model, and what the run must be warned of (its metadata's `warnings`)."""
+    with the model, and what the run must be warned of (its metadata's `warnings`); over
+    several traces, the hosts that did not keep up."""
     if "emulation" not in m:
         return []
     lines = [f"emulated    {m['emulation'].get('profile', '?')}"]
     host = m.get("host_load")
-    if host is None:
+    if len(traces) > 1:
+        bound = [t["host"] or t["directory"] for t in traces if t["host_bound"]]
+        unknown = [t["host"] or t["directory"] for t in traces if t["profile"] and t["host_bound"] is None]
+        lines[0] += (f"; HOST-BOUND on {', '.join(bound)}: there the host, not the model, set the pace" if bound
+                     else "; every host kept up with the model" if not unknown else "")
+        if unknown:
+            lines[0] += f"; whether the host kept up is unknown on {', '.join(unknown)}"
+    elif host is None:
         lines[0] += "; whether the host kept up is unknown (no final metadata)"
     else:
         verdict = "HOST-BOUND: the host, not the model, set the pace" if host["host_bound"] else \
@@ -743,7 +862,8 @@ def plot_timeline(path: str, s: dict) -> None:
     bottom.set(ylabel="MB/s", ylim=(0, None), xlabel="seconds since the trace's first record")
     bottom.legend(loc="upper right", fontsize=8)
     what = "  ".join(s["filters"]["options"]) if s["filters"] else "all records"
-    top.set_title(f"{s['directory']}: {what}, per {_width(t['width_ns'])}", fontsize=9, parse_math=False)
+    where = s["directory"] or ", ".join(s["directories"])
+    top.set_title(f"{where}: {what}, per {_width(t['width_ns'])}", fontsize=9, parse_math=False)
     fig.savefig(path, format="png")
 
 

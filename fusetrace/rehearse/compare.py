@@ -8,6 +8,8 @@ either side; `only in A` / `only in B`.  A difference smaller than FUSE's own ro
 microsecond operations measures the host, not the file system.  Exit status 0 when every
 judged op passes, 1 when one fails, 2 for bad input.  With --out DIR, latency CDFs of A
 and B per op (one PNG) and a self-contained index.html.
+
+Either side may be several traces read as one (a fleet's, one per host: reader.TraceSet).
 """
 
 import base64
@@ -15,6 +17,7 @@ import html
 import io
 import json
 import os
+from collections.abc import Sequence
 
 import duckdb
 
@@ -34,14 +37,13 @@ class CompareError(UserError):
 
 
 class Side:
-    """One trace, opened for per-op percentiles."""
+    """One trace, or several read as one, opened for per-op percentiles."""
 
-    def __init__(self, directory: str):
-        self.directory = os.path.abspath(directory)
-        self.meta = reader.metadata(directory)
+    def __init__(self, directories: Sequence[str]):
+        self.traces = reader.TraceSet(directories)
+        self.directories = [m.directory for m in self.traces.members]
         self.db = duckdb.connect()
-        self.db.read_parquet(reader.parts(directory), union_by_name=True).create_view("trace")
-        self.columns = {row[0] for row in self.db.execute("describe trace").fetchall()}
+        self.columns = self.traces.create_view(self.db, "trace")
         row = self.db.execute("select count(*), coalesce(max(start_ns + dur_ns) - min(start_ns), 0) "
                               "from trace").fetchone()
         assert row is not None
@@ -60,10 +62,19 @@ class Side:
         row = self.db.execute("select quantile_cont(dur_ns, ?) from trace where op = ?", [qs, op]).fetchone()
         return list(row[0]) if row and row[0] else []
 
+    def round_trip_ns(self) -> float:
+        """FUSE's round trip as its traces measured it at mount (the largest; 0 if none did)."""
+        return max((m.metadata.get("fuse_round_trip_ns") or 0 for m in self.traces.members), default=0)
+
     def describe(self) -> dict:
-        emulation = self.meta.get("emulation") or {}
-        return {"directory": self.directory, "records": self.records, "span_ns": self.span_ns,
-                "profile": emulation.get("profile"), "fuse_round_trip_ns": self.meta.get("fuse_round_trip_ns")}
+        """Its directory (None for several), directories, hosts, records, span, the profiles
+        emulated (None when none) and the round trip."""
+        profiles = sorted({str((m.metadata.get("emulation") or {}).get("profile")) for m in self.traces.members
+                           if m.metadata.get("emulation")})
+        return {"directory": self.directories[0] if len(self.directories) == 1 else None,
+                "directories": self.directories, "hosts": sorted({m.host for m in self.traces.members}),
+                "records": self.records, "span_ns": self.span_ns, "profile": ", ".join(profiles) or None,
+                "fuse_round_trip_ns": self.round_trip_ns() or None}
 
 
 def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_ns: float) -> dict:
@@ -88,9 +99,10 @@ def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_n
     return row
 
 
-def compare(dir_a: str, dir_b: str, tolerance: float, tail: float) -> dict:
-    a, b = Side(dir_a), Side(dir_b)
-    slack = max(a.meta.get("fuse_round_trip_ns") or 0, b.meta.get("fuse_round_trip_ns") or 0)
+def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float, tail: float) -> dict:
+    """A's traces (read as one) against B's; see the module's docstring."""
+    a, b = Side(dirs_a), Side(dirs_b)
+    slack = max(a.round_trip_ns(), b.round_trip_ns())
     out: dict = {"a": a.describe(), "b": b.describe(), "tolerance": tolerance, "tail_tolerance": tail,
                  "min_records": MIN_RECORDS, "host_slack_ns": slack}
     for key, name in (("op", "ops"), ("kind", "classes")):
@@ -112,8 +124,13 @@ def run(args) -> int:
     for flag, value in (("--tolerance", args.tolerance), ("--tail-tolerance", args.tail_tolerance)):
         if value >= 1000:
             raise CompareError(f"{flag} {value:g}: a percentage under 1000")
+    if args.against is None and len(args.traces) != 2:
+        raise CompareError(f"give two traces, A B (each a directory or a glob in quotes), or several: "
+                           f"A... --against B... (got {len(args.traces)} before any --against)")
+    sides = (args.traces, args.against) if args.against is not None else ([args.traces[0]], [args.traces[1]])
+    dirs_a, dirs_b = (reader.expand(side) for side in sides)
     try:
-        result = compare(args.trace_a, args.trace_b, args.tolerance, args.tail_tolerance)
+        result = compare(dirs_a, dirs_b, args.tolerance, args.tail_tolerance)
     except duckdb.Error as exc:
         raise CompareError(f"cannot read the traces: {str(exc).splitlines()[0]}") from None
     sides = result.pop("_sides")
@@ -128,7 +145,7 @@ def render(r: dict) -> str:
     for side in ("a", "b"):
         d = r[side]
         emulated = f", emulating {d['profile']}" if d["profile"] else ""
-        lines.append(f"{side.upper()}  {d['directory']}  ({_int(d['records'])} records over "
+        lines.append(f"{side.upper()}  {_names(d)}  ({_int(d['records'])} records over "
                      f"{d['span_ns'] / 1e9:.3f} s{emulated})")
     blocks = ["\n".join(lines), _table(r["ops"], "op")]
     if r["classes"]:
@@ -139,6 +156,14 @@ def render(r: dict) -> str:
                   f"{r['judged'] - r['failed']} of {r['judged']} judged operations pass"
                   + (f"; see {r['out']['html']}" if r.get("out") else ""))
     return "\n\n".join(blocks)
+
+
+def _names(d: dict) -> str:
+    """A side as the text names it: its directory, or its traces' count, hosts and directories."""
+    if d["directory"] is not None:
+        return d["directory"]
+    hosts = ", ".join(h or "(no host)" for h in d["hosts"])
+    return f"{len(d['directories'])} traces (hosts {hosts}): {' '.join(d['directories'])}"
 
 
 def _table(rows: list[dict], key: str) -> str:
@@ -232,8 +257,8 @@ def _page(r: dict, png: bytes) -> str:
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} td:first-child{{text-align:left}}
 tr.fail td{{background:#fdd}}</style></head><body>
 <h1>A against B</h1>
-<p>A: {esc(r['a']['directory'])} ({_int(r['a']['records'])} records)<br>
-B: {esc(r['b']['directory'])} ({_int(r['b']['records'])} records)</p>
+<p>A: {esc(_names(r['a']))} ({_int(r['a']['records'])} records)<br>
+B: {esc(_names(r['b']))} ({_int(r['b']['records'])} records)</p>
 <p>pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %
 (or apart by less than FUSE's round trip); too few: under {r['min_records']} records on a side.
 {r['judged'] - r['failed']} of {r['judged']} judged operations pass.</p>

@@ -1,8 +1,9 @@
 """The trace's `_metadata.json`, and writing files so readers never see half of one.
 
-The name starts with "_" because pyarrow (so pandas) and Spark skip such files when
-they read a directory of Parquet parts; a plain `metadata.json` would be taken for a
-part and fail the read.
+The name starts with "_" because pyarrow (so pandas) skips such files when it reads a
+directory of Parquet parts; a plain `metadata.json` would be taken for a part and fail the
+read.  (Spark does not skip names starting with `_metadata`: docs/TRACE_FORMAT.md says how
+to read a trace there.)
 """
 
 import json

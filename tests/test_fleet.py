@@ -33,17 +33,25 @@ def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", FLEET_DOC.read_text(), re.S)
 
 
-@pytest.fixture
-def fleet(mount, tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
     """traces/host=web1 (named by its directory) and traces/host=web2 (named by --host too),
-    each a real traced mount on which FILES[host] files were written; both unmounted."""
-    traces = tmp_path / "traces"
+    each a real traced mount on which FILES[host] files were written; both unmounted.  Made
+    once for the module: the tests only read it."""
+    root = tmp_path_factory.mktemp("fleet")
+    traces = root / "traces"
     for host, n in FILES.items():
+        src, mnt = root / f"src-{host}", root / f"mnt-{host}"
+        src.mkdir()
+        mnt.mkdir()
         named = ("--host", host) if host == "web2" else ()
-        m = mount("--attr-timeout", "0", "--entry-timeout", "0", "--trace", str(traces / f"host={host}"), *named)
-        for i in range(n):
-            (m.mountpoint / f"f{i}").write_bytes(b"x" * 1000)
-        m.unmount()
+        fusetrace("mount", str(src), str(mnt), "--attr-timeout", "0", "--entry-timeout", "0",
+                  "--trace", str(traces / f"host={host}"), *named)
+        try:
+            for i in range(n):
+                (mnt / f"f{i}").write_bytes(b"x" * 1000)
+        finally:
+            fusetrace("umount", str(mnt))
     return traces
 
 

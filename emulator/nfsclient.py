@@ -131,7 +131,8 @@ class NfsClient:
     def _rpc(self, cls: OpClass, rpc: str, now: float, file: int = 0, directory: int = 0, nbytes: int = 0,
              write_mode: str = "buffered", after: float = -math.inf) -> Admission:
         a = self.model.admit(Op(cls, nbytes, file, directory, write_mode), now, after)
-        return Admission(a.done_at, a.gate, a.latency, a.transfer, a.wait, rpc)
+        a.rpcs = rpc  # the model's answer is made for this call alone: named, not copied
+        return a
 
     @staticmethod
     def _none(now: float, rpcs: str = "") -> Admission:

@@ -14,7 +14,12 @@ class OpClass(enum.Enum):
     COMMIT = "commit"
 
 
-@dataclass(frozen=True, slots=True)
+# Op and Admission are made for every RPC, so they are plain slotted dataclasses: a frozen one
+# costs three times as much to make (about 1.1 µs against 0.4 µs each, here).  Treat them as
+# values all the same.
+
+
+@dataclass(slots=True)
 class Op:
     cls: OpClass
     nbytes: int = 0  # data bytes of a read or write
@@ -48,7 +53,7 @@ class Gate(enum.StrEnum):
     STALL = "stall"  # the server answered nothing for a while (a scheduled stall: emulator/events.py)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admission:
     """The model's answer: reply at done_at.  done_at - now = wait + latency + transfer."""
 

@@ -53,10 +53,12 @@ class Reply:
     """What the hub answers: the other clients' reports since this client's last."""
 
     reports: list[tuple[str, list[Usage], Totals]] = field(default_factory=list)  # (client, usage, totals)
-    sets: list[tuple[str, object]] = field(default_factory=list)
+    params: dict = field(default_factory=dict)  # every file system parameter set on any client: its last value
+    known: dict[str, Totals] | None = None  # on joining: every client's totals so far (its history, not taken in)
+    more: bool = False  # the hub has more reports for this client than one answer holds: exchange again now
     clients: int = 1  # live clients, this one included
     stored: float = -1.0  # the bytes of every live source (-1: none reported)
-    balance: float = math.nan  # the last balance any client reported before this one's (nan: none)
+    balance: float = math.nan  # the last balance another live client reported (nan: none live)
 
 
 class Hub(Protocol):
@@ -81,7 +83,7 @@ class SharedClient:
         model.share()
         self.model, self.client, self.source = model, client, source
         self.joined = False  # False until the first reply: a new client takes the file system's balance
-        self._joined_at = 0.0
+        self._params: dict = {}  # the file system's parameters as last heard from the hub
         self._sets: list[tuple[str, object]] = []
         self._stored = -1.0
         self._pending: list[Usage] = []  # what the hub did not take yet
@@ -95,6 +97,7 @@ class SharedClient:
         the file system's."""
         if not clients_own(key):
             self._sets.append((key, value))
+            self._params[key] = value  # applied here already: the hub's copy of it is no news
 
     def measured(self, nbytes: float) -> None:
         """This client's source measured at `nbytes`, for the file system's stored size."""
@@ -126,56 +129,81 @@ class SharedClient:
             self._stored = report.stored
 
     def apply(self, reply: Reply, now: float) -> None:
-        """The others' usage through this client's gates, their parameter changes, the
-        count of clients and the stored size; on joining, the file system's balance."""
+        """The others' usage through this client's gates, the file system's parameters that
+        changed, the count of clients and the stored size; on joining, every parameter set
+        so far, the others' history (known, not taken in) and the file system's balance."""
         model = self.model
+        for key, value in reply.params.items():  # in the hub's order: the last set of a key wins everywhere
+            if key not in self._params or self._params[key] != value:
+                self._params[key] = value
+                if not self.joined and key == "burst_credit_balance":
+                    continue  # a state, not a setting: a client joining takes the balance as it is now
+                if not clients_own(key):
+                    try:
+                        model.set(key, value, now)
+                    except ProfileError as exc:  # inconsistent with this client's own overrides
+                        self.refused.append(str(exc))
         if not self.joined:
-            self.joined, self._joined_at = True, now
+            self.joined = True
+            for client, totals in (reply.known or {}).items():
+                self._absorbed[client] = {i: [n, b, c] for i, n, b, c in totals}
             if not math.isnan(reply.balance):
-                model.set("burst_credit_balance", reply.balance, now)
-        for key, value in reply.sets:
-            if not clients_own(key):
                 try:
-                    model.set(key, value, now)
-                except ProfileError as exc:  # inconsistent with this client's own overrides
+                    model.set("burst_credit_balance", reply.balance, now)
+                except ProfileError as exc:
                     self.refused.append(str(exc))
-        for client, usage, totals in reply.reports:
-            model.absorb(self._due(client, usage, totals, now), now)
+        merged: dict[str, tuple[list[Usage], Totals]] = {}
+        for client, usage, totals in reply.reports:  # one client's reports taken in together
+            before = merged.get(client, ([], []))[0]
+            merged[client] = (before + usage, totals)
+        for client, (usage, totals) in merged.items():
+            model.absorb(self._due(client, _merged(usage), totals), now)
         model.clients = max(1, reply.clients)
         if reply.stored >= 0:
             model.set_stored_bytes(reply.stored, now)
 
-    def _due(self, client: str, usage: list[Usage], totals: Totals, now: float) -> list[Usage]:
-        """What to take in of `client`'s report: its usage, made to agree with its totals
-        against what was taken in from it before.  Reports lost (a Redis restarted before this
-        client read them) leave the totals ahead: the difference is taken in, per class,
-        without a file.  A report sent twice (its answer was lost, so it went again) leaves
-        them behind: the report is scaled down to what the totals allow.  A client first
-        heard of within JOIN_WINDOW of this one joining was there before it: its first report
-        sets where it stands (a client joining takes in no history); one first heard of later
-        joined later, and everything it reported counts."""
-        sums = {i: [0, 0, 0.0] for i, *_ in totals}
+    def _due(self, client: str, usage: list[Usage], totals: Totals) -> list[Usage]:
+        """What to take in of `client`'s usage: made to agree with its totals against what
+        was taken in from it before.  Reports lost (a Redis restarted before this client read
+        them) leave the totals ahead: the difference is taken in, per class, without a file.
+        A report sent twice (its answer was lost, so it went again) leaves them behind: each
+        of operations, bytes and cost is scaled down to what the totals allow.  A client
+        unknown when this one joined joined later: everything it reported counts."""
+        sums: dict[int, list] = {}
         for i, _, n, nbytes, cost in usage:
             _add(sums.setdefault(i, [0, 0, 0.0]), n, nbytes, cost)
-        seen = self._absorbed.get(client)
-        if seen is None:
-            before = now - self._joined_at <= JOIN_WINDOW
-            seen = self._absorbed[client] = {
-                i: [n - sums[i][0], b - sums[i][1], c - sums[i][2]] if before else [0, 0, 0.0]
-                for i, n, b, c in totals}
-        out = []
+        seen = self._absorbed.setdefault(client, {})
+        out: list[Usage] = []
         for i, n, nbytes, cost in totals:
-            was = seen.setdefault(i, [0, 0, 0.0])
-            due = [n - was[0], nbytes - was[1], cost - was[2]]
-            got = sums[i]
-            share = min(1.0, due[0] / got[0]) if got[0] > 0 else 1.0
-            out += [(j, key, round(k * share), round(b * share), c * share)
-                    for j, key, k, b, c in usage if j == i and share > 0]
-            gap = [due[0] - round(got[0] * share), due[1] - round(got[1] * share), due[2] - got[2] * share]
-            if gap[0] > 0:
-                out.append((i, 0, gap[0], max(gap[1], 0), max(gap[2], 0.0)))
+            was = seen.get(i, [0, 0, 0.0])
+            due = (n - was[0], nbytes - was[1], cost - was[2])
+            got = sums.get(i, [0, 0, 0.0])
+            mine = [u for u in usage if u[0] == i]
+            ops = _fit([u[2] for u in mine], due[0])
+            nbytes_each = _fit([u[3] for u in mine], due[1])
+            cost_share = min(1.0, max(due[2], 0.0) / got[2]) if got[2] > 0 else 1.0
+            out += [(i, key, k, b, c * cost_share)
+                    for (_, key, _, _, c), k, b in zip(mine, ops, nbytes_each) if k or b or c]
+            gap = (max(due[0] - got[0], 0), max(due[1] - got[1], 0), max(due[2] - got[2], 0.0))
+            if any(gap):
+                out.append((i, 0, *gap))
             seen[i] = [n, nbytes, cost]
         return out
+
+
+def _fit(values: list[int], total: int) -> list[int]:
+    """`values` as they are if they add up to `total` or less; else scaled down to add up to
+    exactly `total` (at least 0), the whole numbers spread by largest remainder."""
+    have = sum(values)
+    if have <= total:
+        return values
+    if total <= 0 or have <= 0:
+        return [0] * len(values)
+    exact = [v * total / have for v in values]
+    out = [int(x) for x in exact]
+    for j in sorted(range(len(values)), key=lambda j: exact[j] - out[j], reverse=True)[:total - sum(out)]:
+        out[j] += 1
+    return out
 
 
 def _add(total: list, n: int, nbytes: int, cost: float) -> None:
@@ -197,36 +225,44 @@ def _merged(usage: list[Usage]) -> list[Usage]:
 
 EXCHANGE_EVERY = 0.02  # s between a client's exchanges with the hub
 ANNOUNCE_EVERY = 1.0  # s: an idle client's totals go round this often, so that reports lost are made up
-JOIN_WINDOW = ANNOUNCE_EVERY + 10 * EXCHANGE_EVERY  # s: within it of joining, a client has heard from every other
 CLIENT_TTL = 5.0  # s: a client that has not reported for this long is gone
 SOURCE_TTL = 180.0  # s: a source whose size has not been reported for this long is gone (measured each minute)
 
 
 class LocalHub:
     """A hub for clients in one process: a log of reports, a read position per client,
-    and clients counted live while they have reported within CLIENT_TTL of the latest
-    report (in the clients' model time)."""
+    the file system's parameters in the order they were set, every client's latest
+    totals, and clients counted live while they have reported within CLIENT_TTL of the
+    latest report (in the clients' model time)."""
 
     def __init__(self) -> None:
         self._log: list[Report] = []
         self._read: dict[str, int] = {}
         self._seen: dict[str, float] = {}
         self._stored: dict[str, tuple[float, float]] = {}  # source: (bytes, when reported)
+        self._params: dict = {}
+        self._totals: dict[str, Totals] = {}
         self._balance = math.nan
 
     def exchange(self, report: Report) -> Reply:
+        joining = report.client not in self._read
+        known = {c: t for c, t in self._totals.items() if c != report.client} if joining else None
         start = self._read.get(report.client, len(self._log))  # a new client starts from now
         others = [r for r in self._log[start:] if r.client != report.client]
         if report.usage or report.sets or report.announce:
             self._log.append(report)
         self._read[report.client] = len(self._log)
+        self._totals[report.client] = report.totals
+        for key, value in report.sets:
+            self._params.pop(key, None)
+            self._params[key] = value  # last set last
         now = max([report.now, *self._seen.values()])
+        live_before = any(c != report.client and t > now - CLIENT_TTL for c, t in self._seen.items())
         self._seen[report.client] = report.now
         self._seen = {c: t for c, t in self._seen.items() if t > now - CLIENT_TTL}
         if report.stored >= 0:
             self._stored[report.source] = (report.stored, report.now)
         live = [b for b, t in self._stored.values() if t > now - SOURCE_TTL]
-        balance, self._balance = self._balance, report.balance
-        return Reply(reports=[(r.client, r.usage, r.totals) for r in others],
-                     sets=[s for r in others for s in r.sets], clients=len(self._seen),
-                     stored=sum(live) if live else -1.0, balance=balance)
+        balance, self._balance = (self._balance if live_before else math.nan), report.balance
+        return Reply(reports=[(r.client, r.usage, r.totals) for r in others], params=dict(self._params),
+                     known=known, clients=len(self._seen), stored=sum(live) if live else -1.0, balance=balance)

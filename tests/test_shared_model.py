@@ -123,12 +123,15 @@ def test_a_report_the_hub_did_not_take_goes_with_the_next():
     for c in (a, b):
         c.apply(hub.exchange(c.report(0.0)), 0.0)
     for k in range(100):
-        a.model.admit(Op(OpClass.DATA_READ, 4 * KiB, file=1), 0.01 * k)
+        a.model.admit(Op(OpClass.DATA_WRITE, 4 * KiB, file=7, write_mode="direct"), 0.01 * k)
     a.restore(a.report(1.0))  # the hub was away
-    a.model.admit(Op(OpClass.DATA_READ, 4 * KiB, file=1), 1.5)
-    a.apply(hub.exchange(a.report(2.0)), 2.0)
+    a.model.admit(Op(OpClass.DATA_WRITE, 4 * KiB, file=7, write_mode="direct"), 1.5)
+    report = a.report(2.0)
+    assert [(u[1], u[2]) for u in report.usage] == [(7, 101)]  # kept, per file, and sent with the next
     b.apply(hub.exchange(b.report(2.0)), 2.0)
-    assert b.model.metrics(2.0)["DataReadIOBytes"] == 101 * 4 * KiB
+    b.apply(hub.exchange(report), 2.0)
+    b.apply(hub.exchange(b.report(2.0)), 2.0)
+    assert b.model.metrics(2.0)["DataWriteIOBytes"] == 101 * 4 * KiB
 
 
 def test_reply_and_report_defaults_say_nothing_known():
@@ -159,20 +162,80 @@ def test_reports_lost_in_a_redis_restart_are_made_up_from_the_totals(redis_serve
     assert b.model.metrics(3.2)["DataReadIOBytes"] == 110 * 4 * KiB
 
 
-def test_a_report_sent_twice_counts_once():
+@pytest.mark.parametrize("first, then", [((100, 4 * KiB, 1), (20, 4 * KiB, 1)),
+                                         ((1, 1 * MiB, 1), (1, 4 * KiB, 1)),
+                                         ((1, 4 * KiB, 8), (0, 0, 1))])
+def test_a_report_sent_twice_counts_once(first, then):
     """The hub took a report but its answer was lost: the client sends the usage again with the
-    next, and the others take in what the totals say, not twice."""
+    next, and the others take in what the totals say, not twice: operations, bytes and files
+    (one write on each of eight files, then nothing) each agree."""
     hub = LocalHub()
     a, b = SharedClient(model_of("efs-2016"), "a"), SharedClient(model_of("efs-2016"), "b")
     exchange(hub, 0.0, a, b)
-    reads(a, 100, 0.5)
+
+    def writes(n: int, size: int, files: int, now: float) -> None:
+        for f in range(files):
+            for _ in range(n):
+                a.model.admit(Op(OpClass.DATA_WRITE, size, file=1 + f, write_mode="direct"), now)
+
+    writes(*first, 0.5)
     report = a.report(0.5)
     hub.exchange(report)  # taken ...
     a.restore(report)  # ... but a never heard so
-    reads(a, 20, 0.6)
+    writes(*then, 0.6)
     exchange(hub, 0.6, a)
     exchange(hub, 0.7, b)
-    assert b.model.metrics(0.7)["DataReadIOBytes"] == 120 * 4 * KiB
+    mine, theirs = a.model.metrics(0.7), b.model.metrics(0.7)
+    assert theirs["DataWriteIOBytes"] == mine["DataWriteIOBytes"]
+    assert theirs["DataWriteOps"] == mine["DataWriteOps"]
+
+
+def test_a_client_joining_takes_in_no_history_even_from_one_silent_at_first(hub):
+    a = SharedClient(model_of("efs-2016"), "a")
+    exchange(hub, 0.0, a)
+    reads(a, 500, 0.5)
+    exchange(hub, 0.5, a)
+    late = SharedClient(model_of("efs-2016"), "late")
+    exchange(hub, 0.6, late)
+    exchange(hub, 3.0, late)  # a says nothing for over two seconds (its exchanges failing) ...
+    reads(a, 7, 3.5)
+    exchange(hub, 3.5, a)  # ... then reports: late takes in what a did since late joined, no more
+    exchange(hub, 3.6, late)
+    assert late.model.metrics(3.6)["DataReadIOBytes"] == 7 * 4 * KiB
+
+
+def test_sets_crossing_converge_and_a_client_joining_takes_every_set(hub):
+    a, b = SharedClient(model_of("efs-2016"), "a"), SharedClient(model_of("efs-2016"), "b")
+    exchange(hub, 0.0, a, b)
+    for c, value in ((a, 2000), (b, 1000)):  # the same key, set on two clients within one period
+        c.model.set("total_iops", value, 0.1)
+        c.changed("total_iops", value)
+    exchange(hub, 0.2, a, b)
+    exchange(hub, 0.3, a, b)
+    assert a.model.params.total_iops == b.model.params.total_iops == 1000  # the later set, everywhere
+    late = SharedClient(model_of("efs-2016"), "late")
+    exchange(hub, 0.4, late)
+    assert late.model.params.total_iops == 1000
+
+
+def test_a_client_catching_up_takes_the_backlog_a_batch_at_a_time(redis_hub):
+    from fusetrace.shaping.redis_hub import BATCH
+
+    hub = redis_hub()
+    a, b = SharedClient(model_of("efs-2016"), "a"), SharedClient(model_of("efs-2016"), "b")
+    exchange(hub, 0.0, a, b)
+    for k in range(2 * BATCH + 10):  # b hears nothing meanwhile
+        reads(a, 1, 0.001 * k)
+        exchange(hub, 0.001 * k, a)
+    answers = 0
+    while True:
+        reply = hub.exchange(b.report(3.0))
+        b.apply(reply, 3.0)
+        answers += 1
+        if not reply.more:
+            break
+    assert answers == 3
+    assert b.model.metrics(3.0)["DataReadIOBytes"] == a.model.metrics(3.0)["DataReadIOBytes"]
 
 
 def test_a_client_joining_takes_in_no_history_but_everything_after():

@@ -173,10 +173,11 @@ def preflight(opts: MountOptions) -> None:
     if (opts.shared is None) != (opts.fs_id is None):
         raise UserError("--shared URL and --fs-id ID go together (which Redis, and which file system in it)")
     if opts.shared is not None:
+        from ..shaping.redis_hub import check_url, shown
+
         if opts.emulate is None:
-            raise UserError(f"--shared {opts.shared}: needs --emulate PROFILE (what is shared is the emulated "
-                            f"file system's state)")
-        from ..shaping.redis_hub import check_url
+            raise UserError(f"--shared {shown(opts.shared)}: needs --emulate PROFILE (what is shared is the "
+                            f"emulated file system's state)")
         from ..shaping.sharing import check_fs_id
 
         check_url(opts.shared)

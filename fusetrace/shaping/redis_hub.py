@@ -26,12 +26,18 @@ from ..errors import UserError
 
 TIMEOUT_S = 0.25  # no exchange waits longer than this for Redis; the mount serves on regardless
 LOG_LENGTH = 100_000  # reports kept: minutes of a fleet's history, for a client catching up after an outage
+BATCH = 1000  # reports one answer holds at most: a client catching up exchanges again at once for more
+KEEP_MS = 86_400_000  # a file system's keys go a day after its last exchange
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 _EXCHANGE = """
 local p, client, cursor, usage, sets = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local source, stored, balance = ARGV[5], ARGV[6], ARGV[7]
 local client_ttl, source_ttl, keep = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
-local totals, announce = ARGV[11], ARGV[12]
+local totals, announce, batch, keep_ms = ARGV[11], ARGV[12], tonumber(ARGV[13]), ARGV[14]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 redis.call('ZADD', p .. ':clients', now, client)
@@ -47,44 +53,54 @@ end
 redis.call('ZREMRANGEBYSCORE', p .. ':sources', '-inf', now - source_ttl)
 local total, any = 0, 0
 for _, v in ipairs(redis.call('HVALS', p .. ':stored')) do total, any = total + tonumber(v), 1 end
-local prior = redis.call('GET', p .. ':balance') or ''
+local prior = ''
+if clients > 1 then prior = redis.call('GET', p .. ':balance') or '' end
 if balance ~= '' then redis.call('SET', p .. ':balance', balance) end
+for _, kv in ipairs(cjson.decode(sets)) do redis.call('HSET', p .. ':params', kv[1], cjson.encode(kv[2])) end
+local known = false
 local entries = {}
 if cursor == '' then
+  known = redis.call('HGETALL', p .. ':totals')
   local last = redis.call('XREVRANGE', p .. ':log', '+', '-', 'COUNT', 1)
   cursor = last[1] and last[1][1] or '0-0'
 else
-  entries = redis.call('XRANGE', p .. ':log', '(' .. cursor, '+')
+  entries = redis.call('XRANGE', p .. ':log', '(' .. cursor, '+', 'COUNT', batch)
   if #entries > 0 then cursor = entries[#entries][1] end
 end
+redis.call('HSET', p .. ':totals', client, totals)
 if usage ~= '[]' or sets ~= '[]' or announce == '1' then
-  redis.call('XADD', p .. ':log', 'MAXLEN', '~', keep, '*', 'c', client, 'u', usage, 's', sets, 't', totals)
+  redis.call('XADD', p .. ':log', 'MAXLEN', '~', keep, '*', 'c', client, 'u', usage, 't', totals)
 end
-local out = {cursor, clients, any == 1 and tostring(total) or '', prior}
+for _, k in ipairs({':clients', ':stored', ':sources', ':balance', ':params', ':totals', ':log'}) do
+  redis.call('PEXPIRE', p .. k, keep_ms)
+end
+local got = {}
 for _, e in ipairs(entries) do
   local f = e[2]
-  if f[2] ~= client then
-    table.insert(out, f[2]); table.insert(out, f[4]); table.insert(out, f[6]); table.insert(out, f[8])
-  end
+  if f[2] ~= client then table.insert(got, f[2]); table.insert(got, f[4]); table.insert(got, f[6]) end
 end
-return out
+return {cursor, clients, any == 1 and tostring(total) or '', prior, #entries == batch and 1 or 0,
+        redis.call('HGETALL', p .. ':params'), known, got}
 """
 
 
 def check_url(url: str) -> str:
     """The URL if it names a Redis server (redis://, rediss:// or unix://); UserError otherwise."""
     if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-        raise UserError(f"--shared {url}: expected a Redis URL, e.g. redis://127.0.0.1:6379/0")
+        raise UserError(f"--shared {shown(url)}: expected a Redis URL, e.g. redis://127.0.0.1:6379/0")
     return url
 
 
 def shown(url: str) -> str:
-    """The URL without its password, for stats, logs and trace metadata."""
+    """The URL without its password (before the host, or ?password=), for stats, logs,
+    messages and trace metadata."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        parts = parts._replace(netloc=netloc)
+    query = "&".join("password=***" if q.split("=", 1)[0] == "password" else q for q in parts.query.split("&")) \
+        if parts.query else ""
+    return parts._replace(query=query).geturl()
 
 
 class RedisHub:
@@ -110,22 +126,24 @@ class RedisHub:
         out = self._script(keys=[f"fusetrace:{self.fs_id}"], args=[
             report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
             repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
-            json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0"])
-        cursor, clients, stored, prior, *entries = (x.decode() if isinstance(x, bytes) else x for x in out)
-        self._cursors[report.client] = cursor
-        reports: list = []
-        got_sets: list = []
-        for i in range(0, len(entries), 4):
-            client, usage_text, sets_text, totals_text = entries[i:i + 4]
-            reports.append((client, [tuple(u) for u in json.loads(usage_text)],
-                            [tuple(t) for t in json.loads(totals_text)]))
-            got_sets += [tuple(s) for s in json.loads(sets_text)]
-        return Reply(reports=reports, sets=got_sets, clients=int(clients),
-                     stored=float(stored) if stored else -1.0, balance=float(prior) if prior else math.nan)
+            json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0",
+            BATCH, KEEP_MS])
+        cursor, clients, stored, prior, more, params, known, got = out
+        self._cursors[report.client] = _text(cursor)
+        reports = [(_text(got[i]), [tuple(u) for u in json.loads(got[i + 1])],
+                    [tuple(t) for t in json.loads(got[i + 2])]) for i in range(0, len(got), 3)]
+        return Reply(reports=reports, params={_text(params[i]): json.loads(params[i + 1])
+                                              for i in range(0, len(params), 2)},
+                     known=None if not known else {
+                         _text(known[i]): [tuple(t) for t in json.loads(known[i + 1])]
+                         for i in range(0, len(known), 2) if _text(known[i]) != report.client},
+                     more=bool(more), clients=int(clients), stored=float(stored) if stored else -1.0,
+                     balance=float(prior) if prior else math.nan)
 
     def leave(self, client: str) -> None:
         """`client` is gone: counted out of ClientConnections now, not when its report ages."""
         self._redis.zrem(f"fusetrace:{self.fs_id}:clients", client)
+        self._redis.hdel(f"fusetrace:{self.fs_id}:totals", client)
 
     def close(self) -> None:
         self._redis.close()

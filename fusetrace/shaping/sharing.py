@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable
 
 import redis
@@ -29,6 +30,17 @@ log = logging.getLogger("fusetrace")
 RETRY_EVERY = 1.0  # s between tries while Redis does not answer
 
 
+def _source_id(source: str) -> str:
+    """The backing directory as this kernel knows it: boot id, device and inode."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        st = os.stat(source)
+    except OSError:
+        return f"{socket.gethostname()}:{source}"
+    return f"{boot}:{st.st_dev}:{st.st_ino}"
+
+
 def check_fs_id(fs_id: str) -> str:
     """The file system id if it is 1 to 64 of letters, digits, '.', '_' and '-'."""
     if not (0 < len(fs_id) <= 64 and all(c.isalnum() or c in "._-" for c in fs_id) and fs_id.isascii()):
@@ -42,7 +54,9 @@ class Sharing:
         self._now = clock  # the model's clock
         self.url, self.fs_id = check_url(url), check_fs_id(fs_id)
         self.hub = RedisHub(url, fs_id)
-        self.client = SharedClient(model, f"{host}/{os.getpid()}", source=f"{host}:{source}")
+        # unique even where containers share a host name and a pid (1); the source by what it is on
+        # this kernel, so that containers sharing one backing directory count its size once
+        self.client = SharedClient(model, f"{host}/{os.getpid()}/{uuid.uuid4().hex[:8]}", source=_source_id(source))
         self.state = "starting"
         self.since = time.time()
         self.exchanges = self.failed = 0
@@ -66,10 +80,18 @@ class Sharing:
                 self._down(exc)
                 await trio.sleep(RETRY_EVERY)
                 continue
-            self.client.apply(reply, self._now())
+            try:
+                self.client.apply(reply, self._now())
+            except Exception as exc:  # an entry this version cannot take: said, and the mount goes on
+                log.exception("shared state: an answer from Redis could not be taken in")
+                self.failed += 1
+                self._down(exc)
+                await trio.sleep(RETRY_EVERY)
+                continue
             self.exchanges += 1
             self._up()
-            await trio.sleep(EXCHANGE_EVERY)
+            # a client catching up takes the rest at once, a batch at a time, letting requests in between
+            await trio.sleep(0 if reply.more else EXCHANGE_EVERY)
 
     def _down(self, exc: Exception) -> None:
         if self.state == "unreachable":
@@ -96,9 +118,11 @@ class Sharing:
                 "outages": list(self.outages), "refused_sets": list(self.client.refused)}
 
     def close(self) -> None:
-        """At unmount: leave the file system (if Redis answers within its bound), disconnect."""
+        """At unmount (the loop has stopped): report what is left and leave the file system, if
+        Redis answers within its bound; disconnect."""
         try:
+            self.hub.exchange(self.client.report(self._now()))  # the last of this mount's usage, and what it kept
             self.hub.leave(self.client.client)
-        except redis.RedisError:
+        except (redis.RedisError, OSError, ValueError):
             pass  # its report ages out in CLIENT_TTL
         self.hub.close()

@@ -236,17 +236,3 @@ def test_a_client_catching_up_takes_the_backlog_a_batch_at_a_time(redis_hub):
             break
     assert answers == 3
     assert b.model.metrics(3.0)["DataReadIOBytes"] == a.model.metrics(3.0)["DataReadIOBytes"]
-
-
-def test_a_client_joining_takes_in_no_history_but_everything_after():
-    hub = LocalHub()
-    a = SharedClient(model_of("efs-2016"), "a")
-    exchange(hub, 0.0, a)
-    reads(a, 50, 0.5)
-    exchange(hub, 0.5, a)
-    late = SharedClient(model_of("efs-2016"), "late")
-    exchange(hub, 0.6, late)
-    reads(a, 7, 0.7)
-    exchange(hub, 0.7, a)
-    exchange(hub, 0.8, late)
-    assert late.model.metrics(0.8)["DataReadIOBytes"] == 7 * 4 * KiB  # a's 50 before it joined are history

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pyfuse3
 import pytest
 from conftest import fusetrace, one_line_error
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyfuse3 import FUSEError
 from test_request_path import CTX, QUICK, serve
@@ -186,6 +186,8 @@ def _rebuilt(rows: list[dict]) -> list[Request | None]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROGRAMS)
+@example([*PROLOGUE, ("mkdir", 0, 0, 0), ("mkdir", 0, 0, 0), ("mkdir", 0, 2, 0), ("rmdir", 0, 2, 0),
+          ("rename", 0, 0, 2)])  # a rename into a directory just removed names it still
 def test_the_records_give_back_the_requests_the_handlers_made(program):
     served, _ = _served(program)
     rebuilt = _rebuilt([row for _, row in served])

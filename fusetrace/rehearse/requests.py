@@ -15,7 +15,8 @@ start order (fusetrace/server/handlers.py is what it mirrors):
   basename of `path`;
 - where a rename or link puts its entry (its new directory's node id): from a map of
   directory paths to node ids, learnt from every record that names a directory with its
-  path.  A directory the trace never named by that path before (the kernel learnt it
+  path (a removed directory's id stays with its path until another is made there, as a
+  rename into it still names it).  A directory the trace never named by that path before (the kernel learnt it
   from a READDIRPLUS reply, which the trace does not list) gets a synthetic id of its
   own, above every FUSE node id (`UNKNOWN_DIRECTORY`), the same for the same path: the
   emulated client then keeps that directory's caches under that id, so its own later
@@ -143,8 +144,6 @@ class Rebuilder:
         name = path.rpartition("/")[2]
         if op == "create" and fh:
             self._handles[fh] = _Handle(flags)
-        if op == "rmdir" and not errno:
-            self._dir_ids.pop(path, None)
         if op == "rename":
             new_directory, new_name = self._directory_of(path2 or "")
             if not errno and path in self._dir_ids and path2:  # a directory moved: its path moves with it

@@ -149,7 +149,7 @@ class Model:
         start by its length (a hard mount's calls resume when the server answers again)."""
         at = origin + event.at
         if event.stall:
-            self._stalls = _merged([*self._stalls, (at, at + event.stall)])
+            self._stalls = _joined([*self._stalls, (at, at + event.stall)])
         else:
             replace_keys(self.params, event.set, "set ")  # refused now, not at its instant
             heapq.heappush(self._sets, (at, next(self._scheduled), dict(event.set)))
@@ -282,9 +282,10 @@ class Model:
         counters.metered += nbytes * route.metered_per_byte + route.metered_fixed
         usage = self._usage
         if usage is not None:
-            used = usage.get((i, key if pool is not None else 0))
+            where = (i, key if pool is not None else 0)
+            used = usage.get(where)
             if used is None:
-                usage[i, key if pool is not None else 0] = [1, nbytes, cost]
+                usage[where] = [1, nbytes, cost]
             else:
                 used[0] += 1
                 used[1] += nbytes
@@ -428,7 +429,7 @@ def _pools(pools: SlotPools | None, slots: int, label: Gate, now: float) -> Slot
     return pools
 
 
-def _merged(stalls: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def _joined(stalls: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Stall intervals in time order with overlapping ones joined: a server that is not
     answering for two reasons at once is not answering, not twice as late."""
     out: list[tuple[float, float]] = []

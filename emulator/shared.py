@@ -139,19 +139,13 @@ class SharedClient:
                 if not self.joined and key == "burst_credit_balance":
                     continue  # a state, not a setting: a client joining takes the balance as it is now
                 if not clients_own(key):
-                    try:
-                        model.set(key, value, now)
-                    except ProfileError as exc:  # inconsistent with this client's own overrides
-                        self.refused.append(str(exc))
+                    self._take(key, value, now)
         if not self.joined:
             self.joined = True
             for client, totals in (reply.known or {}).items():
                 self._absorbed[client] = {i: [n, b, c] for i, n, b, c in totals}
             if not math.isnan(reply.balance):
-                try:
-                    model.set("burst_credit_balance", reply.balance, now)
-                except ProfileError as exc:
-                    self.refused.append(str(exc))
+                self._take("burst_credit_balance", reply.balance, now)
         merged: dict[str, tuple[list[Usage], Totals]] = {}
         for client, usage, totals in reply.reports:  # one client's reports taken in together
             before = merged.get(client, ([], []))[0]
@@ -161,6 +155,14 @@ class SharedClient:
         model.clients = max(1, reply.clients)
         if reply.stored >= 0:
             model.set_stored_bytes(reply.stored, now)
+
+    def _take(self, key: str, value, now: float) -> None:
+        """Another client's value of `key` set here, or refused and listed where this client's
+        own overrides make it inconsistent."""
+        try:
+            self.model.set(key, value, now)
+        except ProfileError as exc:
+            self.refused.append(str(exc))
 
     def _due(self, client: str, usage: list[Usage], totals: Totals) -> list[Usage]:
         """What to take in of `client`'s usage: made to agree with its totals against what
@@ -216,10 +218,7 @@ def _merged(usage: list[Usage]) -> list[Usage]:
     """Usage with the entries for one class and key added up."""
     out: dict[tuple[int, int], list] = {}
     for i, key, n, nbytes, cost in usage:
-        used = out.setdefault((i, key), [0, 0, 0.0])
-        used[0] += n
-        used[1] += nbytes
-        used[2] += cost
+        _add(out.setdefault((i, key), [0, 0, 0.0]), n, nbytes, cost)
     return [(i, key, n, nbytes, cost) for (i, key), (n, nbytes, cost) in out.items()]
 
 

@@ -33,7 +33,7 @@ from . import application, children, fio
 from .progress import Progress
 from .redisserver import RedisServer
 from .scratch import ScratchMount, load_text, scratch_root
-from .spec import Scenario, Step
+from .spec import Scenario, Step, split_step
 
 SAMPLE_EVERY = 0.5  # seconds between metric samples
 NO_FIGURE = "no published figure in this repo"  # the note of a row the scenario file has no figure for
@@ -161,9 +161,9 @@ def _schedule(scenario: Scenario, m: ScratchMount, fast: bool, step: str | None)
     """Put on the model's timeline, from now, the events that count from `step`'s start
     (None: from the first step's start); each as the server made it, with its step."""
     out = []
-    for raw in scenario.timeline(fast):
-        if raw.get("step") == step:
-            event = m.ask(cmd="event_add", event={k: v for k, v in raw.items() if k != "step"})["event"]
+    for counts_from, raw in map(split_step, scenario.timeline(fast)):
+        if counts_from == step:
+            event = m.ask(cmd="event_add", event=raw)["event"]
             out.append({**event, "step": step} if step else event)
     return out
 

@@ -144,10 +144,15 @@ def _events(where: str, data: dict, steps: tuple) -> tuple[dict, ...]:
         step = raw.get("step") if isinstance(raw, dict) else None
         if step is not None and step not in names:
             raise UserError(f"{where}: event {i}: step = {step!r}: no such step (have: {', '.join(sorted(names))})")
-    _check_each(where, data, events, "event",
-                lambda raw, name: parse_event({k: v for k, v in raw.items() if k != "step"}
-                                              if isinstance(raw, dict) else raw, name))
+    _check_each(where, data, events, "event", lambda raw, name: parse_event(split_step(raw)[1], name))
     return tuple(events)
+
+
+def split_step(raw):
+    """(the step an [[events]] table counts from, None for the first; the event itself)."""
+    if not isinstance(raw, dict):
+        return None, raw
+    return raw.get("step"), {k: v for k, v in raw.items() if k != "step"}
 
 
 def _faults(where: str, data: dict) -> tuple[dict, ...]:

@@ -24,11 +24,11 @@ from . import prometheus, roundtrip
 from .hostload import NO_LOAD, extending_writes_note, host_load
 from .loopload import LoopLoad
 from .profile import load_params
+from .shaper import Shaper
+from .timer import PreciseTimer
 
 if TYPE_CHECKING:
     from .sharing import Sharing
-from .shaper import Shaper
-from .timer import PreciseTimer
 
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size

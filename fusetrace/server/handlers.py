@@ -136,7 +136,10 @@ class Operations(pyfuse3.Operations):
         if self.faults.active:
             return await self._faulted(req, site, who, fn, args, nowait, reply, start)
         ticket = None if self.shaper is None else self.shaper.admit(req, start)
-        out, err = await self._place(req, fn, args, nowait)
+        done = self._now(req, fn, args, nowait)  # _place, without a coroutine of its own when it can
+        if done is _IN_WORKER or done is _CLOSED:
+            done = await self._elsewhere(done, req, fn, args, nowait)
+        out, err = done
         held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, start)
         if reply is not None and not err:
             out = reply(out)
@@ -224,32 +227,58 @@ class Operations(pyfuse3.Operations):
         """Run fn(*args) where it belongs: on the loop while the inline policy finds
         `req`'s calls quick, else in a worker thread.  Returns (result, errno).  An
         Inode among args reaches fn as its O_PATH descriptor, opened again if it was
-        closed, and held open for the call.  `nowait(*args)`, if given, is tried first
-        on the loop: it must not block, and returns None when it cannot answer at once
-        (the call then always goes to a worker)."""
+        closed.  `nowait(*args)`, if given, is tried first on the loop: it must not
+        block, and returns None when it cannot answer at once (the call then always
+        goes to a worker)."""
+        done = self._now(req, fn, args, nowait)
+        if done is _IN_WORKER or done is _CLOSED:
+            done = await self._elsewhere(done, req, fn, args, nowait)
+        return done
+
+    def _now(self, req: Request, fn, args: tuple, nowait) -> tuple[Any, int]:
+        """_place's first half, on the loop: (result, errno) when fn (or nowait) ran
+        here; _CLOSED when an Inode among args has no descriptor open; _IN_WORKER when
+        the call belongs in a worker.  Nothing can close a descriptor while this runs
+        (no await), so no Inode needs pinning."""
+        fds = args
+        for a in args:
+            if type(a) is Inode:
+                if a.fd < 0:
+                    return _CLOSED
+                fds = _descriptors(args)
+                break
+        try:
+            if nowait is not None:
+                out = nowait(*fds)
+                return _IN_WORKER if out is None else (out, 0)
+            key = (req.op, req.label)
+            if not self.inline.inline(key):
+                return _IN_WORKER
+            t0 = monotonic_ns()
+            try:
+                return fn(*fds), 0
+            finally:
+                self.inline.observe(key, monotonic_ns() - t0, req.size if req.kind is Kind.WRITE else 0)
+        except OSError as exc:
+            return None, exc.errno or E.EIO
+
+    async def _elsewhere(self, why: tuple, req: Request, fn, args: tuple, nowait) -> tuple[Any, int]:
+        """_place's second half: every Inode among args pinned (so attach's trim cannot
+        close it) and opened again if it was closed; then the call runs as _now decides
+        (why is _CLOSED) or in a worker thread (_IN_WORKER)."""
         held: list[Inode] = []
         try:
-            if any(type(a) is Inode for a in args):
-                for node in args:
-                    if type(node) is Inode:
-                        self.inodes.pin(node)  # first, so attach's trim cannot take it
-                        held.append(node)
-                        if node.fd < 0:
-                            self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
-                args = tuple(a.fd if type(a) is Inode else a for a in args)
-            if nowait is not None:
-                out = nowait(*args)
-                if out is None:
-                    out = await self.workers.run(fn, *args)
-                return out, 0
-            key = (req.op, req.label)
-            if self.inline.inline(key):
-                t0 = monotonic_ns()
-                try:
-                    return fn(*args), 0
-                finally:
-                    self.inline.observe(key, monotonic_ns() - t0)
-            return await self.workers.run(fn, *args), 0
+            for node in args:
+                if type(node) is Inode:
+                    self.inodes.pin(node)  # first, so attach's trim cannot take it
+                    held.append(node)
+                    if node.fd < 0:
+                        self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
+            if why is _CLOSED:
+                done = self._now(req, fn, args, nowait)
+                if done is not _IN_WORKER:
+                    return done
+            return await self.workers.run(fn, *_descriptors(args)), 0
         except OSError as exc:
             return None, exc.errno or E.EIO
         finally:
@@ -734,6 +763,13 @@ _OPENS = frozenset(("open", "opendir", "create"))
 _CLOSES = frozenset(("release", "releasedir"))  # always run: no rule takes them
 _REPORTS = frozenset(("fsync", "flush"))  # where a write-back error reaches the application
 _NO_FIRING = Firing("", "")
+_IN_WORKER: Any = ("worker",)  # _now's answers when the call must leave the loop
+_CLOSED: Any = ("closed",)
+
+
+def _descriptors(args: tuple) -> tuple:
+    """args with each Inode replaced by its (open) descriptor."""
+    return tuple(a.fd if type(a) is Inode else a for a in args)
 
 
 def _shortened(op: str, args: tuple, most: int) -> tuple:

@@ -58,3 +58,20 @@ def test_commits_sync_writes_and_a_zero_threshold_never_run_inline():
 def test_network_and_fuse_file_systems_are_recognised():
     assert is_network("nfs4") and is_network("fuse.fusetrace") and is_network("fuse")
     assert not is_network("ext4") and not is_network("tmpfs") and not is_network("xfs")
+
+
+def test_a_data_call_is_judged_by_its_speed_not_its_time():
+    """A 1 MiB buffered write taking 1 ms (1 GB/s into the page cache) stays on the loop;
+    the same write at 100 MB/s (10 ms) is slow, and a 4 KiB one taking 1 ms is too."""
+    write = ("write", "buffered")
+    p = InlinePolicy(threshold_us=50)
+    for _ in range(200):
+        p.observe(write, 1000 * US, size=1 << 20)
+    assert p.inline(write)
+    for _ in range(20):
+        p.observe(write, 10_000 * US, size=1 << 20)
+    assert not p.inline(write)
+    small = InlinePolicy(threshold_us=50)
+    for _ in range(20):
+        small.observe(write, 1000 * US, size=4096)
+    assert not small.inline(write)

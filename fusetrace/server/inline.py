@@ -10,6 +10,13 @@ system that has become slow does.  An operation in the workers is tried on the l
 every PROBE_EVERY calls, so a slow spell (a cold cache, a busy disk) does not exile it
 for good.
 
+A data call is judged by its speed rather than its time: a write of `size` bytes is
+slow when it takes longer than the threshold plus PER_BYTE_NS for each byte (a
+write below 500 MB/s).  So a 1 MiB write that copies into the page cache below in
+about a millisecond stays on the loop, where a hand-off would add a fifth to a
+third of its time, while a disk that has become slow sends it to the workers.  The
+loop is then held up to about 2 ms by one such call.
+
 A hung network file system would stall the whole loop on an inline call, so on
 network file systems (and FUSE ones) nothing runs inline unless asked for
 (`--inline always`); commits (fsync, close after writes) and synchronous writes
@@ -27,6 +34,7 @@ SLOW_SHARE = 0.2  # inline while under this share of recent calls were slow
 WEIGHT = 0.1  # of the newest call in the running share
 EVICT_FACTOR = 20
 PROBE_EVERY = 16
+PER_BYTE_NS = 2.0  # a data call's allowance per byte on top of the threshold: 500 MB/s
 
 
 def is_network(fstype: str) -> bool:
@@ -54,13 +62,14 @@ class InlinePolicy:
         self._skipped[key] = skipped
         return False
 
-    def observe(self, key: tuple[str, str], ns: int) -> None:
-        """An inline call of `key` took `ns`."""
-        if ns >= EVICT_FACTOR * self.threshold_ns:
+    def observe(self, key: tuple[str, str], ns: int, size: int = 0) -> None:
+        """An inline call of `key` took `ns`; `size`: the bytes a data call carried."""
+        limit = self.threshold_ns + size * PER_BYTE_NS
+        if ns >= EVICT_FACTOR * limit:
             self._slow[key] = 1.0
             return
         share = self._slow.get(key, 0.0)
-        self._slow[key] = share + ((ns > self.threshold_ns) - share) * WEIGHT
+        self._slow[key] = share + ((ns > limit) - share) * WEIGHT
 
     def describe(self) -> dict:
         """For `fusetrace stats`: the threshold, and which operations run where."""

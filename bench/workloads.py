@@ -89,9 +89,9 @@ def fio_4k(name: str, rw: str, sizes: Sizes, jobs: int = 1, invalidate: int | No
     return args
 
 
-def fio_seq(sizes: Sizes) -> list[str]:
-    return ["fio", "--name=seqwrite", "--rw=write", "--bs=1M", f"--size={sizes.seq_size}",
-            "--end_fsync=1", "--filename={dir}/seq.dat", *FIO_COMMON]
+def fio_seq(sizes: Sizes, fsync: bool = True) -> list[str]:
+    return ["fio", f"--name={'seqwrite' if fsync else 'seqbuf'}", "--rw=write", "--bs=1M", f"--size={sizes.seq_size}",
+            *(["--end_fsync=1"] if fsync else []), "--filename={dir}/seq.dat", *FIO_COMMON]
 
 
 def shell(template: list[str]) -> str:
@@ -144,6 +144,10 @@ def make_rows(sizes: Sizes) -> list[Row]:
         Row("seqwrite", f"1 MiB sequential write, {sizes.seq_size} + fsync", "MiB/s",
             notes=f"fio with end_fsync=1: the figure includes the final fsync; a new file; {cache_note}",
             commands=[shell(fio_seq(sizes))]),
+        Row("seqbuf", f"1 MiB sequential write, {sizes.seq_size}, no fsync", "MiB/s",
+            notes=("the same writes without the final fsync: into the page cache below, as the pyfuse3 "
+                   f"example's figure in the row above is (it implements no fsync); a new file; {cache_note}"),
+            commands=[shell(fio_seq(sizes, fsync=False))]),
         Row("create", f"create {n:,} empty files", "files/s",
             notes=(f"timed Python loop of os.open(O_CREAT|O_EXCL|O_WRONLY, 0o644) + os.close into a new "
                    f"directory; the median of {sizes.create_reps} such directories per round; {cache_note}"),
@@ -176,9 +180,11 @@ def run_row(row: Row, where: str, src: str, sizes: Sizes) -> tuple[float, dict]:
         job = run_fio(fio_4k(row.key, "randread", sizes, jobs=jobs, invalidate=0 if where == src else 1), where)
         figs = fio_figures(job, "read")
         return figs["iops"], figs
-    if row.key == "seqwrite":
+    if row.key in ("seqwrite", "seqbuf"):
         drop_caches()
-        figs = fio_figures(run_fio(fio_seq(sizes), where), "write")
+        if os.path.exists(os.path.join(where, "seq.dat")):
+            os.unlink(os.path.join(where, "seq.dat"))  # a new file each time, removed through the mount
+        figs = fio_figures(run_fio(fio_seq(sizes, fsync=row.key == "seqwrite"), where), "write")
         return figs["MiB_s"], figs
     if row.key == "create":
         drop_caches()

@@ -76,7 +76,7 @@ def _mount_parser(sub) -> None:
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)")
     p.add_argument("--inline", choices=("auto", "always", "never"), default="auto",
-                   help="run quick system calls (under 50 us, measured) on the event loop instead "
+                   help="run quick system calls (under 100 us, measured) on the event loop instead "
                         "of handing them to a worker thread; auto (default): not on network or "
                         "FUSE file systems, where a hung server would stall the mount")
     p.add_argument("--no-xattrs", dest="xattrs", action="store_false",

@@ -1,14 +1,16 @@
 """Which system calls may run on the trio loop itself.
 
-Handing a call to a worker thread and back costs ~100-350 us on small VMs, far more
-than a getattr, a lookup or a buffered 4 KiB write takes on a local file system
-(5-30 us).  So each operation keeps the share of its recent calls that took longer
-than a threshold; while that share is small the operation runs on the loop, else in
-the workers.  One call slower than EVICT_FACTOR thresholds sends the operation to the
-workers at once.  A scheduler hiccup in one call does not move anything; a file
-system that has become slow does.  An operation in the workers is tried on the loop
-every PROBE_EVERY calls, so a slow spell (a cold cache, a busy disk) does not exile it
-for good.
+Handing a call to a worker thread and back costs ~150-250 us on a small VM when the
+call comes alone (a CPU is woken for it) and ~85 us back to back, far more than a
+getattr, a lookup or a buffered 4 KiB write takes on a local file system (5-30 us),
+and more than a create on ext4 (50-100 us).  So each operation keeps the share of its
+recent calls that took longer than a threshold (100 us: under the cheapest hand-off,
+so a call that takes less is quicker on the loop for its caller whatever the load);
+while that share is small the operation runs on the loop, else in the workers.  One
+call slower than EVICT_FACTOR thresholds sends the operation to the workers at once.
+A scheduler hiccup in one call does not move anything; a file system that has become
+slow does.  An operation in the workers is tried on the loop every PROBE_EVERY calls,
+so a slow spell (a cold cache, a busy disk) does not exile it for good.
 
 A data call is judged by its speed rather than its time: a write of `size` bytes is
 slow when it takes longer than the threshold plus PER_BYTE_NS for each byte (a

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
 
 log = logging.getLogger(__name__)
 
-INLINE_THRESHOLD_US = 50.0  # a syscall quicker than this runs on the loop (see inline.py)
+INLINE_THRESHOLD_US = 100.0  # a syscall quicker than this runs on the loop (see inline.py)
 # pyfuse3 has no lock operations: the kernel keeps flock and fcntl locks itself, per mount.
 CACHE_TIMEOUT = 1.0  # seconds the kernel may trust attributes and names, unless told otherwise
 LOCKS = ("local: flock and fcntl locks taken through the mount are kept by this machine's kernel "

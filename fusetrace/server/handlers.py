@@ -649,13 +649,13 @@ class Operations(pyfuse3.Operations):
 
     async def setxattr(self, inode, name, value, ctx):
         node = self._inode(inode)
-        await self._xattr_call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
-                               _at(node, path2=os.fsdecode(name)), ctx, _setxattr, node, name, value)
+        await self._call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
+                         _at(node, path2=os.fsdecode(name)), ctx, self._xattr_fn(node, _setxattr), node, name, value)
 
     async def getxattr(self, inode, name, ctx):
         node = self._inode(inode)
-        return await self._xattr_call(Request("getxattr", Kind.META_READ, node.id), _at(node, path2=os.fsdecode(name)),
-                                      ctx, _getxattr, node, name)
+        return await self._call(Request("getxattr", Kind.META_READ, node.id), _at(node, path2=os.fsdecode(name)),
+                                ctx, self._xattr_fn(node, _getxattr), node, name)
 
     async def listxattr(self, inode, ctx):
         node = self._inode(inode)
@@ -665,21 +665,21 @@ class Operations(pyfuse3.Operations):
 
     async def removexattr(self, inode, name, ctx):
         node = self._inode(inode)
-        await self._xattr_call(Request("removexattr", Kind.META_WRITE, node.id), _at(node, path2=os.fsdecode(name)),
-                               ctx, _removexattr, node, name)
+        await self._call(Request("removexattr", Kind.META_WRITE, node.id), _at(node, path2=os.fsdecode(name)),
+                         ctx, self._xattr_fn(node, _removexattr), node, name)
 
-    async def _xattr_call(self, req: Request, site: "_Site", ctx, fn, node: Inode, *args):
-        """Below a file system with no extended attributes at all (NFS without RFC
-        8276 support, so EFS), or with --no-xattrs, answer ENOSYS: the kernel then
-        stops asking (ls -l asks twice per file, every buffered write once) and
-        answers callers EOPNOTSUPP itself, as the file system below would.
-        listxattr is always passed through: such file systems may list no names
-        rather than fail."""
+    def _xattr_fn(self, node: Inode, fn):
+        """What answers an extended attribute request on `node`: `fn`, or, below a file
+        system with no extended attributes at all (NFS without RFC 8276 support, so
+        EFS) or with --no-xattrs, ENOSYS: the kernel then stops asking (ls -l asks
+        twice per file, every buffered write once) and answers callers EOPNOTSUPP
+        itself, as the file system below would.  listxattr is always passed through:
+        such file systems may list no names rather than fail."""
         if not self.xattrs:
-            fn = _no_xattrs
-        elif not self._xattrs_at(node):
-            fn = _link_xattrs_unsupported
-        return await self._call(req, site, ctx, fn, node, *args)
+            return _no_xattrs
+        if not self._xattrs_at(node):
+            return _link_xattrs_unsupported
+        return fn
 
     def _xattrs_at(self, node: Inode) -> bool:
         """A symbolic link's attributes are reached through its descriptor only where
@@ -768,8 +768,11 @@ _CLOSED: Any = ("closed",)
 
 
 def _descriptors(args: tuple) -> tuple:
-    """args with each Inode replaced by its (open) descriptor."""
-    return tuple(a.fd if type(a) is Inode else a for a in args)
+    """args with each Inode replaced by its (open) descriptor (a loop: half a generator's cost)."""
+    out = []
+    for a in args:
+        out.append(a.fd if type(a) is Inode else a)
+    return tuple(out)
 
 
 def _shortened(op: str, args: tuple, most: int) -> tuple:

@@ -49,7 +49,7 @@ _FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known in
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "pid", "uid")
+    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx):
         self.fd = fd
@@ -58,12 +58,9 @@ class Handle:
         self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
         self.dirty = False  # written since the last commit (flush/fsync)
         self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
-
-    @property
-    def write_mode(self) -> WriteMode:
-        if self.flags & os.O_DIRECT:
-            return WriteMode.DIRECT
-        return WriteMode.SYNC if self.flags & _SYNC_FLAGS else WriteMode.BUFFERED
+        # how its writes reach the server (worked out once: every write asks)
+        self.write_mode = (WriteMode.DIRECT if flags & os.O_DIRECT else
+                           WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED)
 
 
 class DirHandle:
@@ -307,10 +304,10 @@ class Operations(pyfuse3.Operations):
                 mode = out.st_mode
         t = _UNSHAPED if ticket is None else ticket
         who_is = self._who(who.pid, start)
-        tracer.record(TraceRecord(
+        tracer.record(_new_tuple(TraceRecord, (  # the named tuple's own __new__ costs twice as much
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
             site.offset, req.size, result, err, who_is[0], who.uid, who.gid, held,
-            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault))
+            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault)))
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the inode table, the open files and where calls run."""
@@ -758,6 +755,7 @@ class _Unshaped:
 _UNSHAPED = _Unshaped()
 
 
+_new_tuple = tuple.__new__
 _WHO_FOR_NS = 1_000_000_000  # how long a thread's process and name are trusted
 _OPENS = frozenset(("open", "opendir", "create"))
 _CLOSES = frozenset(("release", "releasedir"))  # always run: no rule takes them

@@ -48,6 +48,9 @@ figure's best round; every round's figure is listed under the table. Ratios are 
 `ls -l`, the ratio is native time / target time). This is a small, shared VM whose idle CPUs
 halt: a request that crosses threads pays for waking a CPU, and run-to-run spread is large
 for such file systems — read the per-round figures before trusting a difference under ~30%.
+A process here also keeps one of two speeds for its whole life: the same handler code timed
+in one process after another took 11.6-11.9 µs per call in some and 16.2-16.8 µs in others
+(seen while the figures below were made), so each figure is the best of its rounds.
 This file is generated; edit the generator (`bench/run.py`), not the file.
 """
 

@@ -45,12 +45,15 @@ class Request:
     `writable` whether the file was opened for writing; for readdir, `handle` the
     open directory; for rename, `new_directory` and `new_name` where the entry goes.
 
-    A plain slotted class rather than a frozen dataclass: one is built for every
-    request on the loop, and a frozen dataclass costs three times as much to make.
+    One is built for every request on the loop, so it is cheap to make: a plain class
+    (a frozen dataclass costs three times as much) whose fields default to class
+    attributes and are set only when given, as most requests give three or four.
     """
 
-    __slots__ = ("closes", "directory", "file", "handle", "is_dir", "kind", "name", "new_directory", "new_name",
-                 "offset", "op", "size", "writable", "write_mode")
+    file = directory = size = offset = handle = new_directory = 0
+    name = new_name = ""
+    write_mode: WriteMode | None = None
+    is_dir = closes = writable = False
 
     def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
                  write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
@@ -60,10 +63,31 @@ class Request:
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
         if directory and kind is not Kind.META_WRITE and op != "lookup":
             raise ValueError(f"{op}: only a lookup or a namespace change names a directory")
-        self.op, self.kind, self.file, self.directory, self.size, self.write_mode = (
-            op, kind, file, directory, size, write_mode)
-        self.name, self.offset, self.is_dir, self.closes = name, offset, is_dir, closes
-        self.writable, self.handle, self.new_directory, self.new_name = writable, handle, new_directory, new_name
+        self.op, self.kind = op, kind
+        if file:
+            self.file = file
+        if directory:
+            self.directory = directory
+        if size:
+            self.size = size
+        if write_mode is not None:
+            self.write_mode = write_mode
+        if name:
+            self.name = name
+        if offset:
+            self.offset = offset
+        if is_dir:
+            self.is_dir = is_dir
+        if closes:
+            self.closes = closes
+        if writable:
+            self.writable = writable
+        if handle:
+            self.handle = handle
+        if new_directory:
+            self.new_directory = new_directory
+        if new_name:
+            self.new_name = new_name
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import tracecost  # noqa: E402
-from common import write_between  # noqa: E402
+from common import ACCURACY_MARK, write_between  # noqa: E402
 
 from fusetrace.emulator.model import Model  # noqa: E402
 from fusetrace.emulator.profiles import load_profile  # noqa: E402
@@ -46,7 +46,6 @@ from fusetrace.shaping.shaper import Shaper  # noqa: E402
 from fusetrace.shaping.timer import PreciseTimer  # noqa: E402
 
 MiB = 1 << 20
-MARK = "<!-- accuracy -->"
 
 
 def cli(*args) -> str:
@@ -225,7 +224,7 @@ def main():
     rows = latency_rows(args.runtime) + cap_row(args.runtime) + credit_row(args.runtime)
     part = render(rows, cost_rows(args.runtime), args.runtime)
     print(part)
-    write_between(Path(args.out), MARK, part.rstrip("\n"))
+    write_between(Path(args.out), ACCURACY_MARK, part.rstrip("\n"))
 
 
 if __name__ == "__main__":

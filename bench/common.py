@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 FUSETRACE = [sys.executable, "-m", "fusetrace"]
+ACCURACY_MARK = "<!-- accuracy -->"  # around bench/accuracy.py's part of docs/BENCHMARKS.md
 
 
 def ft(*args: str) -> str:

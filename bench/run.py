@@ -27,6 +27,7 @@ import roundtrip
 import targets as T
 import tracecost
 import workloads as W
+from common import ACCURACY_MARK
 
 DEFAULT_WORKDIR = "/var/tmp/fusetrace-bench"
 
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
         out = T.REPO / out
     out.parent.mkdir(parents=True, exist_ok=True)
     report = _report(rows, targets, results, table, checks, args, sizes)
-    if out.exists():  # bench/accuracy.py owns the part from its heading on: keep it
+    if out.exists():  # bench/accuracy.py owns the part between its markers, from the first on: keep it
         _, mark, rest = out.read_text().partition(ACCURACY_MARK)
         if mark:
             report = report.rstrip("\n") + "\n\n" + mark + rest
@@ -415,7 +416,6 @@ def _verdict(target: str, missed: list[str]) -> str:
     return f"- **not met**: {target}; missed on " + ", ".join(missed)
 
 
-ACCURACY_MARK = "## Emulator accuracy"
 TRACE_COL = "cost of tracing: CPU it adds per operation (target ≤ 10%), and wall-clock difference"
 
 

@@ -16,6 +16,7 @@ from pyfuse3 import FUSEError
 
 from fusetrace.emulator.model import Model
 from fusetrace.request import Kind, Request, WriteMode
+from fusetrace.server import syscalls
 from fusetrace.server.handlers import Operations
 from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
@@ -209,3 +210,31 @@ def test_stats_are_read_through_the_operations(tmp_path):
     assert seen["open"]["inode_fds"]["held"] == 1 and seen["open"]["inode_fds"]["reopened"] == 0
     assert set(seen["open"]["inline"]) == {"threshold_us", "loop", "workers"}
     assert seen["closed"]["open_files"] == 0
+
+
+@pytest.mark.parametrize("forgotten", [False, True])
+def test_a_closed_descriptor_is_reopened_for_the_call(tmp_path, forgotten):
+    """An inode whose descriptor was closed (the table's limit) is opened again by its
+    file handle before the call runs on it; one the kernel forgot while that reopen was
+    in flight is not kept, and the call answers ESTALE (the kernel looks the name up
+    again) rather than run on no descriptor."""
+    seen = {}
+    (tmp_path / "src").mkdir(exist_ok=True)
+    (tmp_path / "src" / "f").write_bytes(b"x")
+
+    async def body(ops):
+        entry = await ops.lookup(ROOT, b"f", CTX)
+        node = ops.inodes.get(entry.st_ino)
+        node.handle = syscalls.name_to_handle(node.fd)[0]
+        ops.inodes._close(node)
+        if forgotten:
+            node.nlookup = 0  # as forget() leaves a node still in use
+        seen["out"] = await ops._place(Request("getattr", Kind.META_READ, node.id), os.fstat, (node,))
+        seen["fd"] = node.fd
+
+    serve(tmp_path, body)
+    out, err = seen["out"]
+    if forgotten:
+        assert (out, err, seen["fd"]) == (None, errno.ESTALE, -1)
+    else:
+        assert err == 0 and out.st_ino == os.stat(tmp_path / "src" / "f").st_ino and seen["fd"] >= 0

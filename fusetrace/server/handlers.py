@@ -273,6 +273,8 @@ class Operations(pyfuse3.Operations):
                         self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
             if why is _CLOSED:
                 done = self._now(req, fn, args, nowait)
+                if done is _CLOSED:  # forgotten while it was reopened: attach did not keep it
+                    return None, E.ESTALE
                 if done is not _IN_WORKER:
                     return done
             return await self.workers.run(fn, *_descriptors(args)), 0

@@ -388,7 +388,8 @@ def _floor(results, sizes) -> list[str]:
         per_unit = requests / units
         share = above_us / per_unit / rt["wall_us"]
         label = "create" if key == "create" else "`ls -l`"
-        parts.append(f"{label} {above_us / per_unit:.1f} µs per request ({per_unit:,.1f} requests per {unit}), "
+        parts.append(f"{label} {above_us / per_unit:.1f} µs per request ({per_unit:,.1f} requests per {unit}"
+                     f"{', the release the caller does not wait for among them' if key == 'create' else ''}), "
                      f"{share:.2f}x {'✓' if share <= FLOOR_SHARE else '✗'}")
         if share > FLOOR_SHARE:
             missed.append(f"{key} ({share:.2f}x)")

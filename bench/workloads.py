@@ -147,7 +147,7 @@ def make_rows(sizes: Sizes) -> list[Row]:
         Row("seqbuf", f"1 MiB sequential write, {sizes.seq_size}, no fsync", "MiB/s",
             notes=("the same writes without the final fsync: into the page cache below, as the pyfuse3 "
                    f"example's figure in the row above is (it implements no fsync); a new file; {cache_note}"),
-            commands=[shell(fio_seq(sizes, fsync=False))]),
+            commands=["rm -f $DIR/seq.dat; sync  # the row above's file", shell(fio_seq(sizes, fsync=False))]),
         Row("create", f"create {n:,} empty files", "files/s",
             notes=(f"timed Python loop of os.open(O_CREAT|O_EXCL|O_WRONLY, 0o644) + os.close into a new "
                    f"directory; the median of {sizes.create_reps} such directories per round; {cache_note}"),
@@ -181,9 +181,10 @@ def run_row(row: Row, where: str, src: str, sizes: Sizes) -> tuple[float, dict]:
         figs = fio_figures(job, "read")
         return figs["iops"], figs
     if row.key in ("seqwrite", "seqbuf"):
-        drop_caches()
         if os.path.exists(os.path.join(where, "seq.dat")):
             os.unlink(os.path.join(where, "seq.dat"))  # a new file each time, removed through the mount
+            os.sync()  # its blocks freed before the run, not during it
+        drop_caches()
         figs = fio_figures(run_fio(fio_seq(sizes, fsync=row.key == "seqwrite"), where), "write")
         return figs["MiB_s"], figs
     if row.key == "create":

@@ -75,3 +75,14 @@ def test_a_data_call_is_judged_by_its_speed_not_its_time():
     for _ in range(20):
         small.observe(write, 1000 * US, size=4096)
     assert not small.inline(write)
+
+
+def test_one_very_slow_write_moves_writes_at_once():
+    """A 1 MiB write is allowed its bytes on top of the usual eviction: 4 ms moves it at
+    once (a write stalled in the page cache's throttling), 3 ms does not."""
+    write = ("write", "buffered")
+    p = InlinePolicy(threshold_us=100)
+    p.observe(write, 3000 * US, size=1 << 20)
+    assert p.inline(write)
+    p.observe(write, 5000 * US, size=1 << 20)
+    assert not p.inline(write)

@@ -212,6 +212,12 @@ def test_stats_are_read_through_the_operations(tmp_path):
     assert seen["closed"]["open_files"] == 0
 
 
+def _closed(ops, node) -> None:
+    """Close node's descriptor as the table's trim does (its file handle kept)."""
+    node.handle = syscalls.name_to_handle(node.fd)[0]
+    ops.inodes._close(node)
+
+
 @pytest.mark.parametrize("forgotten", [False, True])
 def test_a_closed_descriptor_is_reopened_for_the_call(tmp_path, forgotten):
     """An inode whose descriptor was closed (the table's limit) is opened again by its
@@ -225,8 +231,7 @@ def test_a_closed_descriptor_is_reopened_for_the_call(tmp_path, forgotten):
     async def body(ops):
         entry = await ops.lookup(ROOT, b"f", CTX)
         node = ops.inodes.get(entry.st_ino)
-        node.handle = syscalls.name_to_handle(node.fd)[0]
-        ops.inodes._close(node)
+        _closed(ops, node)
         if forgotten:
             node.nlookup = 0  # as forget() leaves a node still in use
         seen["out"] = await ops._place(Request("getattr", Kind.META_READ, node.id), os.fstat, (node,))
@@ -238,3 +243,57 @@ def test_a_closed_descriptor_is_reopened_for_the_call(tmp_path, forgotten):
         assert (out, err, seen["fd"]) == (None, errno.ESTALE, -1)
     else:
         assert err == 0 and out.st_ino == os.stat(tmp_path / "src" / "f").st_ino and seen["fd"] >= 0
+
+
+@pytest.mark.parametrize("closed", ["first", "second"])
+@pytest.mark.parametrize("op", ["rename", "link"])
+def test_every_inode_of_a_call_is_reopened(tmp_path, op, closed):
+    """rename and link name two inodes; either may have had its descriptor closed."""
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    (src / "a" / "x").write_bytes(b"x")
+    seen = {}
+
+    async def body(ops):
+        a = ops.inodes.get((await ops.lookup(ROOT, b"a", CTX)).st_ino)
+        b = ops.inodes.get((await ops.lookup(ROOT, b"b", CTX)).st_ino)
+        x = ops.inodes.get((await ops.lookup(a.id, b"x", CTX)).st_ino)
+        first = a if op == "rename" else x
+        _closed(ops, first if closed == "first" else b)
+        if op == "rename":
+            await ops.rename(a.id, b"x", b.id, b"y", 0, CTX)
+        else:
+            await ops.link(x.id, b.id, b"y", CTX)
+        seen["done"] = True
+
+    serve(tmp_path, body)
+    assert seen == {"done": True}
+    assert (src / "b" / "y").read_bytes() == b"x"
+
+
+def test_an_inode_in_use_on_the_loop_is_the_last_closed(tmp_path):
+    """Calls that run on the loop mark their inodes as used, so a file in constant use
+    (the kernel's entry cache sends no lookups for it) keeps its descriptor while new
+    names push the table past its limit."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(20):
+        (src / f"f{i:02d}").write_bytes(b"x")
+    seen = {}
+
+    async def body(ops):
+        ops.inodes.max_open = 16
+        hot = ops.inodes.get((await ops.lookup(ROOT, b"f00", CTX)).st_ino)
+        for i in range(1, 16):
+            await ops.lookup(ROOT, f"f{i:02d}".encode(), CTX)
+        for _ in range(5):
+            await ops.getattr(hot.id, CTX)
+        for i in range(16, 20):
+            await ops.lookup(ROOT, f"f{i:02d}".encode(), CTX)
+        seen["reopened_before"] = ops.inodes.reopened
+        await ops.getattr(hot.id, CTX)
+        seen["hot_fd"], seen["reopened"] = hot.fd, ops.inodes.reopened - seen.pop("reopened_before")
+
+    serve(tmp_path, body, threshold_us=100_000)
+    assert seen["hot_fd"] >= 0 and seen["reopened"] == 0, seen

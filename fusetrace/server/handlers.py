@@ -237,13 +237,9 @@ class Operations(pyfuse3.Operations):
         here; _CLOSED when an Inode among args has no descriptor open; _IN_WORKER when
         the call belongs in a worker.  Nothing can close a descriptor while this runs
         (no await), so no Inode needs pinning."""
-        fds = args
-        for a in args:
-            if type(a) is Inode:
-                if a.fd < 0:
-                    return _CLOSED
-                fds = _descriptors(args)
-                break
+        fds = self._descriptors(args)
+        if fds is None:
+            return _CLOSED
         try:
             if nowait is not None:
                 out = nowait(*fds)
@@ -271,18 +267,32 @@ class Operations(pyfuse3.Operations):
                     held.append(node)
                     if node.fd < 0:
                         self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
+            fds = self._descriptors(args)
+            if fds is None:  # one was forgotten while it was reopened: attach did not keep it
+                return None, E.ESTALE
             if why is _CLOSED:
                 done = self._now(req, fn, args, nowait)
-                if done is _CLOSED:  # forgotten while it was reopened: attach did not keep it
-                    return None, E.ESTALE
                 if done is not _IN_WORKER:
                     return done
-            return await self.workers.run(fn, *_descriptors(args)), 0
+            return await self.workers.run(fn, *fds), 0
         except OSError as exc:
             return None, exc.errno or E.EIO
         finally:
             for node in held:
                 self.inodes.unpin(node)
+
+    def _descriptors(self, args: tuple) -> tuple | None:
+        """args with each Inode replaced by its descriptor, and marked as just used (the
+        table closes the least recently used first); None if one has none open."""
+        out = []
+        for a in args:
+            if type(a) is Inode:
+                if a.fd < 0:
+                    return None
+                self.inodes.touch(a)
+                a = a.fd
+            out.append(a)
+        return tuple(out)
 
     def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
                held: int, ticket: "Ticket | None", fault: str | None = None) -> None:
@@ -767,14 +777,6 @@ _REPORTS = frozenset(("fsync", "flush"))  # where a write-back error reaches the
 _NO_FIRING = Firing("", "")
 _IN_WORKER: Any = ("worker",)  # _now's answers when the call must leave the loop
 _CLOSED: Any = ("closed",)
-
-
-def _descriptors(args: tuple) -> tuple:
-    """args with each Inode replaced by its (open) descriptor (a loop: half a generator's cost)."""
-    out = []
-    for a in args:
-        out.append(a.fd if type(a) is Inode else a)
-    return tuple(out)
 
 
 def _shortened(op: str, args: tuple, most: int) -> tuple:

@@ -16,8 +16,9 @@ A data call is judged by its speed rather than its time: a write of `size` bytes
 slow when it takes longer than the threshold plus PER_BYTE_NS for each byte (a
 write below 500 MB/s).  So a 1 MiB write that copies into the page cache below in
 about a millisecond stays on the loop, where a hand-off would add a fifth to a
-third of its time, while a disk that has become slow sends it to the workers.  The
-loop is then held up to about 2 ms by one such call.
+third of its time, while a disk that has become slow sends it to the workers.  One
+call over EVICT_FACTOR thresholds plus its bytes' allowance (4 ms for 1 MiB) moves
+it at once, as for any call.
 
 A hung network file system would stall the whole loop on an inline call, so on
 network file systems (and FUSE ones) nothing runs inline unless asked for
@@ -66,12 +67,12 @@ class InlinePolicy:
 
     def observe(self, key: tuple[str, str], ns: int, size: int = 0) -> None:
         """An inline call of `key` took `ns`; `size`: the bytes a data call carried."""
-        limit = self.threshold_ns + size * PER_BYTE_NS
-        if ns >= EVICT_FACTOR * limit:
+        allowance = size * PER_BYTE_NS
+        if ns >= EVICT_FACTOR * self.threshold_ns + allowance:
             self._slow[key] = 1.0
             return
         share = self._slow.get(key, 0.0)
-        self._slow[key] = share + ((ns > limit) - share) * WEIGHT
+        self._slow[key] = share + ((ns > self.threshold_ns + allowance) - share) * WEIGHT
 
     def describe(self) -> dict:
         """For `fusetrace stats`: the threshold, and which operations run where."""

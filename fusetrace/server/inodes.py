@@ -141,7 +141,7 @@ class InodeTable:
             self._attach(inode, fd)
         else:
             os.close(fd)
-            self._touch(inode)
+            self.touch(inode)
         inode.nlookup += 1
         return inode
 
@@ -162,7 +162,7 @@ class InodeTable:
     def pin(self, inode: Inode) -> None:
         """Keep inode's descriptor open, once it is (attach), until unpin."""
         inode.pins += 1
-        self._touch(inode)
+        self.touch(inode)
 
     def unpin(self, inode: Inode) -> None:
         inode.pins -= 1
@@ -233,7 +233,8 @@ class InodeTable:
         if len(self._open) > self.max_open:
             self._trim()
 
-    def _touch(self, inode: Inode) -> None:
+    def touch(self, inode: Inode) -> None:
+        """Mark inode's descriptor as just used: the last to be closed."""
         if inode.id in self._open:
             self._open.move_to_end(inode.id)
 

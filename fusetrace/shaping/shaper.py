@@ -40,7 +40,7 @@ class Ticket:
     account of it, for the trace and `fusetrace stats`: the gate that set its time
     and how the modelled time splits into wait, latency and transfer.
 
-    A plain slotted class, like Request: one is made for every shaped request."""
+    A plain slotted class: one is made for every shaped request."""
 
     __slots__ = ("deadline_ns", "gate", "latency_ns", "nfs", "transfer_ns", "wait_ns")
 

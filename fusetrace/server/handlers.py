@@ -238,8 +238,11 @@ class Operations(pyfuse3.Operations):
         the call belongs in a worker.  Nothing can close a descriptor while this runs
         (no await), so no Inode needs pinning."""
         fds = self._descriptors(args)
-        if fds is None:
-            return _CLOSED
+        return _CLOSED if fds is None else self._here(req, fn, fds, nowait)
+
+    def _here(self, req: Request, fn, fds: tuple, nowait) -> tuple[Any, int]:
+        """fn(*fds) (or nowait) on the loop, if the inline policy lets it: (result,
+        errno), or _IN_WORKER."""
         try:
             if nowait is not None:
                 out = nowait(*fds)
@@ -271,7 +274,7 @@ class Operations(pyfuse3.Operations):
             if fds is None:  # one was forgotten while it was reopened: attach did not keep it
                 return None, E.ESTALE
             if why is _CLOSED:
-                done = self._now(req, fn, args, nowait)
+                done = self._here(req, fn, fds, nowait)
                 if done is not _IN_WORKER:
                     return done
             return await self.workers.run(fn, *fds), 0

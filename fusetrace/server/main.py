@@ -462,11 +462,12 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
 async def _serve_fuse(opts: MountOptions, scope: trio.CancelScope) -> None:
     # pyfuse3 starts a task whenever a request arrives with none waiting to read, and
     # ends a task that finds more than min_tasks waiting.  Requests that wait (every one
-    # an emulated mount shapes, every call handed to a worker) come and go in bursts, so a
-    # low min_tasks starts and ends a task per request: at queue depth 1,024 through
-    # --emulate efs-2016, 20 µs of the server's CPU per operation (bench/accuracy.py).
-    # Tasks are made only as concurrency asks for them, so keeping them costs memory only
-    # where it was once used.
+    # an emulated mount shapes, every call handed to a worker) come and go in bursts, so
+    # a low min_tasks starts and ends a task per request: at queue depth 1,024 through
+    # --emulate efs-2016, about 20 µs of the server's CPU per operation, and still about
+    # 10 µs with 64 or 128 kept.  Tasks are made only as requests wait at once, but each
+    # keeps its request buffer (libfuse's, up to 1 MiB as written into): the server keeps
+    # the memory of its busiest moment (README, --max-requests).
     await pyfuse3.main(min_tasks=opts.max_requests, max_tasks=opts.max_requests)
     scope.cancel()  # unmounted or terminated: stop the other tasks too
 

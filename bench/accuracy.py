@@ -210,7 +210,10 @@ def render(rows, costs, runtime) -> str:
               "local directory; CPU is the server's user and system time over the run (all its "
               "threads) divided by the operations. A loop that spends about 130 µs per operation "
               "cannot pass about 7,500 operations/s on one core, so this is the figure that decides "
-              "whether the calibration's 7,449 ops/s row is within this host's reach.", "",
+              "whether the calibration's 7,449 ops/s row is within this host's reach. The host "
+              "column is `fusetrace stats`' verdict: host-bound when replies leave over 10 % later "
+              "than modelled or the loop is busy over 75 % of the time; a run near either line falls "
+              "on either side of it from one run to the next.", "",
               "| run | rate | server CPU per op (µs) | host |", "|---|---|---|---|"]
     lines += [f"| {name} | {rate} | {cpu} | {note} |" for name, rate, cpu, note in costs]
     return "\n".join(lines) + "\n"

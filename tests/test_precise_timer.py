@@ -1,11 +1,13 @@
 """The shaper's timer: every sleeper wakes, none much before its deadline nor lost, whether the
 loop is idle or busy with other tasks, and a cancelled sleep leaves the others alone."""
 
+import itertools
 import random
 from time import monotonic_ns
 
 import pytest
 import trio
+import trio.testing
 
 from fusetrace.shaping.timer import MAX_LEAD_NS, PreciseTimer
 
@@ -112,3 +114,31 @@ def test_slack_lets_a_sleeper_wake_early_with_another_never_earlier():
     assert woke["strict"] >= start_ns + 61_000_000 - MAX_LEAD_NS
     # the slack sleeper went with the first (its slack reached back to then), not alone later
     assert woke["slack"] < woke["strict"]
+
+
+@pytest.mark.parametrize("apart", [1 << 20, 1 << 32, 1 << 40], ids=["2**20", "2**32", "2**40"])
+def test_sleepers_with_one_deadline_however_many_sleeps_apart_all_wake(apart):
+    """fsyncs waiting on one file's write-back share a deadline; sleepers that went to sleep
+    any number of sleeps apart must not share a place in the timer (one would never wake),
+    and cancelling one leaves the other waiting."""
+    woke: list[str] = []
+
+    async def sleeper(timer, deadline, tag):
+        await timer.sleep_until(deadline)
+        woke.append(tag)
+
+    async def start(timer, nursery, now):
+        deadline = now + 20_000_000
+        timer._seq = itertools.count(0)
+        nursery.start_soon(sleeper, timer, deadline, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        timer._seq = itertools.count(apart)  # as after that many other sleeps
+        nursery.start_soon(sleeper, timer, deadline, "second")
+        await trio.testing.wait_all_tasks_blocked()
+        timer._seq = itertools.count(2 * apart)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await timer.sleep_until(deadline)  # goes away at once, before its deadline
+
+    _run(start)
+    assert sorted(woke) == ["first", "second"]

@@ -26,14 +26,15 @@ _current_task = trio.lowlevel.current_task
 _reschedule = trio.lowlevel.reschedule
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
-# A sleeper's key in the heap: its deadline and a sequence number in one int
-# (deadline_ns << _SEQ_BITS | seq), so the heap compares plain ints.  A heap of
+# A sleeper's key in the heap: its deadline and its sequence number in one int
+# (deadline_ns << _SEQ_BITS | seq), so the heap compares plain ints.  The whole
+# sequence number is kept (it never reaches 2**64): sleepers with one deadline, such
+# as the fsyncs waiting on one file's write-back, must never share a key.  A heap of
 # lists costs two more pointers chased per comparison, ten or so comparisons a pop
 # at 1,024 sleepers, paid in cache misses by a loop that has just woken: the same
 # in a hot loop, 4 % more CPU per operation for the model, shaper and timer at queue
 # depth 1,024 (bench/accuracy.py's part, alternating in one process).
-_SEQ_BITS = 20
-_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_SEQ_BITS = 64
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _CLOCK_MONOTONIC = 1
@@ -78,7 +79,7 @@ class PreciseTimer:
         if early <= monotonic_ns() + self.lead_ns:
             await _checkpoint()
             return
-        key = deadline_ns << _SEQ_BITS | next(self._seq) & _SEQ_MASK
+        key = deadline_ns << _SEQ_BITS | next(self._seq)
         sleepers = self._sleepers
         sleepers[key] = (_current_task(), early)
         heap = self._heap

@@ -460,16 +460,25 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
 
 
 async def _serve_fuse(opts: MountOptions, scope: trio.CancelScope) -> None:
-    # pyfuse3 starts a task whenever a request arrives with none waiting to read, and
-    # ends a task that finds more than min_tasks waiting.  Requests that wait (every one
-    # an emulated mount shapes, every call handed to a worker) come and go in bursts, so
-    # a low min_tasks starts and ends a task per request: at queue depth 1,024 through
-    # --emulate efs-2016, about 20 µs of the server's CPU per operation, and still about
-    # 10 µs with 64 or 128 kept.  Tasks are made only as requests wait at once, but each
-    # keeps its request buffer (libfuse's, up to 1 MiB as written into): the server keeps
-    # the memory of its busiest moment (README, --max-requests).
-    await pyfuse3.main(min_tasks=opts.max_requests, max_tasks=opts.max_requests)
+    await pyfuse3.main(min_tasks=_kept_tasks(opts), max_tasks=opts.max_requests)
     scope.cancel()  # unmounted or terminated: stop the other tasks too
+
+
+def _kept_tasks(opts: MountOptions) -> int:
+    """How many idle request tasks pyfuse3 keeps.  It starts a task whenever a request
+    arrives with none waiting to read, and ends one that finds more than this many
+    waiting.  Requests an emulated mount holds come and go in bursts, so with a few kept
+    it starts and ends a task per request: at queue depth 1,024 through --emulate
+    efs-2016, about 20 µs of the server's CPU per operation (a sixth), which an emulation
+    pays in fidelity once the host binds; 64 or 128 kept still left about 10 µs.  But each
+    task keeps libfuse's request buffer (up to 1 MiB as written into), so a mount that
+    keeps them all keeps the memory of its busiest moment: three seconds after fio's
+    1 MiB random writes, six jobs at queue depth 256 through --emulate efs-2016, 1.5 GB
+    resident, against 386 MB with four kept.  So an emulated mount keeps them all (a rehearsal on a
+    test machine, whose figures are the point), any other a few (a production client,
+    whose memory is the point: its requests wait milliseconds on the network, where a
+    task's start is noise)."""
+    return opts.max_requests if opts.emulate is not None else 4
 
 
 async def _stop_on_signals(ops: Operations) -> None:

@@ -474,10 +474,10 @@ def _kept_tasks(opts: MountOptions) -> int:
     task keeps libfuse's request buffer (up to 1 MiB as written into), so a mount that
     keeps them all keeps the memory of its busiest moment: three seconds after fio's
     1 MiB random writes, six jobs at queue depth 256 through --emulate efs-2016, 1.5 GB
-    resident, against 386 MB with four kept.  So an emulated mount keeps them all (a rehearsal on a
-    test machine, whose figures are the point), any other a few (a production client,
-    whose memory is the point: its requests wait milliseconds on the network, where a
-    task's start is noise)."""
+    resident, against 386 MB with four kept.  So an emulated mount keeps them all (a
+    rehearsal on a test machine, whose figures are the point), any other a few (a
+    production client, whose memory is the point: its requests wait milliseconds on the
+    network, where a task's start is noise)."""
     return opts.max_requests if opts.emulate is not None else 4
 
 

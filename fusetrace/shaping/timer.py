@@ -62,7 +62,6 @@ class PreciseTimer:
         self._heap: list[int] = []  # the sleepers' keys (see _SEQ_BITS), cancelled ones until they reach the top
         self._sleepers: dict[int, tuple[trio.lowlevel.Task, int]] = {}  # key: (task, earliest_ns), till woken
         self._seq = itertools.count()
-        self._armed = 0
         self._spec = _Itimerspec()
         self.lead_ns = 0  # how early the timer is armed: average lateness seen
 
@@ -70,7 +69,6 @@ class PreciseTimer:
         when = max(deadline_ns - self.lead_ns, 1)
         self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(when, 1_000_000_000)
         _libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None)
-        self._armed = deadline_ns
 
     async def sleep_until(self, deadline_ns: int, slack_ns: int = 0) -> None:
         """Return at (about) monotonic_ns() == deadline_ns, or up to slack_ns before it

@@ -196,6 +196,39 @@ def test_placement_on_the_loop_or_in_a_worker(tmp_path, threshold_us):
     assert seen["inode"] == (0, os.stat(tmp_path / "src").st_ino)
 
 
+@pytest.mark.parametrize("threshold_us", [50.0, 0.0])
+def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
+    """Neither shaped nor traced, a write is described to nobody but still placed: on
+    the loop while the inline policy lets it (and timed for it), else in a worker; the
+    file's size follows it, and a write the source refuses answers the source's errno."""
+    source = tmp_path / "src"
+    source.mkdir()
+    seen = {}
+
+    async def main():
+        workers = Workers(2)
+        ops = Operations(str(source), workers=workers, inline=InlinePolicy(threshold_us))
+        try:
+            info, f = await ops.create(ROOT, b"f", 0o644, os.O_RDWR, CTX)
+            seen["written"] = await ops.write(info.fh, 8192, b"y" * 100)
+            seen["size"] = ops.inodes.get(f.st_ino).size
+            await ops.release(info.fh)
+            ro = await ops.open(f.st_ino, os.O_RDONLY, CTX)
+            with pytest.raises(FUSEError) as refused:
+                await ops.write(ro.fh, 0, b"z")
+            seen["errno"] = refused.value.errno
+            await ops.release(ro.fh)
+            seen["where"] = ops.inline.describe()
+        finally:
+            ops.close()
+            workers.close()
+
+    trio.run(main)
+    assert (seen["written"], seen["size"], seen["errno"]) == (100, 8192 + 100, errno.EBADF)
+    assert (source / "f").read_bytes() == bytes(8192) + b"y" * 100
+    assert ("write/buffered" in seen["where"]["loop"]) is (threshold_us > 0)
+
+
 def test_stats_are_read_through_the_operations(tmp_path):
     seen = {}
 

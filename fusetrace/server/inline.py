@@ -38,6 +38,7 @@ WEIGHT = 0.1  # of the newest call in the running share
 EVICT_FACTOR = 20
 PROBE_EVERY = 16
 PER_BYTE_NS = 2.0  # a data call's allowance per byte on top of the threshold: 500 MB/s
+FORGOTTEN = 0.001  # a share of slow calls this small is taken as none (44 quick calls after one slow)
 
 
 def is_network(fstype: str) -> bool:
@@ -67,12 +68,16 @@ class InlinePolicy:
 
     def observe(self, key: tuple[str, str], ns: int, size: int = 0) -> None:
         """An inline call of `key` took `ns`; `size`: the bytes a data call carried."""
+        share = self._slow.get(key)
         allowance = size * PER_BYTE_NS
+        if share == 0.0 and ns <= self.threshold_ns + allowance:
+            return  # quick, and no slow call lately: nothing changes (the common case, kept cheap)
         if ns >= EVICT_FACTOR * self.threshold_ns + allowance:
             self._slow[key] = 1.0
             return
-        share = self._slow.get(key, 0.0)
-        self._slow[key] = share + ((ns > self.threshold_ns + allowance) - share) * WEIGHT
+        share = share or 0.0
+        share += ((ns > self.threshold_ns + allowance) - share) * WEIGHT
+        self._slow[key] = share if share >= FORGOTTEN else 0.0
 
     def describe(self) -> dict:
         """For `fusetrace stats`: the threshold, and which operations run where."""

@@ -64,6 +64,9 @@ class Request:
         if directory and kind is not Kind.META_WRITE and op != "lookup":
             raise ValueError(f"{op}: only a lookup or a namespace change names a directory")
         self.op, self.kind = op, kind
+        # The kind as the inline policy and `fusetrace stats` name it: a write by its mode
+        # (set here, not a property: the loop reads it once or twice per request).
+        self.label: str = kind if write_mode is None else write_mode
         if file:
             self.file = file
         if directory:
@@ -94,8 +97,3 @@ class Request:
                 f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
                 f"is_dir={self.is_dir}, closes={self.closes}, writable={self.writable}, handle={self.handle}, "
                 f"new_directory={self.new_directory}, new_name={self.new_name!r})")
-
-    @property
-    def label(self) -> str:
-        """The kind as the inline policy and `fusetrace stats` name it: a write by its mode."""
-        return self.write_mode if self.write_mode is not None else self.kind

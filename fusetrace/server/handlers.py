@@ -325,7 +325,9 @@ class Operations(pyfuse3.Operations):
             elif kind is os.stat_result:  # getattr, setattr
                 mode = out.st_mode
         t = _UNSHAPED if ticket is None else ticket
-        who_is = self._who(who.pid, start)
+        who_is = self._tgids.get(who.pid)  # _who, without a call of its own on this path
+        if who_is is None or start - who_is[2] > _WHO_FOR_NS:
+            who_is = self._process_of(who.pid, start)
         tracer.record(_new_tuple(TraceRecord, (  # the named tuple's own __new__ costs twice as much
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
             site.offset, req.size, result, err, who_is[0], who.uid, who.gid, held,

@@ -14,6 +14,7 @@ is CPU work, and that is measured apart:
 """
 
 import os
+import random
 import sys
 import tempfile
 import time
@@ -76,13 +77,21 @@ def loop_us(n: int = 100_000, repeats: int = 5) -> float:
 
 
 def writer_us(n: int = 200_000) -> float:
-    """CPU (µs) of the writer thread per record, turning `n` queued records into Parquet."""
+    """CPU (µs) of the writer thread per record, turning `n` queued records into Parquet:
+    4 KiB reads of a process's files, at random offsets of 64 MiB, each taking its own
+    time, as a traced fio run's records do (Parquet encodes a column of one repeated
+    duration or of evenly spaced offsets to almost nothing, which real ones never are)."""
+    rand = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="fusetrace-tracecost-") as tmp:
         writer = TraceWriter(os.path.join(tmp, "trace"), {}, flush_interval=3600.0, max_pending=n + 1,
                              max_pending_bytes=None)
+        start = 0
         for i in range(n):
-            writer.record(TraceRecord(i * 1000, 70_000, "read", 5, f"/dir/file{i % 100}", None, 7, i * 4096,
-                                      4096, 4096, 0, 1234, 0, 0, 0))
+            dur = int(rand.lognormvariate(10.5, 0.3))  # about 36 µs, most within 20-70
+            start += dur + rand.randrange(2_000, 10_000)
+            writer.record(TraceRecord(start, dur, "read", 5 + i % 100, f"/dir/file{i % 100}", None, 7 + i % 100,
+                                      rand.randrange(BLOCKS * 64) * BLOCK, 4096, 4096, 0, 1234, 0, 0, 0,
+                                      comm="fio", kind="read"))
         t0 = time.process_time()
         writer.close()  # the thread writes everything queued, then stops
         return (time.process_time() - t0) / n * 1e6

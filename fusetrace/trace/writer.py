@@ -42,6 +42,13 @@ _CHUNK = 2048
 # group each): its own memory stays a few MiB however far behind it is.
 _ROW_GROUP = 16_384
 
+# The columns Parquet keeps a dictionary of: the names, and the numbers that repeat by
+# nature (a file's inode and handle, sizes, ids, flags).  Times and offsets rarely repeat:
+# a dictionary of them costs the writer thread time before Parquet gives up on it, and the
+# file bytes (measured: 1.96 -> 1.68 µs and 10.3 -> 6.8 bytes per record for 4 KiB reads).
+_DICTIONARY = [f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)] + [
+    "inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
+
 MAX_PENDING_BYTES = 64 << 20
 # Disk space held back (a hidden file, freed at close) so that a trace whose disk filled up
 # can still write its final _metadata.json, with the counts of what was lost.
@@ -236,7 +243,7 @@ class TraceWriter:
 
         def fill(f) -> None:
             nonlocal taken
-            with pq.ParquetWriter(f, SCHEMA, compression="zstd") as out:
+            with pq.ParquetWriter(f, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY) as out:
                 while taken < n:
                     rows = self._take(min(_ROW_GROUP, n - taken))
                     taken += len(rows)

@@ -45,7 +45,8 @@ class Request:
     `writable` whether the file was opened for writing; for readdir, `handle` the
     open directory; for rename, `new_directory` and `new_name` where the entry goes.
 
-    One is built for every request on the loop, so it is cheap to make: a plain class
+    One is built for every request on the loop (a write on a mount that neither shapes
+    nor traces excepted: Operations.write), so it is cheap to make: a plain class
     (a frozen dataclass costs three times as much) whose fields default to class
     attributes and are set only when given, as most requests give three or four.
     """

@@ -196,18 +196,32 @@ def test_placement_on_the_loop_or_in_a_worker(tmp_path, threshold_us):
     assert seen["inode"] == (0, os.stat(tmp_path / "src").st_ino)
 
 
-@pytest.mark.parametrize("threshold_us", [50.0, 0.0])
+@pytest.mark.parametrize("threshold_us", [10_000.0, 0.0])
 def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
-    """Neither shaped nor traced, a write is described to nobody but still placed: on
-    the loop while the inline policy lets it (and timed for it), else in a worker; the
-    file's size follows it, and a write the source refuses answers the source's errno."""
+    """Neither shaped nor traced, a write is described to nobody (it passes no Request
+    through _call) but still placed: on the loop while the inline policy lets it (and
+    timed for it), else in a worker, and an O_SYNC write always in a worker; the file's
+    size follows it, and a write the source refuses answers the source's errno.  (A
+    threshold of 10 ms: a loaded host cannot make the first write slow enough to move
+    buffered writes to the workers.)"""
     source = tmp_path / "src"
     source.mkdir()
-    seen = {}
+    seen: dict = {"described": [], "in_workers": 0}
 
     async def main():
         workers = Workers(2)
         ops = Operations(str(source), workers=workers, inline=InlinePolicy(threshold_us))
+        call, run = ops._call, workers.run
+
+        async def described(req, *args, **kwargs):
+            seen["described"].append(req.op)
+            return await call(req, *args, **kwargs)
+
+        async def in_worker(fn, *args):
+            seen["in_workers"] += fn is os.pwrite
+            return await run(fn, *args)
+
+        ops._call, workers.run = described, in_worker
         try:
             info, f = await ops.create(ROOT, b"f", 0o644, os.O_RDWR, CTX)
             seen["written"] = await ops.write(info.fh, 8192, b"y" * 100)
@@ -218,15 +232,23 @@ def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
                 await ops.write(ro.fh, 0, b"z")
             seen["errno"] = refused.value.errno
             await ops.release(ro.fh)
+            synced = await ops.open(f.st_ino, os.O_WRONLY | os.O_SYNC, CTX)
+            seen["workers_before_sync"] = seen["in_workers"]
+            await ops.write(synced.fh, 0, b"s")
+            await ops.release(synced.fh)
             seen["where"] = ops.inline.describe()
         finally:
             ops.close()
             workers.close()
 
     trio.run(main)
+    assert "write" not in seen["described"] and "create" in seen["described"]
     assert (seen["written"], seen["size"], seen["errno"]) == (100, 8192 + 100, errno.EBADF)
-    assert (source / "f").read_bytes() == bytes(8192) + b"y" * 100
+    assert (source / "f").read_bytes() == b"s" + bytes(8191) + b"y" * 100
     assert ("write/buffered" in seen["where"]["loop"]) is (threshold_us > 0)
+    # the O_SYNC write went to a worker, however quick writes are
+    assert seen["in_workers"] == seen["workers_before_sync"] + 1
+    assert "write/sync" not in seen["where"]["loop"] + seen["where"]["workers"]
 
 
 def test_stats_are_read_through_the_operations(tmp_path):

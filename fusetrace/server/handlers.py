@@ -253,7 +253,7 @@ class Operations(pyfuse3.Operations):
         except OSError as exc:
             return None, exc.errno or E.EIO
 
-    def _timed(self, key: tuple[str, str], size: int, fn, args: tuple):
+    def _timed(self, key: tuple[str, str], size: int, fn, args: tuple) -> Any:
         """fn(*args) on the loop, timed for the inline policy under `key` (`size`: the
         bytes a write carries), if the policy lets it; else _IN_WORKER."""
         inline = self.inline

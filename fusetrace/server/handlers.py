@@ -49,7 +49,7 @@ _FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known in
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_key", "write_mode")
+    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx):
         self.fd = fd
@@ -61,7 +61,6 @@ class Handle:
         # how its writes reach the server (worked out once: every write asks)
         self.write_mode = (WriteMode.DIRECT if flags & os.O_DIRECT else
                            WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED)
-        self.write_key = ("write", self.write_mode)  # its writes' key in the inline policy
 
 
 class DirHandle:
@@ -325,9 +324,7 @@ class Operations(pyfuse3.Operations):
             elif kind is os.stat_result:  # getattr, setattr
                 mode = out.st_mode
         t = _UNSHAPED if ticket is None else ticket
-        who_is = self._tgids.get(who.pid)  # _who, without a call of its own on this path
-        if who_is is None or start - who_is[2] > _WHO_FOR_NS:
-            who_is = self._process_of(who.pid, start)
+        who_is = self._who(who.pid, start)
         tracer.record(_new_tuple(TraceRecord, (  # the named tuple's own __new__ costs twice as much
             start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
             site.offset, req.size, result, err, who_is[0], who.uid, who.gid, held,
@@ -565,7 +562,7 @@ class Operations(pyfuse3.Operations):
             # took a fifth of a 4 KiB write's time through the mount), only the placement.
             args = (fh, buf, off)
             try:
-                written = self._timed(h.write_key, len(buf), os.pwrite, args)
+                written = self._timed(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
                 if written is _IN_WORKER:
                     written = await self.workers.run(os.pwrite, *args)
             except OSError as exc:

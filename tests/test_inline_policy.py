@@ -1,5 +1,8 @@
 """The inline policy: which system calls run on the trio loop (a pure model, no clock)."""
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fusetrace.server.inline import EVICT_FACTOR, PROBE_EVERY, InlinePolicy, is_network
 
 US = 1000
@@ -86,3 +89,29 @@ def test_one_very_slow_write_moves_writes_at_once():
     assert p.inline(write)
     p.observe(write, 5000 * US, size=1 << 20)
     assert not p.inline(write)
+
+
+KEYS = [KEY, ("write", "buffered"), ("fsync", "commit"), ("write", "sync")]
+
+
+@given(st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 5_000 * US), st.sampled_from([0, 4096, 1 << 20]),
+                          st.booleans()), max_size=300),
+       st.sampled_from([0, 50]))
+def test_a_calm_key_is_exactly_one_whose_quick_calls_the_policy_would_ignore(calls, threshold_us):
+    """Operations._timed asks the policy nothing for a calm key's call within the
+    threshold: so a calm key must be one inline() lets run and such a call's observe()
+    leaves as it was, and every key with no slow call lately that may run inline is
+    calm.  Calls come as the handlers make them (observed when inline() let them run)
+    and, the policy being pure, as a caller that observes anything would."""
+    p = InlinePolicy(threshold_us=threshold_us)
+    for key, ns, size, asked in calls:
+        if not asked or p.inline(key):
+            p.observe(key, ns, size)
+        for k in KEYS:
+            eligible = threshold_us > 0 and k[1] not in ("commit", "sync")
+            assert (k in p.calm) == (eligible and p._slow.get(k) == 0.0)
+            if k in p.calm:
+                state = (dict(p._slow), dict(p._skipped), set(p.calm))
+                assert p.inline(k)
+                p.observe(k, int(p.threshold_ns), size)
+                assert (p._slow, p._skipped, p.calm) == state

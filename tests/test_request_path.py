@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from time import monotonic_ns
 
 import pyarrow.parquet as pq
@@ -17,7 +18,7 @@ from pyfuse3 import FUSEError
 from fusetrace.emulator.model import Model
 from fusetrace.request import Kind, Request, WriteMode
 from fusetrace.server import syscalls
-from fusetrace.server.handlers import Operations
+from fusetrace.server.handlers import _IN_WORKER, Operations
 from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
 from fusetrace.server.workers import Workers
@@ -249,6 +250,23 @@ def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
     # the O_SYNC write went to a worker, however quick writes are
     assert seen["in_workers"] == seen["workers_before_sync"] + 1
     assert "write/sync" not in seen["where"]["loop"] + seen["where"]["workers"]
+
+
+def test_a_calm_operation_s_slow_call_still_moves_it_to_the_workers(tmp_path):
+    """_timed asks the policy nothing for a quick call of a calm key, but a slow one
+    still reaches it: one call over twenty thresholds sends the key to the workers."""
+    workers = Workers(1)
+    ops = Operations(str(tmp_path), workers=workers, inline=InlinePolicy(5_000.0))
+    key = ("getattr", Kind.META_READ)
+    try:
+        assert ops._timed(key, 0, abs, (-1,)) == 1  # quick: the key is calm from now on
+        assert key in ops.inline.calm
+        ops._timed(key, 0, time.sleep, (0.12,))  # a call that takes 120 ms, over 20 x 5 ms
+        assert key not in ops.inline.calm
+        assert ops._timed(key, 0, abs, (-1,)) is _IN_WORKER
+    finally:
+        ops.close()
+        workers.close()
 
 
 def test_stats_are_read_through_the_operations(tmp_path):

@@ -254,15 +254,20 @@ class Operations(pyfuse3.Operations):
 
     def _timed(self, key: tuple[str, str], size: int, fn, args: tuple) -> Any:
         """fn(*args) on the loop, timed for the inline policy under `key` (`size`: the
-        bytes a write carries), if the policy lets it; else _IN_WORKER."""
+        bytes a write carries), if the policy lets it; else _IN_WORKER.  A calm key's
+        call (see InlinePolicy.calm) asks the policy nothing unless it took longer than
+        the threshold."""
         inline = self.inline
-        if not inline.inline(key):
+        calm = key in inline.calm
+        if not calm and not inline.inline(key):
             return _IN_WORKER
         t0 = monotonic_ns()
         try:
             return fn(*args)
         finally:
-            inline.observe(key, monotonic_ns() - t0, size)
+            ns = monotonic_ns() - t0
+            if not calm or ns > inline.threshold_ns:
+                inline.observe(key, ns, size)
 
     async def _elsewhere(self, why: tuple, req: Request, fn, args: tuple, nowait) -> tuple[Any, int]:
         """_place's second half: every Inode among args pinned (so attach's trim cannot

@@ -53,6 +53,10 @@ class InlinePolicy:
         self.threshold_ns = threshold_us * 1000.0
         self._slow: dict[tuple[str, str], float] = {}
         self._skipped: dict[tuple[str, str], int] = {}
+        # The keys with no slow call lately (share 0): each runs inline, and a call of it
+        # that took at most threshold_ns changes nothing, so the caller may skip both
+        # inline() and observe() for it (Operations._timed: about 0.7 us of a 4 KiB write).
+        self.calm: set[tuple[str, str]] = set()
 
     def inline(self, key: tuple[str, str]) -> bool:
         if self.threshold_ns <= 0 or key[1] in NEVER_INLINE_KINDS:
@@ -73,11 +77,17 @@ class InlinePolicy:
         if share == 0.0 and ns <= self.threshold_ns + allowance:
             return  # quick, and no slow call lately: nothing changes (the common case, kept cheap)
         if ns >= EVICT_FACTOR * self.threshold_ns + allowance:
-            self._slow[key] = 1.0
-            return
-        share = share or 0.0
-        share += ((ns > self.threshold_ns + allowance) - share) * WEIGHT
-        self._slow[key] = share if share >= FORGOTTEN else 0.0
+            share = 1.0
+        else:
+            share = share or 0.0
+            share += ((ns > self.threshold_ns + allowance) - share) * WEIGHT
+            if share < FORGOTTEN:
+                share = 0.0
+        self._slow[key] = share
+        if share == 0.0 and self.threshold_ns > 0 and key[1] not in NEVER_INLINE_KINDS:
+            self.calm.add(key)
+        else:
+            self.calm.discard(key)
 
     def describe(self) -> dict:
         """For `fusetrace stats`: the threshold, and which operations run where."""

@@ -566,8 +566,9 @@ def _write_handler(results, rt) -> list[str]:
             f"fusetrace's `write` on a mount that neither shapes nor traces took {us['fusetrace']:.2f} µs, "
             f"the pyfuse3 example's (a seek, then a write) {us['example']:.2f} µs and a bare `pwrite` "
             f"{us['bare']:.2f} µs. fusetrace's {extra:+.2f} µs is the inline policy timing the call, the "
-            "guard that answers EIO for a handler's bug rather than ending the mount, and the file's size "
-            "and unwritten state kept")
+            "guard that answers EIO for a handler's bug rather than ending the mount, the handle's lookup, "
+            "the test that nothing shapes, traces or injects faults, and the file's size and unwritten "
+            "state kept")
     floor = rt.get("minimal-pyfuse3", {}).get("cpu_us")
     if floor:
         text += (f": {extra / floor:.0%} of the {floor:.1f} µs of CPU the minimal pyfuse3 server spends "

@@ -1,6 +1,6 @@
 """The inline policy: which system calls run on the trio loop (a pure model, no clock)."""
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusetrace.server.inline import EVICT_FACTOR, PROBE_EVERY, InlinePolicy, is_network
@@ -94,19 +94,22 @@ def test_one_very_slow_write_moves_writes_at_once():
 KEYS = [KEY, ("write", "buffered"), ("fsync", "commit"), ("write", "sync")]
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 5_000 * US), st.sampled_from([0, 4096, 1 << 20]),
-                          st.booleans()), max_size=300),
+                          st.booleans(), st.integers(1, 60)), max_size=40),
        st.sampled_from([0, 50]))
 def test_a_calm_key_is_exactly_one_whose_quick_calls_the_policy_would_ignore(calls, threshold_us):
     """Operations._timed asks the policy nothing for a calm key's call within the
     threshold: so a calm key must be one inline() lets run and such a call's observe()
     leaves as it was, and every key with no slow call lately that may run inline is
     calm.  Calls come as the handlers make them (observed when inline() let them run)
-    and, the policy being pure, as a caller that observes anything would."""
+    and, the policy being pure, as a caller that observes anything would; each call
+    `times` times over, so that a slow key's share can decay back to none."""
     p = InlinePolicy(threshold_us=threshold_us)
-    for key, ns, size, asked in calls:
-        if not asked or p.inline(key):
-            p.observe(key, ns, size)
+    for key, ns, size, asked, times in calls:
+        for _ in range(times):
+            if not asked or p.inline(key):
+                p.observe(key, ns, size)
         for k in KEYS:
             eligible = threshold_us > 0 and k[1] not in ("commit", "sync")
             assert (k in p.calm) == (eligible and p._slow.get(k) == 0.0)
@@ -115,3 +118,17 @@ def test_a_calm_key_is_exactly_one_whose_quick_calls_the_policy_would_ignore(cal
                 assert p.inline(k)
                 p.observe(k, int(p.threshold_ns), size)
                 assert (p._slow, p._skipped, p.calm) == state
+
+
+def test_a_slow_key_is_calm_again_once_its_share_is_forgotten():
+    p = InlinePolicy(threshold_us=50)
+    p.observe(KEY, 10 * US)
+    assert KEY in p.calm
+    p.observe(KEY, 400 * US)  # one slow call: share 0.1
+    assert KEY not in p.calm and p.inline(KEY)
+    quick = 0
+    while KEY not in p.calm:
+        p.observe(KEY, 10 * US)
+        quick += 1
+        assert quick < 100, "never calm again"
+    assert 40 <= quick <= 50  # 0.1 x 0.9^n under FORGOTTEN (0.001): n = 44

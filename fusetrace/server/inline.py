@@ -58,8 +58,11 @@ class InlinePolicy:
         # inline() and observe() for it (Operations._timed: about 0.5 us of a 4 KiB write).
         self.calm: set[tuple[str, str]] = set()
 
+    def _may_run_inline(self, key: tuple[str, str]) -> bool:
+        return self.threshold_ns > 0 and key[1] not in NEVER_INLINE_KINDS
+
     def inline(self, key: tuple[str, str]) -> bool:
-        if self.threshold_ns <= 0 or key[1] in NEVER_INLINE_KINDS:
+        if not self._may_run_inline(key):
             return False
         if self._slow.get(key, 0.0) < SLOW_SHARE:
             return True
@@ -84,7 +87,7 @@ class InlinePolicy:
             if share < FORGOTTEN:
                 share = 0.0
         self._slow[key] = share
-        if share == 0.0 and self.threshold_ns > 0 and key[1] not in NEVER_INLINE_KINDS:
+        if share == 0.0 and self._may_run_inline(key):
             self.calm.add(key)
         else:
             self.calm.discard(key)

@@ -35,8 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import tracecost  # noqa: E402
-from common import ACCURACY_MARK, write_between  # noqa: E402
+from common import ACCURACY_MARK, cpu_s, write_between  # noqa: E402
 
 from fusetrace.emulator.model import Model  # noqa: E402
 from fusetrace.emulator.profiles import load_profile  # noqa: E402
@@ -124,7 +123,7 @@ def credit_row(runtime):
 
 def _server_cpu_s(mnt) -> float:
     """User + system CPU time of the mount's server so far (all its threads)."""
-    return tracecost.server_cpu_s(runstate.read(mnt)["pid"])
+    return cpu_s(runstate.read(mnt)["pid"])
 
 
 def mount_cost(opts, runtime) -> dict:

@@ -1,5 +1,5 @@
 """What several benchmarks share: the command line as a user runs it, a process's CPU time,
-and writing figures between a page's markers."""
+the caller of handlers run in this process, and writing figures between a page's markers."""
 
 import os
 import subprocess
@@ -20,6 +20,14 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Caller:
+    """The request context of a handler called in this process (bench/tracecost.py,
+    bench/handlercost.py): this process, as root."""
+
+    pid = os.getpid()
+    uid = gid = 0
 
 
 def write_between(docs: Path, mark: str, text: str) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import Caller
+
 from fusetrace.server.handlers import Operations
 from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
@@ -34,11 +36,6 @@ BLOCKS = 4096  # a 16 MiB file, written at random blocks as fio's randwrite row 
 THRESHOLD_US = 100.0  # the mount's default (--inline auto on a local source)
 
 Handler = Callable[[int, int, bytes], Awaitable[int]]
-
-
-class _Caller:
-    pid = os.getpid()
-    uid = gid = 0
 
 
 async def _example_write(fh: int, off: int, buf: bytes) -> int:
@@ -53,8 +50,8 @@ async def _bare_write(fh: int, off: int, buf: bytes) -> int:
 async def _times(ops: Operations, n: int, repeats: int) -> dict[str, list[float]]:
     """CPU seconds per write of each handler, `repeats` times each, the handlers taking
     turns, on one file opened by fusetrace's handlers as the kernel would ask."""
-    entry = await ops.lookup(ROOT, b"data", _Caller())
-    info = await ops.open(entry.st_ino, os.O_RDWR, _Caller())
+    entry = await ops.lookup(ROOT, b"data", Caller())
+    info = await ops.open(entry.st_ino, os.O_RDWR, Caller())
     handlers: dict[str, Handler] = {"fusetrace": ops.write, "example": _example_write, "bare": _bare_write}
     buf = os.urandom(BLOCK)
     rand = random.Random(1)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-import tracecost  # noqa: E402
+from common import cpu_s  # noqa: E402
 
 from fusetrace.server import runstate  # noqa: E402
 from fusetrace.server.mounts import canonical, mounted_at  # noqa: E402
@@ -184,7 +184,7 @@ class Fusetrace(Target):
         done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=REPO, env=env,
                               capture_output=True, text=True, check=True)
         recorded = json.loads(done.stdout)["trace"]["recorded"]
-        return tracecost.server_cpu_s(runstate.read(self.mnt)["pid"]), recorded
+        return cpu_s(runstate.read(self.mnt)["pid"]), recorded
 
     def after(self):
         if not self.trace or not self.trace_dir:

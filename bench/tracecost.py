@@ -25,6 +25,8 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import Caller
+
 from fusetrace.server.handlers import Operations
 from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
@@ -36,16 +38,11 @@ BLOCK = 4096
 BLOCKS = 256
 
 
-class _Caller:
-    pid = os.getpid()
-    uid = gid = 0
-
-
 async def _per_call_s(ops: Operations, n: int) -> float:
     """The loop thread's CPU per read of a cached block through `ops` (not the writer
     thread's: writer_us counts that), its file opened and closed by the handlers as the
     kernel would ask."""
-    who = _Caller()
+    who = Caller()
     entry = await ops.lookup(ROOT, b"data", who)
     info = await ops.open(entry.st_ino, os.O_RDONLY, who)
     read = ops.read
@@ -114,9 +111,3 @@ def writer_us(n: int = 200_000) -> float:
         writer.close()  # the thread writes everything queued, then stops
         return (time.process_time() - t0) / n * 1e6
 
-
-def server_cpu_s(pid: int) -> float:
-    """User + system CPU time of a process so far, all its threads."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

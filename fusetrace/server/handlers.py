@@ -26,7 +26,6 @@ from pyfuse3 import FUSEError
 
 from ..faults.injector import Firing, Injector
 from ..request import Kind, Request, WriteMode
-from ..trace.schema import TraceRecord
 from . import syscalls
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
@@ -330,10 +329,9 @@ class Operations(pyfuse3.Operations):
                 mode = out.st_mode
         t = _UNSHAPED if ticket is None else ticket
         who_is = self._who(who.pid, start)
-        tracer.record(_new_tuple(TraceRecord, (  # the named tuple's own __new__ costs twice as much
-            start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh,
-            site.offset, req.size, result, err, who_is[0], who.uid, who.gid, held,
-            t.gate, t.wait_ns, t.latency_ns, t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault)))
+        tracer.add(start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh, site.offset,
+                   req.size, result, err, who_is[0], who.uid, who.gid, held, t.gate, t.wait_ns, t.latency_ns,
+                   t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault)
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the inode table, the open files and where calls run."""

@@ -1,24 +1,29 @@
 """TraceWriter: one record per FUSE operation, written as Parquet parts in the background.
 
-The trio loop only appends a TraceRecord to a deque (`record`); a daemon thread drains it every
-`flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches disk
-within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
+The trio loop only packs a record into the queue (`add`): its integer fields as one
+fixed-size row of a bytearray, its strings as references in a list.  A daemon thread takes
+them every `flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches
+disk within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
 describes the files.
+
+Packed, a queued record is two short runs of memory instead of a tuple and a dozen int
+objects: the loop makes and keeps no object for it, and the writer turns the integer rows
+into Arrow columns with numpy rather than reading a Python object per field.
 
 Memory is bounded in bytes: records are dropped (and counted) once the queue's estimated
 size reaches `max_pending_bytes` (64 MiB), and the writer takes and converts at most
 `_ROW_GROUP` records at a time, so a stalled disk costs tens of MiB, not gigabytes.
 The counters are each written by one thread: `dropped` and the bytes queued by the loop
-(`record`), everything else by the writer thread (and by `close` once it has stopped).
+(`add`), everything else by the writer thread (and by `close` once it has stopped).
 
 The directory is private (0700, ours, no symlink: see fusetrace/private.py) and every
 file is made relative to a descriptor of it, exclusively and never through a link.
 """
 
-import collections
 import errno
 import logging
 import os
+import struct
 import sys
 import threading
 import time
@@ -34,12 +39,19 @@ from .schema import HOST, RECORD_SCHEMA, SCHEMA, TraceRecord
 
 log = logging.getLogger(__name__)
 
-_ROW = pa.struct(list(RECORD_SCHEMA))
-# Rows converted per pyarrow call.  Conversion holds the GIL for the whole call
-# (~1 us a row here), so small chunks keep the trio loop from stalling behind it.
-_CHUNK = 2048
+# A queued record's integer fields, packed as one row of `_PACK.size` bytes in the order of
+# `_INT_COLUMNS` (native byte order, no padding: numpy reads them back as `_INT_ROWS`), and
+# its other fields, `_WIDTH` references a row in the order of `_STR_COLUMNS`.
+_INT_CODES = {pa.int64(): "q", pa.uint64(): "Q", pa.int32(): "i", pa.uint32(): "I"}
+_INT_COLUMNS = [f for f in RECORD_SCHEMA if f.type in _INT_CODES]
+_STR_COLUMNS = [f for f in RECORD_SCHEMA if f.type not in _INT_CODES]
+_PACK = struct.Struct("=" + "".join(_INT_CODES[f.type] for f in _INT_COLUMNS))
+_INT_ROWS = np.dtype([(f.name, f.type.to_pandas_dtype()) for f in _INT_COLUMNS])
+_WIDTH = len(_STR_COLUMNS)
+_PATH, _PATH2, _GATE = ([f.name for f in _STR_COLUMNS].index(n) for n in ("path", "path2", "gate"))
 # Records the writer takes from the queue, converts and writes at a time (one Parquet row
-# group each): its own memory stays a few MiB however far behind it is.
+# group each): its own memory stays a few MiB however far behind it is, and no conversion
+# call holds the GIL for long (a column of 16,384 strings: about a millisecond).
 _ROW_GROUP = 16_384
 
 # The columns Parquet keeps a dictionary of: the names, and the numbers that repeat by
@@ -55,25 +67,25 @@ MAX_PENDING_BYTES = 64 << 20
 # can still write its final _metadata.json, with the counts of what was lost.
 _RESERVE = ".reserve"
 _RESERVE_BYTES = 64 << 10
-# Estimated bytes of one queued record, its path's characters aside.  Measured with
-# tracemalloc (20,000 records appended to a deque, CPython 3.11): 592 bytes when every
-# int field is its own object (tuple of 20: 216, 13 ints of 28-32, the deque's slot 8)
-# and the path shared; a shaped record's account adds 196 (three ints, and the gate's and
-# the NFS RPCs' strings made for it).  A path is charged as its own str (49 bytes + 1 a
-# character), even when shared with the inode, and the account's two strings as up to 32
-# characters between them: the estimate errs high.  Format 3's five request details add
-# 40 to the tuple and up to three ints of 32 (flags, mode, entry; comm and kind are
-# strings shared per process and per kind): 136.
-_RECORD_BYTES = 600 + 56 + 136  # 792, written out in TraceWriter.record
+# Estimated bytes of one queued record, its path's characters aside: its packed row and its
+# references, with the eighth more that a growing bytearray and list allocate ahead
+# (tests/test_trace_memory.py holds the estimate above what tracemalloc sees).  A path is
+# charged as its own str (49 bytes + 1 a character), even when shared with the inode (the
+# record keeps it once the inode is forgotten); a second name too.  A shaped record's account
+# adds the gate's and the NFS RPCs' strings made for it, charged as up to 32 characters
+# between them.  Every other string is one shared by all the records of a process or kind.
 _STR_BYTES = 56
-_SHAPED_BYTES = 3 * 32 + 2 * _STR_BYTES + 32  # 240, written out in TraceWriter.record
+_RECORD_BYTES = (_PACK.size + 8 * _WIDTH) * 9 // 8 + _STR_BYTES
+_SHAPED_BYTES = 2 * _STR_BYTES + 32
 
 
-def _cost(rec: TraceRecord) -> int:
-    """Estimated bytes a queued record holds (see _RECORD_BYTES)."""
-    path2 = rec.path2
-    return (_RECORD_BYTES + len(rec.path or "") + (0 if path2 is None else _STR_BYTES + len(path2))
-            + (0 if rec.gate is None else _SHAPED_BYTES))
+def _cost(strs: list) -> int:
+    """Estimated bytes of the queued records whose references are `strs` (see _RECORD_BYTES)."""
+    path2s = strs[_PATH2::_WIDTH]
+    gates = strs[_GATE::_WIDTH]
+    return (len(gates) * _RECORD_BYTES + sum(map(len, filter(None, strs[_PATH::_WIDTH])))
+            + sum(_STR_BYTES + len(p) for p in path2s if p is not None)
+            + (len(gates) - gates.count(None)) * _SHAPED_BYTES)
 
 
 class TraceDirError(UserError):
@@ -89,11 +101,15 @@ class TraceWriter:
         self.directory = os.path.abspath(directory)
         self._host = pa.array([str(metadata.get("host") or "")], pa.string())
         self.flush_interval = flush_interval
-        self._max_pending = sys.maxsize if max_pending is None else max_pending
+        self._max_refs = sys.maxsize if max_pending is None else max_pending * _WIDTH
         self._max_bytes = sys.maxsize if max_pending_bytes is None else max_pending_bytes
-        self._pending: collections.deque[TraceRecord] = collections.deque()
-        # the loop's (record) counters
-        self.dropped = 0  # refused because the queue was full (max_pending or max_pending_bytes)
+        # The queue: appended to by the loop only (add), taken from the front by the writer
+        # only (_take).  The loop packs a record's integers before its references, so the
+        # writer, counting complete rows by the references, never takes half a record.
+        self._ints = bytearray()
+        self._strs: list = []
+        # the loop's (add) counters
+        self.dropped = 0  # refused: the queue was full (max_pending, max_pending_bytes), closed, or a field bad
         self._bytes_in = 0  # estimated bytes of every record queued
         # the writer thread's counters
         self.records = 0  # written to parts
@@ -109,7 +125,7 @@ class TraceWriter:
 
         self._dirfd = _prepare(self.directory)
         # pyarrow's first conversion imports pandas (~0.4 s, GIL held); pay it now, not mid-trace
-        pa.array([], type=_ROW)
+        _table(bytearray(), [], self._host)
         wall, mono = meta.clock_pair()
         self._meta = {
             "start_wall_ns": wall,
@@ -134,23 +150,39 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._run, name="fusetrace-trace-writer", daemon=True)
         self._thread.start()
 
-    def record(self, rec: TraceRecord) -> None:
-        """Queue one record.  Never blocks: when the queue is full (max_pending records
-        or max_pending_bytes waiting), the record is counted in `dropped` instead.
-        Called from one thread (the trio loop)."""
-        path2 = rec.path2  # _cost(rec), inline: this runs on the loop for every operation
-        after = (self._bytes_in + len(rec.path or "") + (792 if path2 is None else 848 + len(path2))
-                 + (0 if rec.gate is None else 240))
-        if after - self._bytes_out <= self._max_bytes and len(self._pending) < self._max_pending:
-            self._pending.append(rec)
+    def add(self, start_ns: int, dur_ns: int, op: str, inode: int, path: str, path2: str | None, fh: int,
+            offset: int, size: int, result: int, errno: int, pid: int, uid: int, gid: int, shaped_ns: int,
+            gate: str | None = None, wait_ns: int = 0, latency_ns: int = 0, transfer_ns: int = 0,
+            nfs: str | None = None, comm: str = "", kind: str | None = None, flags: int = 0, mode: int = 0,
+            entry: int = 0, fault: str | None = None) -> None:
+        """Queue one record, its fields those of TraceRecord in their order.  Never blocks:
+        when the queue is full (max_pending records or max_pending_bytes waiting), the
+        record is counted in `dropped` instead, as is one with a field its column cannot
+        hold (with a warning: that is a bug).  Called from one thread (the trio loop)."""
+        after = (self._bytes_in + _RECORD_BYTES + len(path or "")  # _cost, inline: this runs for every operation
+                 + (0 if path2 is None else _STR_BYTES + len(path2)) + (0 if gate is None else _SHAPED_BYTES))
+        if after - self._bytes_out <= self._max_bytes and len(self._strs) < self._max_refs:
+            try:
+                row = _PACK.pack(start_ns, dur_ns, inode, fh, offset, size, result, errno, pid, uid, gid, shaped_ns,
+                                 wait_ns, latency_ns, transfer_ns, flags, mode, entry)  # as _INT_COLUMNS
+            except struct.error as exc:
+                self.dropped += 1
+                log.warning("trace %s: a %s record was dropped: %s", self.directory, op, exc)
+                return
+            self._ints += row
+            self._strs.extend((op, path, path2, gate, nfs, comm, kind, fault))  # as _STR_COLUMNS
             self._bytes_in = after
         else:
             self.dropped += 1
 
+    def record(self, rec: TraceRecord) -> None:
+        """Queue one record given as a TraceRecord (see add)."""
+        self.add(*rec)
+
     @property
     def queued(self) -> int:
         """Records waiting for the writer thread."""
-        return len(self._pending)
+        return len(self._strs) // _WIDTH
 
     @property
     def queued_bytes(self) -> int:
@@ -160,7 +192,7 @@ class TraceWriter:
     @property
     def recorded(self) -> int:
         """Records given so far (and not dropped): written, being written or queued."""
-        return self._taken + len(self._pending)
+        return self._taken + len(self._strs) // _WIDTH
 
     def stats(self) -> dict:
         """The counters, for `fusetrace stats`."""
@@ -182,7 +214,7 @@ class TraceWriter:
         Records given after close are counted as dropped."""
         if not self._closed:
             self._closed = True
-            self._max_pending = 0
+            self._max_refs = 0
             self._stop.set()
             self._thread.join()
             end_wall, end_mono = meta.clock_pair()
@@ -224,17 +256,21 @@ class TraceWriter:
         self._flush()
 
     def _flush(self) -> None:
-        n = len(self._pending)  # a part holds what is waiting now; later records wait for the next
+        n = self.queued  # a part holds what is waiting now; later records wait for the next
         if n:
             self._write_part(n)
         self._flush_metadata()
 
-    def _take(self, n: int) -> list[TraceRecord]:
-        popleft = self._pending.popleft
-        rows = [popleft() for _ in range(n)]
+    def _take(self, n: int) -> tuple[bytearray, list]:
+        """The first `n` queued records, taken off the queue: their packed integers and
+        their references."""
+        ints, refs = n * _PACK.size, n * _WIDTH
+        rows, strs = self._ints[:ints], self._strs[:refs]
+        del self._ints[:ints]  # from the front of a bytearray: no copy
+        del self._strs[:refs]
         self._taken += n
-        self._bytes_out += sum(map(_cost, rows))
-        return rows
+        self._bytes_out += _cost(strs)
+        return rows, strs
 
     def _write_part(self, n: int) -> None:
         """Write the next `n` queued records as one part, taken, converted and written
@@ -246,10 +282,11 @@ class TraceWriter:
             nonlocal taken
             with pq.ParquetWriter(f, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY) as out:
                 while taken < n:
-                    rows = self._take(min(_ROW_GROUP, n - taken))
-                    taken += len(rows)
-                    out.write_table(_table(rows, self._host))
-                    del rows
+                    count = min(_ROW_GROUP, n - taken)
+                    rows, strs = self._take(count)
+                    taken += count
+                    out.write_table(_table(rows, strs, self._host))
+                    del rows, strs
 
         try:
             meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
@@ -341,30 +378,25 @@ def _reserve(dirfd: int) -> bool:
         os.close(fd)
 
 
-def _table(rows: list[TraceRecord], host: pa.Array) -> pa.Table:
-    """Rows to a Table, converted row-wise by pyarrow (measured faster than
-    transposing with zip(*rows) and converting column by column), with the trace's
-    `host` (a one-value array) as every row's host column."""
-    batches = []
-    for i in range(0, len(rows), _CHUNK):
-        chunk = rows[i:i + _CHUNK]
+def _table(rows: bytearray, strs: list, host: pa.Array) -> pa.Table:
+    """Queued records to a Table: the integer columns read from the packed rows by numpy,
+    the others converted a column at a time, with the trace's `host` (a one-value
+    array) as every row's host column."""
+    ints = np.frombuffer(rows, _INT_ROWS)
+    columns = {f.name: pa.array(ints[f.name], f.type) for f in _INT_COLUMNS}
+    for i, f in enumerate(_STR_COLUMNS):
+        values = strs[i::_WIDTH]
         try:
-            array = pa.array(chunk, type=_ROW)
+            columns[f.name] = pa.array(values, f.type)
         except UnicodeEncodeError:  # a name that is not UTF-8 (os.fsdecode's surrogates)
-            array = pa.array([_utf8_paths(r) for r in chunk], type=_ROW)
-        batches.append(pa.RecordBatch.from_struct_array(array))
-    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+            columns[f.name] = pa.array([None if v is None else _utf8(v) for v in values], f.type)
+    table = pa.table([columns[name] for name in RECORD_SCHEMA.names], schema=RECORD_SCHEMA)
     return table.append_column(HOST, pa.DictionaryArray.from_arrays(np.zeros(table.num_rows, np.int32), host))
 
 
-def _utf8_paths(row: TraceRecord) -> TraceRecord:
-    """The row with undecodable bytes in its paths written as \\xNN."""
-    path2 = row.path2
-    return row._replace(path=_utf8(row.path), path2=None if path2 is None else _utf8(path2))
-
-
-def _utf8(path: str) -> str:
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+def _utf8(name: str) -> str:
+    """The name with undecodable bytes written as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _prepare(directory: str) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import targets as T
-import tracecost
+from common import cpu_s
 
 from fusetrace.server import runstate
 
@@ -49,13 +49,13 @@ def _server_pid(target: T.Target, mnt: str) -> int:
 
 def _pass(path: str, pid: int, n: int) -> tuple[float, float]:
     """(wall µs, server CPU µs) per request over n requests."""
-    cpu0, t0 = tracecost.server_cpu_s(pid), time.perf_counter()
+    cpu0, t0 = cpu_s(pid), time.perf_counter()
     for _ in range(n):
         try:
             os.getxattr(path, "user.fusetrace.absent")
         except OSError:
             pass
-    t1, cpu1 = time.perf_counter(), tracecost.server_cpu_s(pid)
+    t1, cpu1 = time.perf_counter(), cpu_s(pid)
     return (t1 - t0) / n * 1e6, (cpu1 - cpu0) / n * 1e6
 
 

@@ -646,7 +646,8 @@ def _header(s: dict) -> list[str]:
     if m.get("dropped"):
         limit = f"max_pending {m['max_pending']}" if m.get("max_pending") is not None else \
             f"{m['max_pending_bytes'] / 2**20:g} MiB" if m.get("max_pending_bytes") else "max_pending ?"
-        lines.append(f"dropped     {_int(m['dropped'])} records: the writer's queue was full ({limit})")
+        lines.append(f"dropped     {_int(m['dropped'])} records: the writer's queue was full ({limit}), "
+                     f"or a field was bad (the server's log says which)")
     if m.get("write_errors"):
         lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")

@@ -105,7 +105,7 @@ def _trace_line(trace: dict) -> str:
         queued += (f" ({_human_bytes(trace.get('queued_bytes', 0))} of "
                    f"{_human_bytes(trace['max_pending_bytes'])})")
     line = (f"trace: {trace['records']:,} records written, {queued}, "
-            f"{trace['dropped']:,} dropped (queue full), {trace.get('lost', 0):,} lost in "
+            f"{trace['dropped']:,} dropped (queue full, or a bad field), {trace.get('lost', 0):,} lost in "
             f"{trace.get('write_errors', 0):,} failed writes")
     if trace.get("last_error"):
         line += f"; last error: {trace['last_error']}"

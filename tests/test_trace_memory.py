@@ -38,7 +38,7 @@ def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):
             given += 1
             assert w.queued_bytes <= bound
         assert w.dropped > 0 and w.queued + w.dropped == given
-        assert w.queued_bytes == tw._cost(w._strs)  # add() charges what _cost says
+        assert w.queued_bytes == tw._cost(w._strs[:w.queued * tw._WIDTH])  # add() charges what _cost says
         assert w.queued_bytes > bound - 4000  # full up to about one record's cost
     finally:
         summary = w.close()
@@ -47,20 +47,22 @@ def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):
 
 
 def test_the_estimate_is_not_below_what_the_queue_holds(tmp_path):
-    """The per-record cost was measured with tracemalloc: records made as the mount
-    makes them (every int its own object, a path of their own) cost less than charged."""
-    w = TraceWriter(tmp_path / "t", {}, flush_interval=3600, max_pending_bytes=None)
+    """Records made as the mount makes them (every int its own object, a path of their own)
+    hold less than charged: two whole blocks of them, their rows, references and paths."""
+    tracemalloc.start()
     try:
-        records = 20_000
-        tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
+        w = TraceWriter(tmp_path / "t", {}, flush_interval=3600, max_pending_bytes=None)
+        records = 2 * tw._ROW_GROUP  # fills the first two blocks; the third is not started yet
         for i in range(records):
             w.record(TraceRecord(*rec(i, f"/some/dir/file{i:07d}", f"/other/name{i}" if i % 2 else None)))
         held = tracemalloc.get_traced_memory()[0] - before
+    finally:
         tracemalloc.stop()
-        assert w.dropped == 0
+    try:
+        assert w.dropped == 0 and len(w._blocks) == 2
         assert held <= w.queued_bytes, (held / records, w.queued_bytes / records)
-        assert held > w.queued_bytes / 2  # and not wildly above it either
+        assert held > w.queued_bytes * 3 / 4  # and not far above it either
     finally:
         w.close()
 

@@ -98,7 +98,8 @@ def loss_summary(directory: str | os.PathLike) -> str | None:
         return None
     said = []
     if dropped:
-        said.append(f"{dropped:,} records dropped (the writer's queue was full)")
+        said.append(f"{dropped:,} records dropped (the writer's queue was full, or a field was bad: the "
+                    f"server's log says which)")
     if lost or errors:
         said.append(f"{lost:,} records lost in {errors:,} failed writes (last: {m.get('last_error')})")
     text = "; ".join(said) or "nothing dropped or lost as of its last flush"

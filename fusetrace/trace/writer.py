@@ -1,14 +1,19 @@
 """TraceWriter: one record per FUSE operation, written as Parquet parts in the background.
 
 The trio loop only packs a record into the queue (`add`): its integer fields as one
-fixed-size row of a bytearray, its strings as references in a list.  A daemon thread takes
+fixed-size row of a bytearray, its strings as references in a list, a pair of which holds
+`_ROW_GROUP` records (a block; the queue is a deque of them).  A daemon thread takes
 them every `flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches
 disk within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
 describes the files.
 
 Packed, a queued record is two short runs of memory instead of a tuple and a dozen int
-objects: the loop makes and keeps no object for it, and the writer turns the integer rows
-into Arrow columns with numpy rather than reading a Python object per field.
+objects: the loop keeps no object of its own for it, and the writer turns the integer rows
+into Arrow columns with numpy rather than reading a Python object per field.  Nothing queued
+is moved by the writer: the loop appends each record to the last block, the writer reads
+records where they are and lets a block go once it has read all of it.  (Taking from the
+front of one growing bytearray instead made the loop copy the whole queue, tens of MiB,
+whenever it grew again.)
 
 Memory is bounded in bytes: records are dropped (and counted) once the queue's estimated
 size reaches `max_pending_bytes` (64 MiB), and the writer takes and converts at most
@@ -20,6 +25,7 @@ The directory is private (0700, ours, no symlink: see fusetrace/private.py) and 
 file is made relative to a descriptor of it, exclusively and never through a link.
 """
 
+import collections
 import errno
 import logging
 import os
@@ -49,10 +55,11 @@ _PACK = struct.Struct("=" + "".join(_INT_CODES[f.type] for f in _INT_COLUMNS))
 _INT_ROWS = np.dtype([(f.name, f.type.to_pandas_dtype()) for f in _INT_COLUMNS])
 _WIDTH = len(_STR_COLUMNS)
 _PATH, _PATH2, _GATE = ([f.name for f in _STR_COLUMNS].index(n) for n in ("path", "path2", "gate"))
-# Records the writer takes from the queue, converts and writes at a time (one Parquet row
-# group each): its own memory stays a few MiB however far behind it is, and no conversion
-# call holds the GIL for long (a column of 16,384 strings: about a millisecond).
+# Records in a block of the queue, and the most the writer takes, converts and writes at a
+# time (one Parquet row group): its own memory stays a few MiB however far behind it is, and
+# no conversion call holds the GIL for long (a column of 16,384 strings: about a millisecond).
 _ROW_GROUP = 16_384
+_BLOCK_REFS = _ROW_GROUP * _WIDTH  # a block's references (and 1.9 MiB of integer rows)
 
 # The columns Parquet keeps a dictionary of: the names, and the numbers that repeat by
 # nature (a file's inode and handle, sizes, ids, flags).  Times and offsets rarely repeat:
@@ -101,13 +108,18 @@ class TraceWriter:
         self.directory = os.path.abspath(directory)
         self._host = pa.array([str(metadata.get("host") or "")], pa.string())
         self.flush_interval = flush_interval
-        self._max_refs = sys.maxsize if max_pending is None else max_pending * _WIDTH
+        self._max_pending = sys.maxsize if max_pending is None else max_pending
         self._max_bytes = sys.maxsize if max_pending_bytes is None else max_pending_bytes
-        # The queue: appended to by the loop only (add), taken from the front by the writer
-        # only (_take).  The loop packs a record's integers before its references, so the
-        # writer, counting complete rows by the references, never takes half a record.
+        # The queue: blocks of _ROW_GROUP records, appended to by the loop only (add: the last
+        # block) and read by the writer only (_take: from record `_read` of the first block
+        # on).  The loop counts a record in `_added` once all of it is in place, and the
+        # writer reads only records counted there.
         self._ints = bytearray()
         self._strs: list = []
+        self._blocks = collections.deque([(self._ints, self._strs)])
+        self._read = 0
+        self._added = 0  # records queued so far (the loop's)
+        self._bad_field: str | None = None  # the last bad field warned of (the loop's)
         # the loop's (add) counters
         self.dropped = 0  # refused: the queue was full (max_pending, max_pending_bytes), closed, or a field bad
         self._bytes_in = 0  # estimated bytes of every record queued
@@ -125,7 +137,7 @@ class TraceWriter:
 
         self._dirfd = _prepare(self.directory)
         # pyarrow's first conversion imports pandas (~0.4 s, GIL held); pay it now, not mid-trace
-        _table(bytearray(), [], self._host)
+        _table(b"", [], self._host)
         wall, mono = meta.clock_pair()
         self._meta = {
             "start_wall_ns": wall,
@@ -161,19 +173,36 @@ class TraceWriter:
         hold (with a warning: that is a bug).  Called from one thread (the trio loop)."""
         after = (self._bytes_in + _RECORD_BYTES + len(path or "")  # _cost, inline: this runs for every operation
                  + (0 if path2 is None else _STR_BYTES + len(path2)) + (0 if gate is None else _SHAPED_BYTES))
-        if after - self._bytes_out <= self._max_bytes and len(self._strs) < self._max_refs:
+        if after - self._bytes_out <= self._max_bytes and self._added - self._taken < self._max_pending:
             try:
                 row = _PACK.pack(start_ns, dur_ns, inode, fh, offset, size, result, errno, pid, uid, gid, shaped_ns,
                                  wait_ns, latency_ns, transfer_ns, flags, mode, entry)  # as _INT_COLUMNS
             except struct.error as exc:
-                self.dropped += 1
-                log.warning("trace %s: a %s record was dropped: %s", self.directory, op, exc)
+                self._bad(op, exc)
                 return
+            strs = self._strs
+            if len(strs) == _BLOCK_REFS:
+                strs = self._next_block()
             self._ints += row
-            self._strs.extend((op, path, path2, gate, nfs, comm, kind, fault))  # as _STR_COLUMNS
+            strs.extend((op, path, path2, gate, nfs, comm, kind, fault))  # as _STR_COLUMNS
             self._bytes_in = after
+            self._added += 1  # last: the writer may take it from now on
         else:
             self.dropped += 1
+
+    def _next_block(self) -> list:
+        """Start a new block for the records to come (the loop's); its references."""
+        self._ints, self._strs = bytearray(), []
+        self._blocks.append((self._ints, self._strs))
+        return self._strs
+
+    def _bad(self, op: str, exc: struct.error) -> None:
+        """A record with a field its column cannot hold (a bug): dropped, and said unless said last."""
+        self.dropped += 1
+        text = f"a {op} record was dropped: {exc}"
+        if text != self._bad_field:
+            self._bad_field = text
+            log.warning("trace %s: %s", self.directory, text)
 
     def record(self, rec: TraceRecord) -> None:
         """Queue one record given as a TraceRecord (see add)."""
@@ -182,7 +211,7 @@ class TraceWriter:
     @property
     def queued(self) -> int:
         """Records waiting for the writer thread."""
-        return len(self._strs) // _WIDTH
+        return self._added - self._taken
 
     @property
     def queued_bytes(self) -> int:
@@ -192,7 +221,7 @@ class TraceWriter:
     @property
     def recorded(self) -> int:
         """Records given so far (and not dropped): written, being written or queued."""
-        return self._taken + len(self._strs) // _WIDTH
+        return self._added
 
     def stats(self) -> dict:
         """The counters, for `fusetrace stats`."""
@@ -214,7 +243,7 @@ class TraceWriter:
         Records given after close are counted as dropped."""
         if not self._closed:
             self._closed = True
-            self._max_refs = 0
+            self._max_pending = 0
             self._stop.set()
             self._thread.join()
             end_wall, end_mono = meta.clock_pair()
@@ -261,16 +290,25 @@ class TraceWriter:
             self._write_part(n)
         self._flush_metadata()
 
-    def _take(self, n: int) -> tuple[bytearray, list]:
-        """The first `n` queued records, taken off the queue: their packed integers and
-        their references."""
-        ints, refs = n * _PACK.size, n * _WIDTH
-        rows, strs = self._ints[:ints], self._strs[:refs]
-        del self._ints[:ints]  # from the front of a bytearray: no copy
-        del self._strs[:refs]
+    def _take(self, n: int) -> tuple[bytes, list]:
+        """The next `n` queued records, taken off the queue: their packed integers and
+        their references (copies: the records stay where they are until their block goes)."""
+        ints, strs = [], []
+        left = n
+        while left:
+            block_ints, block_strs = self._blocks[0]
+            first = self._read
+            last = min(first + left, _ROW_GROUP)
+            ints.append(block_ints[first * _PACK.size:last * _PACK.size])  # a copy: a view would stop it growing
+            strs += block_strs[first * _WIDTH:last * _WIDTH]
+            left -= last - first
+            if last == _ROW_GROUP:  # all of it read: the loop has moved on to another block
+                self._blocks.popleft()
+                last = 0
+            self._read = last
         self._taken += n
         self._bytes_out += _cost(strs)
-        return rows, strs
+        return b"".join(ints), strs
 
     def _write_part(self, n: int) -> None:
         """Write the next `n` queued records as one part, taken, converted and written
@@ -290,9 +328,11 @@ class TraceWriter:
 
         try:
             meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
-        except Exception as exc:  # disk full, directory gone, a bad field: keep serving
-            if taken < n:
-                self._take(n - taken)
+        except Exception as exc:  # disk full, directory gone: keep serving
+            while taken < n:
+                count = min(_ROW_GROUP, n - taken)
+                self._take(count)
+                taken += count
             self._failed(exc, f"{n} records", n)
         else:
             self.files += 1
@@ -378,7 +418,7 @@ def _reserve(dirfd: int) -> bool:
         os.close(fd)
 
 
-def _table(rows: bytearray, strs: list, host: pa.Array) -> pa.Table:
+def _table(rows: bytes, strs: list, host: pa.Array) -> pa.Table:
     """Queued records to a Table: the integer columns read from the packed rows by numpy,
     the others converted a column at a time, with the trace's `host` (a one-value
     array) as every row's host column."""

@@ -35,12 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import ACCURACY_MARK, cpu_s, write_between  # noqa: E402
+from common import ACCURACY_MARK, cpu_s, server_pid, write_between  # noqa: E402
 
 from fusetrace.emulator.model import Model  # noqa: E402
 from fusetrace.emulator.profiles import load_profile  # noqa: E402
 from fusetrace.request import Kind, Request  # noqa: E402
-from fusetrace.server import runstate  # noqa: E402
 from fusetrace.shaping.shaper import Shaper  # noqa: E402
 from fusetrace.shaping.timer import PreciseTimer  # noqa: E402
 
@@ -123,7 +122,7 @@ def credit_row(runtime):
 
 def _server_cpu_s(mnt) -> float:
     """User + system CPU time of the mount's server so far (all its threads)."""
-    return cpu_s(runstate.read(mnt)["pid"])
+    return cpu_s(server_pid(mnt))
 
 
 def mount_cost(opts, runtime) -> dict:

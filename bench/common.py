@@ -1,10 +1,13 @@
-"""What several benchmarks share: the command line as a user runs it, a process's CPU time,
-the caller of handlers run in this process, and writing figures between a page's markers."""
+"""What several benchmarks share: the command line as a user runs it, a mount's server and
+its CPU time, the caller of handlers run in this process, and writing figures between a
+page's markers."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from fusetrace.server import runstate
 
 FUSETRACE = [sys.executable, "-m", "fusetrace"]
 ACCURACY_MARK = "<!-- accuracy -->"  # around bench/accuracy.py's part of docs/BENCHMARKS.md
@@ -13,6 +16,14 @@ ACCURACY_MARK = "<!-- accuracy -->"  # around bench/accuracy.py's part of docs/B
 def ft(*args: str) -> str:
     """Run a fusetrace command; its standard output (an error raises)."""
     return subprocess.run([*FUSETRACE, *args], check=True, capture_output=True, text=True, timeout=600).stdout
+
+
+def server_pid(mountpoint: str) -> int:
+    """The pid of the fusetrace server of `mountpoint`, from its run state."""
+    state = runstate.read(mountpoint)
+    if state is None:
+        raise RuntimeError(f"no fusetrace server's run state for {mountpoint}")
+    return state["pid"]
 
 
 def cpu_s(pid: int) -> float:

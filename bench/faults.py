@@ -31,7 +31,7 @@ TEN = [{"op": "write,fsync", "path": f"/never/{i}/*.db", "errno": "EIO"} for i i
 
 def in_process() -> list[tuple[str, float]]:
     """µs per Injector.check for rule sets a user would have in force."""
-    cases = {
+    cases: dict[str, list[dict]] = {
         "1 rule, another op": [{"op": "fsync", "errno": "EIO"}],
         "10 rules, globs that do not match": TEN,
         "1 rule with pid and name, matching, p = 0.01": [{"comm": "app", "pid": [1], "probability": 0.01,

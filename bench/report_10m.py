@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -102,13 +103,14 @@ def main() -> None:
             write_trace(directory, args.records, args.parts)
             print(f"wrote {args.records:,} records in {args.parts} parts: {time.perf_counter() - t:.1f} s")
         filtered = Filters(ops=("read", "write"), path="/data/dir1*/**", since="100")
-        for label, kwargs, as_json, filters in [
+        runs: list[tuple[str, dict[str, Any], bool, Filters]] = [
                 ("report", {}, False, Filters()), ("--histogram", {"histogram": True}, False, Filters()),
                 ("--by pid", {"by": "pid"}, False, Filters()), ("--by path", {"by": "path"}, False, Filters()),
                 ("--by comm", {"by": "comm"}, False, Filters()), ("--by dir", {"by": "dir"}, False, Filters()),
                 ("--timeline", {"timeline": True}, False, Filters()),
                 ("--op, --path, --since", {}, False, filtered),
-                ("--json --histogram", {"histogram": True}, True, Filters())]:
+                ("--json --histogram", {"histogram": True}, True, Filters())]
+        for label, kwargs, as_json, filters in runs:
             t = time.perf_counter()
             trace = Trace(directory, filters)
             if as_json:

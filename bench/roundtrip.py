@@ -20,9 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import targets as T
-from common import cpu_s
-
-from fusetrace.server import runstate
+from common import cpu_s, server_pid
 
 REQUESTS = 20_000
 PASSES = 3
@@ -44,7 +42,7 @@ class MinimalPyfuse3(T.Target):
 
 def _server_pid(target: T.Target, mnt: str) -> int:
     proc = getattr(target, "proc", None)
-    return proc.pid if proc is not None else runstate.read(mnt)["pid"]
+    return proc.pid if proc is not None else server_pid(mnt)
 
 
 def _pass(path: str, pid: int, n: int) -> tuple[float, float]:

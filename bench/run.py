@@ -213,8 +213,9 @@ def _run_target(target: T.Target, rows, sizes, work: Path, pool: Path) -> dict:
             try:
                 before = target.sample()
                 value, details = W.run_row(row, where, str(src), sizes)
-                if before is not None:
-                    cpu, ops = (b - a for a, b in zip(before, target.sample()))
+                after = target.sample()
+                if before is not None and after is not None:
+                    cpu, ops = (b - a for a, b in zip(before, after))
                     details["server_cpu_us_per_op"] = cpu / ops * 1e6 if ops else None
                     details["requests"] = ops
             except Exception as exc:
@@ -295,7 +296,7 @@ def _table(rows, targets, results):
     if {"fusetrace", "passthrough_hp"} <= have:
         extra.append("fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)")
     lines = ["| " + " | ".join(head + extra) + " |", "|" + "---|" * (len(head) + len(extra))]
-    misses = {"ex": [], "nox": [], "trace": [], "hp": []}
+    misses: dict[str, list[str]] = {"ex": [], "nox": [], "trace": [], "hp": []}
     for row in rows:
         native = _value(results, "native", row)
         cells = [row.title]

@@ -31,12 +31,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import server_pid
 
 from fusetrace.scenarios.scratch import ScratchMount
-from fusetrace.server import runstate
 from fusetrace.trace import metadata
 
 RACE = "No such file or directory"
@@ -62,7 +66,8 @@ class Procs:
     """Workload children, each in its own session so that all of it can be killed."""
 
     def __init__(self, stop: threading.Event):
-        self.stop, self.live, self.lock = stop, set(), threading.Lock()
+        self.stop, self.lock = stop, threading.Lock()
+        self.live: set[subprocess.Popen] = set()
 
     def run(self, args: list[str], timeout: float, **kw) -> tuple[int, str, str] | None:
         """(exit code, stdout, stderr); None when stopped. A timeout is exit code -1."""
@@ -100,7 +105,8 @@ class Procs:
 
 def storm(directory: str, seconds: float, seed: int) -> None:
     """Child process: create/write/rename/unlink/stat small files in directory/d0..d3."""
-    rng, c = random.Random(seed), {"ops": 0, "expected": 0, "errors": 0, "last_error": ""}
+    rng = random.Random(seed)
+    c: dict[str, Any] = {"ops": 0, "expected": 0, "errors": 0, "last_error": ""}
     dirs = [os.path.join(directory, f"d{i}") for i in range(4)]
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -260,7 +266,7 @@ class Soak:
         fio_c, storm_c = self.counter("efs-tiny fio randrw", "I/Os"), self.counter("efs-tiny storm", "ops")
         trace = os.path.join(self.work, "trace-tiny")
         with ScratchMount("--emulate", "efs-tiny", "--trace", trace, prefix="fusetrace-soak-tiny-") as m:
-            pid = runstate.read(m.mnt)["pid"]
+            pid = server_pid(m.mnt)
             self.emulated["start"] = proc_sample(pid)
             end = time.monotonic() + third
             threads = [threading.Thread(target=self.fio, args=(m.mnt, fio_c, end, 1)),
@@ -276,7 +282,7 @@ class Soak:
     def start(self, mnt: str, tree: str) -> list[threading.Thread]:
         storm = self.counter("create/rename/unlink storm", "ops", 2)  # two processes, one counter
         fio = self.counter("fio randrw+fsync (4k, 16 files of 256k)", "I/Os", 2)
-        jobs = [(self.fio, (mnt, fio, self.end)),
+        jobs: list[tuple[Callable[..., None], tuple]] = [(self.fio, (mnt, fio, self.end)),
                 (self.storm, (mnt, storm, self.end, 1)), (self.storm, (mnt, storm, self.end, 2)),
                 (self.tar, (mnt, tree, self.counter("tar in, out, diff -r", "cycles"))),
                 (self.walk, (mnt, self.counter("find / ls -lR walks", "walks")))]
@@ -395,7 +401,7 @@ def main() -> int:
         tree, trace_dir = os.path.join(work, "tree"), os.path.join(work, "trace")
         make_tree(tree)
         with ScratchMount("--trace", trace_dir, prefix="fusetrace-soak-") as m:
-            pid = runstate.read(m.mnt)["pid"]
+            pid = server_pid(m.mnt)
             soak = Soak(args, work)
 
             def sample(**extra) -> dict:

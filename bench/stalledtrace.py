@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import FUSETRACE, ft
-
-from fusetrace.server import runstate
+from common import FUSETRACE, ft, server_pid
 
 
 def _memory_mb(pid: int) -> dict[str, float]:
@@ -58,8 +56,8 @@ def run(ops: int, workdir: Path) -> str:
         ft("mount", str(dirs["src"]), str(dirs["mnt"]), "--trace", str(dirs["disk"] / "trace"),
            "--attr-timeout", "0")
         mounted.append(dirs["mnt"])
-        server = runstate.read(str(dirs["mnt"]))["pid"]
-        stopped = runstate.read(str(dirs["disk"]))["pid"]
+        server = server_pid(str(dirs["mnt"]))
+        stopped = server_pid(str(dirs["disk"]))
         before = _memory_mb(server)["VmRSS"]
         os.kill(stopped, signal.SIGSTOP)
         target = dirs["mnt"] / "f"

@@ -14,9 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from common import cpu_s  # noqa: E402
+from common import cpu_s, server_pid  # noqa: E402
 
-from fusetrace.server import runstate  # noqa: E402
 from fusetrace.server.mounts import canonical, mounted_at  # noqa: E402
 
 CACHE = REPO / "bench" / "out"
@@ -62,13 +61,15 @@ def _tail(log: Path | None) -> str:
     return f": {lines[-1].strip()} (log: {log})" if lines else ""
 
 
-def _stop_server(mnt: str, proc: subprocess.Popen) -> None:
+def _stop_server(mnt: str, proc: subprocess.Popen | None) -> None:
     done = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
     if done.returncode != 0:
         time.sleep(0.5)  # EBUSY right after a run: let the last references go
         done = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
     if done.returncode != 0:
         force_unmount(mnt)
+    if proc is None:
+        return
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -83,6 +84,8 @@ class Target:
     key = ""
     label = ""
     fuse = True
+    mnt = ""  # where it is mounted, once started
+    proc: subprocess.Popen | None = None  # the server process, where this script owns it
 
     def describe(self) -> str:
         return self.label
@@ -133,8 +136,7 @@ class Fusetrace(Target):
         self.no_xattrs = no_xattrs
         self.key = "fusetrace+trace" if trace else "fusetrace-noxattrs" if no_xattrs else "fusetrace"
         self.label = "fusetrace, traced" if trace else "fusetrace --no-xattrs" if no_xattrs else "fusetrace"
-        self.mnt = None
-        self.trace_dir = None
+        self.trace_dir: str | None = None
 
     def describe(self) -> str:
         how = "`--trace DIR` (a new directory on the same disk)" if self.trace else "no trace"
@@ -184,7 +186,7 @@ class Fusetrace(Target):
         done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=REPO, env=env,
                               capture_output=True, text=True, check=True)
         recorded = json.loads(done.stdout)["trace"]["recorded"]
-        return cpu_s(runstate.read(self.mnt)["pid"]), recorded
+        return cpu_s(server_pid(self.mnt)), recorded
 
     def after(self):
         if not self.trace or not self.trace_dir:
@@ -207,9 +209,7 @@ class PyfuseExample(Target):
     label = "pyfuse3 example"
 
     def __init__(self):
-        self.proc = None
-        self.mnt = None
-        self.script = None
+        self.script: Path | None = None
 
     def describe(self) -> str:
         import pyfuse3
@@ -239,7 +239,10 @@ class PyfuseExample(Target):
                 raise TargetError(f"pip download pyfuse3=={version} failed: {last}")
         with tarfile.open(sdist) as tar:
             member = tar.getmember(f"pyfuse3-{version}/examples/passthroughfs.py")
-            data = tar.extractfile(member).read()
+            extracted = tar.extractfile(member)
+            if extracted is None:
+                raise TargetError(f"{sdist}: {member.name} is not a file")
+            data = extracted.read()
         tmp = dest.with_suffix(".tmp")
         tmp.write_bytes(data)
         tmp.rename(dest)
@@ -259,8 +262,6 @@ class PassthroughHP(Target):
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
-        self.proc = None
-        self.mnt = None
 
     def describe(self) -> str:
         ver = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)

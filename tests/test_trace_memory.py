@@ -49,10 +49,10 @@ def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):
 def test_the_estimate_is_not_below_what_the_queue_holds(tmp_path):
     """Records made as the mount makes them (every int its own object, a path of their own)
     hold less than charged: two whole blocks of them, their rows, references and paths."""
+    w = TraceWriter(tmp_path / "t", {}, flush_interval=3600, max_pending_bytes=None)  # pyarrow set up before
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        w = TraceWriter(tmp_path / "t", {}, flush_interval=3600, max_pending_bytes=None)
         records = 2 * tw._ROW_GROUP  # fills the first two blocks; the third is not started yet
         for i in range(records):
             w.record(TraceRecord(*rec(i, f"/some/dir/file{i:07d}", f"/other/name{i}" if i % 2 else None)))
@@ -65,6 +65,25 @@ def test_the_estimate_is_not_below_what_the_queue_holds(tmp_path):
         assert held > w.queued_bytes * 3 / 4  # and not far above it either
     finally:
         w.close()
+
+
+def test_records_written_from_a_block_it_still_fills_are_let_go(tmp_path):
+    """A block goes once all its records are written, but what a written record alone kept
+    (its path) goes at once: the bound counts it as gone, and an idle trace keeps nothing."""
+    w = TraceWriter(tmp_path / "t", {}, flush_interval=3600, max_pending_bytes=None)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(2000):  # far from filling the block
+            w.record(TraceRecord(*rec(i, f"/{i:07d}" + "x" * 2000)))
+        queued = tracemalloc.get_traced_memory()[0] - before
+        w.close()  # writes them all
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert w.records == 2000 and len(w._blocks) == 1 and w.queued_bytes == 0
+    assert queued > 2000 * 2000  # the paths were held while queued
+    assert kept < 2000 * 2000 / 10, (queued, kept)  # and are not once written
 
 
 def test_default_bound_is_tens_of_mib_and_rss_stays_near_it():

@@ -60,6 +60,7 @@ _PATH, _PATH2, _GATE = ([f.name for f in _STR_COLUMNS].index(n) for n in ("path"
 # no conversion call holds the GIL for long (a column of 16,384 strings: about a millisecond).
 _ROW_GROUP = 16_384
 _BLOCK_REFS = _ROW_GROUP * _WIDTH  # a block's references (and 1.9 MiB of integer rows)
+_NONES = (None,) * _BLOCK_REFS
 
 # The columns Parquet keeps a dictionary of: the names, and the numbers that repeat by
 # nature (a file's inode and handle, sizes, ids, flags).  Times and offsets rarely repeat:
@@ -292,7 +293,9 @@ class TraceWriter:
 
     def _take(self, n: int) -> tuple[bytes, list]:
         """The next `n` queued records, taken off the queue: their packed integers and
-        their references (copies: the records stay where they are until their block goes)."""
+        their references.  Their references in the block are cleared (the same number of
+        Nones: the loop may be extending the list), so that what they alone kept alive goes
+        now; their integer rows stay until the block goes (at most 1.9 MiB)."""
         ints, strs = [], []
         left = n
         while left:
@@ -300,7 +303,9 @@ class TraceWriter:
             first = self._read
             last = min(first + left, _ROW_GROUP)
             ints.append(block_ints[first * _PACK.size:last * _PACK.size])  # a copy: a view would stop it growing
-            strs += block_strs[first * _WIDTH:last * _WIDTH]
+            refs = slice(first * _WIDTH, last * _WIDTH)
+            strs += block_strs[refs]
+            block_strs[refs] = _NONES[:refs.stop - refs.start]  # its paths go with it, not with the block
             left -= last - first
             if last == _ROW_GROUP:  # all of it read: the loop has moved on to another block
                 self._blocks.popleft()

@@ -33,6 +33,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -315,6 +316,14 @@ class TraceWriter:
         self._bytes_out += _cost(strs)
         return b"".join(ints), strs
 
+    def _row_groups(self, n: int) -> Iterator[tuple[int, bytes, list]]:
+        """The next `n` queued records, taken `_ROW_GROUP` at a time as they are asked for:
+        (how many, their packed integers, their references)."""
+        while n:
+            count = min(_ROW_GROUP, n)
+            n -= count
+            yield count, *self._take(count)
+
     def _write_part(self, n: int) -> None:
         """Write the next `n` queued records as one part, taken, converted and written
         `_ROW_GROUP` at a time.  A failed write loses all `n` (those not yet taken are
@@ -324,20 +333,16 @@ class TraceWriter:
         def fill(f) -> None:
             nonlocal taken
             with pq.ParquetWriter(f, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY) as out:
-                while taken < n:
-                    count = min(_ROW_GROUP, n - taken)
-                    rows, strs = self._take(count)
+                for count, rows, strs in self._row_groups(n):
                     taken += count
                     out.write_table(_table(rows, strs, self._host))
-                    del rows, strs
+                    del rows, strs  # before the next group is taken
 
         try:
             meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
         except Exception as exc:  # disk full, directory gone: keep serving
-            while taken < n:
-                count = min(_ROW_GROUP, n - taken)
-                self._take(count)
-                taken += count
+            for _ in self._row_groups(n - taken):
+                pass
             self._failed(exc, f"{n} records", n)
         else:
             self.files += 1

@@ -26,6 +26,16 @@ def server_pid(mountpoint: str) -> int:
     return state["pid"]
 
 
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in KiB ({} once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f)
+                    if k in ("VmRSS", "VmHWM")}
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+
+
 def cpu_s(pid: int) -> float:
     """CPU time (user and system) of process `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:

@@ -36,6 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import memory_kib
 
 from fusetrace.report import _ns
 from fusetrace.trace import metadata as meta
@@ -126,16 +129,6 @@ def write_trace(directory: str, records: int, step_ns: int = STEP_NS) -> int:
     return written
 
 
-def _status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of a process, in KiB ({} once it has gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f)
-                    if k in ("VmRSS", "VmHWM")}
-    except (FileNotFoundError, ProcessLookupError):
-        return {}
-
-
 def replay(trace: str, target: str, *options: str) -> dict:
     """Run `fusetrace replay` as a user would, sampling its memory."""
     shutil.rmtree(target, ignore_errors=True)
@@ -146,7 +139,7 @@ def replay(trace: str, target: str, *options: str) -> dict:
     samples: list[tuple[float, int]] = []
     peak = 0
     while p.poll() is None:
-        st = _status(p.pid)
+        st = memory_kib(p.pid)
         if st:
             samples.append((time.monotonic() - began, st["VmRSS"]))
             peak = max(peak, st["VmHWM"])

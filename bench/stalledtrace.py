@@ -21,13 +21,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import FUSETRACE, ft, server_pid
+from common import FUSETRACE, ft, memory_kib, server_pid
 
 
 def _memory_mb(pid: int) -> dict[str, float]:
-    with open(f"/proc/{pid}/status") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM")}
+    return {k: kib / 1024 for k, kib in memory_kib(pid).items()}
 
 
 def _trace_stats(mountpoint: Path) -> dict:

@@ -31,14 +31,16 @@ class CreditPipe:
 
     def transmit(self, now: float, nbytes: float) -> float:
         """Queue nbytes arriving at `now`; the time the last of them has passed."""
-        self._idle_until(now)
-        start, bal, hi = self.free_at, self.balance, self.hi
-        spend = hi - self.earn
+        start, bal, hi, earn = self.free_at, self.balance, self.hi, self.earn
+        if now > start:  # idle since the last bytes passed: earning (_idle_until, inline: once per request)
+            if bal < self.cap:
+                bal = min(self.cap, bal + earn * (now - start))
+            start = now
+        spend = hi - earn
         t_hi = nbytes / hi
         if spend <= 0 or bal >= t_hi * spend:
             end = start + t_hi
-            if spend > 0:
-                self.balance = bal - t_hi * spend
+            self.balance = bal - t_hi * spend if spend > 0 else bal
         else:  # the balance runs out part way: the rest passes at lo
             t1 = bal / spend
             end = start + t1 + (nbytes - hi * t1) / self.lo

@@ -10,26 +10,32 @@ _WINDOW_S = 60  # PercentIOLimit looks back one CloudWatch period
 
 
 class IopsLimit:
-    __slots__ = ("_count", "_sec", "rate", "tat", "tolerance")
+    __slots__ = ("_count", "_end", "_i", "_per", "_sec", "rate", "tat", "tolerance")
 
     def __init__(self, rate: float, burst_s: float):
         self.tat = float("-inf")
         self._sec = [-1] * _WINDOW_S  # per second of grant time: which second, how much cost
         self._count = [0.0] * _WINDOW_S
+        self._i = 0  # the slot of the second being counted, which ends at _end
+        self._end = float("-inf")
         self.configure(rate, burst_s)
 
     def configure(self, rate: float, burst_s: float) -> None:
         self.rate = rate
+        self._per = 1 / rate if rate > 0 else 0.0
         self.tolerance = burst_s
 
     def book(self, at: float, cost: float) -> None:
-        self.tat = max(self.tat, at) + cost / self.rate
-        sec = int(at)
-        i = sec % _WINDOW_S
-        if self._sec[i] != sec:
-            self._sec[i] = sec
-            self._count[i] = 0.0
-        self._count[i] += cost
+        tat = self.tat
+        self.tat = (tat if tat > at else at) + cost * self._per
+        if not self._end - 1.0 <= at < self._end:  # a grant in another second than the last one's
+            sec = int(at)
+            i = self._i = sec % _WINDOW_S
+            self._end = sec + 1.0
+            if self._sec[i] != sec:
+                self._sec[i] = sec
+                self._count[i] = 0.0
+        self._count[self._i] += cost
 
     def percent_used(self, now: float) -> float:
         """Cost granted over the last minute as a percentage of what the limit allows."""
@@ -40,6 +46,12 @@ class IopsLimit:
 
 def grant(limits, now: float, cost: float) -> float:
     """Book `cost` operations on every limit in `limits`; the time they allow it."""
+    if len(limits) == 1:  # the common case (one limit applies), without the loops
+        limit = limits[0]
+        t = limit.tat - limit.tolerance
+        at = t if t > now else now
+        limit.book(at, cost)
+        return at
     at = now
     for limit in limits:
         t = limit.tat - limit.tolerance

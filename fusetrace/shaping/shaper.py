@@ -32,6 +32,10 @@ from ..request import Request, WriteMode
 from .timer import PreciseTimer
 
 _NS = 1_000_000_000
+# enum members the hot path names, as plain globals: a member's lookup on its class
+# costs a tenth of a microsecond
+_CACHE = Gate.CACHE
+_BUFFERED, _SYNC = WriteMode.BUFFERED, WriteMode.SYNC
 
 
 class Ticket:
@@ -40,17 +44,35 @@ class Ticket:
     account of it, for the trace and `fusetrace stats`: the gate that set its time
     and how the modelled time splits into wait, latency and transfer.
 
-    A plain slotted class: one is made for every shaped request."""
+    One is made for every shaped request, so it keeps the model's answer as it is
+    and converts a figure only when it is read (the trace reads them all; an
+    untraced mount none)."""
 
-    __slots__ = ("deadline_ns", "gate", "latency_ns", "nfs", "transfer_ns", "wait_ns")
+    __slots__ = ("adm", "deadline_ns")
 
     def __init__(self, deadline_ns: int | None, adm: Admission) -> None:
         self.deadline_ns = deadline_ns
-        self.gate = str(adm.gate)
-        self.wait_ns = int(adm.wait * _NS)
-        self.latency_ns = int(adm.latency * _NS)
-        self.transfer_ns = int(adm.transfer * _NS)
-        self.nfs = adm.rpcs  # the NFS RPCs the emulated client sent for it ("" where none)
+        self.adm = adm
+
+    @property
+    def gate(self) -> str:
+        return self.adm.gate._value_  # the plain str: its hash is cached, an enum member's is a Python call
+
+    @property
+    def wait_ns(self) -> int:
+        return int(self.adm.wait * _NS)
+
+    @property
+    def latency_ns(self) -> int:
+        return int(self.adm.latency * _NS)
+
+    @property
+    def transfer_ns(self) -> int:
+        return int(self.adm.transfer * _NS)
+
+    @property
+    def nfs(self) -> str:
+        return self.adm.rpcs  # the NFS RPCs the emulated client sent for it ("" where none)
 
     def __repr__(self) -> str:
         return (f"Ticket(deadline_ns={self.deadline_ns}, gate={self.gate!r}, wait_ns={self.wait_ns}, "
@@ -58,12 +80,14 @@ class Ticket:
 
 
 class _Tally:
-    """One gate's count in Shaper.gates(): added to in place, once per operation."""
+    """One gate's count in Shaper.gates(): added to in place, once per operation (in
+    seconds, as the model gives them; gates() converts)."""
 
-    __slots__ = ("latency_ns", "ops", "transfer_ns", "wait_ns")
+    __slots__ = ("latency", "ops", "transfer", "wait")
 
     def __init__(self) -> None:
-        self.ops = self.wait_ns = self.latency_ns = self.transfer_ns = 0
+        self.ops = 0
+        self.wait = self.latency = self.transfer = 0.0
 
 
 class Shaper:
@@ -121,7 +145,8 @@ class Shaper:
         time in all, split into `wait_ns`, `latency_ns` and `transfer_ns`; most
         operations first."""
         tallies = sorted(self._gates.items(), key=lambda item: -item[1].ops)
-        return {gate: {"ops": t.ops, "wait_ns": t.wait_ns, "latency_ns": t.latency_ns, "transfer_ns": t.transfer_ns}
+        return {gate: {"ops": t.ops, "wait_ns": int(t.wait * _NS), "latency_ns": int(t.latency * _NS),
+                       "transfer_ns": int(t.transfer * _NS)}
                 for gate, t in tallies}
 
     def compensate(self, ns: int) -> None:
@@ -139,7 +164,7 @@ class Shaper:
                                 offset=r.offset, write_mode=r.write_mode or "buffered", is_dir=r.is_dir,
                                 closes=r.closes, writable=r.writable, handle=r.handle,
                                 new_directory=r.new_directory, new_name=r.new_name)
-        if adm.gate is Gate.CACHE:
+        if adm.gate is _CACHE:
             return Ticket(None, adm)
         self.ops += 1
         return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm)
@@ -153,13 +178,15 @@ class Shaper:
             if self._samples is not None:
                 self._samples.append(monotonic_ns() - start_ns)
             return 0
-        tally = self._gates.get(ticket.gate)
+        adm = ticket.adm
+        gate = adm.gate._value_  # see Ticket.gate
+        tally = self._gates.get(gate)
         if tally is None:
-            tally = self._gates[ticket.gate] = _Tally()
+            tally = self._gates[gate] = _Tally()
         tally.ops += 1
-        tally.wait_ns += ticket.wait_ns
-        tally.latency_ns += ticket.latency_ns
-        tally.transfer_ns += ticket.transfer_ns
+        tally.wait += adm.wait
+        tally.latency += adm.latency
+        tally.transfer += adm.transfer
         deadline_ns = ticket.deadline_ns
         if deadline_ns is None:
             return 0
@@ -168,14 +195,17 @@ class Shaper:
         if now < deadline_ns:
             assert self.timer is not None, "a shaper made without a timer only admits"
             await self.timer.sleep_until(deadline_ns, int(self.slack_share * modelled))
-            held = monotonic_ns() - now  # as slept: the timer may wake it a little early or late
+            after = monotonic_ns()
+            held = after - now  # as slept: the timer may wake it a little early or late
         else:
-            held = 0
-        if request.write_mode is WriteMode.BUFFERED or request.write_mode is WriteMode.SYNC:
+            after, held = now, 0
+        mode = request.write_mode
+        if mode is _BUFFERED or mode is _SYNC:
             return held
-        late = max(monotonic_ns() - deadline_ns, 0)
+        late = after - deadline_ns
         self.modelled_ns += modelled
-        self.late_ns += late
-        if late > self.late_share * modelled:
-            self.late += 1
+        if late > 0:
+            self.late_ns += late
+            if late > self.late_share * modelled:
+                self.late += 1
         return held

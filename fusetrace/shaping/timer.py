@@ -26,6 +26,7 @@ _current_task = trio.lowlevel.current_task
 _reschedule = trio.lowlevel.reschedule
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+_heappush, _heappop = heapq.heappush, heapq.heappop
 # A sleeper's key in the heap: its deadline and its sequence number in one int
 # (deadline_ns << _SEQ_BITS | seq), so the heap compares plain ints.  The whole
 # sequence number is kept (it never reaches 2**64): sleepers with one deadline, such
@@ -81,7 +82,7 @@ class PreciseTimer:
         sleepers = self._sleepers
         sleepers[key] = (_current_task(), early)
         heap = self._heap
-        heapq.heappush(heap, key)
+        _heappush(heap, key)
         if heap[0] == key:
             self._arm(deadline_ns)
 
@@ -101,19 +102,23 @@ class PreciseTimer:
                 pass
             now = monotonic_ns()
             heap, sleepers = self._heap, self._sleepers
+            horizon = now + self.lead_ns
+            first = True
             while heap:
                 sleeper = sleepers.get(heap[0])
                 if sleeper is None:  # cancelled
-                    heapq.heappop(heap)
+                    _heappop(heap)
                     continue
-                if sleeper[1] > now + self.lead_ns:
+                if sleeper[1] > horizon:
                     break
-                key = heapq.heappop(heap)
+                key = _heappop(heap)
                 del sleepers[key]
                 _reschedule(sleeper[0])
-                late = now - (key >> _SEQ_BITS)
-                # moving average of lateness, kept within [0, 200 us]
-                self.lead_ns = min(max((7 * self.lead_ns + late + self.lead_ns) // 8, 0), 200_000)
+                if first:  # the sleeper the timer was armed for: how late the wake-up was
+                    first = False
+                    late = now - (key >> _SEQ_BITS)
+                    # moving average of lateness, kept within [0, MAX_LEAD_NS]
+                    self.lead_ns = min(max((7 * self.lead_ns + late + self.lead_ns) // 8, 0), MAX_LEAD_NS)
             if heap:
                 self._arm(heap[0] >> _SEQ_BITS)
 

@@ -1,5 +1,7 @@
 """The shaper's timer: every sleeper wakes, none much before its deadline nor lost, whether the
-loop is idle or busy with other tasks, and a cancelled sleep leaves the others alone."""
+loop is idle or busy with other tasks, and a cancelled sleep leaves the others alone; a
+sleeper's slack lets it wake with another before or after its deadline, and one alone wakes
+on time."""
 
 import itertools
 import random
@@ -114,6 +116,46 @@ def test_slack_lets_a_sleeper_wake_early_with_another_never_earlier():
     assert woke["strict"] >= start_ns + 61_000_000 - MAX_LEAD_NS
     # the slack sleeper went with the first (its slack reached back to then), not alone later
     assert woke["slack"] < woke["strict"]
+
+
+MS = 1_000_000
+
+
+def test_slack_lets_the_first_sleeper_wait_for_one_that_can_go_with_it():
+    """Two sleepers 90 ms apart whose slacks (60 ms) overlap: the timer waits for the first
+    one's latest time, when the second's slack reaches back, and wakes both then (one
+    wake-up, not two); neither outside its window."""
+    woke: dict = {}
+
+    async def sleeper(timer, tag, deadline, slack):
+        await timer.sleep_until(deadline, slack)
+        woke[tag] = monotonic_ns()
+
+    async def start(timer, nursery, now):
+        nursery.start_soon(sleeper, timer, "first", now + 100 * MS, 60 * MS)
+        nursery.start_soon(sleeper, timer, "second", now + 190 * MS, 60 * MS)
+
+    start_ns = _run(start)
+    assert woke["first"] >= start_ns + 40 * MS - MAX_LEAD_NS
+    assert woke["second"] >= start_ns + 130 * MS - MAX_LEAD_NS
+    # together (woken alone at their deadlines they would be 90 ms apart), and the
+    # first after its deadline: it waited for the second
+    assert abs(woke["second"] - woke["first"]) < 20 * MS
+    assert woke["first"] > start_ns + 100 * MS
+
+
+def test_a_sleeper_alone_wakes_at_its_deadline_not_at_the_end_of_its_slack():
+    woke: list[int] = []
+
+    async def sleeper(timer, deadline, slack):
+        await timer.sleep_until(deadline, slack)
+        woke.append(monotonic_ns())
+
+    async def start(timer, nursery, now):
+        nursery.start_soon(sleeper, timer, now + 100 * MS, 60 * MS)
+
+    start_ns = _run(start)
+    assert start_ns + 100 * MS - MAX_LEAD_NS <= woke[0] < start_ns + 140 * MS  # its latest: 160 ms
 
 
 @pytest.mark.parametrize("apart", [1 << 20, 1 << 32, 1 << 40], ids=["2**20", "2**32", "2**40"])

@@ -10,7 +10,7 @@ and concurrent operations overlap as the model says, never queueing behind one
 another's sleeps.
 
 The shaper also watches itself: it adds up the modelled time of the operations
-a caller waits on and how late past its deadline each reply went out.  When the
+a caller waits on and how late past its deadline (and slack) each reply went out.  When the
 host adds more than a tenth to the modelled time, the host, not the model, set
 the pace (`stats`, trace metadata).  Buffered writes (and O_SYNC ones, which
 the NFS client also copies into its page cache and flushes) are left out: the model
@@ -97,14 +97,15 @@ class Shaper:
         self.client = NfsClient(model)  # what a Linux NFS client would send for each request
         self.timer = timer
         self.late_share = late_share
-        # A reply may leave this share of its modelled time early when the timer is
-        # waking others then: deep queues hold many replies due within microseconds of
-        # one another, and one wake-up for all of them is what keeps the host's cost
-        # per operation down.  A 2.3 ms read may leave up to 46 us early.
+        # A reply may leave up to this share of its modelled time early or late when the
+        # timer is waking others then (a reply alone leaves on time): deep queues hold
+        # many replies due within microseconds of one another, and one wake-up for all of
+        # them is what keeps the host's cost per operation down.  A 2.3 ms read may
+        # leave up to 46 us early or late; lateness past that is the host's.
         self.slack_share = slack_share
         self.ops = 0  # operations shaped (all; buffered writes too)
-        self.late = 0  # replies later than deadline + late_share x modelled time
-        self.late_ns = 0  # all replies' time past their deadlines
+        self.late = 0  # replies later than deadline + slack + late_share x modelled time
+        self.late_ns = 0  # all replies' time past their deadlines and slack
         self.modelled_ns = 0  # all shaped operations' modelled time
         self._gates: dict[str, _Tally] = {}  # per gate: the operations it held and their modelled time
         # O_DIRECT writes past the end of their file (counted by the write handler): the
@@ -192,9 +193,10 @@ class Shaper:
             return 0
         now = monotonic_ns()
         modelled = deadline_ns + self.compensation_ns - start_ns
+        slack = int(self.slack_share * modelled)
         if now < deadline_ns:
             assert self.timer is not None, "a shaper made without a timer only admits"
-            await self.timer.sleep_until(deadline_ns, int(self.slack_share * modelled))
+            await self.timer.sleep_until(deadline_ns, slack)
             after = monotonic_ns()
             held = after - now  # as slept: the timer may wake it a little early or late
         else:
@@ -202,7 +204,7 @@ class Shaper:
         mode = request.write_mode
         if mode is _BUFFERED or mode is _SYNC:
             return held
-        late = after - deadline_ns
+        late = after - deadline_ns - slack  # past the latest the timer meant to wake it
         self.modelled_ns += modelled
         if late > 0:
             self.late_ns += late

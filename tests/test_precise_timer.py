@@ -95,8 +95,8 @@ def test_a_cancelled_sleep_leaves_the_others_alone():
 
 
 def test_slack_lets_a_sleeper_wake_early_with_another_never_earlier():
-    """A sleeper next in deadline order whose slack reaches back to another's wake-up leaves
-    with it."""
+    """A sleeper next in the order of latest times (deadline + slack) whose slack reaches
+    back to another's wake-up leaves with it."""
     woke: dict = {}
 
     async def sleeper(timer, tag, deadline, slack):
@@ -106,14 +106,14 @@ def test_slack_lets_a_sleeper_wake_early_with_another_never_earlier():
     async def start(timer, nursery, now):
         nursery.start_soon(sleeper, timer, "first", now + 20_000_000, 0)
         nursery.start_soon(sleeper, timer, "slack", now + 60_000_000, 45_000_000)
-        # a millisecond after the slack one: the timer wakes in deadline order, so a strict
-        # sleeper due first would stop it there (tasks start in no set order)
-        nursery.start_soon(sleeper, timer, "strict", now + 61_000_000, 0)
+        # a millisecond after the slack one's latest time (105 ms): the timer wakes in that
+        # order, so a strict sleeper due first would stop it there (tasks start in no set order)
+        nursery.start_soon(sleeper, timer, "strict", now + 106_000_000, 0)
 
     start_ns = _run(start)
     assert woke["first"] >= start_ns + 20_000_000 - MAX_LEAD_NS
     assert woke["slack"] >= start_ns + 15_000_000 - MAX_LEAD_NS
-    assert woke["strict"] >= start_ns + 61_000_000 - MAX_LEAD_NS
+    assert woke["strict"] >= start_ns + 106_000_000 - MAX_LEAD_NS
     # the slack sleeper went with the first (its slack reached back to then), not alone later
     assert woke["slack"] < woke["strict"]
 

@@ -126,9 +126,10 @@ def test_slack_lets_the_first_sleeper_wait_for_one_that_can_go_with_it():
     one's latest time, when the second's slack reaches back, and wakes both then (one
     wake-up, not two); neither outside its window."""
     woke: dict = {}
+    woke_for: dict = {}
 
     async def sleeper(timer, tag, deadline, slack):
-        await timer.sleep_until(deadline, slack)
+        woke_for[tag] = await timer.sleep_until(deadline, slack)
         woke[tag] = monotonic_ns()
 
     async def start(timer, nursery, now):
@@ -142,13 +143,17 @@ def test_slack_lets_the_first_sleeper_wait_for_one_that_can_go_with_it():
     # first after its deadline: it waited for the second
     assert abs(woke["second"] - woke["first"]) < 20 * MS
     assert woke["first"] > start_ns + 100 * MS
+    # each is told the time it was woken for (the first's latest), which the shaper does
+    # not count as late
+    assert woke_for == {"first": start_ns + 160 * MS, "second": start_ns + 160 * MS}
 
 
 def test_a_sleeper_alone_wakes_at_its_deadline_not_at_the_end_of_its_slack():
     woke: list[int] = []
 
     async def sleeper(timer, deadline, slack):
-        await timer.sleep_until(deadline, slack)
+        woke_for = await timer.sleep_until(deadline, slack)
+        assert woke_for == deadline  # its lateness past the deadline is the host's
         woke.append(monotonic_ns())
 
     async def start(timer, nursery, now):
@@ -156,6 +161,32 @@ def test_a_sleeper_alone_wakes_at_its_deadline_not_at_the_end_of_its_slack():
 
     start_ns = _run(start)
     assert start_ns + 100 * MS - MAX_LEAD_NS <= woke[0] < start_ns + 140 * MS  # its latest: 160 ms
+
+
+def test_a_sleeper_left_alone_by_a_cancelled_one_wakes_at_its_deadline():
+    """The timer waits past the first sleeper's deadline only for a second that can go with
+    it; when the second goes away, the first wakes at its own deadline again."""
+    woke: list[int] = []
+
+    async def sleeper(timer, deadline, slack):
+        woke_for = await timer.sleep_until(deadline, slack)
+        assert woke_for == deadline
+        woke.append(monotonic_ns())
+
+    async def start(timer, nursery, now):
+        nursery.start_soon(sleeper, timer, now + 100 * MS, 60 * MS)
+        with trio.CancelScope() as scope:
+            nursery.start_soon(_cancel_later, scope)
+            await timer.sleep_until(now + 190 * MS, 60 * MS)  # the timer waits for 160 ms, till...
+        assert scope.cancelled_caught
+
+    start_ns = _run(start)
+    assert start_ns + 100 * MS - MAX_LEAD_NS <= woke[0] < start_ns + 140 * MS
+
+
+async def _cancel_later(scope: trio.CancelScope) -> None:
+    await trio.sleep(0.01)
+    scope.cancel()
 
 
 @pytest.mark.parametrize("apart", [1 << 20, 1 << 32, 1 << 40], ids=["2**20", "2**32", "2**40"])

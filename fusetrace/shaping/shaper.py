@@ -10,7 +10,7 @@ and concurrent operations overlap as the model says, never queueing behind one
 another's sleeps.
 
 The shaper also watches itself: it adds up the modelled time of the operations
-a caller waits on and how late past its deadline (and slack) each reply went out.  When the
+a caller waits on and how late past its deadline each reply went out.  When the
 host adds more than a tenth to the modelled time, the host, not the model, set
 the pace (`stats`, trace metadata).  Buffered writes (and O_SYNC ones, which
 the NFS client also copies into its page cache and flushes) are left out: the model
@@ -101,11 +101,11 @@ class Shaper:
         # timer is waking others then (a reply alone leaves on time): deep queues hold
         # many replies due within microseconds of one another, and one wake-up for all of
         # them is what keeps the host's cost per operation down.  A 2.3 ms read may
-        # leave up to 46 us early or late; lateness past that is the host's.
+        # leave up to 46 us early or late; the time the timer chose is not counted late.
         self.slack_share = slack_share
         self.ops = 0  # operations shaped (all; buffered writes too)
-        self.late = 0  # replies later than deadline + slack + late_share x modelled time
-        self.late_ns = 0  # all replies' time past their deadlines and slack
+        self.late = 0  # replies later than deadline + late_share x modelled time (see hold)
+        self.late_ns = 0  # all replies' time past their deadlines (see hold)
         self.modelled_ns = 0  # all shaped operations' modelled time
         self._gates: dict[str, _Tally] = {}  # per gate: the operations it held and their modelled time
         # O_DIRECT writes past the end of their file (counted by the write handler): the
@@ -196,15 +196,16 @@ class Shaper:
         slack = int(self.slack_share * modelled)
         if now < deadline_ns:
             assert self.timer is not None, "a shaper made without a timer only admits"
-            await self.timer.sleep_until(deadline_ns, slack)
+            woke_for = await self.timer.sleep_until(deadline_ns, slack)
             after = monotonic_ns()
             held = after - now  # as slept: the timer may wake it a little early or late
         else:
-            after, held = now, 0
+            after, held, woke_for = now, 0, 0
         mode = request.write_mode
         if mode is _BUFFERED or mode is _SYNC:
             return held
-        late = after - deadline_ns - slack  # past the latest the timer meant to wake it
+        # past its deadline, or past the later time the timer chose to wake it with others
+        late = after - (deadline_ns if deadline_ns > woke_for else woke_for)
         self.modelled_ns += modelled
         if late > 0:
             self.late_ns += late

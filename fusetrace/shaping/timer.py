@@ -18,8 +18,10 @@ now (one whose time has not come stops the sweep there, and those after it wait
 for a later wake-up, within their own slack: a sweep in the order of the
 earliest times too would need a second heap, 14 % more CPU per operation for the
 model, shaper and timer at queue depth 1,024).  So none wakes before its
-deadline - slack nor, the host permitting, after its deadline + slack, and in a
-deep queue the errors fall on both sides of the deadlines.
+deadline - slack (less the lead) nor, the host permitting, after its deadline +
+slack, and in a deep queue the errors fall on both sides of the deadlines.  A
+sleeper is told the time it was woken for, so that the shaper counts as the
+host's only the lateness past it.
 """
 
 import ctypes
@@ -29,6 +31,7 @@ import itertools
 import os
 from time import monotonic_ns
 
+import outcome
 import trio
 
 _checkpoint = trio.lowlevel.checkpoint
@@ -36,6 +39,7 @@ _current_task = trio.lowlevel.current_task
 _reschedule = trio.lowlevel.reschedule
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+_Value = outcome.Value
 _heappush, _heappop = heapq.heappush, heapq.heappop
 # A sleeper's key in the heap: its latest time (deadline + slack) and its sequence number
 # in one int (latest_ns << _SEQ_BITS | seq), so the heap compares plain ints.  The whole
@@ -88,9 +92,8 @@ class PreciseTimer:
         _libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None)
 
     def _plan(self) -> None:
-        """Arm the timer for the first sleeper: at its latest time if another can wake with it
-        then, else at its deadline.  Only the first's two children in the heap are looked at
-        (one of them is next in order); a sleeper deeper down is gathered when the timer fires."""
+        """Arm the timer for the first sleeper: at its latest time if the next one in order can
+        wake with it then, else at its deadline."""
         heap, sleepers = self._heap, self._sleepers
         self._defer_to = -1
         while heap and heap[0] not in sleepers:  # cancelled
@@ -98,22 +101,23 @@ class PreciseTimer:
         if not heap:
             return
         latest = heap[0] >> _SEQ_BITS
-        for child in heap[1:3]:
-            other = sleepers.get(child)
+        if len(heap) > 1:  # the next in order, whose time stops the sweep if it has not come
+            other = sleepers.get(heap[1] if len(heap) == 2 or heap[1] < heap[2] else heap[2])
             if other is not None and other[1] <= latest:
                 self._arm(latest)
                 return
         self._defer_to = latest
         self._arm(sleepers[heap[0]][2])
 
-    async def sleep_until(self, deadline_ns: int, slack_ns: int = 0) -> None:
+    async def sleep_until(self, deadline_ns: int, slack_ns: int = 0) -> int:
         """Return at (about) monotonic_ns() == deadline_ns, or up to slack_ns before or
         after it when another sleeper is woken then; at once if deadline_ns - slack_ns
-        is past."""
+        is past.  Returns the time the timer woke it for: lateness past the later of
+        that and the deadline is the host's (0: none chosen, the deadline counts)."""
         early = deadline_ns - slack_ns
         if early <= monotonic_ns() + self.lead_ns:
             await _checkpoint()
-            return
+            return 0
         key = (deadline_ns + slack_ns) << _SEQ_BITS | next(self._seq)
         sleepers = self._sleepers
         sleepers[key] = (_current_task(), early, deadline_ns)
@@ -121,15 +125,17 @@ class PreciseTimer:
         _heappush(heap, key)
         if heap[0] == key:
             self._plan()
-        elif early <= self._defer_to:  # it can wake with the lone first sleeper if that one waits
-            self._defer_to, target = -1, self._defer_to
+        elif early <= self._defer_to and key == min(heap[1:3]):  # next in order, it can wake with
+            self._defer_to, target = -1, self._defer_to  # the lone first sleeper if that one waits
             self._arm(target)
 
         def abort(_):
             sleepers.pop(key, None)  # its key is dropped when it reaches the top of the heap
+            if key in heap[:3]:  # it may be what the timer is armed for, or why
+                self._plan()
             return _SUCCEEDED
 
-        await _wait_task_rescheduled(abort)
+        return await _wait_task_rescheduled(abort)
 
     async def run(self) -> None:
         """The background task that wakes sleepers; start it in a nursery."""
@@ -137,12 +143,13 @@ class PreciseTimer:
             await trio.lowlevel.wait_readable(self._fd)
             try:
                 os.read(self._fd, 8)
-            except BlockingIOError:
-                pass
+                woke_for = self._target
+            except BlockingIOError:  # re-armed since it fired (a sleeper came): no wake-up to judge
+                woke_for = 0
             now = monotonic_ns()
             heap, sleepers = self._heap, self._sleepers
             horizon = now + self.lead_ns
-            first = True
+            first = woke_for > 0
             while heap:
                 sleeper = sleepers.get(heap[0])
                 if sleeper is None:  # cancelled
@@ -151,10 +158,10 @@ class PreciseTimer:
                 if sleeper[1] > horizon:
                     break
                 del sleepers[_heappop(heap)]
-                _reschedule(sleeper[0])
+                _reschedule(sleeper[0], _Value(woke_for))
                 if first:  # the timer fired for this one: how late the wake-up was
                     first = False
-                    late = now - self._target
+                    late = now - woke_for
                     # moving average of lateness, kept within [0, MAX_LEAD_NS]
                     self.lead_ns = min(max((7 * self.lead_ns + late + self.lead_ns) // 8, 0), MAX_LEAD_NS)
             self._plan()

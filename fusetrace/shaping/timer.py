@@ -11,8 +11,9 @@ A sleeper may say how far from its deadline it can bear to wake, before or after
 a wake-up of the loop costs far more CPU than a sleeper does (on a virtual
 machine, about 100 us against a few).  Sleepers are kept in the order of the
 latest time each may wake (deadline + slack).  The timer is armed for the first
-one's latest time when another can go with it then (its slack reaches back to
-then), else for its deadline, so a sleeper alone wakes on time.  When it fires it
+one's latest time when the next one in that order can go with it then (its slack
+reaches back to then), else for its deadline, so a sleeper alone wakes on time
+(a cancelled sleeper it was armed for, or by, re-plans it).  When it fires it
 wakes sleepers in that order for as long as the next one's slack reaches back to
 now (one whose time has not come stops the sweep there, and those after it wait
 for a later wake-up, within their own slack: a sweep in the order of the

@@ -39,6 +39,7 @@ from common import ACCURACY_MARK, cpu_s, server_pid, write_between  # noqa: E402
 
 from fusetrace.emulator.model import Model  # noqa: E402
 from fusetrace.emulator.profiles import load_profile  # noqa: E402
+from fusetrace.hostload import load_words  # noqa: E402
 from fusetrace.request import Kind, Request  # noqa: E402
 from fusetrace.shaping.shaper import Shaper  # noqa: E402
 from fusetrace.shaping.timer import PreciseTimer  # noqa: E402
@@ -192,9 +193,7 @@ def _verdict(run: dict, limit: float) -> str:
     """`fusetrace stats`' verdict on an emulated run, and whether the run fell short of the
     profile's IOPS limit (fio keeps 1,024 requests outstanding, so the limit binds) without it."""
     host = run["host"]
-    text = (f"{'host-bound' if host.get('host_bound') else 'keeping up'}: replies "
-            f"{100 * host.get('added_share', 0):.0f} % later than modelled, loop busy "
-            f"{100 * host.get('loop_busy', 0):.0f} %")
+    text = f"{'host-bound' if host.get('host_bound') else 'keeping up'}: {load_words(host)}"
     short = 1 - run["iops"] / limit
     if short > 0.02 and not host.get("host_bound"):
         text += f"; yet {100 * short:.0f} % short of the limit, which the verdict missed"

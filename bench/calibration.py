@@ -13,9 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fusetrace.hostload import extending_writes_note, host_load  # noqa: E402
 from fusetrace.scenarios import command, fio, runner, spec  # noqa: E402
 from fusetrace.scenarios.scratch import ScratchMount  # noqa: E402
-from fusetrace.shaping.hostload import extending_writes_note, host_load  # noqa: E402
 
 FRESH_STEP = "512k-write-qd16"  # of efs-2016-fio, run again on a file fio makes itself
 

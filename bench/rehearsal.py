@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from fusetrace.hostload import load_words  # noqa: E402
+
 FUSETRACE = [sys.executable, "-m", "fusetrace"]
 WORKLOAD = ROOT / "tests" / "workloads" / "mixed.sh"
 MARK = "<!-- rehearsal -->"
@@ -76,8 +79,8 @@ def render(r: dict) -> str:
     for side in ("a", "b"):
         host = meta[side].get("host_load") or {}
         verdict = "host-bound" if host.get("host_bound") else "the host kept up"
-        lines.append(f"- {side.upper()}: {verdict} (replies {100 * host.get('added_share', 0):.1f} % later than "
-                     f"modelled in all, loop busy {100 * host.get('loop_busy', 0):.0f} %); FUSE round trip "
+        words = load_words(host) if host else "no host figures"
+        lines.append(f"- {side.upper()}: {verdict} ({words}); FUSE round trip "
                      f"{(meta[side].get('fuse_round_trip_ns') or 0) / 1e3:.0f} µs.")
     rp = r["replay"]
     lines += [f"- Replay: {_replay_line(rp)}", "",

@@ -110,6 +110,8 @@ class Model:
         self.refused_events: list[str] = []  # scheduled sets that were inconsistent at their instant
         self.clients = 1  # clients of the file system (ClientConnections); emulator/shared.py sets it
         self._usage: dict[tuple[int, int], list] | None = None  # when shared: what went through the shared gates
+        # the gates the last request served went through (busy()): its route, and its slot pool and key
+        self._last: tuple[_Route, SlotPools | None, int, bool] | None = None
         self._configure(now)
         self._credit.set_balance(params.burst_credit_balance, now)
 
@@ -147,6 +149,26 @@ class Model:
             done, gate = self._stalled(now, done, gate)
         wait = done - now - latency - transfer
         return Admission(done, gate, latency, transfer, wait if wait > 0.0 else 0.0)
+
+    def busy(self, now: float) -> bool:
+        """Whether the gates the last request served went through still have earlier work
+        at `now`: an IOPS limit's next grant, a throughput pipe's queued bytes, its file's
+        or directory's slots.  A request like it arriving now would queue behind that
+        work, so it would have waited had it come earlier (fusetrace/shaping/kernelqueue.py
+        asks it of the requests left unread in the FUSE kernel).  Latency is no queue: a
+        request in its latency alone keeps nothing busy."""
+        if self._last is None:
+            return False
+        route, pool, key, data = self._last
+        for limit in route.limits:
+            if limit.tat > now:
+                return True
+        pipe = route.pipe
+        if pipe is not None and pipe.free_at > now and (route.charge_fixed > 0 or (data and route.charge_per_byte > 0)):
+            return True
+        if data and self._client is not None and self._client.free_at > now:
+            return True
+        return pool is not None and pool.busy(key, now)
 
     def schedule(self, event: Event, origin: float) -> None:
         """Have `event` happen at origin + event.at of the model's time (emulator/events.py).
@@ -281,6 +303,7 @@ class Model:
         write-back: the write got into the page cache): (done, gate, latency,
         transfer).  The shared queues (IOPS, pipes) take it in admission order,
         at `now`, so that nothing queues behind a request that is not ready."""
+        self._last = (route, pool, key, nbytes > 0)
         counters = self._counters
         i = route.index
         counters.ops[i] += 1

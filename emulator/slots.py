@@ -29,6 +29,11 @@ class SlotPools:
         free[i] = start + hold
         return start
 
+    def busy(self, key: int, now: float) -> bool:
+        """Whether every slot of `key` is still taken at `now`."""
+        free = self._free.get(key)
+        return free is not None and min(free) > now
+
     def resize(self, slots: int, now: float) -> None:
         """Change to `slots` (at least 1) per key: removed slots are the ones free
         soonest, added ones are free from `now`."""

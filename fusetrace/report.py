@@ -25,6 +25,7 @@ import duckdb
 
 from .errors import UserError
 from .globs import glob_regex
+from .hostload import load_words
 from .texttable import table
 from .trace import metadata as meta
 from .trace import reader
@@ -784,8 +785,7 @@ def _emulation(m: dict, traces: list[dict]) -> list[str]:
     else:
         verdict = "HOST-BOUND: the host, not the model, set the pace" if host["host_bound"] else \
             "the host kept up with the model"
-        lines[0] += (f"; {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in all, "
-                     f"loop busy {100 * host['loop_busy']:.0f} % of the time)")
+        lines[0] += f"; {verdict} ({load_words(host)})"
     lines += [f"warning     {w}" for w in m.get("warnings", [])]
     return lines
 

@@ -3,6 +3,7 @@ the operations, how the host keeps up, and what the run must be warned of."""
 
 import time
 
+from .hostload import load_words
 from .texttable import table
 
 _BYTES = ("BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
@@ -49,9 +50,8 @@ def render(stats: dict) -> str:
     if host:
         verdict = "HOST-BOUND: the host, not the model, is setting the pace" if host.get("host_bound") \
             else "keeping up with the model"
-        lines.append(f"host: {verdict} (replies {100 * host['added_share']:.1f} % later than modelled in "
-                     f"all; {host['late']:,} of {host['ops']:,} operations late; loop busy "
-                     f"{100 * host['loop_busy']:.0f} % of the time since mounting)")
+        lines.append(f"host: {verdict} since mounting ({load_words(host)}; {host['late']:,} of "
+                     f"{host['ops']:,} replies late)")
     lines += [f"warning: {w}" for w in stats.get("warnings", [])]
     if stats.get("shared"):
         lines.append(_shared_line(stats["shared"]))

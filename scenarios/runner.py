@@ -27,12 +27,12 @@ from typing import Any
 
 from ..emulator.params import MiB
 from ..errors import UserError
-from ..shaping.hostload import extending_writes_note, host_load
+from ..hostload import extending_writes_note, host_load, load_words
 from ..shaping.profile import load_params
 from . import application, children, fio
 from .progress import Progress
 from .redisserver import RedisServer
-from .scratch import ScratchMount, load_text, scratch_root
+from .scratch import ScratchMount, scratch_root
 from .spec import Scenario, Step, split_step
 
 SAMPLE_EVERY = 0.5  # seconds between metric samples
@@ -221,7 +221,7 @@ def _metric_names(step: Step) -> list[str]:
 
 def _note(step: dict, metric: str) -> str:
     if step["load"]["host_bound"]:
-        note = f"host-bound: {load_text(step['load'])}"
+        note = f"host-bound: {load_words(step['load'])}"
     else:
         why = step["inconsistent"].get(metric)
         note = f"published figures disagree: {why}" if why else ""
@@ -275,7 +275,7 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
             continue
         plain_note = f"a plain mount here drives {ceiling:,.0f} IOPS"
         if bound:
-            row["note"] = f"host-bound: {load_text(record['load'])}; {plain_note}"
+            row["note"] = f"host-bound: {load_words(record['load'])}; {plain_note}"
         else:
             row["note"] = "; ".join(note for note in (row["note"], plain_note) if note)
 

@@ -79,7 +79,7 @@ class ScratchMount:
         return self.ask(cmd="stats")
 
     def host(self) -> dict:
-        """How the emulating server keeps up: its counters (shaping.hostload.host_load() compares two)."""
+        """How the emulating server keeps up: its counters (hostload.host_load() compares two)."""
         return self.stats()["host"]
 
     def set(self, key: str, value) -> None:
@@ -105,7 +105,3 @@ class ScratchMount:
         return mounts.mounted_at(mounts.canonical(self.mnt)) is not None
 
 
-def load_text(load: dict) -> str:
-    """A host_load() in words, for the tables."""
-    return (f"the host added {100 * load['added_share']:.0f}% to the modelled time, "
-            f"its loop busy {100 * load['loop_busy']:.0f}% of it")

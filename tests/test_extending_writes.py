@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from conftest import fusetrace
 
+from fusetrace.hostload import host_load
 from fusetrace.scenarios.runner import rows
-from fusetrace.shaping.hostload import host_load
 
 FLAG = "kernel-serialised extending writes: "
 REMEDY = "Lay the file out first: fio --fallocate=truncate, or truncate -s SIZE FILE"
@@ -62,4 +62,4 @@ def test_a_scenario_step_with_extending_writes_is_flagged_in_its_rows():
     laid_out, flagged, both = rows([quiet, fresh, bound])
     assert laid_out["note"] == ""
     assert flagged["note"].startswith(f"{FLAG}400 (FUSE runs O_DIRECT writes") and flagged["note"].endswith(REMEDY + ")")
-    assert both["note"].startswith("host-bound: the host added 50% to the modelled time") and FLAG + "400" in both["note"]
+    assert both["note"].startswith("host-bound: the host added 50.0 % to the modelled time") and FLAG + "400" in both["note"]

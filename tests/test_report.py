@@ -233,8 +233,8 @@ def test_parts_without_metadata_still_report(trace, tmp_path):
 GATES = np.array(["latency", "iops", "file", "throughput", "cache"])
 EMULATED = {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box",
             "emulation": {"profile": "efs-2016", "params": {}},
-            "host_load": {"ops": 900, "added_share": 0.031, "loop_busy": 0.42, "host_bound": False,
-                          "extending_writes": 0}, "warnings": []}
+            "host_load": {"ops": 900, "added_share": 0.031, "queued_share": 0.011, "loop_busy": 0.42,
+                          "host_bound": False, "extending_writes": 0}, "warnings": []}
 
 
 def shaped(n: int, seed: int = 3) -> dict[str, np.ndarray]:
@@ -278,8 +278,8 @@ def test_where_the_modelled_time_went_matches_numpy(tmp_path):
 def test_text_report_of_an_emulated_trace(tmp_path):
     write_shaped(tmp_path / "t", shaped(500), EMULATED)
     lines = render(Trace(tmp_path / "t").summary()).splitlines()
-    assert ("emulated    efs-2016; the host kept up with the model (replies 3.1 % later than modelled in all, "
-            "loop busy 42 % of the time)") in lines
+    assert ("emulated    efs-2016; the host kept up with the model (the host added 3.1 % to the modelled time "
+            "(replies late 2.0 %, unread in the kernel 1.1 %), loop busy 42 %)") in lines
     assert "warning" not in "\n".join(lines)
     at = lines.index("where the modelled time went")
     assert lines[at + 1].split() == ["op", "shaped", "modelled", "mean", "wait%", "latency%", "transfer%", "gates",
@@ -292,9 +292,12 @@ def test_an_emulated_run_that_was_flagged_or_host_bound_says_so(tmp_path):
     note = "kernel-serialised extending writes: 250 (FUSE runs O_DIRECT writes past the end of a file ...)"
     bound = {**EMULATED, "warnings": [note],
              "host_load": {**EMULATED["host_load"], "added_share": 0.4, "host_bound": True, "extending_writes": 250}}
+    del bound["host_load"]["queued_share"]  # a trace from before the kernel's queue was measured
     write_shaped(tmp_path / "t", shaped(100), bound)
     text = render(Trace(tmp_path / "t").summary())
-    assert "emulated    efs-2016; HOST-BOUND: the host, not the model, set the pace (replies 40.0 %" in text
+    assert ("emulated    efs-2016; HOST-BOUND: the host, not the model, set the pace (the host added 40.0 % to "
+            "the modelled time (replies late 40.0 %, kernel queue not measured: a loop busy over 75 % counts), "
+            "loop busy 42 %)") in text
     assert f"warning     {note}" in text
 
 

@@ -219,7 +219,8 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
     assert [(r["step"], r["metric"]) for r in table] == [
         ("qd1", "iops"), ("qd1024", "iops"), ("mixed", "read_iops"), ("mixed", "write_iops"), ("odd", "lat_ms")]
     assert table[0]["ratio"] == pytest.approx(100 / 110) and table[0]["note"] == ""
-    assert table[1]["note"] == "host-bound: the host added 30% to the modelled time, its loop busy 50% of it"
+    assert table[1]["note"] == ("host-bound: the host added 30.0 % to the modelled time (replies late 30.0 %, "
+                                "kernel queue not measured: a loop busy over 75 % counts), loop busy 50 %")
     assert table[2]["published"] is None and table[2]["ratio"] is None
     assert table[2]["note"] == table[3]["note"] == "no published figure in this repo"
     assert "Little's law" in table[4]["note"]
@@ -255,7 +256,7 @@ def test_the_runner_checks_a_phase_before_each_step_that_needs_it(tmp_path):
 
 
 def test_host_load_between_two_readings():
-    from fusetrace.shaping.hostload import host_load
+    from fusetrace.hostload import host_load
 
     before = {"late_ns": 100, "modelled_ns": 1_000, "loop_elapsed_ns": 1_000, "loop_idle_ns": 500}
     after = {"late_ns": 300, "modelled_ns": 2_000, "loop_elapsed_ns": 2_000, "loop_idle_ns": 600}

@@ -117,6 +117,9 @@ class Operations(pyfuse3.Operations):
         self.faults = Injector()
         self.faults_changed = trio.Event()  # set when rules are cleared: stalled requests look again
         self.stopping = False
+        # requests being handled: read from the kernel and not yet answered (see _guarded;
+        # shaping/kernelqueue.py tells from it how many the kernel holds unread)
+        self.serving = 0
 
     # ---- the common path of every request -------------------------------------------
 
@@ -729,12 +732,14 @@ class Operations(pyfuse3.Operations):
 
 def _guarded(handler):
     """The last line of defence: a bug in a handler answers EIO and is logged,
-    rather than taking the whole mount down with it."""
+    rather than taking the whole mount down with it.  Also counts the requests the
+    server holds (Operations.serving)."""
 
     @functools.wraps(handler)
-    async def guarded(*args):
+    async def guarded(ops, *args):
+        ops.serving += 1
         try:
-            return await handler(*args)
+            return await handler(ops, *args)
         except FUSEError:
             raise
         except Exception:
@@ -742,6 +747,8 @@ def _guarded(handler):
             if handler.__name__ == "forget":
                 return None  # forget has no reply: pyfuse3 would end the session on any exception
             raise FUSEError(E.EIO) from None
+        finally:
+            ops.serving -= 1
 
     return guarded
 

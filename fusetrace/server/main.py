@@ -311,6 +311,10 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     warning = fusectl.raise_limits(info.dev_minor, max_background=1000) if info else "mount not found"
     if warning:
         log.warning("%s", warning)
+    if emulation is not None and info is not None:
+        why = emulation.watch_kernel_queue(info.dev_minor, lambda: ops.serving, opts.max_requests)
+        if why:
+            log.warning("%s", why)
     control = runstate.path_for(opts.mountpoint, ".sock")
     runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=opts.trace_dir,
                    control=control, emulate=opts.emulate)

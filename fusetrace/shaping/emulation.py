@@ -20,8 +20,9 @@ from ..emulator.events import parse_event
 from ..emulator.model import Model
 from ..emulator.params import ProfileError
 from ..errors import ControlError, UserError
+from ..hostload import NO_LOAD, extending_writes_note, host_load
 from . import prometheus, roundtrip
-from .hostload import NO_LOAD, extending_writes_note, host_load
+from .kernelqueue import KernelQueue
 from .loopload import LoopLoad
 from .profile import load_params
 from .shaper import Shaper
@@ -99,6 +100,7 @@ class Emulation:
         self.timer = PreciseTimer()
         self.shaper = Shaper(self.model, self.timer)
         self.loop = LoopLoad()
+        self.kernel_queue: KernelQueue | None = None  # watch_kernel_queue(); None: not measured
         self.series: list[dict] = []
         self._tracer = None
         self._calibrated = trio.Event()
@@ -115,6 +117,20 @@ class Emulation:
         self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
         self.sharing.ping()
 
+    def watch_kernel_queue(self, dev_minor: int, held: Callable[[], int], server_cap: int) -> str | None:
+        """Measure how long requests wait unread in the FUSE connection `dev_minor`
+        while the model has room for them (kernelqueue.py): `held()` counts the requests
+        the server holds, at most `server_cap` at once.  None, or why it cannot (then
+        the loop's busy share stands in for it)."""
+        try:
+            self.kernel_queue = KernelQueue(dev_minor, held, self._room, server_cap)
+        except OSError as exc:
+            return f"cannot read the FUSE connection's queue ({exc}): host-bound is judged from the loop's CPU"
+        return None
+
+    def _room(self, now_ns: int) -> bool:
+        return not self.model.busy(now_ns / 1e9)
+
     @classmethod
     def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
         return cls(profile, load_params(profile, overrides), source)
@@ -130,6 +146,8 @@ class Emulation:
         self._counters = counters or _no_faults
         self.loop = LoopLoad()  # on the loop's thread, whose CPU time it reads
         nursery.start_soon(self.timer.run)
+        if self.kernel_queue is not None:
+            nursery.start_soon(self.kernel_queue.run, monotonic_ns, self._calibrated)
         nursery.start_soon(self._sample_every_minute)
         nursery.start_soon(self._measure_storage)
         if self.sharing is not None:
@@ -187,6 +205,8 @@ class Emulation:
         loop = self.loop.reading()
         counters = {**self.shaper.counters(),
                     "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
+        if self.kernel_queue is not None:
+            counters["queued_ns"] = self.kernel_queue.wait.queued_ns
         return {**counters, **host_load(NO_LOAD, counters)}
 
     def stats(self) -> dict:

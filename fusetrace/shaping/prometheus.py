@@ -95,8 +95,11 @@ METRICS: tuple[Exported, ...] = (
          scale=1 / _NS),
     _own("fusetrace_modelled_seconds_total", C, "modelled_ns", "The modelled time of the operations callers "
          "waited on, summed (late over modelled: the share the host added)", scale=1 / _NS),
+    _own("fusetrace_kernel_unread_seconds_total", C, "queued_ns", "Time requests waited unread in the FUSE "
+         "kernel while the model had room for them, summed (with late, over modelled: the share the host added; "
+         "absent where the kernel's counters cannot be read)", scale=1 / _NS),
     _own("fusetrace_loop_busy_seconds_total", C, "loop_busy_ns", "CPU time of the server's event loop (a rate "
-         "over 0.75: the loop admits requests late)", scale=1 / _NS),
+         "over 0.75 counts as host-bound only where the kernel's queue is not measured)", scale=1 / _NS),
 )
 
 
@@ -123,7 +126,8 @@ class EmulationCollector:
             family = (CounterMetricFamily if m.kind is MetricType.COUNTER else GaugeMetricFamily)(
                 m.name, m.help, labels=labels)
             for label_value, key in m.sources:
-                family.add_metric([label_value] if m.label else [], float(values[key]) * m.scale)
+                if key in values:  # the kernel's queue may not be measured (Emulation.host)
+                    family.add_metric([label_value] if m.label else [], float(values[key]) * m.scale)
             yield family
 
 

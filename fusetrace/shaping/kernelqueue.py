@@ -1,0 +1,109 @@
+"""How long requests wait in the FUSE kernel, unread, while the model has room for them.
+
+The shaper sees replies that leave after their deadlines.  It cannot see a request
+that waits in the kernel because the loop is busy with others, or because its thread
+is runnable but preempted by another process (its CPU time then stops too): a loop
+that falls behind admits requests late and meets every deadline it is given.
+
+The kernel counts a connection's requests from the moment a caller asks for one until
+its reply (/sys/fs/fuse/connections/N/waiting).  Less the requests the server holds,
+that is the number no one has read yet, and by Little's law its integral over time is
+the time they all waited.  It is sampled every EVERY_S seconds, and an interval counts
+the fewer of its two ends' unread requests: a queue that lasts from one sample to the
+next.  (A request is also unread for a moment on every round trip, between the
+kernel's queue and the handler and after it, and the rare sample that catches one must
+not count a whole interval for it.)
+
+That wait costs the emulation only while the model has room: a request that would
+have queued in the model anyway, behind an IOPS limit say, queues in the kernel
+instead and leaves when it would have.  So each sample also asks the model whether the
+gates of the last request it served are busy (Model.busy), and an interval counts in
+the share of its two ends at which they were not: in all, the unread time at the
+instants the model stood idle.  The sum is added to the replies' lateness
+(hostload.host_load).  Sampling starts once the mount has measured its round trip.
+
+Requests the kernel blocks because max_background asynchronous requests are already
+outstanding (the FUSE connection's cap, which fusetrace raises at mount) or because the
+server runs as many as --max-requests lets it wait on a limit, not on the host: the
+unread count is taken below the lower of the two caps.
+"""
+
+import os
+from collections.abc import Callable
+
+import trio
+
+CONNECTIONS = "/sys/fs/fuse/connections"
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = _FLAGS | os.O_DIRECTORY
+EVERY_S = 0.05  # between samples
+
+
+def pending(waiting: int, held: int, cap: int) -> int:
+    """Requests read by no one yet: those the kernel counts (`waiting`) below the cap
+    on requests in flight, less those the server holds."""
+    return max(min(waiting, cap) - held, 0)
+
+
+class UnreadWait:
+    """The integral over time of the requests no one has read, while the model had room
+    for them (`queued_ns`), from samples: pure arithmetic."""
+
+    def __init__(self) -> None:
+        self.queued_ns = 0
+        self._last: tuple[int, int, bool] | None = None  # the last sample: time, unread, room
+
+    def add(self, now_ns: int, unread: int, room: bool) -> None:
+        """A sample: `unread` requests pending now, and whether the model has room for
+        them.  The interval since the last sample adds its length times the fewer of its
+        ends' unread counts, times the share of its ends with room."""
+        last = self._last
+        self._last = (now_ns, unread, room)
+        if last is None:
+            return
+        then, before, had_room = last
+        lasted = min(before, unread)
+        if lasted and (room or had_room):
+            self.queued_ns += (now_ns - then) * lasted * (room + had_room) // 2
+
+
+class KernelQueue:
+    """Samples a FUSE connection's counters into an UnreadWait (`wait`)."""
+
+    def __init__(self, dev_minor: int, held: Callable[[], int], room: Callable[[int], bool], server_cap: int):
+        """`held()`: the requests the server holds (read and not answered); `room(now_ns)`:
+        whether the model would serve a request arriving now without queueing it;
+        `server_cap`: the most requests the server runs at once.  Raises OSError when
+        the connection's counters cannot be read (fusectl not mounted, or not root)."""
+        self._dir = os.open(os.path.join(CONNECTIONS, str(dev_minor)), _DIR_FLAGS)
+        try:
+            self._read("waiting")
+        except OSError:
+            os.close(self._dir)
+            raise
+        self._held, self._room = held, room
+        self._server_cap = server_cap
+        self.wait = UnreadWait()
+
+    def _read(self, name: str) -> int:
+        """One of the connection's counters.  Opened afresh each time: the files have no
+        offset to seek back to, and each open formats the value anew."""
+        fd = os.open(name, _FLAGS, dir_fd=self._dir)
+        try:
+            return int(os.read(fd, 32))
+        finally:
+            os.close(fd)
+
+    def sample(self, now_ns: int) -> None:
+        cap = min(self._read("max_background"), self._server_cap)
+        self.wait.add(now_ns, pending(self._read("waiting"), self._held(), cap), self._room(now_ns))
+
+    async def run(self, now: Callable[[], int], ready: trio.Event) -> None:
+        """Sample every EVERY_S seconds once `ready` is set."""
+        await ready.wait()
+        while True:
+            self.sample(now())
+            await trio.sleep(EVERY_S)
+
+    def close(self) -> None:
+        os.close(self._dir)

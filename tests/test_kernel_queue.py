@@ -1,0 +1,121 @@
+"""Requests left unread in the FUSE kernel: the arithmetic in virtual time, the counters
+of a real connection with its server stopped, and the verdict that counts them."""
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+from conftest import fusetrace, poll
+
+from fusetrace.emulator.model import Model, Op, OpClass
+from fusetrace.emulator.profiles import apply_overrides, load_profile
+from fusetrace.hostload import NO_LOAD, host_load, load_words
+from fusetrace.shaping.kernelqueue import KernelQueue, UnreadWait, pending
+
+S = 1_000_000_000
+
+
+def test_pending_is_below_the_caps_less_what_the_server_holds():
+    assert pending(waiting=1001, held=990, cap=1000) == 10  # one blocked by max_background: the cap's
+    assert pending(waiting=5, held=9, cap=1000) == 0  # the server's count runs ahead of the kernel's
+    assert pending(waiting=1200, held=0, cap=1000) == 1000
+
+
+def test_unread_wait_counts_a_queue_that_lasts_while_the_model_has_room():
+    w = UnreadWait()
+    w.add(0, 0, True)
+    w.add(1 * S, 10, True)  # a queue seen at one end of the interval only: not counted
+    assert w.queued_ns == 0
+    w.add(2 * S, 12, True)  # at the fewer of 10 and 12 unread, the model idle at both ends
+    assert w.queued_ns == 10 * S
+    w.add(3 * S, 10, False)  # the model busy at one end of two: half of it
+    assert w.queued_ns == 15 * S
+    w.add(4 * S, 10, False)  # busy at both: they would have queued in the model anyway
+    assert w.queued_ns == 15 * S
+    w.add(5 * S, 1, True)
+    w.add(6 * S, 0, True)  # nothing left unread
+    assert w.queued_ns == 15 * S + S // 2
+
+
+def model_of(profile: str, *overrides: str) -> Model:
+    return Model(apply_overrides(load_profile(profile), list(overrides)), 0.0)
+
+
+def test_the_model_is_busy_while_a_limit_has_work_queued():
+    model = model_of("efs-2016")  # 7,400 IOPS in all
+    assert not model.busy(0.0)  # nothing served yet
+    for _ in range(740):  # a tenth of a second's worth at once
+        model.admit(Op(OpClass.DATA_READ, 4096, file=1), 0.0)
+    assert model.busy(0.05) and not model.busy(0.2)
+
+
+def test_a_request_in_its_latency_keeps_no_gate_busy():
+    model = model_of("efs-2016")
+    done = model.admit(Op(OpClass.DATA_READ, 4096, file=1), 0.0).done_at
+    assert done > 0.002  # a read's 2.23 ms ...
+    assert not model.busy(0.001)  # ... of which its 4 KiB held the 100 MiB/s throughput for 40 us alone
+
+
+def test_the_model_is_busy_while_a_files_write_slots_are_taken():
+    model = model_of("efs-2016", "total_iops=0")
+    for _ in range(3):  # its 3 write slots, each held about 10 ms
+        model.admit(Op(OpClass.DATA_WRITE, 4096, file=7, write_mode="direct"), 0.0)
+    assert model.busy(0.001)
+    model.admit(Op(OpClass.DATA_WRITE, 4096, file=8, write_mode="direct"), 1.0)
+    assert not model.busy(1.001)  # another file's slots are free: the last request's are what counts
+
+
+def _counters(late_ns=0, modelled_ns=0, busy=0.0, **more) -> dict:
+    return {"late_ns": late_ns, "modelled_ns": modelled_ns, "loop_elapsed_ns": S,
+            "loop_idle_ns": int((1 - busy) * S), **more}
+
+
+def test_the_verdict_adds_the_unread_wait_and_then_ignores_the_loops_cpu():
+    measured = host_load(NO_LOAD, _counters(late_ns=2 * S, modelled_ns=100 * S, busy=0.9, queued_ns=9 * S))
+    assert measured["added_share"] == pytest.approx(0.11) and measured["queued_share"] == pytest.approx(0.09)
+    assert measured["host_bound"]
+    kept_up = host_load(NO_LOAD, _counters(late_ns=2 * S, modelled_ns=100 * S, busy=0.9, queued_ns=1 * S))
+    assert not kept_up["host_bound"]  # a busy loop that read every request in time
+    assert "replies late 2.0 %" in load_words(kept_up) and "unread in the kernel 1.0 %" in load_words(kept_up)
+    unmeasured = host_load(NO_LOAD, _counters(late_ns=2 * S, modelled_ns=100 * S, busy=0.9))
+    assert unmeasured["queued_share"] is None and unmeasured["host_bound"]  # the loop's CPU stands in
+    assert "kernel queue not measured: a loop busy over 75 % counts" in load_words(unmeasured)
+
+
+def test_a_stopped_servers_unread_requests_are_counted(mount):
+    m = mount()
+    dev_minor = os.minor(os.stat(m.mountpoint).st_dev)
+    pid = m.server_pid()
+    held = 0
+    queue = KernelQueue(dev_minor, held=lambda: held, room=lambda now_ns: True, server_cap=1024)
+    os.kill(pid, signal.SIGSTOP)
+    callers = [threading.Thread(target=os.statvfs, args=(m.mountpoint,)) for _ in range(3)]  # never cached
+    try:
+        for t in callers:
+            t.start()
+        poll(lambda: queue._read("waiting") == 3)
+        queue.sample(0)
+        queue.sample(2 * S)
+        assert queue.wait.queued_ns == 6 * S  # three unread for two seconds
+        held = 2  # the server says it holds two of them: one is unread
+        queue.sample(3 * S)
+        queue.sample(4 * S)
+        assert queue.wait.queued_ns == 8 * S
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for t in callers:
+            t.join(timeout=30)
+        queue.close()
+    assert not any(t.is_alive() for t in callers)
+
+
+def test_an_emulated_mount_measures_its_kernel_queue(mount):
+    m = mount("--emulate", "efs-tiny")
+    (m.mountpoint / "f").write_bytes(b"x" * 4096)
+    os.statvfs(m.mountpoint)
+    host = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["host"]
+    assert host["queued_share"] is not None and host["queued_ns"] >= 0
+    text = fusetrace("stats", str(m.mountpoint)).stdout
+    assert "unread in the kernel 0.0 %" in text

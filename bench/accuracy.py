@@ -216,9 +216,11 @@ def render(rows, costs, runtime) -> str:
               "threads) divided by the operations. A loop that spends about 130 µs per operation "
               "cannot pass about 7,500 operations/s on one core, so this is the figure that decides "
               "whether the calibration's 7,449 ops/s row is within this host's reach. The host "
-              "column is `fusetrace stats`' verdict: host-bound when replies leave over 10 % later "
-              "than modelled or the loop is busy over 75 % of the time; a run near either line falls "
-              "on either side of it from one run to the next.", "",
+              "column is `fusetrace stats`' verdict: host-bound when replies left late and requests "
+              "waited unread in the FUSE kernel while the model had room for them, together over "
+              "10 % of the modelled time (README, \"Know the host's limit\"); the loop's busy share "
+              "is shown beside it. fio keeps 1,024 requests in flight, so the limit binds: a run "
+              "short of it that the verdict missed would say so.", "",
               "| run | rate | server CPU per op (µs) | host |", "|---|---|---|---|"]
     lines += [f"| {name} | {rate} | {cpu} | {note} |" for name, rate, cpu, note in costs]
     return "\n".join(lines) + "\n"

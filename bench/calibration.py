@@ -51,8 +51,9 @@ def main() -> None:
         "`scenarios/alinas-2016-fio.toml`; "
         "`tests/test_calibration.py` keeps every row that is not host-bound within 15 %.\n",
         "A row is *host-bound* when the emulated mount reported that it could not keep up with the "
-        "model during the job (its replies went out more than 10 % later than the modelled time "
-        "in all, or its event loop was busy over 75 % of the time): the published "
+        "model during the job (its replies went out late and its requests waited unread in the "
+        "FUSE kernel while the model had room for them, together more than 10 % of the modelled "
+        "time; README, \"Know the host's limit\"): the published "
         "figure is then beyond what this machine drives through Python FUSE, and the ceiling of a "
         "plain (not emulated) mount is measured beside it. Such rows are shown, never tuned around.\n",
     ]

@@ -12,6 +12,7 @@ from conftest import fusetrace, poll
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.hostload import NO_LOAD, host_load, load_words
+from fusetrace.server import fusectl
 from fusetrace.shaping.kernelqueue import KernelQueue, UnreadWait, pending
 
 S = 1_000_000_000
@@ -23,20 +24,20 @@ def test_pending_is_below_the_caps_less_what_the_server_holds():
     assert pending(waiting=1200, held=0, cap=1000) == 1000
 
 
-def test_unread_wait_counts_a_queue_that_lasts_while_the_model_has_room():
+def test_unread_wait_counts_the_unread_requests_while_the_model_has_room():
     w = UnreadWait()
     w.add(0, 0, True)
-    w.add(1 * S, 10, True)  # a queue seen at one end of the interval only: not counted
-    assert w.queued_ns == 0
-    w.add(2 * S, 12, True)  # at the fewer of 10 and 12 unread, the model idle at both ends
-    assert w.queued_ns == 10 * S
-    w.add(3 * S, 10, False)  # the model busy at one end of two: half of it
-    assert w.queued_ns == 15 * S
+    w.add(1 * S, 10, True)  # the mean of 0 and 10 unread, the model idle at both ends
+    assert w.queued_ns == 5 * S
+    w.add(2 * S, 12, True)
+    assert w.queued_ns == 16 * S
+    w.add(3 * S, 10, False)  # the model busy at the later end: only the earlier end's 12 count
+    assert w.queued_ns == 22 * S
     w.add(4 * S, 10, False)  # busy at both: they would have queued in the model anyway
-    assert w.queued_ns == 15 * S
-    w.add(5 * S, 1, True)
-    w.add(6 * S, 0, True)  # nothing left unread
-    assert w.queued_ns == 15 * S + S // 2
+    assert w.queued_ns == 22 * S
+    w.add(5 * S, 0, True)
+    w.add(6 * S, 0, True)  # nothing unread
+    assert w.queued_ns == 22 * S
 
 
 def model_of(profile: str, *overrides: str) -> Model:
@@ -84,30 +85,38 @@ def test_the_verdict_adds_the_unread_wait_and_then_ignores_the_loops_cpu():
     assert "kernel queue not measured: a loop busy over 75 % counts" in load_words(unmeasured)
 
 
-def test_a_stopped_servers_unread_requests_are_counted(mount):
+def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):
     m = mount()
     dev_minor = os.minor(os.stat(m.mountpoint).st_dev)
     pid = m.server_pid()
+    # the server's own /dev/fuse descriptor is not this process's: stand-ins that are
+    # readable (requests queued for the server) and not (none queued)
+    queued, idle = os.open("/dev/null", os.O_RDONLY), os.pipe()
     held = 0
-    queue = KernelQueue(dev_minor, held=lambda: held, room=lambda now_ns: True, server_cap=1024)
+    queue = KernelQueue(dev_minor, queued, held=lambda: held, room=lambda now_ns: True, server_cap=1024)
+    answered = KernelQueue(dev_minor, idle[0], held=lambda: 0, room=lambda now_ns: True, server_cap=1024)
     os.kill(pid, signal.SIGSTOP)
     callers = [threading.Thread(target=os.statvfs, args=(m.mountpoint,)) for _ in range(3)]  # never cached
     try:
         for t in callers:
             t.start()
         poll(lambda: queue._read("waiting") == 3)
-        queue.sample(0)
-        queue.sample(2 * S)
+        for q in (queue, answered):
+            q.sample(0)
+            q.sample(2 * S)
         assert queue.wait.queued_ns == 6 * S  # three unread for two seconds
+        assert answered.wait.queued_ns == 0  # counted by the kernel, but nothing to read: replied to
         held = 2  # the server says it holds two of them: one is unread
         queue.sample(3 * S)
-        queue.sample(4 * S)
-        assert queue.wait.queued_ns == 8 * S
+        assert queue.wait.queued_ns == 8 * S  # (3 + 1) / 2 for a second
     finally:
         os.kill(pid, signal.SIGCONT)
         for t in callers:
             t.join(timeout=30)
-        queue.close()
+        for q in (queue, answered):
+            q.close()
+        for fd in (queued, *idle):
+            os.close(fd)
     assert not any(t.is_alive() for t in callers)
 
 
@@ -119,3 +128,17 @@ def test_an_emulated_mount_measures_its_kernel_queue(mount):
     assert host["queued_share"] is not None and host["queued_ns"] >= 0
     text = fusetrace("stats", str(m.mountpoint)).stdout
     assert "unread in the kernel 0.0 %" in text
+
+
+def test_the_servers_fuse_descriptor_is_found_when_it_is_the_only_one():
+    assert fusectl.session_fd() is None  # this process has none
+    one = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        assert fusectl.session_fd() == one
+        two = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            assert fusectl.session_fd() is None  # which one would be a guess
+        finally:
+            os.close(two)
+    finally:
+        os.close(one)

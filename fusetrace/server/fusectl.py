@@ -1,4 +1,5 @@
-"""Raise a FUSE connection's request limits under /sys/fs/fuse/connections.
+"""Raise a FUSE connection's request limits under /sys/fs/fuse/connections; find the
+server's own /dev/fuse descriptor.
 
 The kernel lets only max_background (default 12) asynchronous requests, such
 as libaio reads and writes, be outstanding on a connection; past
@@ -19,6 +20,19 @@ def _ensure_fusectl() -> None:
             return
     subprocess.run(["mount", "-t", "fusectl", "fusectl", CONNECTIONS],
                    check=True, capture_output=True, text=True)
+
+
+def session_fd() -> int | None:
+    """This process's /dev/fuse descriptor, which pyfuse3 keeps to itself (None unless
+    exactly one is open): polled to tell whether requests wait for the server."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
+                found.append(int(name))
+        except OSError:
+            pass  # closed meanwhile (the listing's own descriptor)
+    return found[0] if len(found) == 1 else None
 
 
 def raise_limits(dev_minor: int, max_background: int) -> str | None:

@@ -117,13 +117,17 @@ class Emulation:
         self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
         self.sharing.ping()
 
-    def watch_kernel_queue(self, dev_minor: int, held: Callable[[], int], server_cap: int) -> str | None:
+    def watch_kernel_queue(self, dev_minor: int, session_fd: int | None, held: Callable[[], int],
+                           server_cap: int) -> str | None:
         """Measure how long requests wait unread in the FUSE connection `dev_minor`
-        while the model has room for them (kernelqueue.py): `held()` counts the requests
-        the server holds, at most `server_cap` at once.  None, or why it cannot (then
-        the loop's busy share stands in for it)."""
+        (the server's /dev/fuse descriptor `session_fd`) while the model has room for them
+        (kernelqueue.py): `held()` counts the requests the server holds, at most
+        `server_cap` at once.  None, or why it cannot (then the loop's busy share stands
+        in for it)."""
+        if session_fd is None:
+            return "cannot find the server's /dev/fuse descriptor: host-bound is judged from the loop's CPU"
         try:
-            self.kernel_queue = KernelQueue(dev_minor, held, self._room, server_cap)
+            self.kernel_queue = KernelQueue(dev_minor, session_fd, held, self._room, server_cap)
         except OSError as exc:
             return f"cannot read the FUSE connection's queue ({exc}): host-bound is judged from the loop's CPU"
         return None

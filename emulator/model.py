@@ -151,22 +151,26 @@ class Model:
         return Admission(done, gate, latency, transfer, wait if wait > 0.0 else 0.0)
 
     def busy(self, now: float) -> bool:
-        """Whether the gates the last request served went through still have earlier work
-        at `now`: an IOPS limit's next grant, a throughput pipe's queued bytes, its file's
-        or directory's slots.  A request like it arriving now would queue behind that
-        work, so it would have waited had it come earlier (fusetrace/shaping/kernelqueue.py
-        asks it of the requests left unread in the FUSE kernel).  Latency is no queue: a
-        request in its latency alone keeps nothing busy."""
-        if self._last is None:
+        """Whether a request like the last one served, arriving at `now`, would wait for
+        earlier work: an IOPS limit already past its burst allowance, a throughput pipe
+        whose queued bytes pass after the request's median latency (bytes that pass
+        before it are over delay nothing), or its file's or directory's slots all taken.
+        fusetrace/shaping/kernelqueue.py asks it of the requests left unread in the FUSE
+        kernel: those the model would have queued anyway lost nothing there."""
+        last = self._last
+        if last is None:
             return False
-        route, pool, key, data = self._last
+        route, pool, key, data = last
         for limit in route.limits:
-            if limit.tat > now:
+            if limit.tat - limit.tolerance > now:  # as grant() decides
                 return True
+        ready = now + route.latency.median
         pipe = route.pipe
-        if pipe is not None and pipe.free_at > now and (route.charge_fixed > 0 or (data and route.charge_per_byte > 0)):
+        if (pipe is not None and pipe.free_at > ready
+                and (route.charge_fixed > 0 or (data and route.charge_per_byte > 0))):
             return True
-        if data and self._client is not None and self._client.free_at > now:
+        client = self._client
+        if data and client is not None and client.free_at > ready:
             return True
         return pool is not None and pool.busy(key, now)
 

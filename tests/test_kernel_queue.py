@@ -1,6 +1,7 @@
 """Requests left unread in the FUSE kernel: the arithmetic in virtual time, the counters
 of a real connection with its server stopped, and the verdict that counts them."""
 
+import errno
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.hostload import NO_LOAD, host_load, load_words
 from fusetrace.server import fusectl
+from fusetrace.shaping.emulation import Emulation
 from fusetrace.shaping.kernelqueue import KernelQueue, UnreadWait, pending
 
 S = 1_000_000_000
@@ -44,19 +46,29 @@ def model_of(profile: str, *overrides: str) -> Model:
     return Model(apply_overrides(load_profile(profile), list(overrides)), 0.0)
 
 
-def test_the_model_is_busy_while_a_limit_has_work_queued():
-    model = model_of("efs-2016")  # 7,400 IOPS in all
+def test_the_model_is_busy_while_a_limit_has_work_queued_past_its_burst_allowance():
+    model = model_of("efs-2016")  # 7,400 IOPS in all, a 10 ms burst allowance
     assert not model.busy(0.0)  # nothing served yet
     for _ in range(740):  # a tenth of a second's worth at once
         model.admit(Op(OpClass.DATA_READ, 4096, file=1), 0.0)
-    assert model.busy(0.05) and not model.busy(0.2)
+    assert model.busy(0.05)
+    assert not model.busy(0.095)  # within the burst allowance: a request now is granted at once
+    assert not model.busy(0.2)
 
 
 def test_a_request_in_its_latency_keeps_no_gate_busy():
     model = model_of("efs-2016")
     done = model.admit(Op(OpClass.DATA_READ, 4096, file=1), 0.0).done_at
     assert done > 0.002  # a read's 2.23 ms ...
-    assert not model.busy(0.001)  # ... of which its 4 KiB held the 100 MiB/s throughput for 40 us alone
+    assert not model.busy(0.0001)  # ... its 4 KiB through the pipes in 40-100 us, its IOPS token at once
+
+
+def test_the_model_is_busy_while_a_pipes_bytes_outlast_a_requests_latency():
+    model = model_of("efs-2016", "total_iops=0")
+    for _ in range(100):  # 100 MiB at once: about 2.6 s through the client's 40 MB/s
+        model.admit(Op(OpClass.DATA_READ, 1 << 20, file=1), 0.0)
+    assert model.busy(0.5) and model.busy(2.5)
+    assert not model.busy(5.0)
 
 
 def test_the_model_is_busy_while_a_files_write_slots_are_taken():
@@ -93,8 +105,8 @@ def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):
     # readable (requests queued for the server) and not (none queued)
     queued, idle = os.open("/dev/null", os.O_RDONLY), os.pipe()
     held = 0
-    queue = KernelQueue(dev_minor, queued, held=lambda: held, room=lambda now_ns: True, server_cap=1024)
-    answered = KernelQueue(dev_minor, idle[0], held=lambda: 0, room=lambda now_ns: True, server_cap=1024)
+    queue = KernelQueue(fusectl.connection(dev_minor), queued, held=lambda: held, room=lambda now_ns: True, server_cap=1024)
+    answered = KernelQueue(fusectl.connection(dev_minor), idle[0], held=lambda: 0, room=lambda now_ns: True, server_cap=1024)
     os.kill(pid, signal.SIGSTOP)
     callers = [threading.Thread(target=os.statvfs, args=(m.mountpoint,)) for _ in range(3)]  # never cached
     try:
@@ -120,14 +132,20 @@ def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):
     assert not any(t.is_alive() for t in callers)
 
 
-def test_an_emulated_mount_measures_its_kernel_queue(mount):
+def _stats(m) -> dict:
+    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+
+
+def test_an_emulated_mount_samples_its_kernel_queue_from_a_thread(mount):
     m = mount("--emulate", "efs-tiny")
-    (m.mountpoint / "f").write_bytes(b"x" * 4096)
-    os.statvfs(m.mountpoint)
-    host = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["host"]
-    assert host["queued_share"] is not None and host["queued_ns"] >= 0
-    text = fusetrace("stats", str(m.mountpoint)).stdout
-    assert "unread in the kernel 0.0 %" in text
+    for i in range(20):
+        (m.mountpoint / f"f{i}").write_bytes(b"x" * 4096)
+    first = _stats(m)["host"]["queue_samples"]
+    poll(lambda: _stats(m)["host"]["queue_samples"] >= first + 2)  # on its own, with the mount idle
+    stats = _stats(m)
+    assert stats["serving"] == 0  # every request handled was counted out again
+    assert stats["host"]["queued_share"] is not None and stats["warnings"] == []
+    assert "unread in the kernel 0.0 %" in fusetrace("stats", str(m.mountpoint)).stdout
 
 
 def test_the_servers_fuse_descriptor_is_found_when_it_is_the_only_one():
@@ -142,3 +160,26 @@ def test_the_servers_fuse_descriptor_is_found_when_it_is_the_only_one():
             os.close(two)
     finally:
         os.close(one)
+
+
+def test_a_sampler_that_fails_says_so_and_the_loops_cpu_stands_in(mount, caplog):
+    m = mount()
+    emulation = Emulation.open("efs-tiny", [], str(m.source))
+    queued = os.open("/dev/null", os.O_RDONLY)
+    try:
+        emulation.watch_kernel_queue(fusectl.connection(os.minor(os.stat(m.mountpoint).st_dev)), queued,
+                                     lambda: 0, 1024)
+        assert emulation.host()["queued_share"] is not None  # measured
+        queue = emulation.kernel_queue
+
+        def clock() -> int:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        queue._sample_every(clock, threading.Event())  # the thread's body, on this one
+    finally:
+        os.close(queued)
+    assert queue.failed == "OSError: [Errno 24] Too many open files"
+    assert "no longer measured" in caplog.text
+    host = emulation.host()
+    assert host["queued_share"] is None and "queue_samples" not in host  # the loop's CPU decides again
+    assert any("no longer measured (OSError" in w for w in emulation.stats()["warnings"])

@@ -22,6 +22,11 @@ def _ensure_fusectl() -> None:
                    check=True, capture_output=True, text=True)
 
 
+def connection(dev_minor: int) -> str:
+    """The directory of a connection's counters and limits."""
+    return os.path.join(CONNECTIONS, str(dev_minor))
+
+
 def session_fd() -> int | None:
     """This process's /dev/fuse descriptor, which pyfuse3 keeps to itself (None unless
     exactly one is open): polled to tell whether requests wait for the server."""
@@ -42,7 +47,7 @@ def raise_limits(dev_minor: int, max_background: int) -> str | None:
     """
     try:
         _ensure_fusectl()
-        conn = os.path.join(CONNECTIONS, str(dev_minor))
+        conn = connection(dev_minor)
         for name, value in (("max_background", max_background),
                             ("congestion_threshold", max_background * 3 // 4)):
             with open(os.path.join(conn, name), "w") as f:

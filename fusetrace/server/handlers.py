@@ -337,10 +337,11 @@ class Operations(pyfuse3.Operations):
                    t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault)
 
     def stats(self) -> dict:
-        """For `fusetrace stats`: the inode table, the open files and where calls run."""
+        """For `fusetrace stats`: the inode table, the open files, the requests being
+        handled and where calls run."""
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
-                "inline": self.inline.describe()}
+                "serving": self.serving, "inline": self.inline.describe()}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:

@@ -312,8 +312,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     if warning:
         log.warning("%s", warning)
     if emulation is not None and info is not None:
-        why = emulation.watch_kernel_queue(info.dev_minor, fusectl.session_fd(), lambda: ops.serving,
-                                           opts.max_requests)
+        why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor), fusectl.session_fd(),
+                                           lambda: ops.serving, opts.max_requests)
         if why:
             log.warning("%s", why)
     control = runstate.path_for(opts.mountpoint, ".sock")

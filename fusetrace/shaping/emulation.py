@@ -117,17 +117,17 @@ class Emulation:
         self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
         self.sharing.ping()
 
-    def watch_kernel_queue(self, dev_minor: int, session_fd: int | None, held: Callable[[], int],
+    def watch_kernel_queue(self, connection: str, session_fd: int | None, held: Callable[[], int],
                            server_cap: int) -> str | None:
-        """Measure how long requests wait unread in the FUSE connection `dev_minor`
-        (the server's /dev/fuse descriptor `session_fd`) while the model has room for them
-        (kernelqueue.py): `held()` counts the requests the server holds, at most
-        `server_cap` at once.  None, or why it cannot (then the loop's busy share stands
-        in for it)."""
+        """Measure how long requests wait unread in the FUSE connection whose counters are
+        in `connection` (the server's /dev/fuse descriptor `session_fd`) while the model
+        has room for them (kernelqueue.py): `held()` counts the requests the server holds,
+        at most `server_cap` at once.  None, or why it cannot (then the loop's busy share
+        stands in for it)."""
         if session_fd is None:
             return "cannot find the server's /dev/fuse descriptor: host-bound is judged from the loop's CPU"
         try:
-            self.kernel_queue = KernelQueue(dev_minor, session_fd, held, self._room, server_cap)
+            self.kernel_queue = KernelQueue(connection, session_fd, held, self._room, server_cap)
         except OSError as exc:
             return f"cannot read the FUSE connection's queue ({exc}): host-bound is judged from the loop's CPU"
         return None
@@ -209,16 +209,28 @@ class Emulation:
         loop = self.loop.reading()
         counters = {**self.shaper.counters(),
                     "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
-        if self.kernel_queue is not None:
-            counters["queued_ns"] = self.kernel_queue.wait.queued_ns
+        queue = self.kernel_queue
+        if queue is not None and queue.failed is None:
+            counters["queued_ns"] = queue.wait.queued_ns
+            counters["queue_samples"] = queue.samples
         return {**counters, **host_load(NO_LOAD, counters)}
+
+    def _warnings(self, host: dict) -> list[str]:
+        """What a run's readers must be told of, beside its figures: _host_warnings(host), and
+        a kernel queue that is no longer measured."""
+        out = _host_warnings(host)
+        queue = self.kernel_queue
+        if queue is not None and queue.failed is not None:
+            out.append(f"the FUSE kernel's queue is no longer measured ({queue.failed}): host-bound is judged "
+                       f"from the loop's CPU")
+        return out
 
     def stats(self) -> dict:
         """For `fusetrace stats`: the metrics, how the host keeps up, what held the
         operations (Shaper.gates) and what the run should be warned of."""
         host = self.host()
         out = {"profile": self.name, "metrics": self.model.metrics(_now()), "host": host,
-               "gates": self.shaper.gates(), "warnings": _warnings(host)}
+               "gates": self.shaper.gates(), "warnings": self._warnings(host)}
         if self.sharing is not None:
             out["shared"] = self.sharing.describe()
         return out
@@ -264,7 +276,7 @@ class Emulation:
         self._sample()
         host = self.host()
         out = {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
-               "warnings": _warnings(host)}
+               "warnings": self._warnings(host)}
         if self.sharing is not None:
             out["shared"] = self.sharing.describe()
         return out
@@ -275,7 +287,7 @@ def _no_faults() -> dict:
     return {"faults_fired": 0}
 
 
-def _warnings(host: dict) -> list[str]:
+def _host_warnings(host: dict) -> list[str]:
     """What a run's readers must be told of, beside its figures, from Emulation.host()."""
     note = extending_writes_note(host)
     return [note] if note else []

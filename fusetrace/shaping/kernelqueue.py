@@ -12,6 +12,7 @@ over time is the time they all waited.  Nearly: a system call's request is count
 until its caller runs again after the reply, which on a busy host can be a while, with
 nothing left for the server to read.  So the count stands only while the server's
 /dev/fuse descriptor is readable (a request is queued for it); else none is unread.
+While one is, answered requests whose callers have not run yet still count.
 
 It is sampled every EVERY_S seconds from a thread of its own, at instants that have
 nothing to do with the loop's work.  A task on the loop would sample only while the
@@ -30,11 +31,14 @@ stood idle.  The sum is added to the replies' lateness (hostload.host_load).
 Sampling starts once the mount has measured its round trip.
 
 Requests the kernel blocks because max_background asynchronous requests are already
-outstanding (the FUSE connection's cap, which fusetrace raises at mount) or because the
-server runs as many as --max-requests lets it wait on a limit, not on the host: the
-unread count is taken below the lower of the two caps.
+outstanding (the FUSE connection's cap, which fusetrace raises to 1,000 at mount) or
+because the server runs as many as --max-requests lets it wait on a limit, not on the
+host: the count is taken below the lower of the two caps.  (max_background holds back
+asynchronous requests alone, such as libaio's; a thousand synchronous calls at once
+would be undercounted.)
 """
 
+import logging
 import os
 import select
 import threading
@@ -42,7 +46,7 @@ from collections.abc import Callable
 
 import trio
 
-CONNECTIONS = "/sys/fs/fuse/connections"
+log = logging.getLogger("fusetrace")
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = _FLAGS | os.O_DIRECTORY
 EVERY_S = 0.05  # between samples
@@ -76,16 +80,17 @@ class UnreadWait:
 
 
 class KernelQueue:
-    """Samples a FUSE connection's counters into an UnreadWait (`wait`)."""
+    """Samples a FUSE connection's counters into an UnreadWait (`wait`), from a thread."""
 
-    def __init__(self, dev_minor: int, session_fd: int, held: Callable[[], int], room: Callable[[int], bool],
+    def __init__(self, connection: str, session_fd: int, held: Callable[[], int], room: Callable[[int], bool],
                  server_cap: int):
-        """`session_fd`: the server's /dev/fuse descriptor; `held()`: the requests the
+        """`connection`: the connection's directory under /sys/fs/fuse/connections;
+        `session_fd`: the server's /dev/fuse descriptor; `held()`: the requests the
         server holds (read and not answered); `room(now_ns)`: whether the model would
         serve a request arriving now without queueing it; `server_cap`: the most requests
         the server runs at once.  Raises OSError when the connection's counters cannot be
-        read (fusectl not mounted, or not root)."""
-        self._dir = os.open(os.path.join(CONNECTIONS, str(dev_minor)), _DIR_FLAGS)
+        read (fusectl not mounted)."""
+        self._dir = os.open(connection, _DIR_FLAGS)
         try:
             self._read("waiting")
         except OSError:
@@ -96,6 +101,8 @@ class KernelQueue:
         self._held, self._room = held, room
         self._server_cap = server_cap
         self.wait = UnreadWait()
+        self.samples = 0
+        self.failed: str | None = None  # why sampling stopped early: the queue is then not measured
 
     def _read(self, name: str) -> int:
         """One of the connection's counters.  Opened afresh each time: the files have no
@@ -108,14 +115,17 @@ class KernelQueue:
 
     def sample(self, now_ns: int) -> None:
         unread = 0
-        if self._session.poll(0):  # a request is queued for the server to read
+        # a request queued for the server to read (not an error the descriptor reports)
+        if any(events & select.POLLIN for _, events in self._session.poll(0)):
             cap = min(self._read("max_background"), self._server_cap)
             unread = pending(self._read("waiting"), self._held(), cap)
         self.wait.add(now_ns, unread, self._room(now_ns))
+        self.samples += 1
 
     async def run(self, now: Callable[[], int], ready: trio.Event) -> None:
         """Sample every EVERY_S seconds once `ready` is set, from a thread of its own (see
-        above), until cancelled."""
+        above), until cancelled.  The thread then owns the connection's descriptor and
+        closes it on its way out."""
         await ready.wait()
         stop = threading.Event()
         threading.Thread(target=self._sample_every, args=(now, stop), name="kernel-queue", daemon=True).start()
@@ -125,8 +135,17 @@ class KernelQueue:
             stop.set()
 
     def _sample_every(self, now: Callable[[], int], stop: threading.Event) -> None:
-        while not stop.wait(EVERY_S):
-            self.sample(now())
+        try:
+            while not stop.wait(EVERY_S):
+                self.sample(now())
+        except Exception as exc:  # the thread's end: whatever stopped it is said, not lost
+            if not stop.is_set():  # not the connection going away at unmount
+                self.failed = f"{type(exc).__name__}: {exc}"
+                log.warning("the FUSE kernel's queue is no longer measured (%s): host-bound is judged from "
+                            "the loop's CPU from now on", self.failed)
+        finally:
+            self.close()
 
     def close(self) -> None:
+        """Close the connection's directory (the sampling thread does, on its way out)."""
         os.close(self._dir)

@@ -22,7 +22,7 @@ from ..emulator.params import ProfileError
 from ..errors import ControlError, UserError
 from ..hostload import NO_LOAD, extending_writes_note, host_load
 from . import prometheus, roundtrip
-from .kernelqueue import KernelQueue
+from .kernelqueue import LOOP_STANDS_IN, KernelQueue
 from .loopload import LoopLoad
 from .profile import load_params
 from .shaper import Shaper
@@ -125,11 +125,11 @@ class Emulation:
         at most `server_cap` at once.  None, or why it cannot (then the loop's busy share
         stands in for it)."""
         if session_fd is None:
-            return "cannot find the server's /dev/fuse descriptor: host-bound is judged from the loop's CPU"
+            return f"cannot find the server's /dev/fuse descriptor: {LOOP_STANDS_IN}"
         try:
             self.kernel_queue = KernelQueue(connection, session_fd, held, self._room, server_cap)
         except OSError as exc:
-            return f"cannot read the FUSE connection's queue ({exc}): host-bound is judged from the loop's CPU"
+            return f"cannot read the FUSE connection's queue ({exc}): {LOOP_STANDS_IN}"
         return None
 
     def _room(self, now_ns: int) -> bool:
@@ -216,13 +216,12 @@ class Emulation:
         return {**counters, **host_load(NO_LOAD, counters)}
 
     def _warnings(self, host: dict) -> list[str]:
-        """What a run's readers must be told of, beside its figures: _host_warnings(host), and
-        a kernel queue that is no longer measured."""
-        out = _host_warnings(host)
+        """What a run's readers must be told of, beside its figures (`host`, a reading of
+        Emulation.host()): extending writes, a kernel queue that is no longer measured."""
+        out = [note] if (note := extending_writes_note(host)) else []
         queue = self.kernel_queue
         if queue is not None and queue.failed is not None:
-            out.append(f"the FUSE kernel's queue is no longer measured ({queue.failed}): host-bound is judged "
-                       f"from the loop's CPU")
+            out.append(f"the FUSE kernel's queue is no longer measured ({queue.failed}): {LOOP_STANDS_IN}")
         return out
 
     def stats(self) -> dict:
@@ -285,9 +284,3 @@ class Emulation:
 def _no_faults() -> dict:
     """The server's own counters for Prometheus, until it hands them in (Emulation.start)."""
     return {"faults_fired": 0}
-
-
-def _host_warnings(host: dict) -> list[str]:
-    """What a run's readers must be told of, beside its figures, from Emulation.host()."""
-    note = extending_writes_note(host)
-    return [note] if note else []

@@ -50,6 +50,7 @@ log = logging.getLogger("fusetrace")
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = _FLAGS | os.O_DIRECTORY
 EVERY_S = 0.05  # between samples
+LOOP_STANDS_IN = "host-bound is judged from the loop's CPU"  # where the queue is not measured
 
 
 def pending(waiting: int, held: int, cap: int) -> int:
@@ -141,8 +142,8 @@ class KernelQueue:
         except Exception as exc:  # the thread's end: whatever stopped it is said, not lost
             if not stop.is_set():  # not the connection going away at unmount
                 self.failed = f"{type(exc).__name__}: {exc}"
-                log.warning("the FUSE kernel's queue is no longer measured (%s): host-bound is judged from "
-                            "the loop's CPU from now on", self.failed)
+                log.warning("the FUSE kernel's queue is no longer measured (%s): %s from now on", self.failed,
+                            LOOP_STANDS_IN)
         finally:
             self.close()
 

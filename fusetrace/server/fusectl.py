@@ -29,7 +29,8 @@ def connection(dev_minor: int) -> str:
 
 def session_fd() -> int | None:
     """This process's /dev/fuse descriptor, which pyfuse3 keeps to itself (None unless
-    exactly one is open): polled to tell whether requests wait for the server."""
+    exactly one is open): polled to tell whether requests wait for the server, and
+    by the reader before it waits (fuseread)."""
     found = []
     for name in os.listdir("/proc/self/fd"):
         try:

@@ -18,7 +18,7 @@ import trio
 from .. import __version__
 from ..errors import ControlError, UserError
 from ..shaping import roundtrip
-from . import fusectl, inline, mounts, runstate
+from . import fusectl, fuseread, inline, mounts, runstate
 from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy
@@ -311,8 +311,9 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     warning = fusectl.raise_limits(info.dev_minor, max_background=1000) if info else "mount not found"
     if warning:
         log.warning("%s", warning)
+    fuse_fd = fusectl.session_fd()
     if emulation is not None and info is not None:
-        why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor), fusectl.session_fd(),
+        why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor), fuse_fd,
                                            lambda: ops.serving, opts.max_requests)
         if why:
             log.warning("%s", why)
@@ -322,7 +323,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     log.debug("FUSE options %s, inline threshold %g us, descriptor limit %d", sorted(_fuse_options(opts)),
               _inline_threshold_us(opts), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     try:
-        trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation), control)
+        with fuseread.unparked_when_queued(fuse_fd):
+            trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation), control)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)

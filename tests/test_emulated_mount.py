@@ -151,9 +151,10 @@ def test_what_set_each_operations_time_is_counted_traced_and_reported(mount):
     # round trip, which replies leave early: the precise timer wakes each a little early or late)
     meta = json.loads((m.trace / "_metadata.json").read_text())
     modelled = shaped.wait_ns + shaped.latency_ns + shaped.transfer_ns
-    # (a reply the timer woke late, as on a busy host, may be held past its modelled time by
-    # that lateness: not by another modelled time)
-    late = shaped[shaped.shaped_ns > modelled + 1_000_000]
+    # (a reply may be held past its modelled time by the timer's slack, up to 2 % of it, which
+    # lets deadlines close together share a wake-up, and by a late wake-up on a busy host: not
+    # by another modelled time)
+    late = shaped[shaped.shaped_ns > modelled * 1.02 + 1_000_000]
     assert late.empty, late[["op", "gate", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"]].to_string()
     assert shaped.shaped_ns.sum() <= modelled.sum()
     fuse_ns = meta["host_load"]["compensation_us"] * 1e3

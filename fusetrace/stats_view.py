@@ -38,6 +38,13 @@ def _inline_line(inline: dict) -> str:
             f"{', '.join(inline['loop']) or '-'}; in worker threads: {', '.join(inline['workers']) or '-'}")
 
 
+def _reads_line(reads: dict | None) -> str:
+    if reads is None:
+        return "requests read: each after a wait in trio (the server's /dev/fuse descriptor was not found)"
+    return (f"requests read: {reads['at_once']:,} found queued (read at once), {reads['in_trio']:,} "
+            "waited for in trio")
+
+
 def render(stats: dict) -> str:
     lines = []
     if "profile" in stats:
@@ -62,6 +69,8 @@ def render(stats: dict) -> str:
                  f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
                  f"{stats['open_files']:,}")
     lines.append(_inline_line(stats["inline"]))
+    if "fuse_reads" in stats:  # servers from before it had none
+        lines.append(_reads_line(stats["fuse_reads"]))
     trace = stats.get("trace")
     if trace:
         lines.append(_trace_line(trace))

@@ -1,12 +1,16 @@
 """The reader's wait for a request: a queued one is read without a turn of trio's loop,
-and every other wait is trio's own.  A pipe stands in
-for /dev/fuse (both are polled the same way); the server's use of it runs in every mount."""
+and every other wait is trio's own.  A pipe stands in for /dev/fuse (both are polled the
+same way); then a real mount, whose `fusetrace stats` counts the requests read each way."""
 
+import json
 import os
+import shutil
+import subprocess
 
 import pytest
 import trio
 import trio.testing
+from conftest import fusetrace, poll
 
 from fusetrace.server import fuseread
 
@@ -40,13 +44,18 @@ def _in_trio(fd: int) -> bool:
 def test_a_queued_request_is_read_at_once(pipe):
     r, w = pipe
     os.write(w, b"x")
-    with fuseread.unparked_when_queued(r):
+    with fuseread.unparked_when_queued(r) as waits:
         assert not _in_trio(r)
+        assert (waits.at_once, waits.in_trio) == (1, 0)
     assert _in_trio(r)  # trio's wait again once the block is left
 
 
 def test_with_nothing_queued_the_reader_waits_in_trio(pipe):
     r, w = pipe
+    with fuseread.unparked_when_queued(r) as waits:
+        assert _in_trio(r)
+        assert (waits.at_once, waits.in_trio) == (0, 1)
+
     async def arrives_later() -> None:
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
@@ -62,10 +71,14 @@ def test_other_descriptors_and_a_closed_connection_take_trios_path(pipe):
     r, w = pipe
     other_r, other_w = os.pipe()
     try:
+        os.write(w, b"x")  # a request queued: still not the other descriptor's business
         os.write(other_w, b"x")
-        with fuseread.unparked_when_queued(r):
+        with fuseread.unparked_when_queued(r) as waits:
             assert _in_trio(other_r)
-            os.close(w)  # the far end gone: an error (POLLHUP) and no request
+            assert (waits.at_once, waits.in_trio) == (0, 0)
+        os.read(r, 1)
+        os.close(w)  # the far end gone: an error (POLLHUP) and no request
+        with fuseread.unparked_when_queued(r):
             assert _in_trio(r)
     finally:
         os.close(other_r)
@@ -74,6 +87,22 @@ def test_other_descriptors_and_a_closed_connection_take_trios_path(pipe):
 
 def test_without_the_descriptor_nothing_changes():
     before = trio.lowlevel.wait_readable
-    with fuseread.unparked_when_queued(None):
+    with fuseread.unparked_when_queued(None) as waits:
+        assert waits is None
         assert trio.lowlevel.wait_readable is before
     assert trio.lowlevel.wait_readable is before
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
+def test_a_mount_reads_queued_requests_at_once_and_says_so(mount):
+    m = mount()
+    (m.source / "f").write_bytes(os.urandom(1 << 20))
+
+    def read_at_once() -> int:
+        subprocess.run(["fio", "--name=q", "--filename=f", "--direct=1", "--ioengine=libaio", "--iodepth=32",
+                        "--rw=randread", "--bs=4k", "--size=1M", "--io_size=8M"],
+                       cwd=m.mountpoint, check=True, capture_output=True, timeout=60)
+        return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["fuse_reads"]["at_once"]
+
+    poll(read_at_once, timeout=60, interval=0)  # 32 requests in flight: the kernel queues some
+    assert "found queued (read at once)" in fusetrace("stats", str(m.mountpoint)).stdout

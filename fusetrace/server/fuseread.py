@@ -33,15 +33,33 @@ class _HasFileNo(Protocol):  # what trio.lowlevel.wait_readable takes besides a 
     def fileno(self) -> int: ...
 
 
+class ReadWaits:
+    """How the reader's waits for a request went, for `fusetrace stats`: `at_once`, a
+    request was queued and read without trio's wait; `in_trio`, it waited in trio."""
+
+    __slots__ = ("at_once", "in_trio")
+
+    def __init__(self) -> None:
+        self.at_once = 0
+        self.in_trio = 0
+
+    def stats(self) -> dict:
+        return {"at_once": self.at_once, "in_trio": self.in_trio}
+
+
 @contextlib.contextmanager
-def unparked_when_queued(fuse_fd: int | None) -> Iterator[None]:
+def unparked_when_queued(fuse_fd: int | None) -> Iterator[ReadWaits | None]:
     """Within the block, trio.lowlevel.wait_readable(fuse_fd) returns at once when a
     request is queued on it (pyfuse3 looks the function up at each call); other
     descriptors, and fuse_fd with none queued, wait as before.  With fuse_fd None (not
-    found), nothing changes."""
+    found), nothing changes and the block gets None.
+
+    On fuse_fd the function is then no checkpoint: code that waited on that descriptor in
+    a loop of its own, with no other await, would spin.  pyfuse3's reader has its lock's."""
     if fuse_fd is None:
-        yield
+        yield None
         return
+    waits = ReadWaits()
     poller = select.poll()
     poller.register(fuse_fd, select.POLLIN)
     parked = trio.lowlevel.wait_readable
@@ -50,11 +68,13 @@ def unparked_when_queued(fuse_fd: int | None) -> Iterator[None]:
         if fd == fuse_fd:
             ready = poller.poll(0)  # [(fuse_fd, events)] or []
             if ready and ready[0][1] & select.POLLIN:
+                waits.at_once += 1
                 return
+            waits.in_trio += 1
         await parked(fd)
 
     trio.lowlevel.wait_readable = wait_readable
     try:
-        yield
+        yield waits
     finally:
         trio.lowlevel.wait_readable = parked

@@ -312,6 +312,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     if warning:
         log.warning("%s", warning)
     fuse_fd = fusectl.session_fd()
+    if fuse_fd is None:
+        log.warning("this server's /dev/fuse descriptor not found: its reader waits in trio for every request")
     if emulation is not None and info is not None:
         why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor), fuse_fd,
                                            lambda: ops.serving, opts.max_requests)
@@ -323,8 +325,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     log.debug("FUSE options %s, inline threshold %g us, descriptor limit %d", sorted(_fuse_options(opts)),
               _inline_threshold_us(opts), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     try:
-        with fuseread.unparked_when_queued(fuse_fd):
-            trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation), control)
+        with fuseread.unparked_when_queued(fuse_fd) as reads:
+            trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation, reads), control)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -383,11 +385,12 @@ def _open_tracer(opts: MountOptions, emulation):
 class _Status:
     """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
 
-    def __init__(self, ops: Operations, tracer, emulation):
-        self.ops, self.tracer, self.emulation = ops, tracer, emulation
+    def __init__(self, ops: Operations, tracer, emulation, reads: fuseread.ReadWaits | None):
+        self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
 
     def stats(self, _request) -> dict:
         out = self.ops.stats()  # inodes, open files, inode descriptors, where calls run
+        out["fuse_reads"] = self.reads.stats() if self.reads is not None else None
         if self.tracer is not None:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
         if self.emulation is not None:

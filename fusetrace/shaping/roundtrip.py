@@ -6,6 +6,12 @@ ahead of the model's time (emulation.py, calibrate); the trace keeps the figure
 (`fuse_round_trip_ns`) so `fusetrace report` can say how much of a run's wall time the
 operations it recorded account for.  The child waits for a line on its stdin before it
 starts, so the server can leave its requests out of the trace first.
+
+Between calls the child pauses (PAUSE_S), so that each statfs finds the server waiting for
+a request, as a caller that does anything between its calls does.  One sent the moment
+the reply arrives is often already queued when the server looks for its next request,
+and is read without a turn of trio's loop (server/fuseread.py): without the pause the
+probes measured 21-31 µs where callers with think time meet 36-56.
 """
 
 import statistics
@@ -16,6 +22,7 @@ from collections.abc import Callable
 import trio
 
 WARM_UP_PROBES = 20  # the first round trips of a new mount (and a cold machine) run slow
+PAUSE_S = 0.0005  # between probes: the server is back waiting in trio well within it
 
 _PROBE = """
 import os, sys, time
@@ -24,13 +31,14 @@ for _ in range(int(sys.argv[2])):
     t = time.monotonic_ns()
     os.statvfs(sys.argv[1])
     print(time.monotonic_ns() - t)
+    time.sleep(float(sys.argv[3]))
 """
 
 
 async def probe(mountpoint: str, probes: int, started: Callable[[int], None]) -> list[int]:
     """The round trips (ns) of `probes` statfs calls on `mountpoint`, warm-up ones
     included; `started(pid)` is told the probing process's id before its first call."""
-    proc = await trio.lowlevel.open_process([sys.executable, "-c", _PROBE, mountpoint, str(probes)],
+    proc = await trio.lowlevel.open_process([sys.executable, "-c", _PROBE, mountpoint, str(probes), str(PAUSE_S)],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     chunks = []

@@ -11,7 +11,8 @@ Between calls the child pauses (PAUSE_S), so that each statfs finds the server w
 a request, as a caller that does anything between its calls does.  One sent the moment
 the reply arrives is often already queued when the server looks for its next request,
 and is read without a turn of trio's loop (server/fuseread.py): without the pause the
-probes measured 21-31 µs where callers with think time meet 36-56.
+probes measured 21-31 µs on a 2-core VM, with it 55-83 (the trip a caller with think time
+meets, an idle CPU woken for it), and emulated qd1 latencies came nearer the profile.
 """
 
 import statistics

@@ -13,7 +13,7 @@ from conftest import fusetrace, poll
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.hostload import NO_LOAD, host_load, load_words
-from fusetrace.server import fusectl
+from fusetrace.server import fusectl, fuseread
 from fusetrace.shaping.emulation import Emulation
 from fusetrace.shaping.kernelqueue import KernelQueue, UnreadWait, pending
 
@@ -105,8 +105,10 @@ def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):
     # readable (requests queued for the server) and not (none queued)
     queued, idle = os.open("/dev/null", os.O_RDONLY), os.pipe()
     held = 0
-    queue = KernelQueue(fusectl.connection(dev_minor), queued, held=lambda: held, room=lambda now_ns: True, server_cap=1024)
-    answered = KernelQueue(fusectl.connection(dev_minor), idle[0], held=lambda: 0, room=lambda now_ns: True, server_cap=1024)
+    queue = KernelQueue(fusectl.connection(dev_minor), fuseread.queued_check(queued), held=lambda: held,
+                        room=lambda now_ns: True, server_cap=1024)
+    answered = KernelQueue(fusectl.connection(dev_minor), fuseread.queued_check(idle[0]), held=lambda: 0,
+                           room=lambda now_ns: True, server_cap=1024)
     os.kill(pid, signal.SIGSTOP)
     callers = [threading.Thread(target=os.statvfs, args=(m.mountpoint,)) for _ in range(3)]  # never cached
     try:
@@ -167,8 +169,8 @@ def test_a_sampler_that_fails_says_so_and_the_loops_cpu_stands_in(mount, caplog)
     emulation = Emulation.open("efs-tiny", [], str(m.source))
     queued = os.open("/dev/null", os.O_RDONLY)
     try:
-        emulation.watch_kernel_queue(fusectl.connection(os.minor(os.stat(m.mountpoint).st_dev)), queued,
-                                     lambda: 0, 1024)
+        emulation.watch_kernel_queue(fusectl.connection(os.minor(os.stat(m.mountpoint).st_dev)),
+                                     fuseread.queued_check(queued), lambda: 0, 1024)
         assert emulation.host()["queued_share"] is not None  # measured
         queue = emulation.kernel_queue
 

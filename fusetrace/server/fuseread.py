@@ -23,7 +23,7 @@ path, which wakes the reader to find the session ended.
 
 import contextlib
 import select
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import trio
@@ -47,6 +47,20 @@ class ReadWaits:
         return {"at_once": self.at_once, "in_trio": self.in_trio}
 
 
+def queued_check(fuse_fd: int) -> Callable[[], bool]:
+    """A check whether a request is queued on `fuse_fd` for the server to read: one
+    poll(2) that does not wait, for POLLIN (an error the descriptor reports alone is no
+    request).  Each caller takes its own: a poll object answers one thread at a time."""
+    poller = select.poll()
+    poller.register(fuse_fd, select.POLLIN)
+
+    def queued() -> bool:
+        ready = poller.poll(0)  # [(fuse_fd, events)] or []
+        return bool(ready) and bool(ready[0][1] & select.POLLIN)
+
+    return queued
+
+
 @contextlib.contextmanager
 def unparked_when_queued(fuse_fd: int | None) -> Iterator[ReadWaits | None]:
     """Within the block, trio.lowlevel.wait_readable(fuse_fd) returns at once when a
@@ -60,14 +74,12 @@ def unparked_when_queued(fuse_fd: int | None) -> Iterator[ReadWaits | None]:
         yield None
         return
     waits = ReadWaits()
-    poller = select.poll()
-    poller.register(fuse_fd, select.POLLIN)
+    queued = queued_check(fuse_fd)
     parked = trio.lowlevel.wait_readable
 
     async def wait_readable(fd: int | _HasFileNo) -> None:
         if fd == fuse_fd:
-            ready = poller.poll(0)  # [(fuse_fd, events)] or []
-            if ready and ready[0][1] & select.POLLIN:
+            if queued():
                 waits.at_once += 1
                 return
             waits.in_trio += 1

@@ -315,7 +315,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     if fuse_fd is None:
         log.warning("this server's /dev/fuse descriptor not found: its reader waits in trio for every request")
     if emulation is not None and info is not None:
-        why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor), fuse_fd,
+        why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor),
+                                           None if fuse_fd is None else fuseread.queued_check(fuse_fd),
                                            lambda: ops.serving, opts.max_requests)
         if why:
             log.warning("%s", why)

@@ -117,17 +117,18 @@ class Emulation:
         self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
         self.sharing.ping()
 
-    def watch_kernel_queue(self, connection: str, session_fd: int | None, held: Callable[[], int],
+    def watch_kernel_queue(self, connection: str, queued: Callable[[], bool] | None, held: Callable[[], int],
                            server_cap: int) -> str | None:
         """Measure how long requests wait unread in the FUSE connection whose counters are
-        in `connection` (the server's /dev/fuse descriptor `session_fd`) while the model
-        has room for them (kernelqueue.py): `held()` counts the requests the server holds,
-        at most `server_cap` at once.  None, or why it cannot (then the loop's busy share
-        stands in for it)."""
-        if session_fd is None:
+        in `connection` while the model has room for them (kernelqueue.py): `queued()`
+        says whether a request is queued on the server's /dev/fuse descriptor (None: the
+        descriptor was not found), `held()` counts the requests the server holds, at most
+        `server_cap` at once.  None, or why it cannot (then the loop's busy share stands
+        in for it)."""
+        if queued is None:
             return f"cannot find the server's /dev/fuse descriptor: {LOOP_STANDS_IN}"
         try:
-            self.kernel_queue = KernelQueue(connection, session_fd, held, self._room, server_cap)
+            self.kernel_queue = KernelQueue(connection, queued, held, self._room, server_cap)
         except OSError as exc:
             return f"cannot read the FUSE connection's queue ({exc}): {LOOP_STANDS_IN}"
         return None

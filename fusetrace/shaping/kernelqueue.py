@@ -40,7 +40,6 @@ would be undercounted.)
 
 import logging
 import os
-import select
 import threading
 from collections.abc import Callable
 
@@ -83,10 +82,11 @@ class UnreadWait:
 class KernelQueue:
     """Samples a FUSE connection's counters into an UnreadWait (`wait`), from a thread."""
 
-    def __init__(self, connection: str, session_fd: int, held: Callable[[], int], room: Callable[[int], bool],
-                 server_cap: int):
+    def __init__(self, connection: str, queued: Callable[[], bool], held: Callable[[], int],
+                 room: Callable[[int], bool], server_cap: int):
         """`connection`: the connection's directory under /sys/fs/fuse/connections;
-        `session_fd`: the server's /dev/fuse descriptor; `held()`: the requests the
+        `queued()`: whether a request is queued on the server's /dev/fuse descriptor for
+        it to read (server/fuseread.queued_check, this thread's own); `held()`: the requests the
         server holds (read and not answered); `room(now_ns)`: whether the model would
         serve a request arriving now without queueing it; `server_cap`: the most requests
         the server runs at once.  Raises OSError when the connection's counters cannot be
@@ -97,9 +97,7 @@ class KernelQueue:
         except OSError:
             os.close(self._dir)
             raise
-        self._session = select.poll()
-        self._session.register(session_fd, select.POLLIN)
-        self._held, self._room = held, room
+        self._queued, self._held, self._room = queued, held, room
         self._server_cap = server_cap
         self.wait = UnreadWait()
         self.samples = 0
@@ -116,8 +114,7 @@ class KernelQueue:
 
     def sample(self, now_ns: int) -> None:
         unread = 0
-        # a request queued for the server to read (not an error the descriptor reports)
-        if any(events & select.POLLIN for _, events in self._session.poll(0)):
+        if self._queued():
             cap = min(self._read("max_background"), self._server_cap)
             unread = pending(self._read("waiting"), self._held(), cap)
         self.wait.add(now_ns, unread, self._room(now_ns))

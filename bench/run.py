@@ -549,8 +549,8 @@ def _where_time_goes(results, sizes) -> list[str]:
           "target's fresh directory lands where it lands, so compare the per-round figures "
           "(native's too)."]
     L += [_ls_bound(results, sizes, rt)]
-    L += ["- **Worker threads.** Handing a syscall to a thread and back costs 150-250 µs here for a "
-          "call that comes alone (a CPU is woken for it), about 85 µs back to back, so calls measured "
+    L += ["- **Worker threads.** Handing a syscall to a thread and back costs 150-300 µs here for a "
+          "call that comes alone (a CPU is woken for it), 55-85 µs back to back, so calls measured "
           "under 100 µs run on the event loop, and writes under 100 µs plus 2 ns a byte (README, "
           "*Where system calls run*).", ""]
     return L

@@ -1,7 +1,7 @@
 """Which system calls may run on the trio loop itself.
 
-Handing a call to a worker thread and back costs ~150-250 us on a small VM when the
-call comes alone (a CPU is woken for it) and ~85 us back to back, far more than a
+Handing a call to a worker thread and back costs ~150-300 us on a small VM when the
+call comes alone (a CPU is woken for it) and ~55-85 us back to back, far more than a
 getattr, a lookup or a buffered 4 KiB write takes on a local file system (5-30 us),
 and more than a create on ext4 (50-100 us).  So each operation keeps the share of its
 recent calls that took longer than a threshold (100 us: under the cheapest hand-off,

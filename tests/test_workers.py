@@ -47,6 +47,41 @@ def test_results_and_errors_come_back_to_each_of_several_runs(workers):
     assert trio.run(fails) == errno.EBADF
 
 
+def test_two_runs_at_once_each_get_their_results(workers):
+    """Two trio runs in two threads share the pool: each run's results wake its own
+    tasks (with one eventfd for both, a run could take the other's wake-up)."""
+    import threading
+
+    results: dict = {}
+
+    def runner(name: str) -> None:
+        async def main() -> str:
+            for i in range(500):
+                assert await workers.run(pow, i, 2) == i * i
+                if i % 10 == 0:
+                    await trio.sleep(0.0005)
+            return "ok"
+
+        try:
+            results[name] = trio.run(main)
+        except BaseException as exc:  # reported by the assertion below
+            results[name] = repr(exc)
+
+    threads = [threading.Thread(target=runner, args=(name,), daemon=True) for name in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)  # a lost wake-up leaves a task waiting for good: no cancel reaches it
+    assert results == {"A": "ok", "B": "ok"}
+
+
+def test_closing_twice_is_harmless():
+    pool = Workers(2)
+    trio.run(pool.run, id, None)
+    pool.close()
+    pool.close()
+
+
 class _Buffer:
     """Stands in for a write's buffer (bytes cannot be weakly referenced)."""
 

@@ -26,14 +26,16 @@ import trio
 
 
 class _Run:
-    """The results owed to tasks of one trio run (a Workers may serve several runs in
-    turn: the tests' and benchmarks' trio.run calls)."""
+    """The results owed to tasks of one trio run, and its eventfd (a Workers may serve
+    several runs, in turn or at once from several threads: the tests' and benchmarks'
+    trio.run calls).  The eventfd is closed with the Workers, once no thread can write
+    it: a thread may still be writing it as the run ends."""
 
-    __slots__ = ("done", "token")
+    __slots__ = ("done", "ready")
 
-    def __init__(self, token: trio.lowlevel.TrioToken):
-        self.token = token
+    def __init__(self) -> None:
         self.done: collections.deque = collections.deque()  # (task, outcome), appended by the threads
+        self.ready = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # written once per result
 
 
 class Workers:
@@ -41,8 +43,8 @@ class Workers:
         if nthreads < 1:
             raise ValueError("need at least one worker thread")
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._ready = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # written once per result
-        self._run: _Run | None = None
+        self._runs: dict[trio.lowlevel.TrioToken, _Run] = {}
+        self._closed = False
         self._threads = [
             threading.Thread(target=self._serve, name=f"fusetrace-io-{i}", daemon=True)
             for i in range(nthreads)
@@ -67,7 +69,7 @@ class Workers:
         result = outcome.capture(fn, *args)
         del fn, args
         run.done.append((task, result))  # before the eventfd says it is there
-        os.eventfd_write(self._ready, 1)
+        os.eventfd_write(run.ready, 1)
         return True
 
     async def run(self, fn, *args):
@@ -83,9 +85,9 @@ class Workers:
         """This trio run's results, and the task that hands them out, started with the
         run's first job (a system task: it ends with the run)."""
         token = trio.lowlevel.current_trio_token()
-        run = self._run
-        if run is None or run.token is not token:
-            run = self._run = _Run(token)
+        run = self._runs.get(token)
+        if run is None:
+            run = self._runs[token] = _Run()
             trio.lowlevel.spawn_system_task(self._hand_back, run, name="fusetrace-io-results")
         return run
 
@@ -93,11 +95,11 @@ class Workers:
         """Wake each task whose job is done, as the threads report them.  A thread
         appends its result before it writes the eventfd, so every result is either
         taken in this pass or leaves the eventfd readable for the next."""
-        done = run.done
+        done, ready = run.done, run.ready
         while True:
-            await trio.lowlevel.wait_readable(self._ready)
+            await trio.lowlevel.wait_readable(ready)
             try:
-                os.eventfd_read(self._ready)
+                os.eventfd_read(ready)
             except BlockingIOError:
                 pass  # taken by an earlier pass along with its result
             while done:
@@ -105,8 +107,14 @@ class Workers:
                 trio.lowlevel.reschedule(task, result)
 
     def close(self) -> None:
+        """Stop the threads (each finishes its job first) and close the runs' eventfds;
+        once is enough (later calls do nothing).  No trio run may be using the Workers."""
+        if self._closed:
+            return
+        self._closed = True
         for _ in self._threads:
             self._jobs.put(None)
         for t in self._threads:
             t.join()
-        os.close(self._ready)
+        for run in self._runs.values():
+            os.close(run.ready)

@@ -143,3 +143,47 @@ def test_large_writes_through_the_workers_reuse_their_buffers(mount):
         os.close(fd)
     assert (m.source / "seq.dat").stat().st_size == 64 << 20
     assert _minor_faults(pid) - before < 64 * 256 // 4
+
+
+def test_closing_inside_a_run_ends_its_hand_back_task():
+    """The tests close the pool inside trio.run: results reported by then reach their
+    tasks, and the eventfd's number, once closed, is free for the run to wait on again
+    (trio still held it as the hand-back task's, and a new descriptor given that number
+    could not be waited on)."""
+    import socket
+
+    pool = Workers(4)
+
+    async def main() -> bytes:
+        async with trio.open_nursery() as nursery:
+            for i in range(64):
+                nursery.start_soon(pool.run, pow, i, 2)
+        pool.close()
+        a, b = socket.socketpair()
+        with a, b:
+            b.send(b"x")
+            with trio.fail_after(10):
+                await trio.lowlevel.wait_readable(a)
+            return a.recv(1)
+
+    assert trio.run(main) == b"x"
+
+
+def test_a_system_task_owed_a_result_when_the_main_task_returns_gets_it(workers):
+    """trio cancels system tasks once the main task returns; the hand-back task first
+    hands back what another system task is still owed, so that the run can end."""
+    import threading
+    import time
+
+    got: list = []
+
+    async def waits() -> None:
+        got.append(await workers.run(lambda: time.sleep(0.3) or "slept"))
+
+    async def main() -> None:
+        trio.lowlevel.spawn_system_task(waits)
+
+    runner = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive() and got == ["slept"]

@@ -20,6 +20,7 @@ import collections
 import os
 import queue
 import threading
+from collections.abc import Callable
 
 import outcome
 import trio
@@ -31,11 +32,12 @@ class _Run:
     trio.run calls).  The eventfd is closed with the Workers, once no thread can write
     it: a thread may still be writing it as the run ends."""
 
-    __slots__ = ("done", "ready")
+    __slots__ = ("done", "owed", "ready")
 
     def __init__(self) -> None:
         self.done: collections.deque = collections.deque()  # (task, outcome), appended by the threads
         self.ready = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # written once per result
+        self.owed = 0  # jobs submitted whose result has not been handed back (the loop's)
 
 
 class Workers:
@@ -78,12 +80,16 @@ class Workers:
         Not cancellable once submitted: a syscall in flight cannot be taken back,
         and the kernel is owed a reply for it.
         """
-        self._jobs.put((fn, args, trio.lowlevel.current_task(), self._current_run()))
+        run = self._current_run()
+        run.owed += 1
+        self._jobs.put((fn, args, trio.lowlevel.current_task(), run))
         return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
     def _current_run(self) -> _Run:
         """This trio run's results, and the task that hands them out, started with the
         run's first job (a system task: it ends with the run)."""
+        if self._closed:
+            raise RuntimeError("the worker threads are closed")
         token = trio.lowlevel.current_trio_token()
         run = self._runs.get(token)
         if run is None:
@@ -92,29 +98,55 @@ class Workers:
         return run
 
     async def _hand_back(self, run: _Run) -> None:
-        """Wake each task whose job is done, as the threads report them.  A thread
-        appends its result before it writes the eventfd, so every result is either
-        taken in this pass or leaves the eventfd readable for the next."""
+        """Wake each task whose job is done, as the threads report them.  trio cancels
+        system tasks once the main task returns, when another system task may still be
+        owed a result: that is handed back first.  close() inside the run ends it."""
+        try:
+            await self._hand_back_until(run, lambda: False)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._hand_back_until(run, lambda: not run.owed)
+            raise
+        except trio.ClosedResourceError:
+            pass
+
+    async def _hand_back_until(self, run: _Run, enough: Callable[[], bool]) -> None:
+        """A thread appends its result before it writes the eventfd, so every result is
+        either taken in this pass or leaves the eventfd readable for the next."""
         done, ready = run.done, run.ready
-        while True:
+        while not enough():
             await trio.lowlevel.wait_readable(ready)
+            if self._closed:
+                return
             try:
                 os.eventfd_read(ready)
             except BlockingIOError:
                 pass  # taken by an earlier pass along with its result
             while done:
                 task, result = done.popleft()
+                run.owed -= 1
                 trio.lowlevel.reschedule(task, result)
 
     def close(self) -> None:
         """Stop the threads (each finishes its job first) and close the runs' eventfds;
-        once is enough (later calls do nothing).  No trio run may be using the Workers."""
+        once is enough (later calls do nothing).  Called inside a trio run (the tests
+        do), it first tells that run's hand-back task its eventfd is going."""
         if self._closed:
             return
-        self._closed = True
         for _ in self._threads:
             self._jobs.put(None)
         for t in self._threads:
             t.join()
-        for run in self._runs.values():
+        self._closed = True
+        try:
+            here = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            here = None  # outside any run
+        for token, run in self._runs.items():
+            if token is here:
+                while run.done:  # reported, not yet handed back: the hand-back task is ending
+                    task, result = run.done.popleft()
+                    trio.lowlevel.reschedule(task, result)
+                trio.lowlevel.notify_closing(run.ready)
             os.close(run.ready)
+        self._runs.clear()

@@ -113,7 +113,7 @@ class Workers:
     async def _hand_back_until(self, run: _Run, enough: Callable[[], bool]) -> None:
         """A thread appends its result before it writes the eventfd, so every result is
         either taken in this pass or leaves the eventfd readable for the next."""
-        done, ready = run.done, run.ready
+        ready = run.ready
         while not enough():
             await trio.lowlevel.wait_readable(ready)
             if self._closed:
@@ -122,10 +122,16 @@ class Workers:
                 os.eventfd_read(ready)
             except BlockingIOError:
                 pass  # taken by an earlier pass along with its result
-            while done:
-                task, result = done.popleft()
-                run.owed -= 1
-                trio.lowlevel.reschedule(task, result)
+            self._hand_out(run)
+
+    @staticmethod
+    def _hand_out(run: _Run) -> None:
+        """Wake every task whose result a thread has reported."""
+        done = run.done
+        while done:
+            task, result = done.popleft()
+            run.owed -= 1
+            trio.lowlevel.reschedule(task, result)
 
     def close(self) -> None:
         """Stop the threads (each finishes its job first) and close the runs' eventfds;
@@ -144,9 +150,7 @@ class Workers:
             here = None  # outside any run
         for token, run in self._runs.items():
             if token is here:
-                while run.done:  # reported, not yet handed back: the hand-back task is ending
-                    task, result = run.done.popleft()
-                    trio.lowlevel.reschedule(task, result)
+                self._hand_out(run)  # reported, not yet handed back: the hand-back task is ending
                 trio.lowlevel.notify_closing(run.ready)
             os.close(run.ready)
         self._runs.clear()

@@ -6,6 +6,9 @@ reused rather than faulted in fresh."""
 import errno
 import gc
 import os
+import socket
+import threading
+import time
 import tracemalloc
 import weakref
 
@@ -50,8 +53,6 @@ def test_results_and_errors_come_back_to_each_of_several_runs(workers):
 def test_two_runs_at_once_each_get_their_results(workers):
     """Two trio runs in two threads share the pool: each run's results wake its own
     tasks (with one eventfd for both, a run could take the other's wake-up)."""
-    import threading
-
     results: dict = {}
 
     def runner(name: str) -> None:
@@ -150,8 +151,6 @@ def test_closing_inside_a_run_ends_its_hand_back_task():
     tasks, and the eventfd's number, once closed, is free for the run to wait on again
     (trio still held it as the hand-back task's, and a new descriptor given that number
     could not be waited on)."""
-    import socket
-
     pool = Workers(4)
 
     async def main() -> bytes:
@@ -172,9 +171,6 @@ def test_closing_inside_a_run_ends_its_hand_back_task():
 def test_a_system_task_owed_a_result_when_the_main_task_returns_gets_it(workers):
     """trio cancels system tasks once the main task returns; the hand-back task first
     hands back what another system task is still owed, so that the run can end."""
-    import threading
-    import time
-
     got: list = []
 
     async def waits() -> None:

@@ -126,13 +126,16 @@ def test_a_reply_is_held_by_the_timer_until_its_deadline():
     _with_timer(body)
 
 
-def test_a_buffered_write_is_held_but_not_judged():
+@pytest.mark.parametrize("mode", [WriteMode.BUFFERED, WriteMode.SYNC])
+def test_a_buffered_write_counts_its_modelled_time_but_never_its_lateness(mode):
     async def body(sh):
-        req = Request("write", Kind.WRITE, 7, size=4096, write_mode=WriteMode.BUFFERED)
-        start = monotonic_ns()
+        req = Request("write", Kind.WRITE, 7, size=4096, write_mode=mode)
+        start = monotonic_ns() - 1_000_000_000  # it came a second ago: its reply is late
         ticket = sh.admit(req, start)
-        assert ticket is not None
-        await sh.hold(req, ticket, start)
-        assert sh.ops == 1 and sh.modelled_ns == 0 and sh.late == 0  # left out of host-bound
+        assert ticket is not None and ticket.deadline_ns is not None
+        assert await sh.hold(req, ticket, start) == 0
+        # the share's base has its modelled time (requests left unread are added over it)
+        assert sh.ops == 1 and sh.modelled_ns == ticket.deadline_ns - start > 0
+        assert sh.late == sh.late_ns == 0  # the write-back, not the reply, sets its pace
 
     _with_timer(body)

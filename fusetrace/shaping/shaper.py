@@ -22,8 +22,9 @@ the time requests wait unread in the kernel (shaping/kernelqueue.py), also added
 includes such writes', and a share taken over a modelled time without theirs
 measured nothing.  A workload of small buffered writes that the host slows shows
 there, as requests waiting unread: dd bs=4k of 78 MiB through efs-bursting on a
-fresh mount (1.4-1.5 s where the model takes about 0.8), the host added 144-276 %,
-and 2,769-9,209 % when these writes' modelled time was left out.
+fresh mount took 1.4-1.5 s where the model takes 0.78 (emulator/simulate.py's
+dd_write), and the host added 144-276 % (2,769-9,209 % when these writes' modelled
+time was left out).
 """
 
 from collections.abc import Iterator

@@ -75,6 +75,7 @@ class Call(NamedTuple):
     handle: int = 0
     new_directory: int = 0
     new_name: str = ""
+    times_only: bool = False
 
 
 @dataclass
@@ -239,7 +240,8 @@ class TraceSim:
                 self._sample_until(t)
             a = admit(c.op, t, file=c.file, directory=c.directory, name=c.name, size=c.size, offset=c.offset,
                       write_mode=c.write_mode, is_dir=c.is_dir, closes=c.closes, writable=c.writable,
-                      handle=c.handle, new_directory=c.new_directory, new_name=c.new_name)
+                      handle=c.handle, new_directory=c.new_directory, new_name=c.new_name,
+                      times_only=c.times_only)
             w = a.wait
             rep.ops += 1
             rep.waited += w

@@ -83,6 +83,11 @@ def _mount_parser(sub) -> None:
                    help="answer extended attribute requests as unsupported, so the kernel stops "
                         "sending them (one per buffered write, two per file in ls -l); automatic "
                         "when the source has no extended attributes (NFS, so EFS)")
+    p.add_argument("--writeback-cache", action="store_true",
+                   help="with --emulate: FUSE's write-back cache, so that buffered writes gather in the "
+                        "kernel's page cache and reach the mount as write-back, as an NFS client's "
+                        "do, not one request per write(2); a write's error then shows at fsync or "
+                        "close, as on NFS, and the trace records the write-back (docs/EMULATOR.md)")
     p.add_argument("--debug", action="store_true",
                    help="log fusetrace's (and pyfuse3's) debug messages to the server's log")
     p.add_argument("--debug-fuse", action="store_true",
@@ -191,8 +196,8 @@ def _mount(args, argv) -> int:
         attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout, negative_timeout=args.negative_timeout,
         fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
         emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
-        inline=args.inline, xattrs=args.xattrs, debug_fuse=args.debug_fuse, faults=args.faults,
-        shared=args.shared, fs_id=args.fs_id,
+        inline=args.inline, xattrs=args.xattrs, writeback_cache=args.writeback_cache,
+        debug_fuse=args.debug_fuse, faults=args.faults, shared=args.shared, fs_id=args.fs_id,
         host=args.host,
     )
     if args.foreground:

@@ -86,6 +86,17 @@ def test_setattr_syncs_the_file_then_sends_setattr():
     assert c.admit("setattr", 1.0, file=7).rpcs == "SETATTR"  # nothing left to write
 
 
+def test_the_write_back_caches_times_cost_nothing_and_leave_the_data_to_the_close():
+    # FUSE's write-back cache hands the kernel's mtime and ctime over in a setattr of
+    # their own, which NFS never sends: no RPC, no flush; close(2) then sends the data
+    c = client("burst_mibps=1000000")
+    c.admit("write", 0.0, file=7, size=MiB)
+    times = c.admit("setattr", 0.0, file=7, times_only=True)
+    assert times.gate is Gate.CACHE and times.rpcs == "" and took(times, 0.0) == 0
+    close = c.admit("flush", 0.0, file=7)
+    assert close.rpcs == "WRITE(FILE_SYNC),CLOSE" and took(close, 0.0) == pytest.approx(11 * MS)
+
+
 def test_a_create_long_after_a_lookup_of_its_name_pays_its_own_round_trip():
     c = client()
     c.admit("lookup", 0.0, directory=1, name="f")  # [ -e f ] ...

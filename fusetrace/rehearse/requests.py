@@ -82,7 +82,10 @@ class Gaps:
 class Rebuilder:
     """Feed it a trace's records in start order; it gives back each one's Request."""
 
-    def __init__(self) -> None:
+    def __init__(self, writeback_cache: bool = False) -> None:
+        # the trace's mount had FUSE's write-back cache (--writeback-cache): a setattr of the
+        # mtime alone is the kernel handing over the file's times (Operations.setattr)
+        self.writeback_cache = writeback_cache
         self._handles: dict[int, _Handle] = {}
         self._dirs: set[int] = {ROOT}  # node ids known to be directories
         self._dir_ids: dict[str, int] = {"/": ROOT}  # directory path: node id
@@ -111,7 +114,8 @@ class Rebuilder:
         label = self._kind(kind, _KINDS[op])
         if op == "readdir":
             return Request(op, label, inode, size=size, offset=offset, handle=fh)
-        return Request(op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs)
+        return Request(op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs,
+                       times_only=self.writeback_cache and op == "setattr" and path2 == "mtime")
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
@@ -203,4 +207,4 @@ def client_call(request: Request, t: float) -> Call:
     (fusetrace/shaping/shaper.py, Shaper.admit)."""
     r = request
     return Call(t, r.op, r.file, r.directory, r.name, r.size, r.offset, r.write_mode or "buffered", r.is_dir,
-                r.closes, r.writable, r.handle, r.new_directory, r.new_name)
+                r.closes, r.writable, r.handle, r.new_directory, r.new_name, r.times_only)

@@ -51,7 +51,11 @@ class _Calls:
         return self.cached if self.cached is not None else self._read()
 
     def _read(self) -> Iterator[Call]:
-        rebuilder = Rebuilder()
+        try:
+            options = meta.read(self.directory).get("options") or {}
+        except ValueError:  # unreadable metadata: the summary says so (meta.loss_summary)
+            options = {}
+        rebuilder = Rebuilder(writeback_cache=bool(options.get("writeback_cache")))
         kept: list[Call] | None = [] if self.keep else None
         for start_ns, *record in records(self.directory, ["start_ns", *COLUMNS]):
             request = rebuilder.rebuild(*record)

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 # Flags the kernel sends that must not reach the backing open(2) of an existing file.
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
+# Not a flag of open(2): marks an O_RDWR that Operations._backing_flags made of an O_WRONLY,
+# which _reopen tries, then the O_WRONLY asked for if the source refuses reading
+# (EACCES: root squashed on an NFS source).  The top bit of an int: no O_* flag uses it.
+_WRONLY_ASKED = 1 << 30
 _O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 _AS_ROOT = os.geteuid() == 0
@@ -91,8 +95,12 @@ class Operations(pyfuse3.Operations):
         dir_attr_timeout: float | None = None,
         negative_timeout: float = 0.0,
         xattrs: bool = True,
+        writeback_cache: bool = False,
     ):
         super().__init__()
+        # FUSE's write-back cache (pyfuse3 asks the kernel for it when this is true): see
+        # _backing_flags and setattr for what the server must then do differently
+        self.enable_writeback_cache = writeback_cache
         self.root_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
@@ -435,11 +443,17 @@ class Operations(pyfuse3.Operations):
         return self._entry(st, node.id)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
+        """With the write-back cache, the kernel keeps a written file's mtime and ctime
+        itself and hands them over in a setattr of those two alone (fs/fuse:
+        fuse_flush_times), which an NFS client never sends: the emulated client charges
+        it nothing (`times_only`).  A caller's change of the mtime alone (touch -m)
+        looks the same to the server and goes uncharged too."""
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
-                      is_dir=stat.S_ISDIR(node.mode))
+                      is_dir=stat.S_ISDIR(node.mode),
+                      times_only=self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime)
         st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
         node.size = st.st_size
@@ -512,8 +526,24 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
         return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
-                                _open_checked, node, flags & ~_OPEN_STRIP, ctx.uid != 0,
+                                _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
                                 reply=functools.partial(self._open_reply, node, flags, ctx))
+
+    def _backing_flags(self, flags: int) -> int:
+        """The flags of the source's open(2) for a file the kernel opens with `flags`.
+        With the write-back cache, the kernel reads the rest of a page a write covers
+        in part through whichever handle wrote it, and places appends itself (at the
+        end of the file as it knows it): so a write-only file is opened for reading too
+        (the kernel has checked the caller's permission; the descriptor is the
+        server's alone, and _as_asked falls back to the caller's mode where the
+        source refuses it), and O_APPEND is left to the kernel.  (The kernel also
+        keeps the file's modified time while its data is cached, and hands it over in
+        a setattr of mtime and ctime alone: see setattr.)"""
+        if not self.enable_writeback_cache:
+            return flags
+        if flags & os.O_ACCMODE == os.O_WRONLY:
+            flags = flags & ~os.O_ACCMODE | os.O_RDWR | _WRONLY_ASKED
+        return flags & ~os.O_APPEND
 
     def _open_reply(self, node: Inode, flags: int, ctx, opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
         fd, st = opened
@@ -541,7 +571,7 @@ class Operations(pyfuse3.Operations):
         name = os.fsdecode(name)
         return await self._call(
             Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags), ctx,
-            _create, parent, name, flags & ~(os.O_DIRECT | os.O_NOCTTY), mode, _owner_for(ctx),
+            _create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx),
             reply=functools.partial(self._create_reply, parent, name, flags, ctx))
 
     def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
@@ -908,8 +938,8 @@ def _create(dirfd, name, flags, mode, owner):
     with syscalls.credentials(owner):
         # O_NONBLOCK: a FIFO planted at the name since the kernel's lookup must not block
         # the server; anything but a regular file is refused.
-        fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     stat.S_IMODE(mode), dir_fd=dirfd)
+        fd = _as_asked(flags, lambda f: os.open(name, f | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                                                 stat.S_IMODE(mode), dir_fd=dirfd))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(E.EEXIST, "not a regular file")
@@ -924,7 +954,20 @@ def _create(dirfd, name, flags, mode, owner):
 
 def _reopen(path_fd: int, flags: int) -> int:
     """A descriptor with `flags` on the object path_fd holds (never a link: callers check)."""
-    return os.open(f"/proc/self/fd/{path_fd}", flags | os.O_CLOEXEC)
+    path = f"/proc/self/fd/{path_fd}"
+    return _as_asked(flags, lambda f: os.open(path, f | os.O_CLOEXEC))
+
+
+def _as_asked(flags: int, opener: Callable[[int], int]) -> int:
+    """opener(flags); with _WRONLY_ASKED, first for reading and writing, then, where the
+    source refuses reading, for writing only, as the caller asked."""
+    if flags & _WRONLY_ASKED:
+        flags &= ~_WRONLY_ASKED
+        try:
+            return opener(flags)
+        except PermissionError:
+            flags = flags & ~os.O_ACCMODE | os.O_WRONLY
+    return opener(flags)
 
 
 def _open_checked(path_fd: int, flags: int, unprivileged: bool) -> tuple[int, os.stat_result]:

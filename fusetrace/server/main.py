@@ -52,6 +52,7 @@ class MountOptions:
     metrics_port: int | None = None
     inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
+    writeback_cache: bool = False  # FUSE's write-back cache (emulated mounts only): see cli.py's help
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
     faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
@@ -128,6 +129,9 @@ def check_values(opts: MountOptions) -> None:
             raise BadValue(f"{flag}: an emulated mount gives the kernel the NFS client's cache timeouts "
                            f"(--set nfs_acregmin_s=S for a file's attributes, nfs_acdirmin_s=S for "
                            f"directories and names)")
+    if opts.writeback_cache and opts.emulate is None:
+        raise BadValue("--writeback-cache: needs --emulate PROFILE (over a shared source such as NFS, "
+                       "the kernel would keep written data and times that other clients do not see)")
     if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
         raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
     if opts.metrics_port is not None and opts.emulate is None:
@@ -242,6 +246,7 @@ def _metadata(opts: MountOptions) -> dict:
             "inline": opts.inline,
             "inline_threshold_us": _inline_threshold_us(opts),
             "xattrs": opts.xattrs,
+            "writeback_cache": opts.writeback_cache,
             "emulate": opts.emulate,
             "overrides": opts.overrides,
             "faults": opts.faults,
@@ -297,7 +302,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
                      tracer=tracer,
                      shaper=emulation.shaper if emulation else None,
                      **_cache_timeouts(opts, emulation),
-                     xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs))
+                     xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
+                     writeback_cache=opts.writeback_cache)
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
         ops.add_fault(raw, f"--faults {opts.faults}: rule {i}")
     try:

@@ -67,7 +67,7 @@ class NfsClient:
     def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
               offset: int = 0, write_mode: str = "buffered", is_dir: bool = False,
               closes: bool = True, writable: bool = True, handle: int = 0, new_directory: int = 0,
-              new_name: str = "", times_only: bool = False) -> Admission:
+              new_name: str = "", kernel_only: bool = False) -> Admission:
         """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
         `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
         `directory` and `name`: the entry a lookup or namespace change is about
@@ -79,10 +79,11 @@ class NfsClient:
         file), and `writable`: whether the file was opened for writing (a read-only
         close flushes nothing); for readdir, `handle`: the open directory, whose
         pass it continues; for rename, `new_directory` and `new_name`: where the
-        entry goes; for setattr, `times_only`: it is FUSE's write-back cache handing
-        over the modified times of written data, which an NFS client never sends (the
-        WRITE replies bring the server's), so it costs nothing.  The answer's `rpcs`
-        names what was sent."""
+        entry goes; `kernel_only`: the kernel's FUSE path sent it for its own write-back
+        cache and an NFS client would send nothing for the call (the times of written
+        data, which NFS takes from the WRITE replies; a page read in before part of it
+        is written through a write-only descriptor, where NFS writes the part alone),
+        so it costs nothing.  The answer's `rpcs` names what was sent."""
         if op == "flush":
             flushed = self._flush_data(now, file) if writable else self._none(now)
             if not closes:
@@ -90,7 +91,7 @@ class NfsClient:
             return _joined(flushed, self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at), now)
         if op == "readdir":
             return self._readdir(now, file, handle, size, offset)
-        if times_only and op == "setattr":
+        if kernel_only:
             return self._none(now)
         if op == "rename":
             a = self._namespace(now, file, directory, name, op)

@@ -75,7 +75,7 @@ class Call(NamedTuple):
     handle: int = 0
     new_directory: int = 0
     new_name: str = ""
-    times_only: bool = False
+    kernel_only: bool = False
 
 
 @dataclass
@@ -241,7 +241,7 @@ class TraceSim:
             a = admit(c.op, t, file=c.file, directory=c.directory, name=c.name, size=c.size, offset=c.offset,
                       write_mode=c.write_mode, is_dir=c.is_dir, closes=c.closes, writable=c.writable,
                       handle=c.handle, new_directory=c.new_directory, new_name=c.new_name,
-                      times_only=c.times_only)
+                      kernel_only=c.kernel_only)
             w = a.wait
             rep.ops += 1
             rep.waited += w

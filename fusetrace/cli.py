@@ -87,7 +87,9 @@ def _mount_parser(sub) -> None:
                    help="with --emulate: FUSE's write-back cache, so that buffered writes gather in the "
                         "kernel's page cache and reach the mount as write-back, as an NFS client's "
                         "do, not one request per write(2); a write's error then shows at fsync or "
-                        "close, as on NFS, and the trace records the write-back (docs/EMULATOR.md)")
+                        "close, as on NFS, and the trace records the write-back. The kernel then keeps "
+                        "file sizes and pages as its own: changes made beside the mount do not show "
+                        "through it (not with --shared; docs/EMULATOR.md)")
     p.add_argument("--debug", action="store_true",
                    help="log fusetrace's (and pyfuse3's) debug messages to the server's log")
     p.add_argument("--debug-fuse", action="store_true",

@@ -44,8 +44,10 @@ class Request:
     CLOSE to (one per open file, as NFS sends; later flushes close duplicates), and
     `writable` whether the file was opened for writing; for readdir, `handle` the
     open directory; for rename, `new_directory` and `new_name` where the entry goes;
-    for setattr, `times_only` whether it is the kernel's write-back of a file's
-    modified times (FUSE's write-back cache: see Operations.setattr).
+    `kernel_only` whether it is a request the kernel's FUSE path makes for its own
+    write-back cache, which an NFS client would not send (a page filled before part of
+    it is written through a write-only handle, a file's times handed over: see
+    Operations.read and Operations.setattr).
 
     One is built for every request on the loop (a write on a mount that neither shapes
     nor traces excepted: Operations.write), so it is cheap to make: a plain class
@@ -56,12 +58,12 @@ class Request:
     file = directory = size = offset = handle = new_directory = 0
     name = new_name = ""
     write_mode: WriteMode | None = None
-    is_dir = closes = writable = times_only = False
+    is_dir = closes = writable = kernel_only = False
 
     def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
                  write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
                  is_dir: bool = False, closes: bool = False, writable: bool = False, handle: int = 0,
-                 new_directory: int = 0, new_name: str = "", times_only: bool = False) -> None:
+                 new_directory: int = 0, new_name: str = "", kernel_only: bool = False) -> None:
         if (kind is Kind.WRITE) != (write_mode is not None):
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
         if directory and kind is not Kind.META_WRITE and op != "lookup":
@@ -94,11 +96,11 @@ class Request:
             self.new_directory = new_directory
         if new_name:
             self.new_name = new_name
-        if times_only:
-            self.times_only = times_only
+        if kernel_only:
+            self.kernel_only = kernel_only
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
                 f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
                 f"is_dir={self.is_dir}, closes={self.closes}, writable={self.writable}, handle={self.handle}, "
-                f"new_directory={self.new_directory}, new_name={self.new_name!r}, times_only={self.times_only})")
+                f"new_directory={self.new_directory}, new_name={self.new_name!r}, kernel_only={self.kernel_only})")

@@ -34,10 +34,17 @@ def test_it_needs_an_emulated_mount(tmp_path):
     assert not is_mounted(tmp_path / "mnt")
 
 
+def _kernel_only(df: pd.DataFrame, rebuilder: Rebuilder, op: str) -> list[bool]:
+    """`fusetrace simulate`'s view of the trace's `op` requests: the kernel's own or not."""
+    rebuilt = (rebuilder.rebuild(*(row[c] for c in COLUMNS)) for row in df.to_dict("records"))
+    return [r.kernel_only for r in rebuilt if r is not None and r.op == op]
+
+
 def test_small_writes_reach_the_mount_as_write_back(mount):
     m = mount(*WB, trace=True)
-    subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'f'}", "bs=4k", "count=2048", "status=none"],
-                   check=True)
+    f = m.mountpoint / "f"
+    subprocess.run(["dd", "if=/dev/zero", f"of={f}", "bs=4k", "count=2048", "status=none"], check=True)
+    subprocess.run(["touch", "-m", "-d", "2020-01-01", str(f)], check=True)  # a caller's, not the kernel's
     df = _trace(m)
     mine = df[df.path == "/f"]
     writes = mine[mine.op == "write"]
@@ -45,23 +52,19 @@ def test_small_writes_reach_the_mount_as_write_back(mount):
     assert 8 <= len(writes) <= 64 and writes["size"].max() <= MiB and writes["size"].sum() == 8 * MiB
     assert set(writes.gate) == {"buffered"}
     times = mine[mine.op == "setattr"]
-    assert len(times) >= 1 and set(times.path2) == {"mtime"} and times.nfs.eq("").all()  # charged nothing
+    handed = times.fh != 0  # the kernel hands its times over on an open handle
+    assert handed.sum() >= 1 and set(times[handed].path2) == {"mtime"} and times[handed].nfs.eq("").all()
+    assert list(times[~handed].nfs) == ["SETATTR"]  # touch -m: charged as NFS sends it
     assert "COMMIT" in "".join(mine[mine.op == "flush"].nfs)  # the close sends what NFS sends
     assert (m.source / "f").read_bytes() == bytes(8 * MiB)
-    # re-emulating the trace (fusetrace simulate) charges the kernel's times nothing too
+    # re-emulating the trace (fusetrace simulate) tells them apart as the mount did
     assert meta.read(str(m.trace))["options"]["writeback_cache"] is True
-    rows = [[row[c] for c in COLUMNS] for row in df.to_dict("records")]
-
-    def times_only(rebuilder: Rebuilder) -> list[bool]:
-        return [r.times_only for r in map(lambda row: rebuilder.rebuild(*row), rows)
-                if r is not None and r.op == "setattr"]
-
-    assert times_only(Rebuilder(writeback_cache=True)) == [True] * len(times)
-    assert times_only(Rebuilder()) == [False] * len(times)
+    assert _kernel_only(df, Rebuilder(writeback_cache=True), "setattr") == list(handed)
+    assert not any(_kernel_only(df, Rebuilder(), "setattr"))
 
 
 def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):
-    m = mount(*WB)
+    m = mount(*WB, trace=True)
     (m.source / "f").write_bytes(b"a" * 8192)  # below the mount: no page of it is cached
     fd = os.open(m.mountpoint / "f", os.O_WRONLY)
     try:
@@ -69,6 +72,21 @@ def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):
     finally:
         os.close(fd)
     assert (m.source / "f").read_bytes() == b"a" * 10 + b"B" * 100 + b"a" * (8192 - 110)
+    df = _trace(m)
+    fills = df[(df.path == "/f") & (df.op == "read")]
+    # the kernel's page fill: NFS writes the part alone and reads nothing
+    assert len(fills) >= 1 and fills.nfs.eq("").all() and set(fills.gate) == {"cache"}
+    assert _kernel_only(df, Rebuilder(writeback_cache=True), "read") == [True] * len(fills)
+
+
+def test_not_with_a_shared_file_system(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), *WB,
+                     "--shared", "redis://127.0.0.1:6379/0", "--fs-id", "one", check=False)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "--writeback-cache" in lines[0], done.stderr
+    assert not is_mounted(tmp_path / "mnt")
 
 
 def test_appends_land_at_the_end(mount):

@@ -83,8 +83,7 @@ class Rebuilder:
     """Feed it a trace's records in start order; it gives back each one's Request."""
 
     def __init__(self, writeback_cache: bool = False) -> None:
-        # the trace's mount had FUSE's write-back cache (--writeback-cache): a setattr of the
-        # mtime alone is the kernel handing over the file's times (Operations.setattr)
+        # the trace's mount had FUSE's write-back cache (--writeback-cache): see _kernel_only
         self.writeback_cache = writeback_cache
         self._handles: dict[int, _Handle] = {}
         self._dirs: set[int] = {ROOT}  # node ids known to be directories
@@ -114,8 +113,18 @@ class Rebuilder:
         label = self._kind(kind, _KINDS[op])
         if op == "readdir":
             return Request(op, label, inode, size=size, offset=offset, handle=fh)
-        return Request(op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs,
-                       times_only=self.writeback_cache and op == "setattr" and path2 == "mtime")
+        is_dir = op in _TYPED and inode in self._dirs
+        return Request(op, label, inode, size=size, is_dir=is_dir,
+                       kernel_only=self.writeback_cache and self._kernel_only(op, path2, fh, is_dir))
+
+    def _kernel_only(self, op: str, path2: str | None, fh: int, is_dir: bool) -> bool:
+        """Whether a record of a mount with the write-back cache is the kernel's own, as
+        the handler decided (Operations.read, Operations.setattr): a read through a
+        handle opened write-only, or a setattr of the mtime alone on an open file."""
+        if op == "read":
+            h = self._handles.get(fh)
+            return h is not None and h.flags is not None and h.flags & os.O_ACCMODE == os.O_WRONLY
+        return op == "setattr" and path2 == "mtime" and bool(fh) and not is_dir
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
@@ -207,4 +216,4 @@ def client_call(request: Request, t: float) -> Call:
     (fusetrace/shaping/shaper.py, Shaper.admit)."""
     r = request
     return Call(t, r.op, r.file, r.directory, r.name, r.size, r.offset, r.write_mode or "buffered", r.is_dir,
-                r.closes, r.writable, r.handle, r.new_directory, r.new_name, r.times_only)
+                r.closes, r.writable, r.handle, r.new_directory, r.new_name, r.kernel_only)

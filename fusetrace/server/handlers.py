@@ -444,16 +444,17 @@ class Operations(pyfuse3.Operations):
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         """With the write-back cache, the kernel keeps a written file's mtime and ctime
-        itself and hands them over in a setattr of those two alone (fs/fuse:
-        fuse_flush_times), which an NFS client never sends: the emulated client charges
-        it nothing (`times_only`).  A caller's change of the mtime alone (touch -m)
-        looks the same to the server and goes uncharged too."""
+        itself and hands them over in a setattr of those two alone, on an open handle
+        (fs/fuse: fuse_flush_times), which an NFS client never sends: the emulated
+        client charges it nothing (`kernel_only`).  A caller's own change of times
+        (touch -m, futimens) comes without a handle."""
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode),
-                      times_only=self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime)
+                      kernel_only=self.enable_writeback_cache and h is not None and change.names == "mtime"
+                      and fields.update_ctime and not stat.S_ISDIR(node.mode))
         st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
         node.size = st.st_size
@@ -586,9 +587,15 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
     async def read(self, fh, off, size):
+        """A read on a handle the caller opened write-only is the write-back cache's
+        page fill (see _backing_flags), which an NFS client does not send: it writes
+        the part of the page written (nfs_want_read_modify_write asks a descriptor open
+        for reading), so the emulated client charges it nothing (`kernel_only`)."""
         h = self._handle(fh)
-        return await self._call(Request("read", Kind.READ, h.inode.id, size=size), _at(h.inode, fh=fh, offset=off),
-                                h, os.pread, fh, size, off, nowait=self._cached_pread)
+        req = Request("read", Kind.READ, h.inode.id, size=size,
+                      kernel_only=self.enable_writeback_cache and h.flags & os.O_ACCMODE == os.O_WRONLY)
+        return await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off,
+                                nowait=self._cached_pread)
 
     async def write(self, fh, off, buf):
         h = self._handle(fh)

@@ -179,6 +179,10 @@ def preflight(opts: MountOptions) -> None:
     if opts.shared is not None:
         from ..shaping.redis_hub import check_url, shown
 
+        if opts.writeback_cache:
+            raise UserError(f"--shared {shown(opts.shared)}: not with --writeback-cache (the kernel would keep "
+                            f"each mount's file sizes and pages as its own, and the mounts would not see one "
+                            f"another's writes)")
         if opts.emulate is None:
             raise UserError(f"--shared {shown(opts.shared)}: needs --emulate PROFILE (what is shared is the "
                             f"emulated file system's state)")

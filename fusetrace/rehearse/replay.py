@@ -313,7 +313,8 @@ def check_trace(trace_dir: str) -> None:
 
 def run(args) -> int:
     check_trace(args.trace_dir)
-    target = Target(args.target)
+    options = reader.metadata(args.trace_dir).get("options") or {}
+    target = Target(args.target, writeback_cache=bool(options.get("writeback_cache")))
     _room_for_descriptors()
     replay = Replay(target, None if args.as_fast_as_possible else args.speed)
     stopped = False

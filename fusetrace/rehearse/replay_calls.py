@@ -77,6 +77,8 @@ REFUSED_PATH = "its path leaves TARGET (a '.' or '..' component, or not '/'-root
 REFUSED_HANDLE = "its handle is not open here (the open failed or was not replayed)"
 REFUSED_DEVICE = "a device node (its device number is not traced)"
 REFUSED_XATTR = f"getxattr {KERNEL_XATTR}: the target's kernel asks it itself before each replayed write"
+REFUSED_WRITEBACK = ("the kernel's own, for FUSE's write-back cache (a page filled through a write-only handle, "
+                     "or a file's times handed over): no call makes it")
 
 
 class _OpenHow(ctypes.Structure):
@@ -107,10 +109,11 @@ class Handle:
     record, or None), and for a directory the entries listed since offset 0, here and
     in the recording."""
 
-    __slots__ = ("fd", "flush", "listed", "recorded")
+    __slots__ = ("fd", "flush", "listed", "recorded", "write_only")
 
     def __init__(self) -> None:
         self.fd = -1  # until its open has succeeded here
+        self.write_only = False  # opened O_WRONLY in the recording
         self.flush: Rec | None = None
         self.listed = self.recorded = 0
 
@@ -118,8 +121,11 @@ class Handle:
 class Target:
     """TARGET, the directory the records are issued against."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, writeback_cache: bool = False):
         self.directory = directory
+        # the recording's mount had FUSE's write-back cache: its kernel's own requests are
+        # not re-issued (fusetrace/server/handlers.py: Operations.read and .setattr)
+        self.writeback_cache = writeback_cache
         try:
             self.fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
@@ -169,6 +175,9 @@ class Target:
         record cannot be reproduced."""
         if rec.op in OPENS:
             return self._open(rec, h)
+        if self.writeback_cache and ((rec.op == "read" and h is not None and h.write_only)
+                                     or (rec.op == "setattr" and rec.fh and rec.path2 == "mtime")):
+            raise Refused(REFUSED_WRITEBACK)
         if rec.op == "setattr":
             return self._setattr(rec, h)
         handle_call = self._handle_calls.get(rec.op)
@@ -340,6 +349,7 @@ class Target:
                 os.close(fd)
             else:
                 h.fd = fd
+                h.write_only = flags & os.O_ACCMODE == os.O_WRONLY
         return _errno(rec, err)
 
     def _settle(self, h: Handle) -> list[Difference]:

@@ -25,6 +25,7 @@ from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import table
 from ..trace import metadata as meta
+from ..trace import reader
 from .requests import COLUMNS, Gaps, Rebuilder, client_call
 from .rows import records
 
@@ -51,10 +52,7 @@ class _Calls:
         return self.cached if self.cached is not None else self._read()
 
     def _read(self) -> Iterator[Call]:
-        try:
-            options = meta.read(self.directory).get("options") or {}
-        except ValueError:  # unreadable metadata: the summary says so (meta.loss_summary)
-            options = {}
+        options = reader.metadata(self.directory).get("options") or {}
         rebuilder = Rebuilder(writeback_cache=bool(options.get("writeback_cache")))
         kept: list[Call] | None = [] if self.keep else None
         for start_ns, *record in records(self.directory, ["start_ns", *COLUMNS]):

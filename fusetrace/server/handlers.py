@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 # Flags the kernel sends that must not reach the backing open(2) of an existing file.
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
 # Not a flag of open(2): marks an O_RDWR that Operations._backing_flags made of an O_WRONLY,
-# which _reopen tries, then the O_WRONLY asked for if the source refuses reading
-# (EACCES: root squashed on an NFS source).  The top bit of an int: no O_* flag uses it.
+# which _as_asked tries, then the O_WRONLY asked for if the source refuses reading (EACCES:
+# root squashed on an NFS source).  Bit 30: no open flag of Linux uses it, and _as_asked
+# takes it off before any open(2).
 _WRONLY_ASKED = 1 << 30
 _O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC

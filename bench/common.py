@@ -52,8 +52,11 @@ class Caller:
 
 
 def write_between(docs: Path, mark: str, text: str) -> None:
-    """Put `text` between the two `mark` lines of `docs`, in place of what was there."""
+    """Put `text` between the two `mark` lines of `docs`, in place of what was there
+    (a page without them gets them, and `text`, at its end)."""
     body = docs.read_text()
+    if mark not in body:
+        body = f"{body.rstrip()}\n\n{mark}\n{mark}\n"
     head, _, rest = body.partition(mark)
     _, _, tail = rest.partition(mark)
     docs.write_text(f"{head}{mark}\n{text}\n{mark}{tail}")

@@ -100,10 +100,7 @@ def main() -> None:
     args = p.parse_args()
     part = render(run(args.rounds, args.profile), args.rounds, args.profile)
     print(part)
-    docs = Path(args.docs)
-    if MARK not in docs.read_text():
-        docs.write_text(docs.read_text().rstrip("\n") + f"\n\n{MARK}\n{MARK}\n")
-    write_between(docs, MARK, part)
+    write_between(Path(args.docs), MARK, part)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ class NfsClient:
         data, which NFS takes from the WRITE replies; a page read in before part of it
         is written through a write-only descriptor, where NFS writes the part alone),
         so it costs nothing.  The answer's `rpcs` names what was sent."""
+        if kernel_only:
+            return self._none(now)
         if op == "flush":
             flushed = self._flush_data(now, file) if writable else self._none(now)
             if not closes:
@@ -91,8 +93,6 @@ class NfsClient:
             return _joined(flushed, self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at), now)
         if op == "readdir":
             return self._readdir(now, file, handle, size, offset)
-        if kernel_only:
-            return self._none(now)
         if op == "rename":
             a = self._namespace(now, file, directory, name, op)
             if new_directory:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..errors import UserError
+from .requests import writeback_own
 
 # The columns a replay reads, in Rec's order.
 COLUMNS = ["start_ns", "dur_ns", "op", "path", "path2", "fh", "offset", "size", "result", "errno", "pid",
@@ -175,8 +176,7 @@ class Target:
         record cannot be reproduced."""
         if rec.op in OPENS:
             return self._open(rec, h)
-        if self.writeback_cache and ((rec.op == "read" and h is not None and h.write_only)
-                                     or (rec.op == "setattr" and rec.fh and rec.path2 == "mtime")):
+        if self.writeback_cache and writeback_own(rec.op, rec.path2, rec.fh, h is not None and h.write_only):
             raise Refused(REFUSED_WRITEBACK)
         if rec.op == "setattr":
             return self._setattr(rec, h)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ..emulator.tracesim import Call
 from ..request import Kind, Request, WriteMode
+from ..trace import reader
 
 # The columns a Rebuilder reads, in the order rebuild() takes them.
 COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kind", "flags", "mode", "entry"]
@@ -83,7 +84,7 @@ class Rebuilder:
     """Feed it a trace's records in start order; it gives back each one's Request."""
 
     def __init__(self, writeback_cache: bool = False) -> None:
-        # the trace's mount had FUSE's write-back cache (--writeback-cache): see _kernel_only
+        # the trace's mount had FUSE's write-back cache (--writeback-cache): see writeback_own
         self.writeback_cache = writeback_cache
         self._handles: dict[int, _Handle] = {}
         self._dirs: set[int] = {ROOT}  # node ids known to be directories
@@ -114,17 +115,10 @@ class Rebuilder:
         if op == "readdir":
             return Request(op, label, inode, size=size, offset=offset, handle=fh)
         is_dir = op in _TYPED and inode in self._dirs
+        h = self._handles.get(fh)
+        write_only = h is not None and h.flags is not None and h.flags & os.O_ACCMODE == os.O_WRONLY
         return Request(op, label, inode, size=size, is_dir=is_dir,
-                       kernel_only=self.writeback_cache and self._kernel_only(op, path2, fh, is_dir))
-
-    def _kernel_only(self, op: str, path2: str | None, fh: int, is_dir: bool) -> bool:
-        """Whether a record of a mount with the write-back cache is the kernel's own, as
-        the handler decided (Operations.read, Operations.setattr): a read through a
-        handle opened write-only, or a setattr of the mtime alone on an open file."""
-        if op == "read":
-            h = self._handles.get(fh)
-            return h is not None and h.flags is not None and h.flags & os.O_ACCMODE == os.O_WRONLY
-        return op == "setattr" and path2 == "mtime" and bool(fh) and not is_dir
+                       kernel_only=self.writeback_cache and writeback_own(op, path2, fh, write_only, is_dir))
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
@@ -209,6 +203,22 @@ class Rebuilder:
     def _kind(label: str | None, default: Kind) -> Kind:
         """The Kind a record's label names (format 3), else `default`."""
         return _LABELS.get(label, default) if label is not None else default
+
+
+def had_writeback_cache(trace_dir: str) -> bool:
+    """Whether the trace's mount had FUSE's write-back cache (`--writeback-cache`)."""
+    return bool((reader.metadata(trace_dir).get("options") or {}).get("writeback_cache"))
+
+
+def writeback_own(op: str, path2: str | None, fh: int, write_only: bool, is_dir: bool = False) -> bool:
+    """Whether a record of a mount with the write-back cache is its kernel's own, as the
+    handler decided (Operations.read, Operations.setattr), which no call of the traced
+    program made: a read through a handle opened write-only (`write_only`: a page
+    filled before part of it was written), or a setattr of the mtime alone on an open
+    handle of a file (its times handed over)."""
+    if op == "read":
+        return write_only
+    return op == "setattr" and path2 == "mtime" and bool(fh) and not is_dir
 
 
 def client_call(request: Request, t: float) -> Call:

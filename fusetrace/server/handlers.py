@@ -452,10 +452,10 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
+        is_dir = stat.S_ISDIR(node.mode)
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
-                      is_dir=stat.S_ISDIR(node.mode),
-                      kernel_only=self.enable_writeback_cache and h is not None and change.names == "mtime"
-                      and fields.update_ctime and not stat.S_ISDIR(node.mode))
+                      is_dir=is_dir, kernel_only=self.enable_writeback_cache and h is not None
+                      and change.names == "mtime" and fields.update_ctime and not is_dir)
         st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, change.apply, node)
         node.seen = version(st)
         node.size = st.st_size

@@ -85,7 +85,7 @@ class NfsClient:
         is written through a write-only descriptor, where NFS writes the part alone),
         so it costs nothing.  The answer's `rpcs` names what was sent."""
         if kernel_only:
-            return self._none(now)
+            return Admission(now, Gate.KERNEL, 0.0, 0.0, 0.0)
         if op == "flush":
             flushed = self._flush_data(now, file) if writable else self._none(now)
             if not closes:

@@ -50,6 +50,9 @@ class Gate(enum.StrEnum):
     DIRTY = "dirty"  # a buffered write that waited for the client's dirty data to drain
     WRITEBACK = "writeback"  # waited for the file's dirty data to reach the server (a flush, a stat)
     CACHE = "cache"  # the NFS client answered alone (its caches, nothing to send, or sent without waiting)
+    # the kernel's FUSE path sent it for its own write-back cache (a page fill, a hand-over of a
+    # file's times), where an NFS client sends nothing for the call: it costs nothing
+    KERNEL = "kernel"
     STALL = "stall"  # the server answered nothing for a while (a scheduled stall: emulator/events.py)
 
 

@@ -56,6 +56,7 @@ SAME_WORK = 0.05  # their metered bytes within this share of one another
 MARGIN = 2  # repetitions of credits left between a skip's end and the balance's zero or cap
 GROWING = 0.01  # a queue growing by more than this share of the span a repetition is saturated
 _CACHE = Gate.CACHE
+_KERNEL = Gate.KERNEL
 
 
 class Call(NamedTuple):
@@ -249,7 +250,7 @@ class TraceSim:
                 rep.max_wait = w
             if a.done_at > rep.last_done:
                 rep.last_done = a.done_at
-            if a.gate is not _CACHE:
+            if a.gate is not _CACHE and a.gate is not _KERNEL:
                 rep.sent += 1
             self._ops += 1
             self._waited += w

@@ -92,7 +92,7 @@ def test_the_write_back_caches_times_cost_nothing_and_leave_the_data_to_the_clos
     c = client("burst_mibps=1000000")
     c.admit("write", 0.0, file=7, size=MiB)
     times = c.admit("setattr", 0.0, file=7, kernel_only=True)
-    assert times.gate is Gate.CACHE and times.rpcs == "" and took(times, 0.0) == 0
+    assert times.gate is Gate.KERNEL and times.rpcs == "" and took(times, 0.0) == 0
     close = c.admit("flush", 0.0, file=7)
     assert close.rpcs == "WRITE(FILE_SYNC),CLOSE" and took(close, 0.0) == pytest.approx(11 * MS)
 

@@ -336,7 +336,7 @@ def test_elastic_throughput_has_no_cliff():
 
 def _record(op: str, inode: int, path: str, path2: str | None = None, fh: int = 0, errno: int = 0,
             kind: str | None = None, flags: int = 0, mode: int = 0, entry: int = 0) -> tuple:
-    return (op, inode, path, path2, fh, 0, 0, errno, kind, flags, mode, entry)
+    return (op, inode, path, path2, fh, 0, 0, errno, kind, flags, mode, entry, None)
 
 
 def test_a_rename_into_a_directory_the_trace_never_named_gets_one_of_its_own():

@@ -1,8 +1,7 @@
-"""--writeback-cache: FUSE's write-back cache on an emulated mount.  Buffered writes gather
-in the kernel's page cache and reach the mount as write-back, as an NFS client's reach
-the server; the server opens write-only files for reading too (the kernel fills the
-rest of a page a write covers in part) and leaves appends to the kernel; the kernel's
-hand-over of a file's times costs nothing, as NFS sends none."""
+"""--writeback-cache: FUSE's write-back cache on an emulated mount.  Buffered writes gather in the kernel's page cache and reach the mount as write-back, as
+an NFS client's reach the server; the server opens write-only files for reading too (the
+kernel fills the rest of a page a write covers in part) and leaves appends to the
+kernel; the kernel's hand-overs of a file's times cost nothing, as NFS sends none."""
 
 import errno
 import json
@@ -35,8 +34,9 @@ def test_it_needs_an_emulated_mount(tmp_path):
     assert not is_mounted(tmp_path / "mnt")
 
 
-def _kernel_only(df: pd.DataFrame, rebuilder: Rebuilder, op: str) -> list[bool]:
+def _kernel_only(df: pd.DataFrame, op: str) -> list[bool]:
     """`fusetrace simulate`'s view of the trace's `op` requests: the kernel's own or not."""
+    rebuilder = Rebuilder()
     rebuilt = (rebuilder.rebuild(*(row[c] for c in COLUMNS)) for row in df.to_dict("records"))
     return [r.kernel_only for r in rebuilt if r is not None and r.op == op]
 
@@ -55,13 +55,40 @@ def test_small_writes_reach_the_mount_as_write_back(mount):
     times = mine[mine.op == "setattr"]
     handed = times.fh != 0  # the kernel hands its times over on an open handle
     assert handed.sum() >= 1 and set(times[handed].path2) == {"mtime"} and times[handed].nfs.eq("").all()
+    assert set(times[handed].gate) == {"kernel"}
     assert list(times[~handed].nfs) == ["SETATTR"]  # touch -m: charged as NFS sends it
     assert "COMMIT" in "".join(mine[mine.op == "flush"].nfs)  # the close sends what NFS sends
     assert (m.source / "f").read_bytes() == bytes(8 * MiB)
     # re-emulating the trace (fusetrace simulate) tells them apart as the mount did
     assert meta.read(str(m.trace))["options"]["writeback_cache"] is True
-    assert _kernel_only(df, Rebuilder(writeback_cache=True), "setattr") == list(handed)
-    assert not any(_kernel_only(df, Rebuilder(), "setattr"))
+    assert _kernel_only(df, "setattr") == list(handed)
+
+
+def test_the_kernels_times_after_a_link_rename_or_unlink_cost_nothing(mount):
+    # the kernel hands a file's times over, on no handle, after each change of its names
+    # (fs/fuse: fuse_update_ctime): NFS sends nothing then, but a caller's touch -m is sent
+    m = mount(*WB, trace=True)
+    a, b, c = (m.mountpoint / n for n in "abc")
+    a.write_bytes(b"data")
+    os.link(a, b)
+    os.rename(a, c)
+    os.unlink(b)
+    subprocess.run(["touch", "-m", str(c)], check=True)
+    os.unlink(c)
+    df = _trace(m)
+    times = df[(df.op == "setattr") & (df.fh == 0)]
+    names = df[df.op.isin(["link", "rename", "unlink"])]
+    assert len(names) == 4 and names.nfs.ne("").all()
+    kernels = times[times.gate == "kernel"]
+    assert len(kernels) == 4 and kernels.nfs.eq("").all()
+    assert list(times[times.gate != "kernel"].nfs) == ["SETATTR"]  # touch -m
+    assert _kernel_only(df, "setattr") == list(df[df.op == "setattr"].gate == "kernel")
+    # fusetrace replay leaves them out as the kernel's own, and finds no difference
+    target = m.source.parent / "target"
+    target.mkdir()
+    out = json.loads(fusetrace("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json").stdout)
+    assert out["differences"]["count"] == 0, out["differences"]
+    assert sum(n for why, n in out["not_replayed"].items() if "write-back cache" in why) >= 4
 
 
 def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):
@@ -76,8 +103,8 @@ def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):
     df = _trace(m)
     fills = df[(df.path == "/f") & (df.op == "read")]
     # the kernel's page fill: NFS writes the part alone and reads nothing
-    assert len(fills) >= 1 and fills.nfs.eq("").all() and set(fills.gate) == {"cache"}
-    assert _kernel_only(df, Rebuilder(writeback_cache=True), "read") == [True] * len(fills)
+    assert len(fills) >= 1 and fills.nfs.eq("").all() and set(fills.gate) == {"kernel"}
+    assert _kernel_only(df, "read") == [True] * len(fills)
     # fusetrace replay issues what the caller did, not the kernel's page fills
     target = m.source.parent / "target"
     target.mkdir()

@@ -257,15 +257,16 @@ class Fitter:
         limit, and of all that waited on throughput (an emulated trace only)."""
         if not self.modelled:
             return {}
+        if "kind" not in self.columns:
+            return {}
         row = self.db.execute("""
             select count(*) filter (where gate = 'iops' and kind in ('read', 'meta_read'))
                        / greatest(count(*) filter (where kind in ('read', 'meta_read')), 1),
                    count(*) filter (where gate = 'iops' and kind not in ('read', 'meta_read'))
                        / greatest(count(*) filter (where kind not in ('read', 'meta_read')), 1),
                    count(*) filter (where gate = 'throughput') / greatest(count(*), 1)
-            from trace where gate is not null and gate <> 'cache'""").fetchone() if "kind" in self.columns else None
-        if row is None:
-            return {}
+            from trace where gate is not null and gate not in ('cache', 'kernel')""").fetchone()
+        assert row is not None  # an aggregate always has its one row
         return {"iops_read": row[0], "iops_write": row[1], "throughput": row[2]}
 
     # ---- concurrency --------------------------------------------------------------------

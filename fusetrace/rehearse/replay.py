@@ -44,7 +44,6 @@ from ..texttable import table
 from ..trace import reader
 from .lanes import Lanes
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
-from .requests import had_writeback_cache
 
 BATCH_ROWS = 4096  # records read from the trace at a time
 MAX_WORKERS = 1024  # a FUSE mount serves 1,024 requests at once by default (--max-requests)
@@ -314,7 +313,7 @@ def check_trace(trace_dir: str) -> None:
 
 def run(args) -> int:
     check_trace(args.trace_dir)
-    target = Target(args.target, writeback_cache=had_writeback_cache(args.trace_dir))
+    target = Target(args.target)
     _room_for_descriptors()
     replay = Replay(target, None if args.as_fast_as_possible else args.speed)
     stopped = False

@@ -29,12 +29,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ..emulator.ops import Gate
 from ..errors import UserError
-from .requests import writeback_own
 
 # The columns a replay reads, in Rec's order.
 COLUMNS = ["start_ns", "dur_ns", "op", "path", "path2", "fh", "offset", "size", "result", "errno", "pid",
-           "flags", "mode"]
+           "flags", "mode", "gate"]
 
 
 class Rec(NamedTuple):
@@ -53,6 +53,7 @@ class Rec(NamedTuple):
     pid: int
     flags: int
     mode: int
+    gate: str | None
 
 
 class Refused(Exception):
@@ -110,11 +111,10 @@ class Handle:
     record, or None), and for a directory the entries listed since offset 0, here and
     in the recording."""
 
-    __slots__ = ("fd", "flush", "listed", "recorded", "write_only")
+    __slots__ = ("fd", "flush", "listed", "recorded")
 
     def __init__(self) -> None:
         self.fd = -1  # until its open has succeeded here
-        self.write_only = False  # opened O_WRONLY in the recording
         self.flush: Rec | None = None
         self.listed = self.recorded = 0
 
@@ -122,11 +122,8 @@ class Handle:
 class Target:
     """TARGET, the directory the records are issued against."""
 
-    def __init__(self, directory: str, writeback_cache: bool = False):
+    def __init__(self, directory: str):
         self.directory = directory
-        # the recording's mount had FUSE's write-back cache: its kernel's own requests are
-        # not re-issued (fusetrace/server/handlers.py: Operations.read and .setattr)
-        self.writeback_cache = writeback_cache
         try:
             self.fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
@@ -176,7 +173,7 @@ class Target:
         record cannot be reproduced."""
         if rec.op in OPENS:
             return self._open(rec, h)
-        if self.writeback_cache and writeback_own(rec.op, rec.path2, rec.fh, h is not None and h.write_only):
+        if rec.gate == Gate.KERNEL:
             raise Refused(REFUSED_WRITEBACK)
         if rec.op == "setattr":
             return self._setattr(rec, h)
@@ -349,7 +346,6 @@ class Target:
                 os.close(fd)
             else:
                 h.fd = fd
-                h.write_only = flags & os.O_ACCMODE == os.O_WRONLY
         return _errno(rec, err)
 
     def _settle(self, h: Handle) -> list[Difference]:

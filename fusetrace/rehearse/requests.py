@@ -31,12 +31,13 @@ import os
 import stat
 from dataclasses import dataclass
 
+from ..emulator.ops import Gate
 from ..emulator.tracesim import Call
 from ..request import Kind, Request, WriteMode
-from ..trace import reader
 
 # The columns a Rebuilder reads, in the order rebuild() takes them.
-COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kind", "flags", "mode", "entry"]
+COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kind", "flags", "mode", "entry",
+           "gate"]
 
 ROOT = 1  # FUSE's root node id (FUSE_ROOT_ID)
 UNKNOWN_DIRECTORY = 1 << 64  # synthetic node ids of directories never named before: above any FUSE node id
@@ -83,9 +84,7 @@ class Gaps:
 class Rebuilder:
     """Feed it a trace's records in start order; it gives back each one's Request."""
 
-    def __init__(self, writeback_cache: bool = False) -> None:
-        # the trace's mount had FUSE's write-back cache (--writeback-cache): see writeback_own
-        self.writeback_cache = writeback_cache
+    def __init__(self) -> None:
         self._handles: dict[int, _Handle] = {}
         self._dirs: set[int] = {ROOT}  # node ids known to be directories
         self._dir_ids: dict[str, int] = {"/": ROOT}  # directory path: node id
@@ -93,9 +92,10 @@ class Rebuilder:
         self.gaps = Gaps()
 
     def rebuild(self, op: str, inode: int, path: str, path2: str | None, fh: int, offset: int, size: int,
-                errno: int, kind: str | None, flags: int, mode: int, entry: int) -> Request | None:
+                errno: int, kind: str | None, flags: int, mode: int, entry: int, gate: str | None) -> Request | None:
         """The Request the handler made for this record (COLUMNS, in order); None for an
-        operation no handler makes."""
+        operation no handler makes.  A request the mount judged its kernel's own (gate
+        `kernel`: FUSE's write-back cache) is that again."""
         if op not in _OPS:
             self.gaps.unknown_ops += 1
             return None
@@ -115,10 +115,7 @@ class Rebuilder:
         if op == "readdir":
             return Request(op, label, inode, size=size, offset=offset, handle=fh)
         is_dir = op in _TYPED and inode in self._dirs
-        h = self._handles.get(fh)
-        write_only = h is not None and h.flags is not None and h.flags & os.O_ACCMODE == os.O_WRONLY
-        return Request(op, label, inode, size=size, is_dir=is_dir,
-                       kernel_only=self.writeback_cache and writeback_own(op, path2, fh, write_only, is_dir))
+        return Request(op, label, inode, size=size, is_dir=is_dir, kernel_only=gate == Gate.KERNEL)
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
@@ -203,22 +200,6 @@ class Rebuilder:
     def _kind(label: str | None, default: Kind) -> Kind:
         """The Kind a record's label names (format 3), else `default`."""
         return _LABELS.get(label, default) if label is not None else default
-
-
-def had_writeback_cache(trace_dir: str) -> bool:
-    """Whether the trace's mount had FUSE's write-back cache (`--writeback-cache`)."""
-    return bool((reader.metadata(trace_dir).get("options") or {}).get("writeback_cache"))
-
-
-def writeback_own(op: str, path2: str | None, fh: int, write_only: bool, is_dir: bool = False) -> bool:
-    """Whether a record of a mount with the write-back cache is its kernel's own, as the
-    handler decided (Operations.read, Operations.setattr), which no call of the traced
-    program made: a read through a handle opened write-only (`write_only`: a page
-    filled before part of it was written), or a setattr of the mtime alone on an open
-    handle of a file (its times handed over)."""
-    if op == "read":
-        return write_only
-    return op == "setattr" and path2 == "mtime" and bool(fh) and not is_dir
 
 
 def client_call(request: Request, t: float) -> Call:

@@ -25,7 +25,7 @@ from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import table
 from ..trace import metadata as meta
-from .requests import COLUMNS, Gaps, Rebuilder, client_call, had_writeback_cache
+from .requests import COLUMNS, Gaps, Rebuilder, client_call
 from .rows import records
 
 CACHE_CALLS = 200_000  # a trace of at most this many records is kept in memory (about 250 bytes a call)
@@ -51,7 +51,7 @@ class _Calls:
         return self.cached if self.cached is not None else self._read()
 
     def _read(self) -> Iterator[Call]:
-        rebuilder = Rebuilder(writeback_cache=had_writeback_cache(self.directory))
+        rebuilder = Rebuilder()
         kept: list[Call] | None = [] if self.keep else None
         for start_ns, *record in records(self.directory, ["start_ns", *COLUMNS]):
             request = rebuilder.rebuild(*record)

@@ -444,19 +444,26 @@ class Operations(pyfuse3.Operations):
         return self._entry(st, node.id)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
-        """With the write-back cache, the kernel keeps a written file's mtime and ctime
-        itself and hands them over in a setattr of those two alone, on an open handle
-        (fs/fuse: fuse_flush_times), which an NFS client never sends: the emulated
-        client charges it nothing (`kernel_only`).  A caller's own change of times
-        (touch -m, futimens) comes without a handle."""
+        """With the write-back cache, the kernel keeps a regular file's mtime and ctime
+        itself and hands them over in a setattr of those two alone (fs/fuse:
+        fuse_flush_times), which an NFS client never sends: the emulated client charges
+        it nothing (`kernel_only`).  It hands over on an open handle after writes, and
+        with no handle after each link, rename, unlink or extended attribute change of
+        the file (fuse_update_ctime), when its mtime is the one the kernel was last
+        told (Inode.kernel_mtime).  A caller's own change of times (touch -m, futimens)
+        comes with no handle and, but for a time set to the one the file has, a new
+        mtime."""
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
         is_dir = stat.S_ISDIR(node.mode)
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
-                      is_dir=is_dir, kernel_only=self.enable_writeback_cache and h is not None
-                      and change.names == "mtime" and fields.update_ctime and not is_dir)
+                      is_dir=is_dir, kernel_only=self.enable_writeback_cache and change.names == "mtime"
+                      and fields.update_ctime and stat.S_ISREG(node.mode)
+                      and (h is not None or change.mtime == node.kernel_mtime))
         st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, change.apply, node)
+        if change.mtime is not None:
+            node.kernel_mtime = change.mtime
         node.seen = version(st)
         node.size = st.st_size
         return self._entry(st, node.id)

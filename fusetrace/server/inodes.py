@@ -45,7 +45,8 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("fd", "handle", "id", "key", "mode", "nlookup", "path", "pins", "retired", "seen", "size")
+    __slots__ = ("fd", "handle", "id", "kernel_mtime", "key", "mode", "nlookup", "path", "pins", "retired", "seen",
+                 "size")
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -58,6 +59,10 @@ class Inode:
         self.pins = 0  # requests using the descriptor now, and open files on it
         self.retired = False  # its number now belongs to another object below
         self.seen = version(st)  # the attributes the kernel was last told
+        # The mtime the kernel keeps with FUSE's write-back cache, which then takes a
+        # file's times from the server only for a new inode: this first one, then each it
+        # sets (handlers.py, setattr).
+        self.kernel_mtime = st.st_mtime_ns
         # The size the kernel holds: the last it was told, raised by the writes since (it
         # extends the file itself on a write's reply).  A write past it is one the kernel
         # treats as extending the file (handlers.py, write).

@@ -3,8 +3,8 @@
 Without it, the kernel's FUSE path hands every write(2) to the server and waits for the
 reply, where an NFS client copies the data into its page cache and returns: the FUSE round
 trip per write is the host's, not EFS's, and a run of small writes is paced by it (and
-flagged host-bound).  With `--writeback-cache` the kernel gathers them and the mount gets
-write-back of up to 1 MiB, as an NFS server gets WRITEs.  Each workload runs on a fresh
+flagged host-bound).  With the write-back cache (an emulated mount's default) the kernel
+gathers them and the mount gets write-back of up to 1 MiB, as an NFS server gets WRITEs.  Each workload runs on a fresh
 mount of each kind, alternating, and beside it is the model's time for the same system
 calls in virtual time (emulator/simulate.py: dd_write, dd_writers), which is what the run
 should take.  The figures go between the `<!-- writeback -->` markers of docs/BENCHMARKS.md.
@@ -34,7 +34,7 @@ MARK = "<!-- writeback -->"
 # cpio -p writes (the efs-2018-transfer scenario's fpart + cpio row)
 WORKLOADS = [("dd bs=4k, 78 MiB, conv=fsync", 1, 4096, 20_000),
              ("8 x dd bs=512, 4 MiB each, conv=fsync", 8, 512, 8_192)]
-KINDS = [("without", ()), ("--writeback-cache", ("--writeback-cache",))]
+KINDS = [("--no-writeback-cache", ("--no-writeback-cache",)), ("write-back cache (default)", ())]
 
 
 def _once(work: Path, profile: str, flags: tuple[str, ...], writers: int, block: int, count: int) -> dict:
@@ -75,7 +75,8 @@ def render(rows: list[dict], rounds: int, profile: str) -> str:
     lines = ["## Small buffered writes and FUSE's write-back cache", "",
              f"`bench/writeback.py --rounds {rounds} --profile {profile}`, run "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: each workload on a fresh "
-             f"mount emulating `{profile}`, without and with `--writeback-cache`, alternating; *model* is "
+             f"mount emulating `{profile}`, with `--no-writeback-cache` and as it comes (FUSE's write-back "
+             "cache on), alternating; *model* is "
              "the time the emulated NFS client and server take for the same system calls, in virtual time "
              "(`emulator/simulate.py`, `dd_writers`), which the run should take. *Write requests* are those "
              "the mount received (the `buffered` and `dirty` gates of `fusetrace stats`). Every round is "

@@ -83,13 +83,17 @@ def _mount_parser(sub) -> None:
                    help="answer extended attribute requests as unsupported, so the kernel stops "
                         "sending them (one per buffered write, two per file in ls -l); automatic "
                         "when the source has no extended attributes (NFS, so EFS)")
-    p.add_argument("--writeback-cache", action="store_true",
-                   help="with --emulate: FUSE's write-back cache, so that buffered writes gather in the "
-                        "kernel's page cache and reach the mount as write-back, as an NFS client's "
-                        "do, not one request per write(2); a write's error then shows at fsync or "
-                        "close, as on NFS, and the trace records the write-back. The kernel then keeps "
-                        "file sizes and pages as its own: changes made beside the mount do not show "
-                        "through it (not with --shared; docs/EMULATOR.md)")
+    p.add_argument("--writeback-cache", dest="writeback_cache", action="store_const", const=True,
+                   help="FUSE's write-back cache, on by default with --emulate (not with --shared): "
+                        "buffered writes gather in the kernel's page cache and reach the mount as "
+                        "write-back, as an NFS client's do, not one request per write(2); a write's "
+                        "error then shows at fsync or close, as on NFS, and the trace records the "
+                        "write-back. The kernel then keeps file sizes and pages as its own: changes "
+                        "made beside the mount do not show through it (docs/EMULATOR.md)")
+    p.add_argument("--no-writeback-cache", dest="writeback_cache", action="store_const", const=False,
+                   help="with --emulate: one request per write(2), and changes made beside the mount "
+                        "show through it as on NFS; small buffered writes then cost a FUSE round trip "
+                        "each, more than the model charges")
     p.add_argument("--debug", action="store_true",
                    help="log fusetrace's (and pyfuse3's) debug messages to the server's log")
     p.add_argument("--debug-fuse", action="store_true",

@@ -45,7 +45,8 @@ WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tupl
 # Hints: each fires only when its share or count is reached (tests/test_report.py runs both sides)
 HINT_SHARE = 0.2  # of the records: xattr misses, failed lookups, getattrs on a mount with --attr-timeout 0
 FSYNC_HINT_COUNT = 20  # at least this many fsync/fsyncdir calls ...
-FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each to the files they synced
+FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each to the files they synced (pages: PAGE)
+PAGE = 4096  # a write-back cache's write counts its pages
 
 NoTrace = reader.NoTrace  # raised for a missing or empty trace directory (scenarios/plots.py catches it)
 
@@ -411,16 +412,22 @@ class Trace:
                                     f"(PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) one after another; shorten the list or "
                                     f"put the usual hit first{cached}"})
             if syncs >= FSYNC_HINT_COUNT:
-                synced, writes = self._one("""
+                # with FUSE's write-back cache a write record is the kernel's write-back of many
+                # write(2) calls: its pages are counted instead
+                pages = bool(options.get("writeback_cache"))
+                counted = f"sum(greatest(1, ceil(size / {PAGE})))" if pages else "count(*)"
+                synced, writes = self._one(f"""
                     select count(distinct path) filter (where op <> 'write'),
-                           count(*) filter (where op = 'write' and path in (select path from trace where op = 'fsync'))
+                           coalesce({counted} filter (where op = 'write'
+                                                      and path in (select path from trace where op = 'fsync')), 0)
                     from trace where op in ('fsync', 'fsyncdir', 'write')""")
                 if writes <= FSYNC_HINT_WRITES * syncs:
                     share = sync_ns / self.total_ns if self.total_ns else 0
                     out.append({"hint": "fsync-per-write", "syncs": syncs, "writes": writes, "synced": synced,
                                 "summed_share": share,
                                 "text": f"fsync: {_int(syncs)} calls (fsyncdir included) on {_int(synced)} files and "
-                                        f"directories, one for every {writes / syncs:.1f} writes to them, "
+                                        f"directories, one for every {writes / syncs:.1f} "
+                                        f"{'pages written' if pages else 'writes'} to them, "
                                         f"{_pct(share)} of the summed operation time: each waits until the data is on "
                                         f"stable storage (on EFS a round trip to the server); make fewer, larger "
                                         f"transactions (sqlite: PRAGMA journal_mode=WAL with synchronous=NORMAL syncs "

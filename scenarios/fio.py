@@ -45,8 +45,10 @@ def job_args(args: str) -> list[str]:
 
 
 def prepare_file(directory: str, args: list[str], name: str = "fio.dat") -> str:
-    """Make the job's file at full size (sparse) below the mount, so fio does not lay it out
-    through the emulator first."""
+    """Make the job's file at full size (sparse) in `directory`, the mount (one setattr of
+    its size, so that the kernel, whose write-back cache keeps a file's size as its own,
+    knows it: else its writes past the size it knew go one at a time, as extending ones
+    do), so fio does not lay it out through the emulator first."""
     size = next((parse_size(a.split("=", 1)[1]) for a in args if a.startswith("--size=")), 1 << 30)
     path = os.path.join(directory, name)
     with open(path, "ab") as f:

@@ -331,7 +331,7 @@ def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: P
     """Run a fio step's job from each of its clients for `seconds`, client i on mounts[i]
     (or all on one, given one mount); its metrics."""
     args = fio.job_args(step.fio)
-    name = fio.prepare_file(mounts[0].src, args)
+    name = fio.prepare_file(mounts[0].mnt, args)
     procs = [fio.start(mounts[i % len(mounts)].mnt, args, seconds, name) for i in range(step.clients)]
     try:
         results = [fio.collect(p, args, on_tick=lambda t: progress.tick(t, None, seconds)) for p in procs]

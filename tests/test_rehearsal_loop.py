@@ -39,7 +39,9 @@ def test_record_fit_emulate_replay_compare(mount, tmp_path):
     assert done.returncode in (0, 1), done.stderr
     result = json.loads(done.stdout)
     counts = {r["op"]: (r["a"] or {}).get("count", 0) - (r["b"] or {}).get("count", 0) for r in result["ops"]}
-    for op in ("create", "mkdir", "rename", "unlink", "rmdir", "write", "read", "fsync"):
+    # (no reads: the files read back were written through the mount, and its kernel's
+    # write-back cache keeps their pages, as an NFS client keeps its own writes')
+    for op in ("create", "mkdir", "rename", "unlink", "rmdir", "write", "fsync"):
         assert counts[op] == 0, (op, counts)  # each operation the workload made, made again
     judged = {r["op"] for r in result["ops"] if r["verdict"] != "too few"}
-    assert judged >= {"create", "mkdir", "rename", "unlink", "rmdir", "write", "read"}
+    assert judged >= {"create", "mkdir", "rename", "unlink", "rmdir", "write"}

@@ -560,9 +560,10 @@ def test_coverage_lines(trace3, tmp_path):
 
 
 def hint_trace(tmp_path, ops: dict[str, int], errors: dict[str, int] | None = None, metadata: dict | None = None,
-               files: int = 3, other_writes: int = 0) -> list[str]:
+               files: int = 3, other_writes: int = 0, size: int = 0) -> list[str]:
     """The hints of a trace of `ops` ({op: count}) on `files` files, `errors[op]` of them
-    failing as lookups and getxattrs do (ENOENT, ENODATA), and `other_writes` to other files."""
+    failing as lookups and getxattrs do (ENOENT, ENODATA), and `other_writes` to other files;
+    every record of `size` bytes."""
     rows = [("write", 0, f"/other/f{i}") for i in range(other_writes)]
     for op, count in ops.items():
         failing = (errors or {}).get(op, 0)
@@ -570,7 +571,7 @@ def hint_trace(tmp_path, ops: dict[str, int], errors: dict[str, int] | None = No
         rows += [(op, code if i < failing else 0, f"/d/f{i % files}") for i in range(count)]
     df = pd.DataFrame(rows, columns=["op", "errno", "path"])
     n = len(df)
-    df = df.assign(start_ns=T0 + np.arange(n) * 1000, dur_ns=500, size=0, result=0, pid=7, comm="sqlite3",
+    df = df.assign(start_ns=T0 + np.arange(n) * 1000, dur_ns=500, size=size, result=0, pid=7, comm="sqlite3",
                    path2=np.where(df.op == "getxattr", "security.capability", None))
     d = tmp_path / f"t{len(list(tmp_path.iterdir()))}"
     write3(d, df, metadata)
@@ -594,6 +595,11 @@ def test_fsync_hint(tmp_path):
     assert hint_trace(tmp_path, {"write": 81, "fsync": 20}) == []
     assert hint_trace(tmp_path, {"write": 80, "fsync": 20}, other_writes=500) == ["fsync-per-write"]  # not synced
     assert hint_trace(tmp_path, {"write": 19, "fsync": 19}) == []  # too few to matter
+    # with the write-back cache a write is the kernel's write-back of many write(2) calls
+    wb = {"options": {"writeback_cache": True}}
+    assert hint_trace(tmp_path, {"write": 20, "fsync": 20}, metadata=wb, size=16384) == ["fsync-per-write"]
+    assert hint_trace(tmp_path, {"write": 20, "fsync": 20}, metadata=wb, size=16385) == []  # 5 pages each
+    assert hint_trace(tmp_path, {"write": 20, "fsync": 20}, size=1 << 20) == ["fsync-per-write"]
 
 
 def test_attr_timeout_hint(tmp_path):

@@ -1,4 +1,5 @@
-"""--writeback-cache: FUSE's write-back cache on an emulated mount.  Buffered writes gather in the kernel's page cache and reach the mount as write-back, as
+"""FUSE's write-back cache, on by default on an emulated mount (--no-writeback-cache: off).
+Buffered writes gather in the kernel's page cache and reach the mount as write-back, as
 an NFS client's reach the server; the server opens write-only files for reading too (the
 kernel fills the rest of a page a write covers in part) and leaves appends to the
 kernel; the kernel's hand-overs of a file's times cost nothing, as NFS sends none."""
@@ -14,6 +15,7 @@ from conftest import fusetrace, is_mounted
 
 from fusetrace.rehearse.requests import COLUMNS, Rebuilder
 from fusetrace.server import handlers
+from fusetrace.server.main import MountOptions
 from fusetrace.trace import metadata as meta
 
 MiB = 1 << 20
@@ -32,6 +34,17 @@ def test_it_needs_an_emulated_mount(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "--writeback-cache" in lines[0] and "--emulate" in lines[0]
     assert not is_mounted(tmp_path / "mnt")
+
+
+def test_on_by_default_where_emulated_and_not_shared(tmp_path):
+    def cache(*, emulate=None, shared=None, asked=None) -> bool | None:
+        return MountOptions(str(tmp_path), str(tmp_path / "mnt"), emulate=emulate, shared=shared, fs_id="one",
+                            writeback_cache=asked).writeback_cache
+
+    assert cache(emulate="efs-tiny") is True
+    assert cache(emulate="efs-tiny", asked=False) is False
+    assert cache() is False  # a traced mount: the source may change beside it (NFS's other clients)
+    assert cache(emulate="efs-tiny", shared="redis://127.0.0.1:6379/0") is False
 
 
 def _kernel_only(df: pd.DataFrame, op: str) -> list[bool]:
@@ -62,6 +75,15 @@ def test_small_writes_reach_the_mount_as_write_back(mount):
     # re-emulating the trace (fusetrace simulate) tells them apart as the mount did
     assert meta.read(str(m.trace))["options"]["writeback_cache"] is True
     assert _kernel_only(df, "setattr") == list(handed)
+
+
+def test_off_it_is_one_request_per_write(mount):
+    m = mount("--emulate", "efs-tiny", "--no-writeback-cache", trace=True)
+    f = m.mountpoint / "f"
+    subprocess.run(["dd", "if=/dev/zero", f"of={f}", "bs=4k", "count=64", "status=none"], check=True)
+    df = _trace(m)
+    assert meta.read(str(m.trace))["options"]["writeback_cache"] is False
+    assert ((df.path == "/f") & (df.op == "write")).sum() == 64
 
 
 def test_the_kernels_times_after_a_link_rename_or_unlink_cost_nothing(mount):

@@ -48,7 +48,13 @@ class _State:
 
 
 class Injector:
-    def __init__(self) -> None:
+    """The rules in force and what they left behind.  `write_back`: the mount has FUSE's
+    write-back cache, whose kernel takes a short reply to its write-back as done and
+    drops the rest (an NFS client sends the rest again): there a rule cannot cut a
+    write short, and a full file system fails the write that crosses instead."""
+
+    def __init__(self, write_back: bool = False) -> None:
+        self.write_back = write_back
         self.rules: list[_State] = []  # empty: no request is checked at all
         self.stale: dict[int, str] = {}  # node id: the rule that made its file stale
         self.pending: dict[int, tuple[int, str, set[int]]] = {}  # node id: (errno, rule, handles yet to see it)
@@ -64,6 +70,9 @@ class Injector:
         """Check and add a rule (a table of the faults file, a control request's "rule");
         its window counts from `now_ns`.  Returns it normalised."""
         rule = parse_rule(raw, where, f"r{self._next}")
+        if self.write_back and rule.effect == "short" and "write" in rule.ops:
+            raise UserError(f"{where}: short on write: the write-back cache's kernel would drop the rest of "
+                            f"a short write-back (mount with --no-writeback-cache to cut writes short)")
         if any(s.rule.id == rule.id for s in self.rules):
             raise UserError(f"{where}: id {rule.id!r}: a rule with that id is in force (fault clear {rule.id})")
         if rule.probability is not None and rule.seed is None:
@@ -147,7 +156,7 @@ class Injector:
               now_ns: int) -> Firing | None:
         rule = s.rule
         if rule.effect == "full":
-            return self._full(s, op, size)
+            return self._full(s, op, size, self.write_back)
         if rule.effect == "stale" and (not file or directory):
             return None  # stale takes the object an operation is on, never an entry being named
         if rule.every is not None and s.matched % rule.every:
@@ -165,9 +174,10 @@ class Injector:
         return Firing(rule.id, rule.effect, rule.errno, short=rule.short_bytes)
 
     @staticmethod
-    def _full(s: _State, op: str, size: int) -> Firing | None:
+    def _full(s: _State, op: str, size: int, write_back: bool) -> Firing | None:
         """A file system that fills up: writes go through while they fit, the one that
-        crosses the size is cut short, later ones (and creates) fail."""
+        crosses the size is cut short (with `write_back`, fails), later ones (and
+        creates) fail."""
         rule = s.rule
         room = rule.full_bytes - s.used
         if op == "write":
@@ -175,7 +185,9 @@ class Injector:
                 s.used += size
                 return None
             s.used = rule.full_bytes
-            return Firing(rule.id, "short", short=room) if room > 0 else Firing(rule.id, "errno", rule.errno)
+            if room > 0 and not write_back:
+                return Firing(rule.id, "short", short=room)
+            return Firing(rule.id, "errno", rule.errno)
         if op in CREATES and room <= 0:
             return Firing(rule.id, "errno", rule.errno)
         return None

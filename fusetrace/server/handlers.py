@@ -123,7 +123,7 @@ class Operations(pyfuse3.Operations):
         self.negative_timeout = negative_timeout  # how long the kernel may trust an absent name (0: not at all)
         self._tgids: dict[int, tuple[int, str, int]] = {}  # thread id: (process id, its name, when read)
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced
-        self.faults = Injector()
+        self.faults = Injector(write_back=writeback_cache)
         self.faults_changed = trio.Event()  # set when rules are cleared: stalled requests look again
         self.stopping = False
         # requests being handled: read from the kernel and not yet answered (see _guarded;

@@ -52,7 +52,9 @@ class MountOptions:
     metrics_port: int | None = None
     inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
-    writeback_cache: bool = False  # FUSE's write-back cache (emulated mounts only): see cli.py's help
+    # FUSE's write-back cache (emulated mounts only): see cli.py's help; None: on when emulated
+    # and not shared
+    writeback_cache: bool | None = None
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
     faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
@@ -62,6 +64,8 @@ class MountOptions:
     def __post_init__(self):
         self.source = os.path.realpath(self.source)
         self.mountpoint = mounts.canonical(self.mountpoint)
+        if self.writeback_cache is None:
+            self.writeback_cache = self.emulate is not None and self.shared is None
 
 
 class BadValue(UserError):
@@ -201,7 +205,7 @@ def _check_faults(opts: MountOptions) -> None:
     from ..faults.rules import load_file
 
     rules, events = load_file(opts.faults or "")
-    trial = Injector()
+    trial = Injector(write_back=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):
         trial.add(raw, 0, f"--faults {opts.faults}: rule {i}")
     if events and opts.emulate is None:
@@ -307,7 +311,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
                      shaper=emulation.shaper if emulation else None,
                      **_cache_timeouts(opts, emulation),
                      xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
-                     writeback_cache=opts.writeback_cache)
+                     writeback_cache=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
         ops.add_fault(raw, f"--faults {opts.faults}: rule {i}")
     try:

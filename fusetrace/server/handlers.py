@@ -141,7 +141,7 @@ class Operations(pyfuse3.Operations):
         (so the record can name the handle or node id the kernel is given).  While fault
         rules or what they left behind are in force, _faulted takes the request."""
         start = monotonic_ns()
-        if self.faults.active:
+        if self.faults.active and not req.kernel_only:  # (NFS sends nothing for those: nothing to fail)
             return await self._faulted(req, site, who, fn, args, nowait, reply, start)
         ticket = None if self.shaper is None else self.shaper.admit(req, start)
         done = self._now(req, fn, args, nowait)  # _place, without a coroutine of its own when it can
@@ -447,21 +447,27 @@ class Operations(pyfuse3.Operations):
         """With the write-back cache, the kernel keeps a regular file's mtime and ctime
         itself and hands them over in a setattr of those two alone (fs/fuse:
         fuse_flush_times), which an NFS client never sends: the emulated client charges
-        it nothing (`kernel_only`).  It hands over on an open handle after writes, and
-        with no handle after each link, rename, unlink or extended attribute change of
-        the file (fuse_update_ctime), when its mtime is the one the kernel was last
-        told (Inode.kernel_mtime).  A caller's own change of times (touch -m, futimens)
-        comes with no handle and, but for a time set to the one the file has, a new
-        mtime."""
+        it nothing (`kernel_only`), and fault rules pass it by.  It hands over on an open
+        handle after writes, and with no handle after each link, rename, unlink or
+        extended attribute change of the file (fuse_update_ctime: counted in
+        Inode.handovers), with the mtime the kernel holds (Inode.kernel_mtime).  A
+        caller's own change of times (touch -m, futimens) comes with no handle, and is
+        taken for the kernel's only when one is owed and it carries that same mtime."""
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
         is_dir = stat.S_ISDIR(node.mode)
+        kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
+                  and stat.S_ISREG(node.mode)
+                  and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
+        if kernel:
+            if h is None:
+                node.handovers -= 1
+            node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
-                      is_dir=is_dir, kernel_only=self.enable_writeback_cache and change.names == "mtime"
-                      and fields.update_ctime and stat.S_ISREG(node.mode)
-                      and (h is not None or change.mtime == node.kernel_mtime))
-        st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, change.apply, node)
+                      is_dir=is_dir, kernel_only=kernel)
+        st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
+                              change.hand_over if kernel else change.apply, node)
         if change.mtime is not None:
             node.kernel_mtime = change.mtime
         node.seen = version(st)
@@ -493,8 +499,9 @@ class Operations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
-                         _unlink, name, parent)
+        gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name),
+                                ctx, _unlink_known if self.enable_writeback_cache else _unlink, name, parent)
+        self._times_owed(gone)
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
@@ -507,15 +514,26 @@ class Operations(pyfuse3.Operations):
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
         # charged to the directory the entry leaves, as the trace names it
-        moved = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
+        moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new),
                                  _Site(old_dir.id, old_path, new_path), ctx,
-                                 _rename, old_dir, old, new_dir, new, flags)
+                                 _rename, old_dir, old, new_dir, new, flags, self.enable_writeback_cache)
         # Keep the best known paths of the objects that moved (for traces).
         for key, path in zip(moved, (new_path, old_path)):
             known = self.inodes.by_key(key)
             if known is not None:
                 known.path = path
+        self._times_owed(*owed)
+
+    def _times_owed(self, *keys: tuple[int, int] | None) -> None:
+        """With the write-back cache, the kernel hands over the times of a regular file
+        whose names it changed (see setattr): count one owed by each of these."""
+        if not self.enable_writeback_cache:
+            return
+        for key in keys:
+            node = self.inodes.by_key(key) if key is not None else None
+            if node is not None and stat.S_ISREG(node.mode):
+                node.handovers += 1
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
         node = self._inode(inode)
@@ -524,9 +542,11 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink and not _AS_ROOT and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
-        return await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
-                                _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name,
-                                reply=functools.partial(self._new_entry, parent, name))
+        entry = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
+                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name,
+                                 reply=functools.partial(self._new_entry, parent, name))
+        self._times_owed(node.key)
+        return entry
 
     # ---- files --------------------------------------------------------------------
 
@@ -732,6 +752,7 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         await self._call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
                          _at(node, path2=os.fsdecode(name)), ctx, self._xattr_fn(node, _setxattr), node, name, value)
+        self._times_owed(node.key)
 
     async def getxattr(self, inode, name, ctx):
         node = self._inode(inode)
@@ -748,6 +769,7 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         await self._call(Request("removexattr", Kind.META_WRITE, node.id), _at(node, path2=os.fsdecode(name)),
                          ctx, self._xattr_fn(node, _removexattr), node, name)
+        self._times_owed(node.key)
 
     def _xattr_fn(self, node: Inode, fn):
         """What answers an extended attribute request on `node`: `fn`, or, below a file
@@ -1078,12 +1100,29 @@ def _unlink(name, dirfd):
     os.unlink(name, dir_fd=dirfd)
 
 
+def _unlink_known(name, dirfd) -> tuple[int, int]:
+    """Unlink; return the key of what it unlinked (whose times the write-back cache's
+    kernel then hands over)."""
+    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    os.unlink(name, dir_fd=dirfd)
+    return st.st_dev, st.st_ino
+
+
 def _rmdir(name, dirfd):
     os.rmdir(name, dir_fd=dirfd)
 
 
-def _rename(olddir, old, newdir, new, flags):
-    """Rename; return the (st_dev, st_ino) keys now at the new and the old name."""
+def _rename(olddir, old, newdir, new, flags, owed=False):
+    """Rename; return the (st_dev, st_ino) keys now at the new and the old name, and, if
+    `owed`, those of the regular files whose times the kernel's write-back cache then hands
+    over (fs/fuse: fuse_rename_common): what moved, and what it replaced or swapped with."""
+    replaced = None
+    if owed and not flags & syscalls.RENAME_EXCHANGE:
+        try:
+            st = os.stat(new, dir_fd=newdir, follow_symlinks=False)
+            replaced = (st.st_dev, st.st_ino)
+        except OSError:
+            pass
     if flags:
         syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
     else:
@@ -1095,7 +1134,9 @@ def _rename(olddir, old, newdir, new, flags):
             keys.append((st.st_dev, st.st_ino))
         except OSError:
             keys.append(None)
-    return keys
+    if not owed:
+        return keys, []
+    return keys, keys if flags & syscalls.RENAME_EXCHANGE else [keys[0], replaced]
 
 
 def _link(fd: int, newdir: int, name: str):
@@ -1193,6 +1234,16 @@ class _Change:
                                               ("uid", self.uid != -1), ("gid", self.gid != -1),
                                               ("atime", self.atime is not None),
                                               ("mtime", self.mtime is not None)) if on)
+
+    def hand_over(self, path_fd: int) -> os.stat_result:
+        """apply() for the kernel's hand-over of a file's times: where the source refuses
+        to take them (a server not the file's owner, a root-squashed NFS source), it keeps
+        the times the write-back gave it, and the hand-over, which no call made, does not
+        fail a later fsync or close."""
+        try:
+            return self.apply(path_fd)
+        except PermissionError:
+            return os.stat(path_fd)
 
     def apply(self, path_fd: int) -> os.stat_result:
         fh = self.fh

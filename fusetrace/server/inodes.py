@@ -45,8 +45,8 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("fd", "handle", "id", "kernel_mtime", "key", "mode", "nlookup", "path", "pins", "retired", "seen",
-                 "size")
+    __slots__ = ("fd", "handle", "handovers", "id", "kernel_mtime", "key", "mode", "nlookup", "path", "pins",
+                 "retired", "seen", "size")
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -63,6 +63,9 @@ class Inode:
         # file's times from the server only for a new inode: this first one, then each it
         # sets (handlers.py, setattr).
         self.kernel_mtime = st.st_mtime_ns
+        # hand-overs of its times the kernel owes for changes of its names and extended
+        # attributes, with that cache (handlers.py, setattr)
+        self.handovers = 0
         # The size the kernel holds: the last it was told, raised by the writes since (it
         # extends the file itself on a write's reply).  A write past it is one the kernel
         # treats as extending the file (handlers.py, write).

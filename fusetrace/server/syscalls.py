@@ -17,6 +17,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
+RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h)
 UTIME_OMIT = (1 << 30) - 2
 
 

@@ -24,7 +24,7 @@ from .errors import UserError
 
 DEFAULT_PROFILE = "efs-bursting"
 TRACE_WAIT = 30.0  # seconds .trace() waits for the server to write what it has queued
-_KEYS = {"profile", "set", "faults"}
+_KEYS = {"profile", "set", "faults", "writeback_cache"}
 _mounted: dict[Path, "EFS"] = {}  # mounts this session made and has not yet taken down
 
 
@@ -68,9 +68,10 @@ class EFS:
     """One emulated mount: `path` (where the test works), `source` (the directory below),
     `trace_dir`, `profile`."""
 
-    def __init__(self, root: Path, profile: str, overrides: dict, faults: str | None):
+    def __init__(self, root: Path, profile: str, overrides: dict, faults: str | None, writeback_cache: bool = True):
         self.source, self.path, self.trace_dir = root / "source", root / "mnt", root / "trace"
         self.profile, self.overrides, self.faults_file = profile, dict(overrides), faults
+        self.writeback_cache = writeback_cache
         self._up = False
 
     def mount(self) -> None:
@@ -80,6 +81,8 @@ class EFS:
         args += [f"--set={key}={value}" for key, value in self.overrides.items()]
         if self.faults_file is not None:
             args += ["--faults", str(self.faults_file)]
+        if not self.writeback_cache:
+            args.append("--no-writeback-cache")
         done = _fusetrace(*args)
         if done.returncode != 0:
             raise UserError(f"efs fixture: {_last_line(done)}")
@@ -167,7 +170,8 @@ def _is_mounted(path: Path) -> bool:
 def _options(request: pytest.FixtureRequest) -> dict:
     """The mount's options: the ini default, then the nearest marker, then the indirect
     parameter, each key checked."""
-    options: dict = {"profile": request.config.getini("efs_profile") or DEFAULT_PROFILE, "set": {}, "faults": None}
+    options: dict = {"profile": request.config.getini("efs_profile") or DEFAULT_PROFILE, "set": {}, "faults": None,
+                     "writeback_cache": True}
     marker = request.node.get_closest_marker("efs")
     given = [("@pytest.mark.efs", marker.kwargs if marker else {}),
              ("the efs parameter", getattr(request, "param", None) or {})]
@@ -181,6 +185,8 @@ def _options(request: pytest.FixtureRequest) -> dict:
             options[key] = {**options["set"], **value} if key == "set" else value
     if not isinstance(options["set"], dict):
         raise UserError(f"efs fixture: set must be a dict of profile keys, got {options['set']!r}")
+    if not isinstance(options["writeback_cache"], bool):
+        raise UserError(f"efs fixture: writeback_cache must be True or False, got {options['writeback_cache']!r}")
     return options
 
 
@@ -189,7 +195,8 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
     """A fresh emulated EFS mounted for this test (see the module's docstring)."""
     try:
         options = _options(request)
-        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"])
+        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"],
+                    options["writeback_cache"])
         mount.mount()
     except UserError as exc:
         pytest.fail(str(exc), pytrace=False)
@@ -208,8 +215,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "efs(profile=NAME, set={KEY: VALUE}, faults=FILE): how the efs fixture "
-                                       "mounts its emulated EFS")
+    config.addinivalue_line("markers", "efs(profile=NAME, set={KEY: VALUE}, faults=FILE, writeback_cache=BOOL): "
+                                       "how the efs fixture mounts its emulated EFS")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -57,8 +57,16 @@ def test_set_and_a_fault_in_a_block(efs):
     assert efs.faults() == []
     faulted = efs.trace().dropna(subset=["fault"])
     assert list(faulted.op) == ["fsync"]
+
+@pytest.mark.efs(writeback_cache=False)
+def test_short_writes_need_the_write_back_cache_off(efs):
+    with efs.fault(op="write", short=3):
+        fd = os.open(efs.path / "f", os.O_CREAT | os.O_WRONLY, 0o644)
+        assert os.write(fd, b"hello") == 3
+        os.close(fd)
+    assert (efs.source / "f").read_bytes() == b"hel"
 ''')
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=6)
     assert _mounts_under(pytester.path) == []
 
 
@@ -93,9 +101,14 @@ def test_bad_profile(efs):
 @pytest.mark.efs(colour="red")
 def test_bad_key(efs):
     pass
+
+@pytest.mark.efs(writeback_cache="no")
+def test_bad_value(efs):
+    pass
 ''')
-    result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*"])
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*",
+                                 "*efs fixture: writeback_cache must be True or False, got 'no'*"])
     assert _mounts_under(pytester.path) == []
 
 

@@ -50,8 +50,9 @@ class _State:
 class Injector:
     """The rules in force and what they left behind.  `write_back`: the mount has FUSE's
     write-back cache, whose kernel takes a short reply to its write-back as done and
-    drops the rest (an NFS client sends the rest again): there a rule cannot cut a
-    write short, and a full file system fails the write that crosses instead."""
+    drops the rest (an NFS client sends the rest again), and a short read for a hole, of
+    zeros it may then write back (fs/fuse: fuse_short_read): there no rule cuts a read or
+    a write short, and a full file system fails the write that crosses instead."""
 
     def __init__(self, write_back: bool = False) -> None:
         self.write_back = write_back
@@ -70,9 +71,10 @@ class Injector:
         """Check and add a rule (a table of the faults file, a control request's "rule");
         its window counts from `now_ns`.  Returns it normalised."""
         rule = parse_rule(raw, where, f"r{self._next}")
-        if self.write_back and rule.effect == "short" and "write" in rule.ops:
-            raise UserError(f"{where}: short on write: the write-back cache's kernel would drop the rest of "
-                            f"a short write-back (mount with --no-writeback-cache to cut writes short)")
+        if self.write_back and rule.effect == "short":
+            raise UserError(f"{where}: short: the write-back cache's kernel would drop the rest of a short "
+                            f"write-back and read zeros past a short read (mount with --no-writeback-cache to "
+                            f"cut reads and writes short)")
         if any(s.rule.id == rule.id for s in self.rules):
             raise UserError(f"{where}: id {rule.id!r}: a rule with that id is in force (fault clear {rule.id})")
         if rule.probability is not None and rule.seed is None:

@@ -12,8 +12,9 @@ from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
 
-def write_trace(directory, latencies: dict[str, np.ndarray], round_trip_ns: int = 40_000) -> None:
-    with TraceWriter(directory, {"fuse_round_trip_ns": round_trip_ns}) as w:
+def write_trace(directory, latencies: dict[str, np.ndarray], round_trip_ns: int = 40_000,
+                options: dict | None = None) -> None:
+    with TraceWriter(directory, {"fuse_round_trip_ns": round_trip_ns, "options": options or {}}) as w:
         t = 0
         for op, durs in latencies.items():
             for d in durs:
@@ -62,6 +63,19 @@ def test_the_command_judges_each_op_and_exits_by_the_verdicts(tmp_path):
     assert "data:image/png;base64," in page and "mkdir" in page
     text = fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "a")).stdout  # a trace against itself
     assert "3 of 3 judged operations pass" in text  # getattr, mkdir, unlink; rmdir has too few
+
+
+def test_a_write_back_cache_on_one_side_only_is_a_caution(tmp_path):
+    # its writes are the kernel's write-back and its reads of written data are missing
+    durations = np.full(50, 1e6)
+    write_trace(tmp_path / "a", {"write": durations})
+    write_trace(tmp_path / "b", {"write": durations[:5]}, options={"writeback_cache": True})
+    r = json.loads(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", check=False).stdout)
+    assert r["b"]["writeback_cache"] and "only B's mount had FUSE's write-back cache" in r["caution"]
+    text = fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), check=False).stdout
+    assert "caution: only B's mount" in text
+    alike = json.loads(fusetrace("compare", str(tmp_path / "b"), str(tmp_path / "b"), "--json").stdout)
+    assert alike["caution"] is None
 
 
 def test_two_real_traces_compare(mount):

@@ -68,13 +68,16 @@ class Side:
 
     def describe(self) -> dict:
         """Its directory (None for several), directories, hosts, records, span, the profiles
-        emulated (None when none) and the round trip."""
+        emulated (None when none), the round trip, and whether a mount had FUSE's
+        write-back cache."""
         profiles = sorted({str((m.metadata.get("emulation") or {}).get("profile")) for m in self.traces.members
                            if m.metadata.get("emulation")})
         return {"directory": self.directories[0] if len(self.directories) == 1 else None,
                 "directories": self.directories, "hosts": sorted({m.host for m in self.traces.members}),
                 "records": self.records, "span_ns": self.span_ns, "profile": ", ".join(profiles) or None,
-                "fuse_round_trip_ns": self.round_trip_ns() or None}
+                "fuse_round_trip_ns": self.round_trip_ns() or None,
+                "writeback_cache": any((m.metadata.get("options") or {}).get("writeback_cache")
+                                       for m in self.traces.members)}
 
 
 def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_ns: float) -> dict:
@@ -104,7 +107,12 @@ def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float, tail
     a, b = Side(dirs_a), Side(dirs_b)
     slack = max(a.round_trip_ns(), b.round_trip_ns())
     out: dict = {"a": a.describe(), "b": b.describe(), "tolerance": tolerance, "tail_tolerance": tail,
-                 "min_records": MIN_RECORDS, "host_slack_ns": slack}
+                 "min_records": MIN_RECORDS, "host_slack_ns": slack, "caution": None}
+    if out["a"]["writeback_cache"] != out["b"]["writeback_cache"]:
+        cached = "A" if out["a"]["writeback_cache"] else "B"
+        out["caution"] = (f"only {cached}'s mount had FUSE's write-back cache: its writes are the kernel's "
+                          f"write-back of many write(2) calls, and reads of data written through it are missing; "
+                          f"mount the other way (an emulated mount's --no-writeback-cache) to compare them")
     for key, name in (("op", "ops"), ("kind", "classes")):
         if key == "kind" and not ("kind" in a.columns and "kind" in b.columns):
             out[name] = []
@@ -147,6 +155,8 @@ def render(r: dict) -> str:
         emulated = f", emulating {d['profile']}" if d["profile"] else ""
         lines.append(f"{side.upper()}  {_names(d)}  ({_int(d['records'])} records over "
                      f"{d['span_ns'] / 1e9:.3f} s{emulated})")
+    if r["caution"]:
+        lines.append(f"caution: {r['caution']}")
     blocks = ["\n".join(lines), _table(r["ops"], "op")]
     if r["classes"]:
         blocks.append(_table(r["classes"], "kind"))

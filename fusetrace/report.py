@@ -415,7 +415,7 @@ class Trace:
                 # with FUSE's write-back cache a write record is the kernel's write-back of many
                 # write(2) calls: its pages are counted instead
                 pages = bool(options.get("writeback_cache"))
-                counted = f"sum(greatest(1, ceil(size / {PAGE})))" if pages else "count(*)"
+                counted = f"sum(greatest(1, (size + {PAGE - 1}) // {PAGE}))" if pages else "count(*)"
                 synced, writes = self._one(f"""
                     select count(distinct path) filter (where op <> 'write'),
                            coalesce({counted} filter (where op = 'write'

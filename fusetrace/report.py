@@ -774,8 +774,9 @@ def _ops_table(s: dict) -> str:
 
 def _emulation(m: dict, traces: list[dict]) -> list[str]:
     """The header's lines on an emulated trace: the profile, whether the host kept up
-    with the model, and what the run must be warned of (its metadata's `warnings`); over
-    several traces, the hosts that did not keep up."""
+    with the model, whether the mount had FUSE's write-back cache, and what the run must
+    be warned of (its metadata's `warnings`); over several traces, the hosts that did not
+    keep up."""
     if "emulation" not in m:
         return []
     lines = [f"emulated    {m['emulation'].get('profile', '?')}"]
@@ -793,6 +794,10 @@ def _emulation(m: dict, traces: list[dict]) -> list[str]:
         verdict = "HOST-BOUND: the host, not the model, set the pace" if host["host_bound"] else \
             "the host kept up with the model"
         lines[0] += f"; {verdict} ({load_words(host)})"
+    if (m.get("options") or {}).get("writeback_cache"):
+        lines.append("write-back  FUSE's write-back cache: its writes are the kernel's write-back of many write(2) "
+                     "calls, reads of data written through the mount are not here, and gate kernel marks the "
+                     "kernel's own requests, which cost nothing")
     lines += [f"warning     {w}" for w in m.get("warnings", [])]
     return lines
 

@@ -280,12 +280,19 @@ def test_text_report_of_an_emulated_trace(tmp_path):
     lines = render(Trace(tmp_path / "t").summary()).splitlines()
     assert ("emulated    efs-2016; the host kept up with the model (the host added 3.1 % to the modelled time "
             "(replies late 2.0 %, unread in the kernel 1.1 %), loop busy 42 %)") in lines
-    assert "warning" not in "\n".join(lines)
+    assert "warning" not in "\n".join(lines) and not any(ln.startswith("write-back") for ln in lines)
     at = lines.index("where the modelled time went")
     assert lines[at + 1].split() == ["op", "shaped", "modelled", "mean", "wait%", "latency%", "transfer%", "gates",
                                      "(operations)"]
     read = next(ln for ln in lines[at:] if ln.startswith("read "))
     assert sum(float(x) for x in read.split()[4:7]) == pytest.approx(100, abs=0.2)
+
+
+def test_a_write_back_trace_says_what_its_writes_are(tmp_path):
+    write_shaped(tmp_path / "t", shaped(100), {**EMULATED, "options": {"writeback_cache": True}})
+    lines = render(Trace(tmp_path / "t").summary()).splitlines()
+    said = [ln for ln in lines if ln.startswith("write-back  ")]
+    assert len(said) == 1 and "kernel's write-back of many write(2) calls" in said[0]
 
 
 def test_an_emulated_run_that_was_flagged_or_host_bound_says_so(tmp_path):

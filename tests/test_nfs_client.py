@@ -259,3 +259,29 @@ def test_any_sequence_completes_no_sooner_than_asked_and_its_time_adds_up(seq):
         if adm.gate is not Gate.BUFFERED:  # a buffered write's ack is its client cost, not a split
             assert adm.wait + adm.latency + adm.transfer == pytest.approx(adm.done_at - now, abs=1e-9)
         assert (adm.gate is Gate.CACHE) <= (adm.done_at == now)
+
+
+@settings(max_examples=60, deadline=None)
+@given(calls, st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["setattr", "read"]), st.integers(1, 4)),
+                       max_size=20))
+def test_the_kernels_own_requests_cost_nothing_and_change_nothing(seq, kernels):
+    """FUSE's write-back cache adds requests an NFS client never sends (page fills, hand-overs
+    of times): wherever they come in a sequence, each is answered at once with the gate
+    `kernel` and no RPC, and every other request is admitted exactly as without them."""
+    def run(extra: list) -> list:
+        c = client("burst_credit_balance=100 MiB")
+        now, out = 0.0, []
+        for i in range(len(seq) + 1):
+            for _, kop, kinode in (k for k in extra if k[0] == i):
+                own = c.admit(kop, now, file=kinode, size=4096, kernel_only=True)
+                assert (own.gate, own.done_at, own.rpcs) == (Gate.KERNEL, now, "")
+            if i == len(seq):
+                break
+            op, inode, size, gap, mode = seq[i]
+            now += gap
+            out.append(c.admit(op, now, file=inode, directory=inode, name=str(size % 3),
+                               size=size % 200 if op == "readdir" else size, offset=size % 300,
+                               write_mode=mode if op == "write" else "buffered"))
+        return out
+
+    assert run(kernels) == run([])

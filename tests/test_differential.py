@@ -492,17 +492,16 @@ class Differential(RuleBasedStateMachine):
 # ---- the mount, once per module ---------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def trees():
+def _trees(prefix: str, *options: str):
+    """A mount over a fresh directory, and a plain directory beside it, for the module."""
     # Not under pytest's tmp_path: that is private to root, and the unprivileged
     # run must reach its example directories on both sides.
-    base = Path(tempfile.mkdtemp(prefix="fusetrace-diff-"))
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(base, 0o755)
     src, mnt, plain = base / "src", base / "mnt", base / "plain"
     for d in (src, mnt, plain):
         d.mkdir()
-    # allow_other: users other than the one who mounted (root) may use the mount.
-    fusetrace("mount", str(src), str(mnt), "--attr-timeout", "0", "--entry-timeout", "0", "-o", "allow_other")
+    fusetrace("mount", str(src), str(mnt), *options)
     m = Mount(src, mnt, None)
     try:
         yield m, plain
@@ -510,6 +509,12 @@ def trees():
         m.unmount()
         if not is_mounted(mnt):
             shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def trees():
+    # allow_other: users other than the one who mounted (root) may use the mount.
+    yield from _trees("fusetrace-diff-", "--attr-timeout", "0", "--entry-timeout", "0", "-o", "allow_other")
 
 
 # An emulated mount, as it comes (FUSE's write-back cache, the NFS client's cache timeouts),
@@ -522,18 +527,7 @@ FAST = [f"--set={key}={ms}" for kind in ("read", "write", "meta_read", "meta_wri
 
 @pytest.fixture(scope="module")
 def cached_trees():
-    base = Path(tempfile.mkdtemp(prefix="fusetrace-diff-wb-"))
-    src, mnt, plain = base / "src", base / "mnt", base / "plain"
-    for d in (src, mnt, plain):
-        d.mkdir()
-    fusetrace("mount", str(src), str(mnt), "--emulate", "efs-bursting", *FAST)
-    m = Mount(src, mnt, None)
-    try:
-        yield m, plain
-    finally:
-        m.unmount()
-        if not is_mounted(mnt):
-            shutil.rmtree(base, ignore_errors=True)
+    yield from _trees("fusetrace-diff-wb-", "--emulate", "efs-bursting", *FAST)
 
 
 SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None,

@@ -101,7 +101,17 @@ def test_the_kernels_times_after_a_link_rename_or_unlink_cost_nothing(mount):
     mtime = os.stat(c).st_mtime_ns
     subprocess.run(["touch", "-m", "-d", f"@{mtime // 10**9}.{mtime % 10**9:09d}", str(c)], check=False)
     os.unlink(c)
+    # a file open for writing gets its hand-over on its handle, which pays what is owed too
+    d, e = m.mountpoint / "d", m.mountpoint / "e"
+    with open(d, "wb"):
+        os.rename(d, e)
+    mtime = os.stat(e).st_mtime_ns
+    touched = subprocess.run(["touch", "-m", "-d", f"@{mtime // 10**9}.{mtime % 10**9:09d}", str(e)], check=False)
+    assert touched.returncode == 0  # the rule above was for /c only
     df = _trace(m)
+    late = df[(df.op == "setattr") & (df.path == "/e")]
+    assert list(late.gate.iloc[-1:]) != ["kernel"] and list(late.nfs.iloc[-1:]) == ["SETATTR"]
+    df = df[~df.path.isin(["/d", "/e"])]
     times = df[(df.op == "setattr") & (df.fh == 0)]
     names = df[df.op.isin(["link", "rename", "unlink"])]
     assert len(names) == 4 and names.nfs.ne("").all()

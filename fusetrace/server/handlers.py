@@ -461,8 +461,9 @@ class Operations(pyfuse3.Operations):
                   and stat.S_ISREG(node.mode)
                   and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
         if kernel:
-            if h is None:
-                node.handovers -= 1
+            # one owed is paid, whether it came on no handle or, the file being open for
+            # writing, on one (fuse_write_inode passes a writable handle where there is one)
+            node.handovers = max(0, node.handovers - 1)
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=is_dir, kernel_only=kernel)

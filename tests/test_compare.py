@@ -71,11 +71,14 @@ def test_a_write_back_cache_on_one_side_only_is_a_caution(tmp_path):
     write_trace(tmp_path / "a", {"write": durations})
     write_trace(tmp_path / "b", {"write": durations[:5]}, options={"writeback_cache": True})
     r = json.loads(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", check=False).stdout)
-    assert r["b"]["writeback_cache"] and "only B's mount had FUSE's write-back cache" in r["caution"]
+    assert r["b"]["writeback_cache"] and "only B's mounts had FUSE's write-back cache" in r["caution"]
     text = fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), check=False).stdout
-    assert "caution: only B's mount" in text
+    assert "caution: only B's mounts" in text
     alike = json.loads(fusetrace("compare", str(tmp_path / "b"), str(tmp_path / "b"), "--json").stdout)
     assert alike["caution"] is None
+    mixed = json.loads(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--against", str(tmp_path / "b"),
+                                 "--json", check=False).stdout)
+    assert mixed["a"]["writeback_cache"] is None and mixed["caution"].startswith("some of A's mounts had")
 
 
 def test_two_real_traces_compare(mount):

@@ -76,8 +76,12 @@ class Side:
                 "directories": self.directories, "hosts": sorted({m.host for m in self.traces.members}),
                 "records": self.records, "span_ns": self.span_ns, "profile": ", ".join(profiles) or None,
                 "fuse_round_trip_ns": self.round_trip_ns() or None,
-                "writeback_cache": any((m.metadata.get("options") or {}).get("writeback_cache")
-                                       for m in self.traces.members)}
+                "writeback_cache": self._writeback_cache()}
+
+    def _writeback_cache(self) -> bool | None:
+        """Whether its mounts had FUSE's write-back cache: all, none, or None for some."""
+        had = {bool((m.metadata.get("options") or {}).get("writeback_cache")) for m in self.traces.members}
+        return had.pop() if len(had) == 1 else None
 
 
 def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_ns: float) -> dict:
@@ -108,11 +112,13 @@ def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float, tail
     slack = max(a.round_trip_ns(), b.round_trip_ns())
     out: dict = {"a": a.describe(), "b": b.describe(), "tolerance": tolerance, "tail_tolerance": tail,
                  "min_records": MIN_RECORDS, "host_slack_ns": slack, "caution": None}
-    if out["a"]["writeback_cache"] != out["b"]["writeback_cache"]:
-        cached = "A" if out["a"]["writeback_cache"] else "B"
-        out["caution"] = (f"only {cached}'s mount had FUSE's write-back cache: its writes are the kernel's "
-                          f"write-back of many write(2) calls, and reads of data written through it are missing; "
-                          f"mount the other way (an emulated mount's --no-writeback-cache) to compare them")
+    had = (out["a"]["writeback_cache"], out["b"]["writeback_cache"])
+    if had[0] != had[1] or None in had:
+        which = " and ".join(f"some of {s}'s" for s, h in zip("AB", had) if h is None) or \
+            f"only {'A' if had[0] else 'B'}'s"
+        out["caution"] = (f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
+                          f"write-back of many write(2) calls, and reads of data written through them are missing; "
+                          f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them")
     for key, name in (("op", "ops"), ("kind", "classes")):
         if key == "kind" and not ("kind" in a.columns and "kind" in b.columns):
             out[name] = []

@@ -188,8 +188,9 @@ class TraceSet:
             m.columns = frozenset(part.columns)
             named = m.metadata.get("host")
             if "host" in m.columns and not isinstance(named, str):  # parts without their metadata
-                row = db.execute(f"select any_value(host) from {name}_{i}").fetchone()
-                named = row[0] if row else None
+                # fetchall: a result left unfinished refuses the next member's read_parquet
+                rows = db.execute(f"select any_value(host) from {name}_{i}").fetchall()
+                named = rows[0][0] if rows else None
             m.host = named if isinstance(named, str) else ""
             moved = f" replace (start_ns + {m.offset_ns} as start_ns)" if m.offset_ns else ""
             host = "" if "host" in m.columns else f", {host_literal(m.metadata)} as host"

@@ -114,8 +114,8 @@ class Rebuilder:
         label = self._kind(kind, _KINDS[op])
         if op == "readdir":
             return Request(op, label, inode, size=size, offset=offset, handle=fh)
-        is_dir = op in _TYPED and inode in self._dirs
-        return Request(op, label, inode, size=size, is_dir=is_dir, kernel_only=gate == Gate.KERNEL)
+        return Request(op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs,
+                       kernel_only=gate == Gate.KERNEL)
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""

@@ -456,7 +456,6 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
         change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
-        is_dir = stat.S_ISDIR(node.mode)
         kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
                   and stat.S_ISREG(node.mode)
                   and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
@@ -466,7 +465,7 @@ class Operations(pyfuse3.Operations):
             node.handovers = max(0, node.handovers - 1)
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
-                      is_dir=is_dir, kernel_only=kernel)
+                      is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
         st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
                               change.hand_over if kernel else change.apply, node)
         if change.mtime is not None:

@@ -8,13 +8,14 @@ import errno
 import json
 import os
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
-from conftest import fusetrace, is_mounted
+from conftest import Mount, fusetrace, is_mounted
 
 from fusetrace.rehearse.requests import COLUMNS, Rebuilder
-from fusetrace.server import handlers
+from fusetrace.server import handlers, syscalls
 from fusetrace.server.main import MountOptions
 from fusetrace.trace import metadata as meta
 
@@ -128,6 +129,70 @@ def test_the_kernels_times_after_a_link_rename_or_unlink_cost_nothing(mount):
     # (but for the fault's error, which the target does not inject)
     assert out["differences"]["by_op"] == [{"op": "setattr", "kind": "ok, recorded EIO", "count": 1}], out
     assert sum(n for why, n in out["not_replayed"].items() if "write-back cache" in why) >= 4
+
+
+def _touch_own_mtime(path) -> None:
+    """A caller's `touch -m` of the mtime the file already has: what a hand-over carries."""
+    mtime = os.stat(path).st_mtime_ns
+    subprocess.run(["touch", "-m", "-d", f"@{mtime // 10**9}.{mtime % 10**9:09d}", str(path)], check=True)
+
+
+def test_an_exchange_a_replace_and_attribute_changes_owe_one_hand_over_a_file(mount):
+    # exchanged files and a replaced one each get the kernel's hand-over, as does every
+    # extended attribute change; once each is paid, a caller's touch -m is charged again
+    m = mount(*WB, "--set", "xattrs=true", trace=True)
+    a, b, c, d = (m.mountpoint / n for n in "abcd")
+    for f in (a, b, c, d):
+        f.write_bytes(f.name.encode())
+    syscalls.renameat2(syscalls.AT_FDCWD, os.fsencode(a), syscalls.AT_FDCWD, os.fsencode(b),
+                       syscalls.RENAME_EXCHANGE)
+    os.rename(c, d)  # d's file is replaced
+    os.setxattr(a, "user.k", b"v")
+    os.removexattr(a, "user.k")
+    for f in (a, b, d):
+        _touch_own_mtime(f)
+    df = _trace(m)
+    df = df[df.op.isin(["rename", "setxattr", "removexattr", "setattr"]) & (df.fh == 0)]
+    changes = df.index[df.op != "setattr"]
+    after = [list(df.loc[(df.index > i) & (df.index < j)].gate)
+             for i, j in zip(changes, [*changes[1:], df.index.max() + 1])]
+    assert list(df.loc[changes].op) == ["rename", "rename", "setxattr", "removexattr"]
+    assert [g.count("kernel") for g in after] == [2, 2, 1, 1]
+    callers = df[(df.op == "setattr") & (df.gate != "kernel")]
+    assert list(callers.path) == ["/a", "/b", "/d"] and callers.nfs.eq("SETATTR").all()
+
+
+def test_a_hand_over_the_source_refuses_keeps_its_times_and_fails_nothing(tmp_path):
+    # the source refuses to set the times of a file the server does not own (as a
+    # root-squashed NFS export would): here a server without CAP_FOWNER, on a file of nobody's
+    src, mnt, trace = tmp_path / "src", tmp_path / "mnt", tmp_path / "trace"
+    src.mkdir()
+    mnt.mkdir()
+    (src / "f").write_bytes(b"hello")
+    os.chown(src / "f", 65534, 65534)
+    os.chmod(src / "f", 0o666)
+    lacking = ["setpriv", "--inh-caps=-fowner", "--bounding-set=-fowner"]
+    refused = subprocess.run([*lacking, "touch", "-m", "-d", "2020-01-01", str(src / "f")], capture_output=True)
+    assert refused.returncode != 0  # the server's own utimensat will be refused too
+    done = subprocess.run([*lacking, sys.executable, "-m", "fusetrace", "mount", str(src), str(mnt), *WB,
+                           "--trace", str(trace)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    m = Mount(src, mnt, trace)
+    try:
+        fd = os.open(mnt / "f", os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"HELLO", 0)
+        finally:
+            os.close(fd)  # the hand-over on its handle is refused: the close still succeeds
+        os.rename(mnt / "f", mnt / "g")  # and the one after a rename
+        assert (mnt / "g").read_bytes() == b"HELLO"
+        os.stat(mnt / "g")
+    finally:
+        m.unmount()
+    df = pd.read_parquet(trace)
+    kernels = df[(df.op == "setattr") & (df.gate == "kernel")]
+    assert set(kernels.fh != 0) == {True, False} and kernels.errno.eq(0).all()
+    assert (src / "g").read_bytes() == b"HELLO"
 
 
 def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):

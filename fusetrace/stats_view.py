@@ -68,6 +68,8 @@ def render(stats: dict) -> str:
     lines.append(f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
                  f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
                  f"{stats['open_files']:,}")
+    if stats.get("renewed"):
+        lines.append(f"files resized beside the mount, their kernel inodes renewed at open: {stats['renewed']:,}")
     lines.append(_inline_line(stats["inline"]))
     if "fuse_reads" in stats:  # servers from before it had none
         lines.append(_reads_line(stats["fuse_reads"]))

@@ -105,6 +105,8 @@ class Operations(pyfuse3.Operations):
         self.root_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
+        self.inodes.kernel_keeps_size = writeback_cache
+        self.renewed = 0  # kernel inodes renewed for files resized beside the mount (_resized_beside)
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
         # the server acts as root) and checks who may set them, where there are any.
@@ -350,7 +352,7 @@ class Operations(pyfuse3.Operations):
         handled and where calls run."""
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
-                "serving": self.serving, "inline": self.inline.describe()}
+                "serving": self.serving, "inline": self.inline.describe(), "renewed": self.renewed}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
@@ -388,10 +390,10 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(E.EBADF)
         return h
 
-    def _entry(self, st: os.stat_result, node_id: int) -> pyfuse3.EntryAttributes:
+    def _entry(self, st: os.stat_result, node_id: int, generation: int = 0) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node_id
-        a.generation = 0
+        a.generation = generation
         a.entry_timeout = self.entry_timeout
         a.attr_timeout = self.dir_attr_timeout if stat.S_ISDIR(st.st_mode) else self.attr_timeout
         a.st_mode = st.st_mode
@@ -411,7 +413,7 @@ class Operations(pyfuse3.Operations):
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
         inode = self.inodes.remember(st, fd, _join(parent.path, name))
-        return self._entry(st, inode.id)
+        return self._entry(st, inode.id, inode.generation)
 
     # ---- names --------------------------------------------------------------------
 
@@ -440,8 +442,15 @@ class Operations(pyfuse3.Operations):
         st = await self._call(Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), _at(node),
                               ctx or _NOBODY, os.stat, node)
         node.seen = version(st)
-        node.size = st.st_size
-        return self._entry(st, node.id)
+        if not self._kernel_keeps_size(node):
+            node.size = st.st_size
+        return self._entry(st, node.id, node.generation)
+
+    def _kernel_keeps_size(self, node: Inode) -> bool:
+        """With the write-back cache the kernel takes a regular file's size from the
+        server only for a new inode, and sets it itself on writes and truncations
+        (fs/fuse: fuse_get_cache_mask), so replies do not change the size it holds."""
+        return self.enable_writeback_cache and stat.S_ISREG(node.mode)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         """With the write-back cache, the kernel keeps a regular file's mtime and ctime
@@ -471,8 +480,9 @@ class Operations(pyfuse3.Operations):
         if change.mtime is not None:
             node.kernel_mtime = change.mtime
         node.seen = version(st)
-        node.size = st.st_size
-        return self._entry(st, node.id)
+        if fields.update_size or not self._kernel_keeps_size(node):
+            node.size = st.st_size
+        return self._entry(st, node.id, node.generation)
 
     async def readlink(self, inode, ctx):
         node = self._inode(inode)
@@ -554,9 +564,42 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
+        if self.enable_writeback_cache and self._resized_beside(node, flags):
+            raise FUSEError(E.ESTALE)
         return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
                                 _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
                                 reply=functools.partial(self._open_reply, node, flags, ctx))
+
+    def _resized_beside(self, node: Inode, flags: int) -> bool:
+        """Whether to renew the kernel's inode of a file before this open: with the
+        write-back cache the kernel keeps a regular file's size as its own while it
+        holds the inode, so a file resized beside the mount (in the source, or through
+        another mount of it) would be read at the old size, padded with zeros, and
+        written and appended to at the old end, over the source's data.  NFS sees the
+        new size at open (close-to-open).  So where no handle of the file is open (the
+        kernel then holds none of its data unwritten), the file's entries get a new
+        generation and the open fails ESTALE, unseen by the caller: the kernel opens the
+        path again with LOOKUP_REVAL, which looks the name up, finds the generation
+        changed, retires its inode (fs/fuse: fuse_stale_inode) and makes a new one with
+        the source's attributes.  The retried open then goes on, once, unchecked."""
+        if node.renewing:
+            node.renewing = False
+            return False
+        if node.pins or node.fd < 0 or not stat.S_ISREG(node.mode) or flags & os.O_TRUNC:
+            return False
+        try:
+            st = os.stat(node.fd)
+        except OSError:
+            return False
+        if st.st_size == node.size:
+            return False
+        log.info("%s: resized beside the mount (%d bytes, the kernel holds %d): its inode is renewed",
+                 node.path, st.st_size, node.size)
+        node.generation += 1
+        node.renewing = True
+        node.kernel_mtime, node.handovers = st.st_mtime_ns, 0  # the new inode's, and it owes none
+        self.renewed += 1
+        return True
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -581,7 +624,8 @@ class Operations(pyfuse3.Operations):
         # cached pages dropped and its attributes fetched again.
         now = version(st)
         changed, node.seen = now != node.seen, now
-        node.size = st.st_size
+        if flags & os.O_TRUNC or not self._kernel_keeps_size(node):  # (the kernel truncates its own)
+            node.size = st.st_size
         if changed:
             try:
                 pyfuse3.invalidate_inode(node.id, attr_only=True)
@@ -612,7 +656,8 @@ class Operations(pyfuse3.Operations):
             os.close(fd)
             raise
         self._opened(Handle(fd, inode, flags, ctx))
-        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
+        return (pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)),
+                self._entry(st, inode.id, inode.generation))
 
     async def read(self, fh, off, size):
         """A read on a handle the caller opened write-only is the write-back cache's
@@ -704,7 +749,8 @@ class Operations(pyfuse3.Operations):
                 node_id = known.id if known is not None else st.st_ino
             else:
                 node_id = self.inodes.identify(st, fd)
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(st, node_id), index + 1):
+            entry = self._entry(st, node_id, self.inodes.generation(node_id))
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), entry, index + 1):
                 for *_, unsent in entries[i:]:
                     if unsent is not None:
                         os.close(unsent)

@@ -70,6 +70,21 @@ def test_rules_from_a_faults_file_hold_from_the_mount_on(mount, tmp_path):
     assert listed(m)["ro"]["fired"] == 1
 
 
+@pytest.mark.parametrize("options", [("--emulate", "efs-tiny"), ()])
+def test_fusetraces_own_probe_at_mount_passes_the_rules_by(mount, tmp_path, options):
+    # a traced or emulated mount times statfs through itself before it is announced: the
+    # rules are the application's (a rule on statfs failed the mount, a stall spent itself)
+    faults = tmp_path / "faults.toml"
+    faults.write_text('[[rule]]\nid = "once"\nop = "statfs"\nerrno = "EIO"\ncount = 1\n')
+    m = mount("--faults", str(faults), *options, trace=True)
+    assert listed(m)["once"]["matched"] == 0
+    with pytest.raises(OSError) as failed:
+        os.statvfs(m.mountpoint)
+    assert failed.value.errno == E.EIO
+    os.statvfs(m.mountpoint)  # it fired once
+    assert listed(m)["once"]["fired"] == 1
+
+
 @pytest.mark.parametrize("text, says", [
     ('[[rule]]\nerrno = "EIOO"\n', "rule 1: errno 'EIOO': not an errno name"),
     ('[[rule]]\nerrno = "EIO"\n[[rule]]\nstall = "5s"\nop = "nope"\n', "rule 2: op 'nope'"),

@@ -124,7 +124,7 @@ class Operations(pyfuse3.Operations):
         self.entry_timeout = entry_timeout
         self.negative_timeout = negative_timeout  # how long the kernel may trust an absent name (0: not at all)
         self._tgids: dict[int, tuple[int, str, int]] = {}  # thread id: (process id, its name, when read)
-        self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced
+        self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
         self.faults = Injector(write_back=writeback_cache)
         self.faults_changed = trio.Event()  # set when rules are cleared: stalled requests look again
         self.stopping = False
@@ -143,7 +143,8 @@ class Operations(pyfuse3.Operations):
         (so the record can name the handle or node id the kernel is given).  While fault
         rules or what they left behind are in force, _faulted takes the request."""
         start = monotonic_ns()
-        if self.faults.active and not req.kernel_only:  # (NFS sends nothing for those: nothing to fail)
+        # (NFS sends nothing for the kernel's own; fusetrace's probe at mount is not the application's)
+        if self.faults.active and not req.kernel_only and who.pid != self.untraced_pid:
             return await self._faulted(req, site, who, fn, args, nowait, reply, start)
         ticket = None if self.shaper is None else self.shaper.admit(req, start)
         done = self._now(req, fn, args, nowait)  # _place, without a coroutine of its own when it can

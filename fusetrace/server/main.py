@@ -480,7 +480,10 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
             whole = roundtrip.typical(await roundtrip.probe(mountpoint, 40, started))
     finally:
         status.ops.untraced_pid = -1
-    if status.tracer is not None:
+    if whole is None:
+        log.warning("%s: FUSE's round trip could not be measured (statfs through the mount failed): "
+                    "the trace does not record it, and the emulator does not reply early by it", mountpoint)
+    elif status.tracer is not None:
         status.tracer.update_metadata(fuse_round_trip_ns=whole)
 
 

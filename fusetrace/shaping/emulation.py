@@ -160,11 +160,12 @@ class Emulation:
         if metrics_port is not None:
             prometheus.serve(metrics_port, self.prometheus_metrics)
 
-    async def calibrate(self, mountpoint: str, started: Callable[[int], None], probes: int = 80) -> int:
+    async def calibrate(self, mountpoint: str, started: Callable[[int], None], probes: int = 80) -> int | None:
         """Measure FUSE's own share of a round trip (statfs, which the kernel never
         caches: caller's time minus the handler's) and have the shaper reply that much
         early, so the caller sees the model's latency, not the model's plus FUSE's.
-        Returns the whole round trip (roundtrip.typical); `started` as roundtrip.probe's."""
+        Returns the whole round trip (roundtrip.typical: None if none was measured, and
+        then nothing is compensated); `started` as roundtrip.probe's."""
         try:
             with self.shaper.calibration() as handler_ns:
                 # from another process: a thread of this one would wait for the GIL on return
@@ -173,6 +174,8 @@ class Emulation:
             self._calibrated.set()
         handler = handler_ns[roundtrip.WARM_UP_PROBES:] or handler_ns
         whole = roundtrip.typical(rtts)
+        if whole is None or not handler:
+            return whole
         outside = whole - statistics.median_low(handler)
         self.shaper.compensate(min(max(int(outside), 0), MAX_COMPENSATION_NS))
         return whole

@@ -57,8 +57,11 @@ async def probe(mountpoint: str, probes: int, started: Callable[[int], None]) ->
     return [int(x) for x in b"".join(chunks).split()]
 
 
-def typical(round_trips: list[int]) -> int:
+def typical(round_trips: list[int]) -> int | None:
     """The round trip to go by: the lower quartile of those after the warm-up (on a busy
-    or cold machine most probes can run late; an overestimate would mislead)."""
+    or cold machine most probes can run late; an overestimate would mislead).  None
+    when there are none (the probe's statfs failed: the source refused it)."""
+    if not round_trips:
+        return None
     settled = round_trips[WARM_UP_PROBES:] or round_trips
     return int(statistics.quantiles(settled, n=4)[0]) if len(settled) > 1 else int(settled[0])

@@ -540,6 +540,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line.  A reader of its output that goes away (`fusetrace stats MNT |
+    head`) ends it quietly, with the status of a command killed by SIGPIPE."""
+    try:
+        code = _command(argv)
+        sys.stdout.flush()  # here, not at exit, where a broken pipe would print a traceback
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush goes nowhere
+        return 128 + signal.SIGPIPE
+
+
+def _command(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logs.configure()
     parser = build_parser()

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
@@ -601,11 +600,7 @@ def run(args) -> int:
         except OSError as exc:
             raise UserError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
         s["timeline"]["plot"] = os.path.abspath(args.plot)
-    text = json.dumps(s, indent=2) if args.json else render(s)
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:  # `fusetrace report | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(json.dumps(s, indent=2) if args.json else render(s))
     return 0
 
 

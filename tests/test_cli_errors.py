@@ -132,3 +132,17 @@ def test_mount_option_values(tmp_path):
 def test_a_mistyped_command_is_not_taken_for_a_source(tmp_path):
     done = fusetrace("stas", str(tmp_path), check=False)
     one_line_error(done, "invalid choice: 'stas'", code=2)
+
+
+def test_a_reader_gone_ends_the_output_quietly(tmp_path, mount):
+    # `fusetrace stats MNT | head`: the pipe's reader is gone before the command writes
+    m = mount()
+    for args in (["scenario", "list"], ["profiles"], ["stats", str(m.mountpoint)]):
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            done = subprocess.run([sys.executable, "-m", "fusetrace", *args], stdout=write, stderr=subprocess.PIPE,
+                                  text=True, timeout=60)
+        finally:
+            os.close(write)
+        assert done.returncode == 128 + signal.SIGPIPE and done.stderr == "", (args, done.stderr)

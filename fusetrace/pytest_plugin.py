@@ -192,21 +192,28 @@ def _options(request: pytest.FixtureRequest) -> dict:
 
 @pytest.fixture
 def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
-    """A fresh emulated EFS mounted for this test (see the module's docstring)."""
+    """A fresh emulated EFS mounted for this test (see the module's docstring).  Its
+    errors fail the test with their one line (pytest.fail outside the except clause, so
+    pytest does not print the UserError it handled as well)."""
+    failed = None
     try:
         options = _options(request)
         mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"],
                     options["writeback_cache"])
         mount.mount()
     except UserError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        failed = str(exc)
+    if failed is not None:
+        pytest.fail(failed, pytrace=False)
     try:
         yield mount
     finally:
         try:
             mount.unmount()
         except UserError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            failed = str(exc)
+        if failed is not None:
+            pytest.fail(failed, pytrace=False)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

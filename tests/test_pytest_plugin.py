@@ -109,6 +109,7 @@ def test_bad_value(efs):
     result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines(["*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*",
                                  "*efs fixture: writeback_cache must be True or False, got 'no'*"])
+    assert "During handling" not in result.stdout.str()  # each said once
     assert _mounts_under(pytester.path) == []
 
 

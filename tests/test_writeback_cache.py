@@ -264,3 +264,27 @@ def test_a_write_only_open_is_tried_for_reading_first_then_as_asked(refused):
     assert handlers._as_asked(asked & ~os.O_ACCMODE | os.O_RDWR | handlers._WRONLY_ASKED, opener) == 3
     reading = asked & ~os.O_ACCMODE | os.O_RDWR
     assert tried == ([reading, asked] if refused else [reading])  # the marker never reaches open(2)
+
+
+def test_replay_makes_the_traced_reads_again_past_the_pages_its_writes_left(mount):
+    # the application dropped its pages (as fio's invalidate=1 does: no request, no record)
+    # and read the file back through the mount; replayed, the target's kernel still holds
+    # the pages the replayed writes left, and read nothing from its mount
+    m = mount(*WB, trace=True)
+    f = m.mountpoint / "data"
+    f.write_bytes(os.urandom(512 * 1024))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        while os.read(fd, 65536):
+            pass
+    finally:
+        os.close(fd)
+    recorded = _trace(m)
+    target = mount(*WB, trace=True)
+    out = json.loads(fusetrace("replay", str(m.trace), str(target.mountpoint), "--json").stdout)
+    assert out["differences"]["count"] == 0, out["differences"]
+    replayed = _trace(target)
+    reads = [df[(df.op == "read") & (df.path == "/data")] for df in (recorded, replayed)]
+    assert len(reads[0]) >= 1 and reads[0]["size"].sum() == 512 * 1024
+    assert reads[1]["size"].sum() == 512 * 1024 and 0.5 * len(reads[0]) <= len(reads[1]) <= 2 * len(reads[0])

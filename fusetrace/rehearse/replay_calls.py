@@ -102,6 +102,21 @@ def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> 
     return fd
 
 
+def _read_past_cache(fd: int, size: int, offset: int) -> bytes:
+    """A traced read is one that missed the traced kernel's page cache, whatever emptied
+    it (fio's invalidate=1, for one, drops it with posix_fadvise, which reaches no file
+    system and no trace).  So the target's pages of the range are dropped first, and
+    read without readahead (the record's size already is the traced kernel's), so that
+    the target is asked for what the traced mount was, not answered from the pages the
+    replayed writes left.  A file that takes no advice is read as it is."""
+    try:
+        os.posix_fadvise(fd, offset, size, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    except OSError:
+        pass
+    return os.pread(fd, size, offset)
+
+
 def errno_name(code: int) -> str:
     return "ok" if code == 0 else errno.errorcode.get(code, str(code))
 
@@ -358,7 +373,7 @@ class Target:
 
     def _read(self, rec: Rec, h: Handle) -> list[Difference]:
         found = self._settle(h)
-        err, data = _value(lambda: os.pread(h.fd, rec.size, rec.offset))
+        err, data = _value(lambda: _read_past_cache(h.fd, rec.size, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, None if data is None else len(data), "bytes read"))
 
     def _write(self, rec: Rec, h: Handle) -> list[Difference]:

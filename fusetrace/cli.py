@@ -299,6 +299,11 @@ def _umount(args) -> int:
     if fusermount.returncode != 0:
         reason = err.strip().splitlines()[-1] if err.strip() else f"exit {fusermount.returncode}"
         hint = stopped if pid and children.stopped(pid) else ""
+        if not hint and "busy" in reason:
+            inside = mounts.users(mnt)
+            hint = (f"; in use by {', '.join(inside)}" if inside else "; in use") + \
+                (f" (operations a stall rule holds are let go by fusetrace fault {mnt} clear)" if pid else "") + \
+                f"; or detach it now with fusermount3 -uz {mnt}"
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     if pid:
         _wait_server(mnt, pid, state.get("trace"))

@@ -146,3 +146,15 @@ def test_a_reader_gone_ends_the_output_quietly(tmp_path, mount):
         finally:
             os.close(write)
         assert done.returncode == 128 + signal.SIGPIPE and done.stderr == "", (args, done.stderr)
+
+
+def test_umount_of_a_busy_mount_names_what_uses_it(mount):
+    m = mount()
+    fd = os.open(m.mountpoint / "held", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        done = fusetrace("umount", str(m.mountpoint), check=False)
+        line = one_line_error(done, "cannot unmount", "busy", f"(pid {os.getpid()})", "fusermount3 -uz")
+        assert "fault" in line and is_mounted(m.mountpoint)
+    finally:
+        os.close(fd)
+    fusetrace("umount", str(m.mountpoint))

@@ -112,6 +112,7 @@ FUSE_MOUNT_OPTIONS = frozenset((
     "context", "fscontext", "defcontext", "rootcontext",
     "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync", "dirsync",
     "atime", "noatime"))
+SET_BY_FUSETRACE = frozenset(("fsname", "subtype"))  # FUSE's, but refused: fusetrace sets them
 # for mount(8) or other programs, not the file system: ignored, as mount.fuse3 ignores them
 NOT_FOR_US = frozenset(("", "defaults", "user", "nouser", "users", "auto", "noauto", "nofail", "_netdev"))
 
@@ -134,6 +135,7 @@ def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
         argv = ["mount", *argv]
     own = _own_mount_options(mount)
     out: list[str] = []
+    from_o: dict[str, str] = {}  # long option: the -o item it came from
     items = iter(argv)
     for item in items:
         if item == "--":
@@ -147,19 +149,25 @@ def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
                     if sep:
                         raise _BadValue(f"-o {option}: {name} takes no value")
                     out.append(action.option_strings[-1])
+                    from_o[action.option_strings[-1]] = option
                 elif action is not None:
                     if not value:
                         raise _BadValue(f"-o {option}: give a value, {name}={action.metavar or 'VALUE'}")
                     out += [action.option_strings[-1], value]
+                    if not isinstance(action, argparse._AppendAction):
+                        from_o[action.option_strings[-1]] = option
                 elif name in FUSE_MOUNT_OPTIONS:
                     fuse.append(option)
                 elif name not in NOT_FOR_US and not name.startswith("x-") and name != "comment":
                     raise _BadValue(f"-o {name}: unknown mount option (fusetrace's: {', '.join(own)}; "
-                                    f"FUSE's: {', '.join(sorted(FUSE_MOUNT_OPTIONS))})")
+                                    f"FUSE's: {', '.join(sorted(FUSE_MOUNT_OPTIONS - SET_BY_FUSETRACE))})")
             if fuse:
                 out += ["-o", ",".join(fuse)]
         else:
             out.append(item)
+    for option, item in from_o.items():
+        if out.count(option) > 1:  # given as -o and on its own (or twice as -o): which one was meant?
+            raise _BadValue(f"-o {item}: {option} is given another way too; give it once")
     return out
 
 

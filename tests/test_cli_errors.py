@@ -112,7 +112,8 @@ def test_unknown_mount_option(tmp_path):
     for form in (["mount"], []):
         done = fusetrace(*form, str(tmp_path / "src"), str(tmp_path / "mnt"), "-o", "allow_other,bogus=1",
                          check=False)
-        one_line_error(done, "-o bogus", "unknown mount option", "trace", "allow_other", code=2)
+        line = one_line_error(done, "-o bogus", "unknown mount option", "trace", "allow_other", code=2)
+        assert "fsname" not in line and "subtype" not in line  # FUSE's, but fusetrace sets them
         assert not is_mounted(tmp_path / "mnt")
 
 
@@ -126,6 +127,11 @@ def test_mount_option_values(tmp_path):
     one_line_error(fusetrace(src, mnt, "-o", "threads=0", check=False), "--threads 0", code=2)
     one_line_error(fusetrace(src, mnt, "-o", "fsname=x", check=False), "-o fsname=x", "fusetrace sets", code=2)
     one_line_error(fusetrace(src, "/dev/fd/3", "-o", "rw", check=False), "drop_privileges", code=2)
+    # one option given two ways: which was meant is not guessed
+    one_line_error(fusetrace(src, mnt, "-o", "emulate=efs-2016", "--emulate", "efs-bursting", check=False),
+                   "-o emulate=efs-2016", "--emulate", "give it once", code=2)
+    one_line_error(fusetrace("mount", src, mnt, "-o", "trace=a,trace=b", check=False), "--trace", "give it once",
+                   code=2)
     assert not is_mounted(tmp_path / "mnt")
 
 

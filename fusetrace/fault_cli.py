@@ -4,6 +4,7 @@ mistake); this only turns options into the rule's keys (docs/FAULTS.md)."""
 
 import argparse
 import json
+import time
 
 from .client import ask
 from .errors import UserError
@@ -62,6 +63,7 @@ def add_parser(sub) -> None:
     what.add_argument("--set", action="append", metavar="KEY=VALUE",
                       help="change profile keys then (burst_credit_balance=0: credits run out)")
     what.add_argument("--stall", metavar="DURATION", help="the emulated server answers nothing this long")
+    ev.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
             event["stall"] = args.stall
         else:
             event["set"] = dict(_assignment(item) for item in args.set)
-        print(json.dumps(ask(mnt, cmd="event_add", event=event)["event"]))
+        added = ask(mnt, cmd="event_add", event=event)["event"]
+        print(json.dumps(added) if args.json else f"scheduled: {_event_line(added, time.time())}")
     return 0
 
 
@@ -115,6 +118,33 @@ def _assignment(item: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _event_line(ev: dict, now: float) -> str:
+    """A scheduled model event, with when it happens and whether it has."""
+    what = f"stall {_span(ev['stall'])}" if "stall" in ev else \
+        "set " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev["set"].items())
+    at, end = ev["wall_time"], ev["wall_time"] + ev.get("stall", 0)
+    clock = time.strftime("%H:%M:%S", time.localtime(at))
+    if now < at:
+        state = f"due in {_span(at - now)}"
+    elif now < end:
+        state = f"in force, {_span(end - now)} left"
+    else:
+        state = f"happened {_span(now - at)} ago" if "set" in ev else f"ended {_span(now - end)} ago"
+    return f"{what} at {clock} ({state})"
+
+
+def _span(seconds: float) -> str:
+    """1h 2m, 4m 58s, 12.5s, 250ms."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 59.5:
+        return f"{seconds:.3g}s"
+    whole = round(seconds)
+    h, rest = divmod(whole, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}h {m}m" if h else f"{m}m {sec}s" if m else f"{sec}s"
+
+
 def render(answer: dict) -> str:
     """`fault list` for a terminal."""
     rules = answer.get("rules", [])
@@ -130,7 +160,8 @@ def render(answer: dict) -> str:
             if answer.get(k)]
     if left:
         lines.append("left by the rules: " + "; ".join(left))
-    for ev in answer.get("events", []):
-        lines.append(f"event: {json.dumps(ev)}")
+    now = time.time()
+    for i, ev in enumerate(answer.get("events", []), 1):
+        lines.append(f"event {i}: {_event_line(ev, now)}" if "refused" not in ev else f"event refused: {ev['refused']}")
     lines.append(f"faults fired since mounting: {answer.get('fired', 0):,}")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ unmount, and bad rules refused with one line."""
 import errno as E
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -268,12 +269,20 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     (m.mountpoint / "f").write_text("x")  # its create waits for the server to answer again
     assert time.monotonic() - began >= 0.5
     answer = json.loads(fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--set",
-                                  "burst_credit_balance=0").stdout)
+                                  "burst_credit_balance=0", "--json").stdout)
     assert answer["set"] == {"burst_credit_balance": 0.0}
     stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
     assert stats["metrics"]["BurstCreditBalance"] < 1e9
     assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
             ["events"]] == [1.5, None]
+    later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=0").stdout
+    assert re.fullmatch(r"scheduled: set burst_credit_balance=0 at \d\d:\d\d:\d\d \(due in (4m 5\ds|5m 0s)\)\n",
+                        later), later
+    listed_text = fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
+    events = [line for line in listed_text if line.startswith("event ")]
+    assert events[0].startswith("event 1: stall 1.5s at ") and "ended" in events[0], events
+    assert events[1].startswith("event 2: set burst_credit_balance=0 at ") and "happened" in events[1], events
+    assert "due in" in events[2], events
     done = fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "burst_credit_balanse=0",
                      check=False)
     one_line_error(done, "burst_credit_balanse: unknown parameter")

@@ -61,7 +61,8 @@ def test_an_errno_fails_the_operation_without_reaching_the_source_and_is_traced(
 def test_rules_from_a_faults_file_hold_from_the_mount_on(mount, tmp_path):
     faults = tmp_path / "faults.toml"
     faults.write_text('[[rule]]\nid = "ro"\nop = "meta_write"\npath = "/locked/**"\nerrno = "EROFS"\n')
-    m = mount("--faults", str(faults))
+    m = mount("--faults", str(faults), "--log", str(tmp_path / "server.log"))
+    assert (tmp_path / "server.log").read_text().count("fault rule ro added") == 1  # (not the check's too)
     (m.source / "locked").mkdir()
     with pytest.raises(OSError) as failed:
         (m.mountpoint / "locked" / "new").write_text("x")

@@ -67,9 +67,10 @@ class Injector:
 
     # ---- control ------------------------------------------------------------------
 
-    def add(self, raw: dict, now_ns: int, where: str = "fault add") -> dict:
+    def add(self, raw: dict, now_ns: int, where: str = "fault add", *, trial: bool = False) -> dict:
         """Check and add a rule (a table of the faults file, a control request's "rule");
-        its window counts from `now_ns`.  Returns it normalised."""
+        its window counts from `now_ns`.  Returns it normalised.  `trial`: a check of a
+        faults file before mounting, not logged."""
         rule = parse_rule(raw, where, f"r{self._next}")
         if self.write_back and rule.effect == "short":
             raise UserError(f"{where}: short: the write-back cache's kernel would drop the rest of a short "
@@ -82,7 +83,8 @@ class Injector:
         self._next += 1
         self.rules.append(_State(rule, now_ns))
         self._changed()
-        log.info("fault rule %s added: %s", rule.id, rule.summary())
+        if not trial:
+            log.info("fault rule %s added: %s", rule.id, rule.summary())
         return rule.describe()
 
     def clear(self, ids: list[str] | None = None) -> list[str]:

@@ -207,7 +207,7 @@ def _check_faults(opts: MountOptions) -> None:
     rules, events = load_file(opts.faults or "")
     trial = Injector(write_back=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):
-        trial.add(raw, 0, f"--faults {opts.faults}: rule {i}")
+        trial.add(raw, 0, f"--faults {opts.faults}: rule {i}", trial=True)
     if events and opts.emulate is None:
         raise UserError(f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
                         f"emulated file system's timeline)")

@@ -801,3 +801,9 @@ def test_report_of_a_real_mount_names_the_tools(mount, tmp_path, capsys):
     assert tar["matched"] > 0 and {r["path"] for r in tar["ops"]} <= {"/src/f1", "/src/f2", "/src/f3"}
     text = report(capsys, str(m.trace), "--by", "dir", "--timeline").stdout
     assert any(ln.startswith("/src ") for ln in text.splitlines()) and "\ntimeline\n" in text
+
+
+def test_a_trace_with_no_record_says_so(mount):
+    m = mount(trace=True)
+    m.unmount()  # nothing done through it
+    one_line_error(fusetrace("report", str(m.trace)), "no trace files", "the mount recorded no operation", code=2)

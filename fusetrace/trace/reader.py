@@ -52,6 +52,9 @@ def parts(directory: str) -> list[str]:
             raise NoTrace(f"{directory}: no trace files (*.parquet) in it, but {len(below)} trace directories "
                           f"below it ({os.path.basename(below[0])}, ...): give "
                           f"'{os.path.join(directory, '*')}' (quoted) to read them together")
+        if os.path.exists(os.path.join(directory, "_metadata.json")):  # a mount's trace, with no record
+            raise NoTrace(f"{directory}: no trace files (*.parquet) in it: the mount recorded no operation "
+                          f"(its _metadata.json is there)")
         raise NoTrace(f"{directory}: no trace files (*.parquet) in it")
     return files
 

@@ -223,7 +223,7 @@ def _credit_lines(s: dict) -> list[str]:
 
 def _table(s: dict) -> str:
     samples = s["samples"]
-    head = ["time", "credits", "permitted", "metered/s", "ops/s", "mean wait", "max wait", ""]
+    head = ["time", "credits", "permitted", "metered/s", "ops/s", "mean wait", "max wait", "how"]
     rows = [[_when(0.0, s["row_s"]), _human_bytes(samples[0]["balance_bytes"]),
              _human_bytes(samples[0]["permitted_bytes_per_s"]) + "/s", "", "", "", "", "start"]]
     prev = samples[0]

@@ -90,7 +90,9 @@ def _shared_line(shared: dict) -> str:
              f"Redis at {shared['url']} DOES NOT ANSWER: serving on this mount's own copy of the state since "
              f"{time.strftime('%H:%M:%S', time.localtime(shared['since']))}, reports kept until it does"
              if shared["state"] == "unreachable" else "starting")
-    return (f"shared: file system {shared['fs_id']} at {shared['url']}, {shared['clients']} client(s) live; "
+    clients = (f"{shared['clients']} client(s) live" if shared["state"] == "ok" else
+               f"{shared['clients']} client(s) live when Redis last answered")
+    return (f"shared: file system {shared['fs_id']} at {shared['url']}, {clients}; "
             f"{state}; {shared['exchanges']:,} exchanges, {shared['failed']:,} failed, "
             f"{len(shared['outages'])} outage(s)")
 

@@ -67,6 +67,8 @@ def test_redis_gone_the_mounts_serve_on_and_catch_up_when_it_is_back(mount, tmp_
         poll(lambda: len(list(a.source.glob("w*"))) > 3)
         redis_server.stop()
         poll(lambda: stats(a)["shared"]["state"] == "unreachable")
+        text = fusetrace("stats", str(a.mountpoint)).stdout
+        assert "client(s) live when Redis last answered" in text and "DOES NOT ANSWER" in text, text
         before = len(list(a.source.glob("w*")))
         poll(lambda: len(list(a.source.glob("w*"))) > before + 10)  # the writes go on without Redis
         redis_server.start()

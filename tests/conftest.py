@@ -102,6 +102,8 @@ def mount(tmp_path):
         args = ["mount", str(src), str(mnt), *options]
         if tdir:
             args += ["--trace", str(tdir)]
+        if "--log" not in options and "--foreground" not in options:  # not one more in the state directory
+            args += ["--log", str(tmp_path / f"server{n}.log")]
         fusetrace(*args)
         m = Mount(src, mnt, tdir)
         made.append(m)

@@ -117,7 +117,9 @@ def test_iolog_holds_the_data_operations_with_their_files_and_times(tmp_path):
     assert notes[4] == "fusetrace export: left out 2 operations (read, write, fsync) that failed or moved no bytes"
     assert notes[5] == ("fusetrace export: the directory fio replays in must hold 2 files the log reads before it "
                         "writes them, each at least as large as read: 'd/pre' (69,632 bytes), 'old' (512 bytes)")
-    assert len(notes) == 6
+    assert notes[6] == ("fusetrace export: fio makes the files the log writes first, not directories: the directory "
+                        "it replays in must hold 1 directory (mkdir -p): 'd'")
+    assert len(notes) == 7
 
 
 def test_names_fio_cannot_take_are_counted_with_the_first_few(tmp_path):
@@ -168,6 +170,7 @@ def test_fio_replays_a_real_trace_to_the_same_ios(mount, tmp_path):
     assert "1 with white space (fio splits iolog lines on it): 'with space'" in done.stderr
     assert "must hold 1 file the log reads before it writes them, each at least as large as read: " \
            "'before' (300,000 bytes)" in done.stderr
+    assert "the directory it replays in must hold 1 directory (mkdir -p): 'sub'" in done.stderr
 
     df = pd.read_parquet(m.trace)
     moved = df[df.op.isin(["read", "write"]) & (df.errno == 0) & (df.result > 0) & (df.path != "/with space")]

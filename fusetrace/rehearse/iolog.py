@@ -22,6 +22,7 @@ two processes hold open is opened once.  Opens of files the trace never reads, w
 syncs are left out: fio would open (and create) them for nothing.
 """
 
+import os
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import TextIO
@@ -141,10 +142,12 @@ def write(rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str]) -> Outc
     c, b = log.counts, log.bytes
     summary = (f"fio iolog v3: {count(c['read'], 'read')} ({b['read']:,} bytes), {count(c['write'], 'write')} "
                f"({b['write']:,} bytes), {count(c['sync'], 'sync')} on {count(len(log.added), 'file')}")
-    return Outcome(summary, list(_notes(refused, refused_ops, failed, log.needed)))
+    folders = sorted({os.path.dirname(n) for n in log.added} - {""})
+    return Outcome(summary, list(_notes(refused, refused_ops, failed, log.needed, folders)))
 
 
-def _notes(refused: dict[str, dict[str, None]], refused_ops: int, failed: int, needed: dict[str, int]) -> Iterator[str]:
+def _notes(refused: dict[str, dict[str, None]], refused_ops: int, failed: int, needed: dict[str, int],
+           folders: list[str]) -> Iterator[str]:
     if refused:
         files = sum(len(names) for names in refused.values())
         yield f"left out {count(refused_ops, 'operation')} whose file names fio cannot take ({count(files, 'file')}):"
@@ -157,3 +160,8 @@ def _notes(refused: dict[str, dict[str, None]], refused_ops: int, failed: int, n
         yield (f"the directory fio replays in must hold {count(len(needed), 'file')} the log reads before it "
                f"writes them, each at least as large as read: "
                + examples([f"{n!r} ({needed[n]:,} bytes)" for n in first], len(needed)))
+    if folders:
+        n = len(folders)
+        yield (f"fio makes the files the log writes first, not directories: the directory it replays in must "
+               f"hold {n:,} director{'y' if n == 1 else 'ies'} (mkdir -p): "
+               + examples([repr(d) for d in folders[:_SHOWN]], n))

@@ -23,14 +23,19 @@ client's network credits:
   have left it, and the simulation goes on op by op from there, through the change
   (with the model's queues empty: a steady backlog at the skip's start is dropped);
 - **saturated**: the queue carried from one into the next grew by a steady amount, and
-  the operations' waits with it (the workload asks more than is permitted).  The rest
-  is extrapolated as a fluid queue: bytes arrive at the workload's metered rate and are
-  served at the rate the last repetitions were (what their queue's growth says) while
-  the balance lasts (it falls by `delta` a repetition), then at the lower of that and
-  the baseline; an operation waits until the queue ahead of it has passed, so the
-  operations' mean wait grows by the share of that the last repetitions measured,
-  and once the buffered data queued reaches the client's dirty limit (writers wait
-  from then on) by the share of operations the client sends.
+  the operations' waits with it (the workload asks more than is permitted), and it is
+  past every wait and queue of the repetitions before them (the first half of all, at
+  most: where the span is not much longer than the operations' latencies, what they
+  carry past its end comes and goes, and can rise three times in a row by chance).
+  The rest is extrapolated as a fluid queue: bytes arrive at the workload's metered
+  rate and are served at the rate the last repetitions were (what their queue's growth
+  says) while the balance lasts (it falls by `delta` a repetition), then at the lower
+  of that and the baseline; an operation waits until the queue ahead of it has
+  passed, so the operations' mean wait grows by the share of that the last
+  repetitions measured, and once the buffered data queued reaches the client's dirty limit (writers wait
+  from then on) by the share of operations the client sends; the longest by all of
+  it where that share is not 0, and then the share is at least one operation a
+  repetition (that longest one): the waits' total is never below the longest.
 
 Otherwise the next repetition is simulated op by op.  `Result.spans` says which
 stretches were simulated op by op and which extrapolated; so does each sample.  The
@@ -188,11 +193,13 @@ class TraceSim:
         stop = self.origin + duration
         start = self.model.metrics(self.origin)
         reps: list[_Rep] = []
+        held: list[float] = []  # the longest wait or queue of reps[:i + 1], for each i
         r = 0
         while self._boundary(r) < stop:
             rep = self._simulate(r, stop)
             if r > 0:
                 reps.append(rep)
+                held.append(max(held[-1] if held else 0.0, rep.max_wait, _queue(rep)))
             r += 1
             steady = reps[-STEADY:]
             if self._boundary(r) >= stop or len(steady) < STEADY or not _alike(steady):
@@ -201,12 +208,20 @@ class TraceSim:
                 self.delta = _mean([x.delta for x in steady])
             growth = _growth(steady, self.span)
             if growth is not None and growth > GROWING * self.span:
-                return self._fluid(r, stop, steady, growth, start)
+                # A queue that comes and goes with the operations' latencies (a span not much
+                # longer than they are) can rise three times in a row by chance: saturated once it
+                # is past every wait and queue of the repetitions before these (the first half of
+                # them, at most)
+                earlier = min(len(reps) - STEADY, len(reps) // 2)
+                if earlier > 0 and _queue(steady[0]) > held[earlier - 1]:
+                    return self._fluid(r, stop, steady, growth, start)
+                continue
             skip = self._skip(r, stop, steady) if growth is not None else 0
             if skip:
                 self._jump(r, skip, steady)
                 r += skip
                 reps.clear()
+                held.clear()
         self._sample_until(stop)
         end = self.model.metrics(stop)
         self._observe(stop, end)
@@ -341,7 +356,10 @@ class TraceSim:
         operation arriving s seconds after `begin` is served once the queue ahead of it
         has passed: `drain(s)`.  The operations' mean wait grows by the share of that the
         last repetitions measured, and once the buffered data queued reaches the client's
-        dirty limit (writers then wait too), by the share of operations the client sends."""
+        dirty limit (writers then wait too), by the share of operations the client sends;
+        the longest wait grows by all of it while that share is not 0 (nothing waits for
+        write-back alone until the limit), and the share is then at least one operation a
+        repetition's (that longest one), so that the waits' total is never below it."""
         begin, span = self._boundary(r), self.span
         last = reps[-1]
         delta = _mean([x.delta for x in reps])
@@ -370,6 +388,8 @@ class TraceSim:
         waits = [x.waited / max(x.ops, 1) for x in reps]
         wait0, grew = waits[-1], waits[-1] - waits[-2]
         share = min(1.0, max(0.0, grew / growth))
+        if share:  # the longest wait, which grows with the queue, is one of a repetition's operations
+            share = max(share, 1.0 / max(ops, 1.0))
         # The client's dirty data grows with the queue: when it reaches its limit (s after begin).
         limit = self.model.params.client_dirty_limit
         filling = _mean([b.dirty - a.dirty for a, b in pairwise(reps)]) / ((demand - rate) * span)
@@ -397,8 +417,11 @@ class TraceSim:
                 return wait0 + share * (drain(s) - d0)
             return wait0 + share * (d_full - d0) + share_full * (drain(s) - d_full)
 
-        def worst(t: float) -> float:  # the longest: the queue's
-            return last.max_wait + drain(t - begin) - d0
+        def worst(t: float) -> float:  # the longest: the queue's, where operations wait for it
+            s = t - begin
+            if s <= full:
+                return last.max_wait + (drain(s) - d0 if share else 0.0)
+            return last.max_wait + (d_full - d0 if share else 0.0) + (drain(s) - d_full if share_full else 0.0)
 
         self._extrapolate(begin, stop, balance, permitted, work, ops, wait, worst)
         if self.cliff is None and begin + zero < stop:

@@ -332,6 +332,53 @@ def test_elastic_throughput_has_no_cliff():
     assert [s.simulated for s in res.spans] == [True, False]
 
 
+def _read_twice(gaps: list[float]) -> list[Call]:
+    """A file looked up, opened, read and closed, twice: a trace of a few milliseconds, hardly
+    longer than its operations' latencies, asking a thousandth of what is permitted."""
+    once = [Call(0, "open", file=100), Call(0, "read", file=100, size=4096),
+            Call(0, "flush", file=100, writable=False), Call(0, "release", file=100)]
+    look = Call(0, "lookup", file=ROOT, directory=ROOT, name="f")
+    kinds = [Call(0, "getattr", file=ROOT, is_dir=True), look, *once, look, look, *once]
+    t, calls = 1000.0, []
+    for c, gap in zip(kinds, gaps, strict=True):
+        t += gap
+        calls.append(c._replace(t=t))
+    return calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.00005, 0.0015), min_size=12, max_size=12))
+@example([0.000587, 0.001428, 0.00034, 0.000481, 0.000656, 0.000394, 0.000487, 0.001269, 0.00076, 0.000171,
+          0.001278, 0.00038])  # was taken as saturated: 2.1µs waited in all, 17 min at most
+def test_latencies_are_not_a_growing_queue(gaps):
+    """Repeated back to back for a day, a tiny trace's operations end past its span by
+    their latencies, more in one repetition than the one before by chance: not a queue.
+    Whatever is extrapolated, the waits' total is never below the longest of them."""
+    calls = _read_twice(gaps)
+    span = calls[-1].t - calls[0].t
+    model = Model(load_params("efs-bursting", []), calls[0].t)
+    res = TraceSim(model, lambda: calls, origin=calls[0].t, first=calls[0].t, span=span, every=180).run(86400)
+    assert not res.saturated
+    assert res.waited >= res.max_wait
+    assert res.max_wait < 0.1  # as every repetition simulated op by op finds: a few milliseconds
+
+
+def test_write_back_nobody_waits_for_grows_no_wait():
+    """Buffered writes at more than the burst rate, never flushed: the write-back queue grows
+    without end (saturated) but no operation waits for it until the client's dirty limit,
+    as every operation simulated says; once it is reached the writers do."""
+    calls = [Call(1000.0 + i * 0.01, "write", file=100, size=32 * 1024) for i in range(100)]
+    settings = ["burst_mibps=2", "burst_mibps_per_tib=0", "burst_credit_balance=600 MiB"]
+    res = _simulated(settings, calls, 60)
+    full = _every_operation(settings, calls, 60)
+    assert res.saturated and not res.spans[-1].simulated
+    assert res.waited == res.max_wait == full["waited"] == full["longest"] == 0
+    res = _simulated(settings, calls, 400)  # the limit (256 MiB) reached after some 210 repetitions
+    full = _every_operation(settings, calls, 400)
+    assert res.waited == pytest.approx(full["waited"], rel=0.1)
+    assert full["longest"] <= res.max_wait <= res.waited
+
+
 # ---- the rebuilding's guesses ------------------------------------------------------------
 
 def _record(op: str, inode: int, path: str, path2: str | None = None, fh: int = 0, errno: int = 0,

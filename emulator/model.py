@@ -107,6 +107,7 @@ class Model:
         self._sets: list[tuple[float, int, dict]] = []  # scheduled `set` events: a heap by time, then order
         self._scheduled = itertools.count()  # the order of events scheduled for one instant
         self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), apart, in time order
+        self._stall_events: dict[int, tuple[float, float]] = {}  # each scheduled stall, by its number
         self.refused_events: list[str] = []  # scheduled sets that were inconsistent at their instant
         self.clients = 1  # clients of the file system (ClientConnections); emulator/shared.py sets it
         self._usage: dict[tuple[int, int], list] | None = None  # when shared: what went through the shared gates
@@ -174,18 +175,38 @@ class Model:
             return True
         return pool is not None and pool.busy(key, now)
 
-    def schedule(self, event: Event, origin: float) -> None:
+    def schedule(self, event: Event, origin: float) -> int:
         """Have `event` happen at origin + event.at of the model's time (emulator/events.py).
         A `set` takes effect at that instant, as `set` would; a `stall` delays every
         request the server would serve in it to its end, and every one in service at its
-        start by its length (a hard mount's calls resume when the server answers again)."""
+        start by its length (a hard mount's calls resume when the server answers again).
+        Returns its number, for unschedule."""
         at = origin + event.at
+        number = next(self._scheduled)
         if event.stall:
+            self._stall_events[number] = (at, at + event.stall)
             self._stalls = _joined([*self._stalls, (at, at + event.stall)])
         else:
             replace_keys(self.params, event.set, "set ")  # refused now, not at its instant
-            heapq.heappush(self._sets, (at, next(self._scheduled), dict(event.set)))
+            heapq.heappush(self._sets, (at, number, dict(event.set)))
         self._advance(self._now)
+        return number
+
+    def unschedule(self, number: int, now: float) -> bool:
+        """Call off the event `schedule` numbered so: a `set` not yet applied, or a stall
+        not yet over (one in force stops holding what arrives from `now` on; what it
+        delayed already keeps the completion it was given).  False if it had happened."""
+        self._advance(now)
+        kept = [s for s in self._sets if s[1] != number]
+        if len(kept) < len(self._sets):
+            heapq.heapify(kept)
+            self._sets = kept
+            return True
+        stall = self._stall_events.pop(number, None)
+        if stall is None or stall[1] <= self._now:
+            return False
+        self._stalls = _joined([s for s in self._stall_events.values() if s[1] > self._now])
+        return True
 
     def _stalled(self, now: float, done: float, gate: Gate) -> tuple[float, Gate]:
         """A completion moved by the stalls it meets: one admitted inside a stall is served

@@ -8,6 +8,7 @@ import time
 
 from .client import ask
 from .errors import UserError
+from .faults.rules import EVENT_ID
 from .texttable import table
 
 # option → the rule's key, in the order `add --help` lists them
@@ -55,8 +56,10 @@ def add_parser(sub) -> None:
     e.add_argument("--short", metavar="BYTES", help="reads and writes carry at most BYTES")
     ls = actions.add_parser("list", help="the rules in force, how often each matched and fired; model events")
     ls.add_argument("--json", action="store_true")
-    c = actions.add_parser("clear", help="remove rules (all, or those named); stalled operations go on")
+    c = actions.add_parser("clear", help="remove rules (all, or those named); stalled operations go on. "
+                                         "Events not yet happened: named (e1, e2, ...), or all with --events")
     c.add_argument("ids", nargs="*", metavar="ID")
+    c.add_argument("--events", action="store_true", help="call off every model event not yet happened")
     ev = actions.add_parser("event", help="schedule a model event on an emulated mount")
     ev.add_argument("--at", required=True, metavar="DURATION", help="this long from now")
     what = ev.add_mutually_exclusive_group(required=True)
@@ -75,8 +78,14 @@ def run(args: argparse.Namespace) -> int:
         answer = ask(mnt, cmd="fault_list")
         print(json.dumps(answer, indent=2) if args.json else render(answer))
     elif args.fault_command == "clear":
-        removed = ask(mnt, cmd="fault_clear", **({"ids": args.ids} if args.ids else {}))["removed"]
-        print(f"removed {', '.join(removed)}" if removed else "no rules were in force")
+        events = [i for i in args.ids if EVENT_ID.fullmatch(i)]
+        rules = [i for i in args.ids if not EVENT_ID.fullmatch(i)]
+        if events or args.events:
+            off = ask(mnt, cmd="event_clear", **({} if args.events else {"ids": events}))["removed"]
+            print(f"called off {', '.join(off)}" if off else "no event was still to happen")
+        if rules or not (events or args.events):
+            removed = ask(mnt, cmd="fault_clear", **({"ids": rules} if rules else {}))["removed"]
+            print(f"removed {', '.join(removed)}" if removed else "no rules were in force")
     else:
         event: dict = {"at": args.at}
         if args.stall:
@@ -84,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             event["set"] = dict(_assignment(item) for item in args.set)
         added = ask(mnt, cmd="event_add", event=event)["event"]
-        print(json.dumps(added) if args.json else f"scheduled: {_event_line(added, time.time())}")
+        print(json.dumps(added) if args.json else f"scheduled {added['id']}: {_event_line(added, time.time())}")
     return 0
 
 
@@ -124,7 +133,10 @@ def _event_line(ev: dict, now: float) -> str:
         "set " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev["set"].items())
     at, end = ev["wall_time"], ev["wall_time"] + ev.get("stall", 0)
     clock = time.strftime("%H:%M:%S", time.localtime(at))
-    if now < at:
+    off = ev.get("called_off")
+    if off is not None and off < end:
+        state = f"called off {_span(now - off)} ago" + (f", {_span(off - at)} into it" if off > at else "")
+    elif now < at:
         state = f"due in {_span(at - now)}"
     elif now < end:
         state = f"in force, {_span(end - now)} left"
@@ -161,7 +173,8 @@ def render(answer: dict) -> str:
     if left:
         lines.append("left by the rules: " + "; ".join(left))
     now = time.time()
-    for i, ev in enumerate(answer.get("events", []), 1):
-        lines.append(f"event {i}: {_event_line(ev, now)}" if "refused" not in ev else f"event refused: {ev['refused']}")
+    for ev in answer.get("events", []):
+        lines.append(f"event {ev['id']}: {_event_line(ev, now)}" if "refused" not in ev else
+                     f"event refused: {ev['refused']}")
     lines.append(f"faults fired since mounting: {answer.get('fired', 0):,}")
     return "\n".join(lines)

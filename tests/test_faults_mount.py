@@ -277,13 +277,20 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
             ["events"]] == [1.5, None]
     later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=0").stdout
-    assert re.fullmatch(r"scheduled: set burst_credit_balance=0 at \d\d:\d\d:\d\d \(due in (4m 5\ds|5m 0s)\)\n",
+    assert re.fullmatch(r"scheduled e3: set burst_credit_balance=0 at \d\d:\d\d:\d\d \(due in (4m 5\ds|5m 0s)\)\n",
                         later), later
     listed_text = fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
     events = [line for line in listed_text if line.startswith("event ")]
-    assert events[0].startswith("event 1: stall 1.5s at ") and "ended" in events[0], events
-    assert events[1].startswith("event 2: set burst_credit_balance=0 at ") and "happened" in events[1], events
+    assert events[0].startswith("event e1: stall 1.5s at ") and "ended" in events[0], events
+    assert events[1].startswith("event e2: set burst_credit_balance=0 at ") and "happened" in events[1], events
     assert "due in" in events[2], events
+    # called off before it happens; those that happened cannot be; a rule may not take an event's id
+    assert fusetrace("fault", str(m.mountpoint), "clear", "e3").stdout == "called off e3\n"
+    assert fusetrace("fault", str(m.mountpoint), "clear", "--events").stdout == "no event was still to happen\n"
+    assert "called off" in fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()[-2]
+    one_line_error(fusetrace("fault", str(m.mountpoint), "clear", "e9", check=False), "no event 'e9'")
+    one_line_error(fusetrace("fault", str(m.mountpoint), "add", "--id", "e4", "--errno", "EIO", check=False),
+                   "id 'e4'", "events")
     done = fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "burst_credit_balanse=0",
                      check=False)
     one_line_error(done, "burst_credit_balanse: unknown parameter")

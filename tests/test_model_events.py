@@ -76,6 +76,38 @@ def test_overlapping_stalls_join_rather_than_add_up():
     assert done.gate is Gate.STALL and 6.0 <= done.done_at < 6.1
 
 
+@settings(max_examples=40, deadline=None)
+@given(stalls=st.lists(st.tuples(st.floats(1.0, 50.0), st.floats(0.1, 20.0)), min_size=1, max_size=5),
+       off=st.data(), arrivals=st.lists(st.floats(0.0, 80.0), min_size=1, max_size=30))
+def test_an_event_called_off_before_it_happens_leaves_the_others_as_if_alone(stalls, off, arrivals):
+    """Calling off scheduled stalls and sets leaves the model as if only the others had been
+    scheduled (the same seed, the same completions); one that has happened cannot be."""
+    cancelled = set(off.draw(st.sets(st.sampled_from(range(len(stalls))))))
+    model, alone = model_of("efs-bursting", "seed=5"), model_of("efs-bursting", "seed=5")
+    numbers = [model.schedule(Event(b, stall=n), 0.0) for b, n in stalls]
+    for i, (b, n) in enumerate(stalls):
+        if i not in cancelled:
+            alone.schedule(Event(b, stall=n), 0.0)
+    credits = model.schedule(Event(60.0, set={"burst_credit_balance": 0}), 0.0)
+    assert all(model.unschedule(numbers[i], 0.5) for i in cancelled)
+    assert model.unschedule(credits, 0.5)
+    for now in sorted(a for a in arrivals if a >= 0.5):
+        a, b = model.admit(read(), now), alone.admit(read(), now)
+        assert (a.done_at, a.gate) == (b.done_at, b.gate)
+    assert model.metrics(80.0)["BurstCreditBalance"] > 1e9  # the set never happened
+    assert not model.unschedule(credits, 81.0)
+
+
+def test_a_stall_called_off_while_in_force_holds_nothing_after():
+    model = model_of("efs-bursting", "seed=6")
+    number = model.schedule(Event(1.0, stall=10.0), 0.0)
+    held = model.admit(read(), 2.0)
+    assert held.gate is Gate.STALL and held.done_at >= 11.0
+    assert model.unschedule(number, 3.0)
+    assert model.admit(read(), 3.5).gate is not Gate.STALL
+    assert not model.unschedule(number, 4.0)  # gone
+
+
 def test_keys_set_at_one_instant_are_checked_together_when_scheduled():
     """Two keys only consistent together go in at once; one inconsistent event is refused
     when scheduled, not at its instant inside some request's admission; events at one instant

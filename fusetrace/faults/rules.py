@@ -36,6 +36,7 @@ EFFECTS = ("errno", "stall", "stale", "write_error", "full", "short")
 _KEYS = {"id", "op", "path", "pid", "comm", "probability", "seed", "count", "every", "after", "until",
          *EFFECTS, "soft", "timeo", "retrans"}
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+EVENT_ID = re.compile(r"e\d+")  # the model's events' ids (e1, e2, ...), not the rules' (r1, r2, ... or the user's)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
     rid = str(raw.get("id", default_id))
     if not _ID.fullmatch(rid):
         raise UserError(f"{where}: id {rid!r}: letters, digits, '_', '.' and '-' only, at most 64")
+    if EVENT_ID.fullmatch(rid):
+        raise UserError(f"{where}: id {rid!r}: e and a number name the model's events; give the rule another")
     ops, kinds, names = _ops(raw.get("op"), where)
     if effect == "full" and not names:
         ops, names = frozenset({"write", *CREATES}), ("write", *sorted(CREATES))

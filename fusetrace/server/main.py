@@ -445,9 +445,20 @@ class _Status:
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
+    def event_clear(self, request) -> dict:
+        ids = request.get("ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise ControlError("fault clear: ids must be a list of event ids")
+        if self.emulation is None:
+            raise ControlError("this mount does not emulate: it has no events")
+        try:
+            return {"removed": self.emulation.cancel_events(ids)}
+        except UserError as exc:
+            raise ControlError(f"fault clear: {exc}") from None
+
     def handlers(self) -> dict:
         return {"stats": self.stats, "set": self.set, "fault_add": self.fault_add, "fault_list": self.fault_list,
-                "fault_clear": self.fault_clear, "event_add": self.event_add}
+                "fault_clear": self.fault_clear, "event_add": self.event_add, "event_clear": self.event_clear}
 
 
 async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:

@@ -106,6 +106,7 @@ class Emulation:
         self._calibrated = trio.Event()
         self.measured = False  # whether a walk of the source has given its size yet
         self._events: list[dict] = []  # scheduled on the model's timeline, for `fault list`
+        self._numbers: dict[str, int] = {}  # an event's id: its number in the model (cancel_events)
         self._counters: Callable[[], dict] = _no_faults  # more counters for Prometheus (the server's)
         self.sharing: Sharing | None = None  # --shared: the file system's state shared with other mounts
 
@@ -256,12 +257,28 @@ class Emulation:
         timeline; a mistake is one line naming `where`."""
         try:
             event = parse_event(raw, where)
-            self.model.schedule(event, _now())
+            number = self.model.schedule(event, _now())
         except (ValueError, ProfileError) as exc:
             raise UserError(f"{where}: {exc}" if isinstance(exc, ProfileError) else str(exc)) from None
-        described = {**event.describe(), "wall_time": time.time() + event.at}
+        described = {"id": f"e{len(self._events) + 1}", **event.describe(), "wall_time": time.time() + event.at}
         self._events.append(described)
+        self._numbers[described["id"]] = number
         return described
+
+    def cancel_events(self, ids: list[str] | None) -> list[str]:
+        """Call off the events named (all when None) that have not happened yet (a stall
+        in force: from now on); the ids called off.  An unknown id is one line."""
+        known = {e["id"] for e in self._events}
+        unknown = [i for i in ids or [] if i not in known]
+        if unknown:
+            raise UserError(f"no event {unknown[0]!r} (events: {', '.join(sorted(known)) or 'none'})")
+        off = []
+        for e in self._events:
+            if (ids is None or e["id"] in ids) and not e.get("called_off") \
+                    and self.model.unschedule(self._numbers[e["id"]], _now()):
+                e["called_off"] = time.time()
+                off.append(e["id"])
+        return off
 
     def events(self) -> list[dict]:
         """The events scheduled since mounting, each with the wall time it happens at; then

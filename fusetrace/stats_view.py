@@ -68,8 +68,10 @@ def render(stats: dict) -> str:
     lines.append(f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
                  f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
                  f"{stats['open_files']:,}")
-    if stats.get("renewed"):
-        lines.append(f"files resized beside the mount, their kernel inodes renewed at open: {stats['renewed']:,}")
+    if stats.get("resized_beside"):
+        lines.append(f"warning: opens of files resized beside the mount, whose size the kernel keeps as it was "
+                     f"(write-back cache; --no-writeback-cache if the source changes beside it): "
+                     f"{stats['resized_beside']:,}")
     lines.append(_inline_line(stats["inline"]))
     if "fuse_reads" in stats:  # servers from before it had none
         lines.append(_reads_line(stats["fuse_reads"]))

@@ -106,7 +106,8 @@ class Operations(pyfuse3.Operations):
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
-        self.renewed = 0  # kernel inodes renewed for files resized beside the mount (_resized_beside)
+        self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
+        self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
         # the server acts as root) and checks who may set them, where there are any.
@@ -353,7 +354,7 @@ class Operations(pyfuse3.Operations):
         handled and where calls run."""
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
-                "serving": self.serving, "inline": self.inline.describe(), "renewed": self.renewed}
+                "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
@@ -391,10 +392,10 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(E.EBADF)
         return h
 
-    def _entry(self, st: os.stat_result, node_id: int, generation: int = 0) -> pyfuse3.EntryAttributes:
+    def _entry(self, st: os.stat_result, node_id: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node_id
-        a.generation = generation
+        a.generation = 0
         a.entry_timeout = self.entry_timeout
         a.attr_timeout = self.dir_attr_timeout if stat.S_ISDIR(st.st_mode) else self.attr_timeout
         a.st_mode = st.st_mode
@@ -414,7 +415,7 @@ class Operations(pyfuse3.Operations):
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
         inode = self.inodes.remember(st, fd, _join(parent.path, name))
-        return self._entry(st, inode.id, inode.generation)
+        return self._entry(st, inode.id)
 
     # ---- names --------------------------------------------------------------------
 
@@ -445,7 +446,7 @@ class Operations(pyfuse3.Operations):
         node.seen = version(st)
         if not self._kernel_keeps_size(node):
             node.size = st.st_size
-        return self._entry(st, node.id, node.generation)
+        return self._entry(st, node.id)
 
     def _kernel_keeps_size(self, node: Inode) -> bool:
         """With the write-back cache the kernel takes a regular file's size from the
@@ -483,7 +484,7 @@ class Operations(pyfuse3.Operations):
         node.seen = version(st)
         if fields.update_size or not self._kernel_keeps_size(node):
             node.size = st.st_size
-        return self._entry(st, node.id, node.generation)
+        return self._entry(st, node.id)
 
     async def readlink(self, inode, ctx):
         node = self._inode(inode)
@@ -565,42 +566,9 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        if self.enable_writeback_cache and self._resized_beside(node, flags):
-            raise FUSEError(E.ESTALE)
         return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
                                 _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
                                 reply=functools.partial(self._open_reply, node, flags, ctx))
-
-    def _resized_beside(self, node: Inode, flags: int) -> bool:
-        """Whether to renew the kernel's inode of a file before this open: with the
-        write-back cache the kernel keeps a regular file's size as its own while it
-        holds the inode, so a file resized beside the mount (in the source, or through
-        another mount of it) would be read at the old size, padded with zeros, and
-        written and appended to at the old end, over the source's data.  NFS sees the
-        new size at open (close-to-open).  So where no handle of the file is open (the
-        kernel then holds none of its data unwritten), the file's entries get a new
-        generation and the open fails ESTALE, unseen by the caller: the kernel opens the
-        path again with LOOKUP_REVAL, which looks the name up, finds the generation
-        changed, retires its inode (fs/fuse: fuse_stale_inode) and makes a new one with
-        the source's attributes.  The retried open then goes on, once, unchecked."""
-        if node.renewing:
-            node.renewing = False
-            return False
-        if node.pins or node.fd < 0 or not stat.S_ISREG(node.mode) or flags & os.O_TRUNC:
-            return False
-        try:
-            st = os.stat(node.fd)
-        except OSError:
-            return False
-        if st.st_size == node.size:
-            return False
-        log.info("%s: resized beside the mount (%d bytes, the kernel holds %d): its inode is renewed",
-                 node.path, st.st_size, node.size)
-        node.generation += 1
-        node.renewing = True
-        node.kernel_mtime, node.handovers = st.st_mtime_ns, 0  # the new inode's, and it owes none
-        self.renewed += 1
-        return True
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -627,6 +595,8 @@ class Operations(pyfuse3.Operations):
         changed, node.seen = now != node.seen, now
         if flags & os.O_TRUNC or not self._kernel_keeps_size(node):  # (the kernel truncates its own)
             node.size = st.st_size
+        elif st.st_size != node.size and not node.pins:  # (with a handle open, unwritten data may differ)
+            self._resized_beside(node, st.st_size)
         if changed:
             try:
                 pyfuse3.invalidate_inode(node.id, attr_only=True)
@@ -634,6 +604,21 @@ class Operations(pyfuse3.Operations):
                 log.warning("cannot invalidate the attributes of inode %d: %s", node.id, exc)
         self._opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
+
+    def _resized_beside(self, node: Inode, size: int) -> None:
+        """An open found a file resized beside the mount (in the source, or through another
+        mount of it) while the kernel holds its inode: with the write-back cache the kernel
+        keeps the size it holds (fs/fuse: fuse_get_cache_mask), so reads stop at it or are
+        padded with zeros, and writes and appends land at its end, the padding with them.
+        NFS would see the new size at open.  No server can make the kernel take it without
+        retiring the inode under whoever else holds it (an O_PATH descriptor, a bind mount,
+        an open in flight: they would get EIO), so it is counted, and said once a file."""
+        self.resized_beside += 1
+        if node.key not in self._said_resized:
+            self._said_resized.add(node.key)
+            log.warning("%s: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
+                        "the kernel keeps its own size; mount with --no-writeback-cache if the source changes beside "
+                        "the mount", node.path, size, node.size)
 
     def _opened(self, h: Handle) -> None:
         """Register an open file; its inode's descriptor stays open while it is."""
@@ -657,8 +642,7 @@ class Operations(pyfuse3.Operations):
             os.close(fd)
             raise
         self._opened(Handle(fd, inode, flags, ctx))
-        return (pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)),
-                self._entry(st, inode.id, inode.generation))
+        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
     async def read(self, fh, off, size):
         """A read on a handle the caller opened write-only is the write-back cache's
@@ -750,8 +734,7 @@ class Operations(pyfuse3.Operations):
                 node_id = known.id if known is not None else st.st_ino
             else:
                 node_id = self.inodes.identify(st, fd)
-            entry = self._entry(st, node_id, self.inodes.generation(node_id))
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), entry, index + 1):
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(st, node_id), index + 1):
                 for *_, unsent in entries[i:]:
                     if unsent is not None:
                         os.close(unsent)

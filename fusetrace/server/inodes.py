@@ -45,8 +45,8 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("fd", "generation", "handle", "handovers", "id", "kernel_mtime", "key", "mode", "nlookup", "path",
-                 "pins", "renewing", "retired", "seen", "size")
+    __slots__ = ("fd", "handle", "handovers", "id", "kernel_mtime", "key", "mode", "nlookup", "path", "pins",
+                 "retired", "seen", "size")
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -70,11 +70,6 @@ class Inode:
         # extends the file itself on a write's reply).  A write past it is one the kernel
         # treats as extending the file (handlers.py, write).
         self.size = st.st_size
-        # Renewing the kernel's inode of a file resized beside the mount, with FUSE's
-        # write-back cache (handlers.py, _resized_beside): the generation every entry
-        # of it carries, raised to renew it, and whether a renewal awaits its retried open.
-        self.generation = 0
-        self.renewing = False
 
     @property
     def is_symlink(self) -> bool:
@@ -121,11 +116,6 @@ class InodeTable:
     def by_key(self, key) -> Inode | None:
         return self._by_key.get(key)
 
-    def generation(self, node_id: int) -> int:
-        """The generation entries of `node_id` carry (Inode.generation; 0 for one not known)."""
-        inode = self._by_id.get(node_id)
-        return 0 if inode is None else inode.generation
-
     def identify(self, st: os.stat_result, fd: int) -> int:
         """The node id of the object `fd` holds (with stat `st`): a known inode's, or
         the one a new inode would get."""
@@ -156,8 +146,8 @@ class InodeTable:
             inode.path = path
             inode.seen = version(st)
             # with the write-back cache, an inode the kernel holds keeps its own size; it
-            # takes this one only for a new inode (none held, or one being renewed)
-            if not (self.kernel_keeps_size and inode.nlookup > 0 and stat.S_ISREG(st.st_mode)) or inode.renewing:
+            # takes this one only for a new inode
+            if not (self.kernel_keeps_size and inode.nlookup > 0 and stat.S_ISREG(st.st_mode)):
                 inode.size = st.st_size
         if inode.fd < 0:
             self._attach(inode, fd)

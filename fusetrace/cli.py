@@ -165,8 +165,9 @@ def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
                 out += ["-o", ",".join(fuse)]
         else:
             out.append(item)
-    for option, item in from_o.items():
-        if out.count(option) > 1:  # given as -o and on its own (or twice as -o): which one was meant?
+    given = [a.split("=", 1)[0] for a in out if a.startswith("--") and len(a) > 2]
+    for option, item in from_o.items():  # given as -o and on its own (or twice as -o): which one was meant?
+        if sum(1 for g in given if option.startswith(g)) > 1:  # --opt, --opt=value and argparse's --op
             raise _BadValue(f"-o {item}: {option} is given another way too; give it once")
     return out
 

@@ -132,6 +132,8 @@ def test_mount_option_values(tmp_path):
                    "-o emulate=efs-2016", "--emulate", "give it once", code=2)
     one_line_error(fusetrace("mount", src, mnt, "-o", "trace=a,trace=b", check=False), "--trace", "give it once",
                    code=2)
+    for other in (["--emulate=efs-2018"], ["--emul", "efs-2018"]):  # argparse's other spellings of it
+        one_line_error(fusetrace(src, mnt, "-o", "emulate=efs-2016", *other, check=False), "give it once", code=2)
     assert not is_mounted(tmp_path / "mnt")
 
 
@@ -157,10 +159,18 @@ def test_a_reader_gone_ends_the_output_quietly(tmp_path, mount):
 def test_umount_of_a_busy_mount_names_what_uses_it(mount):
     m = mount()
     fd = os.open(m.mountpoint / "held", os.O_CREAT | os.O_WRONLY, 0o644)
+    # another user's process may name itself with a terminal's escape sequences: not printed as such
+    named = subprocess.Popen([sys.executable, "-c", "import ctypes, sys, time; ctypes.CDLL(None).prctl(15, "
+                              "b'\\x1b[2Jevil', 0, 0, 0); f = open(sys.argv[1]); print(flush=True); time.sleep(60)",
+                              str(m.mountpoint / "held")], stdout=subprocess.PIPE)
     try:
+        assert named.stdout is not None and named.stdout.readline() == b"\n"
         done = fusetrace("umount", str(m.mountpoint), check=False)
-        line = one_line_error(done, "cannot unmount", "busy", f"(pid {os.getpid()})", "fusermount3 -uz")
-        assert "fault" in line and is_mounted(m.mountpoint)
+        line = one_line_error(done, "cannot unmount", "busy", f"(pid {os.getpid()})", "fusermount3 -uz",
+                              f"?[2Jevil (pid {named.pid})")
+        assert "fault" in line and "\x1b" not in line and is_mounted(m.mountpoint)
     finally:
         os.close(fd)
+        named.kill()
+        named.wait()
     fusetrace("umount", str(m.mountpoint))

@@ -240,8 +240,9 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
             fds = os.listdir(f"/proc/{pid}/fd")
             links = [os.readlink(f"/proc/{pid}/{what}") for what in ("cwd", "root", *(f"fd/{fd}" for fd in fds))]
             if any(link == mountpoint or link.startswith(inside) for link in links):
-                with open(f"/proc/{pid}/comm") as f:
-                    found.append(f"{f.read().strip()} (pid {pid})")
+                with open(f"/proc/{pid}/comm", errors="replace") as f:  # any user names their own processes:
+                    name = "".join(c if c.isprintable() else "?" for c in f.read().strip())  # no escapes
+                found.append(f"{name} (pid {pid})")
         except OSError:  # gone meanwhile, or not ours to read
             continue
         if len(found) == most:

@@ -561,8 +561,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, where a broken pipe would print a traceback
         return code
     except BrokenPipeError:
+        if not _reader_gone(sys.stdout.fileno()):
+            raise  # another pipe's: not the reader of the output that went away
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush goes nowhere
         return 128 + signal.SIGPIPE
+
+
+def _reader_gone(fd: int) -> bool:
+    """Whether `fd` is a pipe's end whose reader has gone (poll says POLLERR)."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def _command(argv: list[str] | None) -> int:

@@ -174,3 +174,17 @@ def test_umount_of_a_busy_mount_names_what_uses_it(mount):
         named.kill()
         named.wait()
     fusetrace("umount", str(m.mountpoint))
+
+
+def test_only_the_outputs_own_broken_pipe_is_taken_for_a_reader_gone(tmp_path):
+    from fusetrace.cli import _reader_gone
+
+    read, write = os.pipe()
+    try:
+        assert not _reader_gone(write)  # its reader is there: another pipe's EPIPE is a real error
+        os.close(read)
+        assert _reader_gone(write)
+    finally:
+        os.close(write)
+    with open(tmp_path / "out", "w") as f:
+        assert not _reader_gone(f.fileno())

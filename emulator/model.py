@@ -211,7 +211,8 @@ class Model:
     def _stalled(self, now: float, done: float, gate: Gate) -> tuple[float, Gate]:
         """A completion moved by the stalls it meets: one admitted inside a stall is served
         after it; one in service when a stall begins completes that much later."""
-        self._stalls = [s for s in self._stalls if s[1] > now]  # one over before now moves nothing from now on
+        # one over before the model's now moves nothing from then on (`now` here may be later: an ack)
+        self._stalls = [s for s in self._stalls if s[1] > self._now]
         for begin, end in self._stalls:
             if begin <= now < end:
                 done, gate = end + (done - now), Gate.STALL

@@ -171,3 +171,15 @@ def test_a_bad_event_is_one_line_naming_it(raw, says):
     with pytest.raises(ValueError) as caught:
         parse_event(raw, "faults.toml: event 2")
     assert str(caught.value).startswith("faults.toml: event 2: ") and says in str(caught.value)
+
+
+def test_a_write_acknowledged_after_a_stall_leaves_the_stall_for_what_arrives_in_it():
+    """A buffered write that waits past a stall's end for room among the dirty data does not
+    end the stall for a request arriving inside it (found by review: a getattr then went
+    through the stall)."""
+    model = model_of("efs-bursting", "seed=7", "client_dirty_limit=1 MiB")
+    model.schedule(Event(1.0, stall=10.0), 0.0)
+    for _ in range(4):
+        model.admit(Op(OpClass.DATA_WRITE, MiB, file=1, write_mode="buffered"), 2.0)
+    held = model.admit(Op(OpClass.META_READ, 0, file=1), 3.0)
+    assert held.gate is Gate.STALL and held.done_at >= 11.0

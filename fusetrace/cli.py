@@ -88,8 +88,8 @@ def _mount_parser(sub) -> None:
                         "buffered writes gather in the kernel's page cache and reach the mount as "
                         "write-back, as an NFS client's do, not one request per write(2); a write's "
                         "error then shows at fsync or close, as on NFS, and the trace records the "
-                        "write-back. The kernel then keeps file sizes and pages as its own: changes "
-                        "made beside the mount do not show through it (docs/EMULATOR.md)")
+                        "write-back. The kernel then keeps file sizes as its own: a file resized beside "
+                        "the mount keeps the size the kernel holds (docs/EMULATOR.md)")
     p.add_argument("--no-writeback-cache", dest="writeback_cache", action="store_const", const=False,
                    help="with --emulate: one request per write(2), and changes made beside the mount "
                         "show through it as on NFS; small buffered writes then cost a FUSE round trip "
@@ -311,8 +311,8 @@ def _umount(args) -> int:
         if not hint and "busy" in reason:
             inside = mounts.users(mnt)
             hint = (f"; in use by {', '.join(inside)}" if inside else "; in use") + \
-                (f" (operations a stall rule holds are let go by fusetrace fault {mnt} clear)" if pid else "") + \
-                f"; or detach it now with fusermount3 -uz {mnt}"
+                (f" (a process waiting on an operation a stall rule holds is let go by fusetrace fault {mnt} "
+                 f"clear)" if pid else "") + f"; or detach it now with fusermount3 -uz {mnt}"
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     if pid:
         _wait_server(mnt, pid, state.get("trace"))
@@ -558,10 +558,11 @@ def main(argv: list[str] | None = None) -> int:
     head`) ends it quietly, with the status of a command killed by SIGPIPE."""
     try:
         code = _command(argv)
-        sys.stdout.flush()  # here, not at exit, where a broken pipe would print a traceback
+        if sys.stdout is not None:  # (None: started with its standard output closed)
+            sys.stdout.flush()  # here, not at exit, where a broken pipe would print a traceback
         return code
     except BrokenPipeError:
-        if not _reader_gone(sys.stdout.fileno()):
+        if sys.stdout is None or not _reader_gone(sys.stdout.fileno()):
             raise  # another pipe's: not the reader of the output that went away
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush goes nowhere
         return 128 + signal.SIGPIPE

@@ -188,3 +188,9 @@ def test_only_the_outputs_own_broken_pipe_is_taken_for_a_reader_gone(tmp_path):
         os.close(write)
     with open(tmp_path / "out", "w") as f:
         assert not _reader_gone(f.fileno())
+
+
+def test_a_command_started_with_its_output_closed_says_nothing_wrong():
+    done = subprocess.run(f"{sys.executable} -m fusetrace profiles >&-", shell=True, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

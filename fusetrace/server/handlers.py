@@ -107,6 +107,10 @@ class Operations(pyfuse3.Operations):
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
         self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
+        # truncations through the mount (setattr of a size, an O_TRUNC open) under way, and how
+        # many have ended: an open that overlaps one does not judge the size (_open_reply)
+        self._sizing = 0
+        self._size_epoch = 0
         self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
@@ -477,13 +481,20 @@ class Operations(pyfuse3.Operations):
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
-        st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
-                              change.hand_over if kernel else change.apply, node)
-        if change.mtime is not None:
-            node.kernel_mtime = change.mtime
-        node.seen = version(st)
-        if fields.update_size or not self._kernel_keeps_size(node):
-            node.size = st.st_size
+        sizing = fields.update_size and self.enable_writeback_cache
+        self._sizing += sizing
+        try:
+            st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
+                                  change.hand_over if kernel else change.apply, node)
+            if change.mtime is not None:
+                node.kernel_mtime = change.mtime
+            node.seen = version(st)
+            if fields.update_size or not self._kernel_keeps_size(node):
+                node.size = st.st_size
+        finally:
+            if sizing:
+                self._sizing -= 1
+                self._size_epoch += 1
         return self._entry(st, node.id)
 
     async def readlink(self, inode, ctx):
@@ -566,9 +577,16 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
-                                _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
-                                reply=functools.partial(self._open_reply, node, flags, ctx))
+        sizing, epoch = bool(flags & os.O_TRUNC) and self.enable_writeback_cache, self._size_epoch
+        self._sizing += sizing
+        try:
+            return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
+                                    _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
+                                    reply=functools.partial(self._open_reply, node, flags, ctx, epoch))
+        finally:
+            if sizing:
+                self._sizing -= 1
+                self._size_epoch += 1
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -586,7 +604,8 @@ class Operations(pyfuse3.Operations):
             flags = flags & ~os.O_ACCMODE | os.O_RDWR | _WRONLY_ASKED
         return flags & ~os.O_APPEND
 
-    def _open_reply(self, node: Inode, flags: int, ctx, opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
+    def _open_reply(self, node: Inode, flags: int, ctx, epoch: int,
+                    opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
         fd, st = opened
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
         # last told its attributes (by another client, or below the mount) has its
@@ -595,7 +614,9 @@ class Operations(pyfuse3.Operations):
         changed, node.seen = now != node.seen, now
         if flags & os.O_TRUNC or not self._kernel_keeps_size(node):  # (the kernel truncates its own)
             node.size = st.st_size
-        elif st.st_size != node.size and not node.pins:  # (with a handle open, unwritten data may differ)
+        # (with a handle open, unwritten data may differ; a truncation through the mount under way,
+        # or over since this open began, may have changed the size before node.size follows it)
+        elif st.st_size != node.size and not node.pins and not self._sizing and self._size_epoch == epoch:
             self._resized_beside(node, st.st_size)
         if changed:
             try:
@@ -616,9 +637,11 @@ class Operations(pyfuse3.Operations):
         self.resized_beside += 1
         if node.key not in self._said_resized:
             self._said_resized.add(node.key)
-            log.warning("%s: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
+            log.warning("%r: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
                         "the kernel keeps its own size; mount with --no-writeback-cache if the source changes beside "
-                        "the mount", node.path, size, node.size)
+                        "the mount", node.path, size, node.size)  # (%r: a writer of the source names files)
+            if len(self._said_resized) > 100_000:
+                self._said_resized.clear()
 
     def _opened(self, h: Handle) -> None:
         """Register an open file; its inode's descriptor stays open while it is."""

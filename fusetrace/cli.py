@@ -135,7 +135,7 @@ def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
         argv = ["mount", *argv]
     own = _own_mount_options(mount)
     out: list[str] = []
-    from_o: dict[str, str] = {}  # long option: the -o item it came from
+    from_o: dict[str, tuple[str, str]] = {}  # an option's dest: its long option and the -o item it came from
     items = iter(argv)
     for item in items:
         if item == "--":
@@ -149,13 +149,13 @@ def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
                     if sep:
                         raise _BadValue(f"-o {option}: {name} takes no value")
                     out.append(action.option_strings[-1])
-                    from_o[action.option_strings[-1]] = option
+                    from_o[action.dest] = (action.option_strings[-1], option)
                 elif action is not None:
                     if not value:
                         raise _BadValue(f"-o {option}: give a value, {name}={action.metavar or 'VALUE'}")
                     out += [action.option_strings[-1], value]
                     if not isinstance(action, argparse._AppendAction):
-                        from_o[action.option_strings[-1]] = option
+                        from_o[action.dest] = (action.option_strings[-1], option)
                 elif name in FUSE_MOUNT_OPTIONS:
                     fuse.append(option)
                 elif name not in NOT_FOR_US and not name.startswith("x-") and name != "comment":
@@ -165,11 +165,34 @@ def _mount_argv(argv: list[str], mount: argparse.ArgumentParser) -> list[str]:
                 out += ["-o", ",".join(fuse)]
         else:
             out.append(item)
-    given = [a.split("=", 1)[0] for a in out if a.startswith("--") and len(a) > 2]
-    for option, item in from_o.items():  # given as -o and on its own (or twice as -o): which one was meant?
-        if sum(1 for g in given if option.startswith(g)) > 1:  # --opt, --opt=value and argparse's --op
+    given = _dests_given(out, mount)
+    for dest, (option, item) in from_o.items():  # given as -o and on its own (or twice): which one was meant?
+        if given.count(dest) > 1:
             raise _BadValue(f"-o {item}: {option} is given another way too; give it once")
     return out
+
+
+def _dests_given(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """The dest of each long option in `argv` as argparse reads it: `--opt`, `--opt=value`
+    and an unambiguous abbreviation `--op`; values and what follows `--` are not options."""
+    strings = {s: a for s, a in parser._option_string_actions.items() if s.startswith("--")}
+    dests = []
+    items = iter(argv)
+    for item in items:
+        if item == "--":
+            break
+        if not item.startswith("--") or len(item) == 2:
+            continue
+        name, eq, _ = item.partition("=")
+        action = strings.get(name)
+        if action is None:
+            found = {a for s, a in strings.items() if s.startswith(name)}
+            action = found.pop() if len(found) == 1 else None
+        if action is not None:
+            dests.append(action.dest)
+            if action.nargs != 0 and not eq:
+                next(items, None)  # its value
+    return dests
 
 
 def _is_mount_form(argv: list[str], commands: set[str]) -> bool:

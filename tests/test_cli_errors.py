@@ -7,6 +7,8 @@ import sys
 
 from conftest import fusetrace, is_mounted, one_line_error, poll
 
+from fusetrace import cli
+
 
 def test_missing_source(tmp_path):
     (tmp_path / "mnt").mkdir()
@@ -134,6 +136,11 @@ def test_mount_option_values(tmp_path):
                    code=2)
     for other in (["--emulate=efs-2018"], ["--emul", "efs-2018"]):  # argparse's other spellings of it
         one_line_error(fusetrace(src, mnt, "-o", "emulate=efs-2016", *other, check=False), "give it once", code=2)
+    one_line_error(fusetrace(src, mnt, "-o", "writeback_cache", "--no-writeback-cache", check=False),
+                   "-o writeback_cache", "give it once", code=2)  # one setting, two options
+    # options that only begin alike are not one given twice
+    assert cli._mount_argv([src, mnt, "-o", "debug,debug_fuse"], cli._commands(cli.build_parser())["mount"]) == \
+        ["mount", src, mnt, "--debug", "--debug-fuse"]
     assert not is_mounted(tmp_path / "mnt")
 
 

@@ -183,6 +183,25 @@ def test_umount_of_a_busy_mount_names_what_uses_it(mount):
     fusetrace("umount", str(m.mountpoint))
 
 
+def test_umount_of_a_busy_mount_names_a_process_that_only_maps_a_file_in_it(mount):
+    m = mount()
+    (m.mountpoint / "mapped").write_bytes(b"m" * 4096)
+    # (ctypes: Python's mmap keeps a descriptor of its own)
+    mapper = subprocess.Popen([sys.executable, "-c", "import ctypes, os, sys, time; libc = ctypes.CDLL(None); "
+                               "libc.mmap.restype = ctypes.c_void_p; fd = os.open(sys.argv[1], os.O_RDONLY); "
+                               "assert libc.mmap(None, 4096, 1, 1, fd, ctypes.c_long(0)) not in (None, 2**64 - 1); "
+                               "os.close(fd); print(flush=True); time.sleep(60)", str(m.mountpoint / "mapped")],
+                              stdout=subprocess.PIPE)
+    try:
+        assert mapper.stdout is not None and mapper.stdout.readline() == b"\n"
+        done = fusetrace("umount", str(m.mountpoint), check=False)
+        one_line_error(done, "cannot unmount", "busy", f"(pid {mapper.pid})")
+    finally:
+        mapper.kill()
+        mapper.wait()
+    fusetrace("umount", str(m.mountpoint))
+
+
 def test_only_the_outputs_own_broken_pipe_is_taken_for_a_reader_gone(tmp_path):
     from fusetrace.cli import _reader_gone
 

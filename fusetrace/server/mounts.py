@@ -231,7 +231,7 @@ def check_mountpoint(source: str, mountpoint: str, trace_dir: str | None) -> Non
 
 def users(mountpoint: str, most: int = 5) -> list[str]:
     """What keeps a mount busy: up to `most` processes whose working directory, root,
-    program or an open descriptor lies in it, as 'name (pid N)'.  Read from /proc's links,
+    program, an open descriptor or a mapped file lies in it, as 'name (pid N)'.  Read from /proc's links,
     which the kernel writes out without asking the mount, so a hung server stops nothing
     here.  (A process waiting inside a request holds no descriptor there yet: not found.)"""
     inside = mountpoint.rstrip("/") + "/"
@@ -241,6 +241,8 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
             fds = os.listdir(f"/proc/{pid}/fd")
             links = [os.readlink(f"/proc/{pid}/{what}")
                      for what in ("cwd", "root", "exe", *(f"fd/{fd}" for fd in fds))]
+            with open(f"/proc/{pid}/maps", errors="replace") as f:  # a file mapped, its descriptor closed
+                links += [line.split(maxsplit=5)[-1].rstrip("\n") for line in f if line.count(" ") >= 5]
             if any(link == mountpoint or link.startswith(inside) for link in links):
                 with open(f"/proc/{pid}/comm", errors="replace") as f:  # any user names their own processes:
                     name = "".join(c if c.isprintable() else "?" for c in f.read().strip())  # no escapes

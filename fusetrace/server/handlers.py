@@ -9,6 +9,7 @@ pyfuse3.FUSEError leaves a handler; an OSError from below becomes the same
 errno.
 """
 
+import contextlib
 import errno as E
 import functools
 import logging
@@ -107,10 +108,7 @@ class Operations(pyfuse3.Operations):
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
         self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
-        # truncations through the mount (setattr of a size, an O_TRUNC open) under way, and how
-        # many have ended: an open that overlaps one does not judge the size (_open_reply)
-        self._sizing = 0
-        self._size_epoch = 0
+        self._truncations = _Truncations()  # an open that overlaps one does not judge the size (_open_reply)
         self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
@@ -481,9 +479,7 @@ class Operations(pyfuse3.Operations):
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
-        sizing = fields.update_size and self.enable_writeback_cache
-        self._sizing += sizing
-        try:
+        with self._truncations if fields.update_size and self.enable_writeback_cache else _NO_TRUNCATION:
             st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
                                   change.hand_over if kernel else change.apply, node)
             if change.mtime is not None:
@@ -491,10 +487,6 @@ class Operations(pyfuse3.Operations):
             node.seen = version(st)
             if fields.update_size or not self._kernel_keeps_size(node):
                 node.size = st.st_size
-        finally:
-            if sizing:
-                self._sizing -= 1
-                self._size_epoch += 1
         return self._entry(st, node.id)
 
     async def readlink(self, inode, ctx):
@@ -577,16 +569,11 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        sizing, epoch = bool(flags & os.O_TRUNC) and self.enable_writeback_cache, self._size_epoch
-        self._sizing += sizing
-        try:
+        epoch = self._truncations.ended
+        with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
             return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
                                     _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
                                     reply=functools.partial(self._open_reply, node, flags, ctx, epoch))
-        finally:
-            if sizing:
-                self._sizing -= 1
-                self._size_epoch += 1
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -616,7 +603,7 @@ class Operations(pyfuse3.Operations):
             node.size = st.st_size
         # (with a handle open, unwritten data may differ; a truncation through the mount under way,
         # or over since this open began, may have changed the size before node.size follows it)
-        elif st.st_size != node.size and not node.pins and not self._sizing and self._size_epoch == epoch:
+        elif st.st_size != node.size and not node.pins and self._truncations.none_since(epoch):
             self._resized_beside(node, st.st_size)
         if changed:
             try:
@@ -905,6 +892,33 @@ def _at(node: Inode, name: str | None = None, path2: str | None = None, fh: int 
 
 class _Nobody:
     pid = uid = gid = 0
+
+
+class _Truncations:
+    """Truncations through a mount with the write-back cache (a setattr of a size, an
+    O_TRUNC open), as a context around each: they change the source's size before the
+    size the kernel holds (Inode.size) follows, so an open that overlaps one, or began
+    before one ended, cannot tell a size changed beside the mount from them."""
+
+    __slots__ = ("ended", "under_way")
+
+    def __init__(self) -> None:
+        self.under_way = 0
+        self.ended = 0
+
+    def __enter__(self) -> None:
+        self.under_way += 1
+
+    def __exit__(self, *exc) -> None:
+        self.under_way -= 1
+        self.ended += 1
+
+    def none_since(self, ended: int) -> bool:
+        """No truncation is under way, and none has ended since `ended` was read."""
+        return not self.under_way and self.ended == ended
+
+
+_NO_TRUNCATION = contextlib.nullcontext()
 
 
 _NOBODY = _Nobody()

@@ -185,7 +185,7 @@ class Model:
         number = next(self._scheduled)
         if event.stall:
             self._stall_events[number] = (at, at + event.stall)
-            self._stalls = _joined([*self._stalls, (at, at + event.stall)])
+            self._rejoin_stalls()
         else:
             replace_keys(self.params, event.set, "set ")  # refused now, not at its instant
             heapq.heappush(self._sets, (at, number, dict(event.set)))
@@ -205,8 +205,14 @@ class Model:
         stall = self._stall_events.pop(number, None)
         if stall is None or stall[1] <= self._now:
             return False
-        self._stalls = _joined([s for s in self._stall_events.values() if s[1] > self._now])
+        self._rejoin_stalls()
         return True
+
+    def _rejoin_stalls(self) -> None:
+        """_stalls from the scheduled stalls not over yet (the others forgotten), overlapping
+        ones joined."""
+        self._stall_events = {n: s for n, s in self._stall_events.items() if s[1] > self._now}
+        self._stalls = _joined(list(self._stall_events.values()))
 
     def _stalled(self, now: float, done: float, gate: Gate) -> tuple[float, Gate]:
         """A completion moved by the stalls it meets: one admitted inside a stall is served

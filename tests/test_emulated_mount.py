@@ -147,16 +147,18 @@ def test_what_set_each_operations_time_is_counted_traced_and_reported(mount):
     # the mount's own round-trip probes, before `fusetrace mount` returned, are not traced
     assert len(shaped) == len(df) and shaped.nfs.notna().all()
     assert 0 < json.loads((m.trace / "_metadata.json").read_text())["fuse_round_trip_ns"] < 10**8
-    # held no longer than modelled; in all, the replies took the modelled time (less FUSE's own
-    # round trip, which replies leave early: the precise timer wakes each a little early or late)
+    # held no longer than modelled, but for the host's lateness, which the run reports: a reply
+    # is held to its deadline (the modelled time less FUSE's own round trip, which replies
+    # leave early), and the precise timer may wake it up to 2 % of that late to share a
+    # wake-up with deadlines close by; past that, a late wake-up on a busy host is counted in
+    # host_load's late_ns.  A hold past it would be another modelled time.  (A write's
+    # lateness is left out of late_ns, see shaping/shaper.py, so writes are left out here.)
     meta = json.loads((m.trace / "_metadata.json").read_text())
     modelled = shaped.wait_ns + shaped.latency_ns + shaped.transfer_ns
-    # (a reply may be held past its modelled time by the timer's slack, up to 2 % of it, which
-    # lets deadlines close together share a wake-up, and by a late wake-up on a busy host: not
-    # by another modelled time)
-    late = shaped[shaped.shaped_ns > modelled * 1.02 + 1_000_000]
-    assert late.empty, late[["op", "gate", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"]].to_string()
-    assert shaped.shaped_ns.sum() <= modelled.sum()
+    replies = shaped.op != "write"
+    excess = (shaped.shaped_ns - modelled * 1.02).clip(lower=0).where(replies, 0)
+    assert excess.sum() <= meta["host_load"]["late_ns"], shaped[excess > 0][
+        ["op", "gate", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"]].to_string()
     fuse_ns = meta["host_load"]["compensation_us"] * 1e3
     assert shaped.dur_ns.sum() >= 0.95 * (modelled - fuse_ns).clip(lower=0).sum()
     assert meta["warnings"] == []

@@ -333,7 +333,9 @@ def _umount(args) -> int:
         hint = stopped if pid and children.stopped(pid) else ""
         if not hint and "busy" in reason:
             inside = mounts.users(mnt)
-            hint = (f"; in use by {', '.join(inside)}" if inside else "; in use") + \
+            held = _held(state["control"]) if pid and state.get("control") else []
+            hint = (f"; in use by {', '.join(inside)}" if inside else "" if held else "; in use") + \
+                (f"; waiting in the server: {'; '.join(held)}" if held else "") + \
                 (f" (a process waiting on an operation a stall rule holds is let go by fusetrace fault {mnt} "
                  f"clear)" if pid else "") + f"; or detach it now with fusermount3 -uz {mnt}"
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
@@ -348,6 +350,20 @@ def _umount(args) -> int:
         if loss:
             print(f"fusetrace: warning: {loss}", file=sys.stderr)
     return 0
+
+
+def _held(control: str, most: int = 5) -> list[str]:
+    """The callers the server holds long in a request (Operations.held_long), in words:
+    each keeps the mount busy with no descriptor in it.  [] when the server does not
+    answer within a second (umount goes on without them)."""
+    from .server.control import request
+    from .stats_view import held_words
+
+    try:
+        held = request(control, cmd="held", timeout=1.0).get("held", [])
+    except (OSError, ValueError):
+        return []
+    return [held_words(h) for h in held[:most]]
 
 
 def _wait_server(mnt: str, pid: int, trace: str | None) -> None:

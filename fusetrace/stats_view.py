@@ -4,7 +4,7 @@ the operations, how the host keeps up, and what the run must be warned of."""
 import time
 
 from .hostload import load_words
-from .texttable import table
+from .texttable import printable, table
 
 _BYTES = ("BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
           "DataWriteIOBytes", "MetadataIOBytes", "StorageBytes")
@@ -72,6 +72,9 @@ def render(stats: dict) -> str:
         lines.append(f"warning: opens of files resized beside the mount, whose size the kernel keeps as it was "
                      f"(write-back cache; --no-writeback-cache if the source changes beside it): "
                      f"{stats['resized_beside']:,}")
+    held = stats.get("held_long")
+    if held:
+        lines.append(f"waiting in the server: {'; '.join(held_words(h) for h in held)}")
     lines.append(_inline_line(stats["inline"]))
     if "fuse_reads" in stats:  # servers from before it had none
         lines.append(_reads_line(stats["fuse_reads"]))
@@ -84,6 +87,13 @@ def render(stats: dict) -> str:
         lines.append(f"faults: {faults['fired']:,} fired since mounting; in force: {rules or 'none'} "
                      f"(fusetrace fault MOUNTPOINT list)")
     return "\n".join(lines)
+
+
+def held_words(held: dict) -> str:
+    """One request the server holds long (Operations.held_long) in words: who waits, in
+    what, for how long and on what."""
+    return (f"{printable(held['name'])} (pid {held['pid']}) in {held['op']} of {held['path']!r} for "
+            f"{held['for_s']} s, held by {held['why']}")
 
 
 def _shared_line(shared: dict) -> str:

@@ -1,4 +1,4 @@
-"""Aligned plain-text tables for the terminal."""
+"""Aligned plain-text tables, and text others chose, for the terminal."""
 
 
 def table(head: list[str], rows: list[list[str]], align: str) -> str:
@@ -10,3 +10,9 @@ def table(head: list[str], rows: list[list[str]], align: str) -> str:
                          for c, w, a in zip(cells, widths, align)).rstrip()
 
     return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def printable(name: str) -> str:
+    """A name another user chose (a process's, say) as a terminal may print it: no
+    escape sequence gets through (each non-printable character is '?')."""
+    return "".join(c if c.isprintable() else "?" for c in name)

@@ -1,5 +1,6 @@
 """Bad input gets one clear line, a non-zero exit, and leaves no mount behind."""
 
+import json
 import os
 import signal
 import subprocess
@@ -200,6 +201,45 @@ def test_umount_of_a_busy_mount_names_a_process_that_only_maps_a_file_in_it(moun
         mapper.kill()
         mapper.wait()
     fusetrace("umount", str(m.mountpoint))
+
+
+def _held(m) -> list[dict]:
+    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["held_long"]
+
+
+def test_umount_of_a_busy_mount_names_a_process_waiting_in_a_request_the_server_holds(mount):
+    # a caller held in its open has no descriptor in the mount yet, and its path walk keeps it busy
+    m = mount()
+    (m.source / "f").write_text("data")
+    fusetrace("fault", str(m.mountpoint), "add", "--op", "open", "--path", "/f", "--stall", "1h", "--id", "outage")
+    cat = subprocess.Popen(["cat", str(m.mountpoint / "f")], stdout=subprocess.PIPE, text=True)
+    try:
+        held = poll(lambda: _held(m))
+        assert [(h["pid"], h["name"], h["op"], h["path"]) for h in held] == [(cat.pid, "cat", "open", "/f")]
+        assert "waiting in the server: cat (pid" in fusetrace("stats", str(m.mountpoint)).stdout
+        done = fusetrace("umount", str(m.mountpoint), check=False)
+        one_line_error(done, "cannot unmount", "busy", f"waiting in the server: cat (pid {cat.pid}) in open of '/f'",
+                       "held by fault rule outage (a stall)", "fusetrace fault")
+        assert is_mounted(m.mountpoint)
+    finally:
+        fusetrace("fault", str(m.mountpoint), "clear")
+        assert cat.communicate(timeout=30)[0] == "data"
+    assert _held(m) == []
+    fusetrace("umount", str(m.mountpoint))
+
+
+def test_a_caller_the_emulated_file_system_holds_over_a_second_is_named(mount):
+    m = mount("--emulate", "efs-bursting")
+    # (what a model stall holds keeps the completion it was given, even once called off: a short one)
+    fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--stall", "5s")
+    toucher = subprocess.Popen(["touch", str(m.mountpoint / "new")])
+    try:
+        held = poll(lambda: _held(m))
+        assert [(h["pid"], h["name"], h["why"]) for h in held] == \
+            [(toucher.pid, "touch", "the emulated file system (stall)")]
+    finally:
+        assert toucher.wait(timeout=60) == 0
+    assert _held(m) == []
 
 
 def test_only_the_outputs_own_broken_pipe_is_taken_for_a_reader_gone(tmp_path):

@@ -89,10 +89,11 @@ async def _answer(stream: trio.SocketStream, handlers: dict) -> None:
         await stream.send_all(json.dumps(answer).encode() + b"\n")
 
 
-def request(path: str, **req) -> dict:
-    """Send one request to the server at `path` and return its answer (blocking)."""
+def request(path: str, *, timeout: float = 10.0, **req) -> dict:
+    """Send one request to the server at `path` and return its answer (blocking, each
+    step at most `timeout` seconds)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
+        s.settimeout(timeout)
         s.connect(path)
         s.sendall(json.dumps(req).encode() + b"\n")
         data = b""

@@ -17,7 +17,7 @@ import os
 import resource
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -134,6 +134,7 @@ class Operations(pyfuse3.Operations):
         # requests being handled: read from the kernel and not yet answered (see _guarded;
         # shaping/kernelqueue.py tells from it how many the kernel holds unread)
         self.serving = 0
+        self.holding: dict[object, _Held] = {}  # requests held long (_holding), for stats and umount
 
     # ---- the common path of every request -------------------------------------------
 
@@ -154,7 +155,13 @@ class Operations(pyfuse3.Operations):
         if done is _IN_WORKER or done is _CLOSED:
             done = await self._elsewhere(done, req, fn, args, nowait)
         out, err = done
-        held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, start)
+        if self.shaper is None:
+            held = 0
+        elif ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - start < _LONG_HOLD_NS:
+            held = await self.shaper.hold(req, ticket, start)
+        else:
+            with self._holding(req, site, who, start, f"the emulated file system ({ticket.gate})"):
+                held = await self.shaper.hold(req, ticket, start)
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
@@ -179,7 +186,8 @@ class Operations(pyfuse3.Operations):
         effect = firing.effect
         err = 0
         if effect == "stall":
-            err = await self._stalled(firing)
+            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)"):
+                err = await self._stalled(firing)
         now = monotonic_ns()
         ticket = None if self.shaper is None else self.shaper.admit(req, now)
         out = None
@@ -198,7 +206,13 @@ class Operations(pyfuse3.Operations):
                 late = faults.reported(req.file, site.fh)
                 if late is not None:
                     err, firing = late[0], Firing(late[1], "write_error", late[0])
-        held = 0 if self.shaper is None else await self.shaper.hold(req, ticket, now)
+        if self.shaper is None:
+            held = 0
+        elif ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - now < _LONG_HOLD_NS:
+            held = await self.shaper.hold(req, ticket, now)
+        else:
+            with self._holding(req, site, who, start, f"the emulated file system ({ticket.gate})"):
+                held = await self.shaper.hold(req, ticket, now)
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
@@ -206,6 +220,26 @@ class Operations(pyfuse3.Operations):
         if err:
             raise FUSEError(err)
         return out
+
+    @contextlib.contextmanager
+    def _holding(self, req: Request, site: "_Site", who, start: int, why: str) -> Iterator[None]:
+        """While inside: the request is listed as held long, by `why`.  A caller waiting
+        in one holds no descriptor in the mount yet keeps it busy (its path walk holds
+        the mount): `fusetrace umount` and `stats` name it from this list."""
+        token = object()
+        pid, name, _ = self._who(who.pid, start)
+        self.holding[token] = _Held(pid, name, req.op, site.path, why, start)
+        try:
+            yield
+        finally:
+            del self.holding[token]
+
+    def held_long(self, now: int, most: int = 20) -> list[dict]:
+        """The requests held long (see _holding), the longest held first, up to `most`:
+        who waits, in what, on what, and for how many seconds so far."""
+        held = sorted(self.holding.values(), key=lambda h: h.since)[:most]
+        return [{"pid": h.pid, "name": h.name, "op": h.op, "path": h.path, "why": h.why,
+                 "for_s": round((now - h.since) / 1e9, 1)} for h in held]
 
     async def _stalled(self, firing: Firing) -> int:
         """Wait out a stall: until the outage ends (0), or, on a soft mount, until the
@@ -356,7 +390,8 @@ class Operations(pyfuse3.Operations):
         handled and where calls run."""
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
-                "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside}
+                "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside,
+                "held_long": self.held_long(monotonic_ns())}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
@@ -922,6 +957,23 @@ _NO_TRUNCATION = contextlib.nullcontext()
 
 
 _NOBODY = _Nobody()
+
+
+class _Held(NamedTuple):
+    """A request held long (Operations._holding): the caller's process and its name,
+    the operation, its path, what holds it and since when (monotonic ns)."""
+
+    pid: int
+    name: str
+    op: str
+    path: str
+    why: str
+    since: int
+
+
+# a reply held this long by the model is listed (Operations._holding): a stall event, a
+# cliff, a long queue; a fault rule's stall is listed however long
+_LONG_HOLD_NS = 1_000_000_000
 
 
 class _Unshaped:

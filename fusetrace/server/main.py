@@ -10,6 +10,7 @@ import resource
 import signal
 import socket
 from dataclasses import dataclass, field
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 import pyfuse3
@@ -456,9 +457,13 @@ class _Status:
         except UserError as exc:
             raise ControlError(f"fault clear: {exc}") from None
 
+    def held(self, _request) -> dict:
+        return {"held": self.ops.held_long(monotonic_ns())}
+
     def handlers(self) -> dict:
-        return {"stats": self.stats, "set": self.set, "fault_add": self.fault_add, "fault_list": self.fault_list,
-                "fault_clear": self.fault_clear, "event_add": self.event_add, "event_clear": self.event_clear}
+        return {"stats": self.stats, "held": self.held, "set": self.set, "fault_add": self.fault_add,
+                "fault_list": self.fault_list, "fault_clear": self.fault_clear, "event_add": self.event_add,
+                "event_clear": self.event_clear}
 
 
 async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..texttable import printable
 
 FSTYPE = "fuse.fusetrace"
 PROBE_TIMEOUT = 2.0  # seconds a FUSE mount has to answer a stat before it is called hung
@@ -233,7 +234,8 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
     """What keeps a mount busy: up to `most` processes whose working directory, root,
     program, an open descriptor or a mapped file lies in it, as 'name (pid N)'.  Read from /proc's links,
     which the kernel writes out without asking the mount, so a hung server stops nothing
-    here.  (A process waiting inside a request holds no descriptor there yet: not found.)"""
+    here.  (A process waiting inside a request holds no descriptor there yet: the server
+    names those it holds long, Operations.held_long.)"""
     inside = mountpoint.rstrip("/") + "/"
     found = []
     for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
@@ -244,9 +246,8 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
             with open(f"/proc/{pid}/maps", errors="replace") as f:  # a file mapped, its descriptor closed
                 links += [line.split(maxsplit=5)[-1].rstrip("\n") for line in f if line.count(" ") >= 5]
             if any(link == mountpoint or link.startswith(inside) for link in links):
-                with open(f"/proc/{pid}/comm", errors="replace") as f:  # any user names their own processes:
-                    name = "".join(c if c.isprintable() else "?" for c in f.read().strip())  # no escapes
-                found.append(f"{name} (pid {pid})")
+                with open(f"/proc/{pid}/comm", errors="replace") as f:
+                    found.append(f"{printable(f.read().strip())} (pid {pid})")
         except OSError:  # gone meanwhile, or not ours to read
             continue
         if len(found) == most:

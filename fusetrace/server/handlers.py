@@ -17,7 +17,7 @@ import os
 import resource
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -155,13 +155,7 @@ class Operations(pyfuse3.Operations):
         if done is _IN_WORKER or done is _CLOSED:
             done = await self._elsewhere(done, req, fn, args, nowait)
         out, err = done
-        if self.shaper is None:
-            held = 0
-        elif ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - start < _LONG_HOLD_NS:
-            held = await self.shaper.hold(req, ticket, start)
-        else:
-            with self._holding(req, site, who, start, f"the emulated file system ({ticket.gate})"):
-                held = await self.shaper.hold(req, ticket, start)
+        held = 0 if self.shaper is None else await self._hold(req, ticket, start, site, who)
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
@@ -206,13 +200,7 @@ class Operations(pyfuse3.Operations):
                 late = faults.reported(req.file, site.fh)
                 if late is not None:
                     err, firing = late[0], Firing(late[1], "write_error", late[0])
-        if self.shaper is None:
-            held = 0
-        elif ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - now < _LONG_HOLD_NS:
-            held = await self.shaper.hold(req, ticket, now)
-        else:
-            with self._holding(req, site, who, start, f"the emulated file system ({ticket.gate})"):
-                held = await self.shaper.hold(req, ticket, now)
+        held = 0 if self.shaper is None else await self._hold(req, ticket, now, site, who)
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
@@ -220,6 +208,20 @@ class Operations(pyfuse3.Operations):
         if err:
             raise FUSEError(err)
         return out
+
+    def _hold(self, req: Request, ticket: "Ticket | None", since: int, site: "_Site", who) -> Awaitable[int]:
+        """The shaper's hold of the request admitted at `since` (Shaper.hold), listed as
+        held long (_holding) when its deadline is over a second away.  (A plain call that
+        returns the coroutine to await: no frame of its own on the hot path.)"""
+        assert self.shaper is not None
+        if ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - since < _LONG_HOLD_NS:
+            return self.shaper.hold(req, ticket, since)
+        return self._hold_listed(req, ticket, since, site, who)
+
+    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who) -> int:
+        assert self.shaper is not None
+        with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})"):
+            return await self.shaper.hold(req, ticket, since)
 
     @contextlib.contextmanager
     def _holding(self, req: Request, site: "_Site", who, start: int, why: str) -> Iterator[None]:

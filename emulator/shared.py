@@ -24,11 +24,11 @@ for clients on several hosts.  Pure and clock-free, like the model.
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from .model import Model, Usage
-from .params import ProfileError
+from .params import Params, ProfileError
 
 Totals = list[tuple[int, int, int, float]]  # per class index: operations, bytes, IOPS cost, ever reported
 
@@ -46,6 +46,9 @@ class Report:
     source: str = ""  # which backing directory the client measures, so that one measured twice counts once
     stored: float = -1.0  # its measured bytes (-1: not measured since the last exchange)
     balance: float = math.nan  # the burst credit balance as this client sees it
+    # with an announce: every file system parameter set so far as this client knows it, for a hub
+    # that lost them (a Redis restarted without persistence) to take back
+    params: dict | None = None
 
 
 @dataclass
@@ -72,6 +75,20 @@ def clients_own(key: str) -> bool:
     """Whether a parameter belongs to each client (its network, its limit, its NFS mount
     options, its page cache) rather than to the file system, and so is not shared."""
     return key in _CLIENTS_OWN or key.startswith(("client_", "nfs_"))
+
+
+def file_system_base(params: Params) -> dict:
+    """The file system's own parameters a client mounts with (its profile and --set),
+    which every client of one file system must agree on: the burst credit balance, a
+    state a joining client takes from the others, left out."""
+    return {f.name: getattr(params, f.name) for f in fields(params)
+            if not clients_own(f.name) and f.name != "burst_credit_balance"}
+
+
+def base_differences(ours: dict, theirs: dict, most: int = 3) -> list[str]:
+    """Where two clients' file_system_base differ, as 'key: VALUE here, VALUE there'."""
+    keys = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    return [f"{k} {ours.get(k)!r} here, {theirs.get(k)!r} on its clients" for k in keys[:most]]
 
 
 class SharedClient:
@@ -113,7 +130,7 @@ class SharedClient:
                      sets=self._sets, source=self.source, stored=self._stored,
                      balance=self.model.metrics(now)["BurstCreditBalance"])
         if now - self._announced >= ANNOUNCE_EVERY:
-            out.announce, self._announced = True, now
+            out.announce, self._announced, out.params = True, now, dict(self._params)
         self._sets, self._stored = [], -1.0
         return out
 

@@ -104,9 +104,12 @@ def _shared_line(shared: dict) -> str:
              if shared["state"] == "unreachable" else "starting")
     clients = (f"{shared['clients']} client(s) live" if shared["state"] == "ok" else
                f"{shared['clients']} client(s) live when Redis last answered")
+    refused = shared.get("refused_sets")
     return (f"shared: file system {shared['fs_id']} at {shared['url']}, {clients}; "
             f"{state}; {shared['exchanges']:,} exchanges, {shared['failed']:,} failed, "
-            f"{len(shared['outages'])} outage(s)")
+            f"{len(shared['outages'])} outage(s)") + \
+        (f"\nwarning: another client's set this mount's own --set refused, so the clients differ: "
+         f"{'; '.join(refused)}" if refused else "")
 
 
 def _gates_table(gates: dict) -> str:

@@ -84,7 +84,43 @@ def test_redis_gone_the_mounts_serve_on_and_catch_up_when_it_is_back(mount, tmp_
     assert meta["shared"]["fs_id"] == "fs1" and len(meta["shared"]["outages"]) == 1
 
 
+def test_a_mount_that_would_emulate_the_file_system_otherwise_is_refused(mount, tmp_path, redis_server):
+    (a,) = shared_mounts(mount, tmp_path, redis_server, 1)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "m").mkdir()
+    for other, key in ((["--emulate", "efs-elastic"], "throughput_mode 'elastic' here, 'bursting' on its clients"),
+                       (["--emulate", "efs-bursting", "--set", "burst_mibps=50"], "burst_mibps 50.0 here")):
+        done = fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), *other, "--shared", redis_server.url,
+                         "--fs-id", "fs1", check=False)
+        one_line_error(done, "--fs-id fs1: its live clients emulate it otherwise", key, "another --fs-id")
+        assert not os.path.ismount(tmp_path / "m")
+    # a client's own parameters are its own; a parameter set since mounting is taken by a joiner
+    fusetrace("set", str(a.mountpoint), "burst_mibps=60")
+    (b,) = shared_mounts(mount, tmp_path, redis_server, 1, "--set", "per_client_mibps=10")
+    poll(lambda: stats(b)["metrics"]["PermittedThroughput"] == stats(a)["metrics"]["PermittedThroughput"])
+    a.unmount()
+    b.unmount()
+    # no client live: the next one's parameters are the file system's
+    mount("--emulate", "efs-elastic", "--shared", redis_server.url, "--fs-id", "fs1")
+
+
+def test_parameters_set_outlive_a_redis_restarted_without_persistence(mount, tmp_path, redis_server):
+    (a,) = shared_mounts(mount, tmp_path, redis_server, 1)
+    fusetrace("set", str(a.mountpoint), "burst_mibps=60")
+    permitted = poll(lambda: stats(a)["metrics"]["PermittedThroughput"])
+    redis_server.stop()
+    redis_server.start()  # empty: the parameters set went with it
+    # a live client gives them back with its next announce (once a second), and a joiner takes them
+    (b,) = shared_mounts(mount, tmp_path, redis_server, 1)
+    poll(lambda: stats(b)["metrics"]["PermittedThroughput"] == permitted)
+    assert stats(b)["shared"]["refused_sets"] == []
+
+
 @pytest.mark.parametrize("args, says", [
+    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:99999/0", "--fs-id", "x"],
+     "the port is not a number from 0 to 65535"),
+    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/abc", "--fs-id", "x"],
+     "the database 'abc' is not a number"),
     (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0"], "--shared URL and --fs-id ID go together"),
     (["--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "needs --emulate PROFILE"),
     (["--emulate", "efs-bursting", "--shared", "http://x", "--fs-id", "x"], "expected a Redis URL"),
@@ -97,3 +133,30 @@ def test_a_shared_mount_that_cannot_be_is_one_line_and_no_mount(tmp_path, args, 
     done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), *args, check=False)
     one_line_error(done, says)
     assert not os.path.ismount(tmp_path / "mnt")
+
+
+def test_stats_says_when_another_clients_set_was_refused_here():
+    from fusetrace.stats_view import _shared_line
+
+    shared = {"fs_id": "fs1", "url": "redis://h/0", "clients": 2, "state": "ok", "since": 0.0, "exchanges": 9,
+              "failed": 0, "outages": [], "refused_sets": []}
+    assert "warning" not in _shared_line(shared)
+    shared["refused_sets"] = ["set provisioned_mibps: provisioned mode needs a rate above 0"]
+    assert _shared_line(shared).splitlines()[1] == (
+        "warning: another client's set this mount's own --set refused, so the clients differ: "
+        "set provisioned_mibps: provisioned mode needs a rate above 0")
+
+
+def test_a_password_redis_refuses_is_said_as_such(tmp_path, redis_server):
+    import redis
+
+    redis.Redis.from_url(redis_server.url).config_set("requirepass", "sekrit")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    host = redis_server.url.removeprefix("redis://")
+    for url, says in ((f"redis://{host}", "Redis answered but wants a password"),
+                      (f"redis://:wrong@{host}", "Redis answered but refused this mount's password")):
+        done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--emulate", "efs-bursting",
+                         "--shared", url, "--fs-id", "x", check=False)
+        assert "wrong" not in one_line_error(done, says)
+        assert not os.path.ismount(tmp_path / "mnt")

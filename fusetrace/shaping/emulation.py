@@ -112,11 +112,12 @@ class Emulation:
 
     def share(self, url: str, fs_id: str) -> None:
         """Share the file system's state with every mount of `fs_id` through Redis at
-        `url` (shaping/sharing.py); a UserError if Redis does not answer now."""
+        `url` (shaping/sharing.py); a UserError if Redis does not answer now, or the file
+        system's live clients emulate it with other parameters."""
         from .sharing import Sharing  # imports redis: only for a shared mount
 
         self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
-        self.sharing.ping()
+        self.sharing.join()
 
     def watch_kernel_queue(self, connection: str, queued: Callable[[], bool] | None, held: Callable[[], int],
                            server_cap: int) -> str | None:

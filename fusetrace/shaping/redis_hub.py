@@ -11,13 +11,16 @@ clocks differ agree on who is live.  Keys, for file system ID:
     fusetrace:{ID}:clients   sorted set: client -> when it last reported (Redis time)
     fusetrace:{ID}:stored    hash: source -> bytes;  fusetrace:{ID}:sources  sorted set: source -> when
     fusetrace:{ID}:balance   the burst credit balance last reported
+    fusetrace:{ID}:params    hash: every parameter set (fusetrace set) -> its last value
+    fusetrace:{ID}:totals    hash: client -> all the usage it has reported
+    fusetrace:{ID}:base      the parameters every client mounts with (see _JOIN)
 
 Calls block (with a timeout): run exchange() off the trio loop (emulation.py does).
 """
 
 import json
 import math
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis
 
@@ -38,6 +41,7 @@ local p, client, cursor, usage, sets = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[
 local source, stored, balance = ARGV[5], ARGV[6], ARGV[7]
 local client_ttl, source_ttl, keep = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 local totals, announce, batch, keep_ms = ARGV[11], ARGV[12], tonumber(ARGV[13]), ARGV[14]
+local base, known_params = ARGV[15], ARGV[16]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 redis.call('ZADD', p .. ':clients', now, client)
@@ -56,6 +60,12 @@ for _, v in ipairs(redis.call('HVALS', p .. ':stored')) do total, any = total + 
 local prior = ''
 if clients > 1 then prior = redis.call('GET', p .. ':balance') or '' end
 if balance ~= '' then redis.call('SET', p .. ':balance', balance) end
+if announce == '1' then  -- what a Redis restarted without persistence lost, from a live client's copy
+  if base ~= '' then redis.call('SET', p .. ':base', base, 'NX') end
+  if known_params ~= '' and redis.call('EXISTS', p .. ':params') == 0 then
+    for k, v in pairs(cjson.decode(known_params)) do redis.call('HSET', p .. ':params', k, cjson.encode(v)) end
+  end
+end
 for _, kv in ipairs(cjson.decode(sets)) do redis.call('HSET', p .. ':params', kv[1], cjson.encode(kv[2])) end
 local known = false
 local entries = {}
@@ -71,7 +81,7 @@ redis.call('HSET', p .. ':totals', client, totals)
 if usage ~= '[]' or sets ~= '[]' or announce == '1' then
   redis.call('XADD', p .. ':log', 'MAXLEN', '~', keep, '*', 'c', client, 'u', usage, 't', totals)
 end
-for _, k in ipairs({':clients', ':stored', ':sources', ':balance', ':params', ':totals', ':log'}) do
+for _, k in ipairs({':clients', ':stored', ':sources', ':balance', ':params', ':totals', ':log', ':base'}) do
   redis.call('PEXPIRE', p .. k, keep_ms)
 end
 local got = {}
@@ -83,11 +93,43 @@ return {cursor, clients, any == 1 and tostring(total) or '', prior, #entries == 
         redis.call('HGETALL', p .. ':params'), known, got}
 """
 
+# A client about to mount: the file system's base parameters (emulator/shared.py
+# file_system_base) as its live clients have them, or this client's when none is live
+# (then they are the file system's from now on).  The client is counted live at once, so
+# that two mounting together with different parameters cannot both find none.
+_JOIN = """
+local p, client, base, client_ttl, keep_ms = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local live = redis.call('ZCOUNT', p .. ':clients', now - client_ttl, '+inf')
+local held = redis.call('GET', p .. ':base')
+redis.call('ZADD', p .. ':clients', now, client)
+redis.call('PEXPIRE', p .. ':clients', keep_ms)
+if live == 0 or not held then
+  redis.call('SET', p .. ':base', base, 'PX', keep_ms)
+  return base
+end
+return held
+"""
+
 
 def check_url(url: str) -> str:
-    """The URL if it names a Redis server (redis://, rediss:// or unix://); UserError otherwise."""
-    if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+    """The URL if it names a Redis server (redis://, rediss:// or unix://) with a port and
+    database redis-py will take as given (it takes a database that is not a number for 0);
+    UserError otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
         raise UserError(f"--shared {shown(url)}: expected a Redis URL, e.g. redis://127.0.0.1:6379/0")
+    try:
+        _ = parts.port  # (urllib checks the range as it reads it)
+    except ValueError:
+        raise UserError(f"--shared {shown(url)}: the port is not a number from 0 to 65535") from None
+    db = parts.path.strip("/") if parts.scheme != "unix" else ""
+    for key, value in parse_qsl(parts.query):
+        if key == "db":
+            db = value
+    if db and not db.isdigit():
+        raise UserError(f"--shared {shown(url)}: the database {db!r} is not a number, e.g. redis://127.0.0.1:6379/0")
     return url
 
 
@@ -96,8 +138,7 @@ def shown(url: str) -> str:
     messages and trace metadata."""
     parts = urlsplit(url)
     if parts.password is not None:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        parts = parts._replace(netloc=netloc)
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[-1]}")
     query = "&".join("password=***" if q.split("=", 1)[0] == "password" else q for q in parts.query.split("&")) \
         if parts.query else ""
     return parts._replace(query=query).geturl()
@@ -111,12 +152,17 @@ class RedisHub:
         self._redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
                                            retry_on_timeout=False)
         self._script = self._redis.register_script(_EXCHANGE)
+        self._join = self._redis.register_script(_JOIN)
+        self._base = ""  # the file system's base parameters, as JSON, once join() has agreed them
         self._cursors: dict[str, str] = {}  # per client: the last report it read (none: joining)
         self.round_trips = 0
 
-    def ping(self) -> None:
-        """A round trip now; redis.RedisError if Redis does not answer."""
-        self._redis.ping()
+    def join(self, client: str, base: dict) -> dict:
+        """The file system's base parameters as its live clients have them (`base` itself
+        when none is live); redis.RedisError if Redis does not answer."""
+        self._base = json.dumps(base, sort_keys=True, separators=(",", ":"))
+        return json.loads(_text(self._join(keys=[f"fusetrace:{self.fs_id}"],
+                                           args=[client, self._base, CLIENT_TTL, KEEP_MS])))
 
     def exchange(self, report: Report) -> Reply:
         usage = json.dumps(report.usage, separators=(",", ":"))
@@ -127,7 +173,8 @@ class RedisHub:
             report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
             repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
             json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0",
-            BATCH, KEEP_MS])
+            BATCH, KEEP_MS, self._base,
+            "" if report.params is None else json.dumps(report.params, separators=(",", ":"))])
         cursor, clients, stored, prior, more, params, known, got = out
         self._cursors[report.client] = _text(cursor)
         reports = [(_text(got[i]), [tuple(u) for u in json.loads(got[i + 1])],

@@ -16,12 +16,13 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import redis
 import trio
 
 from ..emulator.model import Model
-from ..emulator.shared import EXCHANGE_EVERY, SharedClient
+from ..emulator.shared import EXCHANGE_EVERY, SharedClient, base_differences, file_system_base
 from ..errors import UserError
 from .redis_hub import RedisHub, check_url, shown
 
@@ -62,12 +63,26 @@ class Sharing:
         self.exchanges = self.failed = 0
         self.outages: list[dict] = []  # {from, to (None: still), error}: wall times
 
-    def ping(self) -> None:
-        """Redis answers now, or a UserError naming it: checked before mounting."""
+    def join(self) -> None:
+        """Before mounting: Redis answers, and this mount emulates the file system with the
+        parameters its live clients have (profile and --set); a UserError naming it otherwise."""
+        base = file_system_base(self.client.model.params)
         try:
-            self.hub.ping()
+            held = self.hub.join(self.client.client, base)
         except redis.RedisError as exc:
-            raise UserError(f"--shared {shown(self.url)}: Redis does not answer ({exc})") from None
+            refused = isinstance(exc, redis.AuthenticationError) or "authenticat" in str(exc).lower()
+            given = urlsplit(self.url).password is not None or "password=" in urlsplit(self.url).query
+            why = ("Redis does not answer" if not refused else "Redis answered but refused this mount's password"
+                   if given else "Redis answered but wants a password (redis://:PASSWORD@HOST:PORT/DB, or ?password=)")
+            raise UserError(f"--shared {shown(self.url)}: {why} ({exc})") from None
+        differ = base_differences(base, held)
+        if differ:
+            try:
+                self.hub.leave(self.client.client)  # counted live as it joined: not a client after all
+            except redis.RedisError:
+                pass  # it ages out in CLIENT_TTL
+            raise UserError(f"--fs-id {self.fs_id}: its live clients emulate it otherwise ({'; '.join(differ)}): "
+                            f"mount with the same --emulate and --set, or another --fs-id")
 
     async def run(self) -> None:
         while True:
@@ -80,6 +95,7 @@ class Sharing:
                 self._down(exc)
                 await trio.sleep(RETRY_EVERY)
                 continue
+            refused = len(self.client.refused)
             try:
                 self.client.apply(reply, self._now())
             except Exception as exc:  # an entry this version cannot take: said, and the mount goes on
@@ -88,6 +104,8 @@ class Sharing:
                 self._down(exc)
                 await trio.sleep(RETRY_EVERY)
                 continue
+            for why in self.client.refused[refused:]:
+                log.warning("shared state: another client's set refused here, so the clients differ: %s", why)
             self.exchanges += 1
             self._up()
             # a client catching up takes the rest at once, a batch at a time, letting requests in between
@@ -123,6 +141,7 @@ class Sharing:
         try:
             self.hub.exchange(self.client.report(self._now()))  # the last of this mount's usage, and what it kept
             self.hub.leave(self.client.client)
-        except (redis.RedisError, OSError, ValueError):
-            pass  # its report ages out in CLIENT_TTL
+        except (redis.RedisError, OSError, ValueError) as exc:  # it is counted live until CLIENT_TTL passes
+            log.warning("shared state: Redis at %s did not answer at unmount (%s): this mount's usage since its "
+                        "last exchange did not reach the other clients", shown(self.url), exc)
         self.hub.close()

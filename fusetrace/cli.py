@@ -332,12 +332,14 @@ def _umount(args) -> int:
         reason = err.strip().splitlines()[-1] if err.strip() else f"exit {fusermount.returncode}"
         hint = stopped if pid and children.stopped(pid) else ""
         if not hint and "busy" in reason:
+            from .stats_view import held_words
+
             inside = mounts.users(mnt)
             held = _held(state["control"]) if pid and state.get("control") else []
             hint = (f"; in use by {', '.join(inside)}" if inside else "" if held else "; in use") + \
-                (f"; waiting in the server: {'; '.join(held)}" if held else "") + \
-                (f" (a process waiting on an operation a stall rule holds is let go by fusetrace fault {mnt} "
-                 f"clear)" if pid else "") + f"; or detach it now with fusermount3 -uz {mnt}"
+                (f"; waiting in the server: {'; '.join(map(held_words, held))}" if held else "") + \
+                (f" (fusetrace fault {mnt} clear lets go what a stall rule holds)"
+                 if any(h.get("rule") for h in held) else "") + f"; or detach it now with fusermount3 -uz {mnt}"
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     if pid:
         _wait_server(mnt, pid, state.get("trace"))
@@ -352,18 +354,16 @@ def _umount(args) -> int:
     return 0
 
 
-def _held(control: str, most: int = 5) -> list[str]:
-    """The callers the server holds long in a request (Operations.held_long), in words:
-    each keeps the mount busy with no descriptor in it.  [] when the server does not
-    answer within a second (umount goes on without them)."""
+def _held(control: str, most: int = 5) -> list[dict]:
+    """The callers the server holds long in a request (Operations.held_long): each keeps
+    the mount busy with no descriptor in it.  [] when the server does not answer within a
+    second (umount goes on without them)."""
     from .server.control import request
-    from .stats_view import held_words
 
     try:
-        held = request(control, cmd="held", timeout=1.0).get("held", [])
+        return request(control, cmd="held", timeout=1.0).get("held", [])[:most]
     except (OSError, ValueError):
         return []
-    return [held_words(h) for h in held[:most]]
 
 
 def _wait_server(mnt: str, pid: int, trace: str | None) -> None:

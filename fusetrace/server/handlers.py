@@ -180,7 +180,8 @@ class Operations(pyfuse3.Operations):
         effect = firing.effect
         err = 0
         if effect == "stall":
-            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)"):
+            until = min(firing.until_ns, firing.fail_ns) if firing.fail_ns else firing.until_ns
+            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until):
                 err = await self._stalled(firing)
         now = monotonic_ns()
         ticket = None if self.shaper is None else self.shaper.admit(req, now)
@@ -216,21 +217,22 @@ class Operations(pyfuse3.Operations):
         assert self.shaper is not None
         if ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - since < _LONG_HOLD_NS:
             return self.shaper.hold(req, ticket, since)
-        return self._hold_listed(req, ticket, since, site, who)
+        return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns + self.shaper.compensation_ns)
 
-    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who) -> int:
+    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who, until: int) -> int:
         assert self.shaper is not None
-        with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})"):
+        with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})", until):
             return await self.shaper.hold(req, ticket, since)
 
     @contextlib.contextmanager
-    def _holding(self, req: Request, site: "_Site", who, start: int, why: str) -> Iterator[None]:
-        """While inside: the request is listed as held long, by `why`.  A caller waiting
-        in one holds no descriptor in the mount yet keeps it busy (its path walk holds
-        the mount): `fusetrace umount` and `stats` name it from this list."""
+    def _holding(self, req: Request, site: "_Site", who, start: int, why: str, until: int) -> Iterator[None]:
+        """While inside: the request is listed as held long, by `why`, until `until` at
+        the latest (monotonic ns).  A caller waiting in one holds no descriptor in the
+        mount yet keeps it busy (its path walk holds the mount): `fusetrace umount` and
+        `stats` name it from this list."""
         token = object()
         pid, name, _ = self._who(who.pid, start)
-        self.holding[token] = _Held(pid, name, req.op, site.path, why, start)
+        self.holding[token] = _Held(pid, name, req.op, site.path, why, start, until)
         try:
             yield
         finally:
@@ -238,10 +240,12 @@ class Operations(pyfuse3.Operations):
 
     def held_long(self, now: int, most: int = 20) -> list[dict]:
         """The requests held long (see _holding), the longest held first, up to `most`:
-        who waits, in what, on what, and for how many seconds so far."""
+        who waits, in what, on what, for how many seconds so far and at most how many more
+        (a fault rule cleared lets its own go at once)."""
         held = sorted(self.holding.values(), key=lambda h: h.since)[:most]
         return [{"pid": h.pid, "name": h.name, "op": h.op, "path": h.path, "why": h.why,
-                 "for_s": round((now - h.since) / 1e9, 1)} for h in held]
+                 "for_s": round((now - h.since) / 1e9, 1), "left_s": round(max(0, h.until - now) / 1e9, 1),
+                 "rule": h.why.startswith("fault rule")} for h in held]
 
     async def _stalled(self, firing: Firing) -> int:
         """Wait out a stall: until the outage ends (0), or, on a soft mount, until the
@@ -971,6 +975,7 @@ class _Held(NamedTuple):
     path: str
     why: str
     since: int
+    until: int  # when it goes on at the latest
 
 
 # a reply held this long by the model is listed (Operations._holding): a stall event, a

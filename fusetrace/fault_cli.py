@@ -82,7 +82,14 @@ def run(args: argparse.Namespace) -> int:
         rules = [i for i in args.ids if not EVENT_ID.fullmatch(i)]
         if events or args.events:
             off = ask(mnt, cmd="event_clear", **({} if args.events else {"ids": events}))["removed"]
-            print(f"called off {', '.join(off)}" if off else "no event was still to happen")
+            late = [i for i in events if i not in off]  # named, and already happened or called off
+            if off:
+                print(f"called off {', '.join(off)}")
+            if late:
+                print(f"{', '.join(late)}: already happened or called off, nothing to call off "
+                      f"(fusetrace fault {mnt} list)")
+            elif not off:
+                print("no event was still to happen")
         if rules or not (events or args.events):
             removed = ask(mnt, cmd="fault_clear", **({"ids": rules} if rules else {}))["removed"]
             print(f"removed {', '.join(removed)}" if removed else "no rules were in force")

@@ -173,6 +173,9 @@ def _options(request: pytest.FixtureRequest) -> dict:
     options: dict = {"profile": request.config.getini("efs_profile") or DEFAULT_PROFILE, "set": {}, "faults": None,
                      "writeback_cache": True}
     marker = request.node.get_closest_marker("efs")
+    if marker is not None and marker.args:
+        raise UserError(f"efs fixture: @pytest.mark.efs takes keywords ({', '.join(sorted(_KEYS))}), got "
+                        f"{', '.join(map(repr, marker.args))}: e.g. @pytest.mark.efs(profile={marker.args[0]!r})")
     given = [("@pytest.mark.efs", marker.kwargs if marker else {}),
              ("the efs parameter", getattr(request, "param", None) or {})]
     for where, values in given:
@@ -182,9 +185,10 @@ def _options(request: pytest.FixtureRequest) -> dict:
         if unknown:
             raise UserError(f"efs fixture: {where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_KEYS))})")
         for key, value in values.items():
+            if key == "set" and not isinstance(value, dict):
+                raise UserError(f"efs fixture: {where}: set must be a dict of profile keys, e.g. "
+                                f"set={{'burst_credit_balance': 0}}, got {value!r}")
             options[key] = {**options["set"], **value} if key == "set" else value
-    if not isinstance(options["set"], dict):
-        raise UserError(f"efs fixture: set must be a dict of profile keys, got {options['set']!r}")
     if not isinstance(options["writeback_cache"], bool):
         raise UserError(f"efs fixture: writeback_cache must be True or False, got {options['writeback_cache']!r}")
     return options
@@ -198,7 +202,10 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
     failed = None
     try:
         options = _options(request)
-        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"],
+        faults = options["faults"]
+        if faults is not None and not Path(faults).is_absolute():  # (the fusetrace command runs elsewhere)
+            faults = str(Path(request.config.invocation_params.dir) / faults)
+        mount = EFS(tmp_path / "efs", options["profile"], options["set"], faults,
                     options["writeback_cache"])
         mount.mount()
     except UserError as exc:

@@ -287,6 +287,11 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     # called off before it happens; those that happened cannot be; a rule may not take an event's id
     assert fusetrace("fault", str(m.mountpoint), "clear", "e3").stdout == "called off e3\n"
     assert fusetrace("fault", str(m.mountpoint), "clear", "--events").stdout == "no event was still to happen\n"
+    assert fusetrace("fault", str(m.mountpoint), "clear", "e1").stdout.startswith(
+        "e1: already happened or called off, nothing to call off")
+    # what the kernel was given at mount no event changes, as no set does
+    one_line_error(fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "nfs_acregmin_s=0",
+                             check=False), "nfs_acregmin_s: fixed at mount")
     assert "called off" in fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()[-2]
     one_line_error(fusetrace("fault", str(m.mountpoint), "clear", "e9", check=False), "no event 'e9'")
     one_line_error(fusetrace("fault", str(m.mountpoint), "add", "--id", "e4", "--errno", "EIO", check=False),

@@ -159,6 +159,9 @@ def test_with_the_write_back_cache_no_write_is_cut_short():
     ({"write_error": "EIO", "op": "read"}, "write_error applies to write only"),
     ({"stale": "yes"}, "stale 'yes': write stale = true"),
     ({"errno": "EIO", "id": "a b"}, "id 'a b': letters, digits"),
+    ({"errno": "EIO", "pid": -1}, "pid -1: a process id is a number above 0"),
+    ({"errno": "EIO", "comm": "averyveryverylongname"}, "give 'averyveryverylo'"),  # it would never match
+    ({"full": "1M", "errno": "EIO"}, "errno 'EIO': a full file system answers ENOSPC, or EDQUOT"),
 ])
 def test_every_mistake_is_one_line_naming_the_rule_and_key(rule, says):
     with pytest.raises(UserError) as caught:

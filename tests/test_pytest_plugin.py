@@ -105,10 +105,27 @@ def test_bad_key(efs):
 @pytest.mark.efs(writeback_cache="no")
 def test_bad_value(efs):
     pass
+
+@pytest.mark.efs("efs-elastic")
+def test_positional(efs):
+    pass
+
+@pytest.mark.efs(set="burst_credit_balance=0")
+def test_set_as_text(efs):
+    pass
+
+@pytest.mark.efs(faults="no-such-faults.toml")
+def test_faults_missing(efs):
+    pass
 ''')
-    result.assert_outcomes(errors=3)
-    result.stdout.fnmatch_lines(["*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*",
-                                 "*efs fixture: writeback_cache must be True or False, got 'no'*"])
+    result.assert_outcomes(errors=6)
+    result.stdout.fnmatch_lines_random([
+        "*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*",
+        "*efs fixture: writeback_cache must be True or False, got 'no'*",
+        "*efs fixture: @pytest.mark.efs takes keywords*got 'efs-elastic': e.g. @pytest.mark.efs(profile='efs-elastic')*",
+        "*efs fixture: @pytest.mark.efs: set must be a dict of profile keys*got 'burst_credit_balance=0'*",
+        f"*--faults {pytester.path}/no-such-faults.toml: no such file*"])
+    assert "Traceback" not in result.stdout.str() and "TypeError" not in result.stdout.str()
     assert "During handling" not in result.stdout.str()  # each said once
     assert _mounts_under(pytester.path) == []
 

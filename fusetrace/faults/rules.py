@@ -32,6 +32,7 @@ CLASSES: dict[str, frozenset[Kind]] = {
     "all": frozenset({Kind.META_READ, Kind.META_WRITE, Kind.READ, Kind.WRITE, Kind.COMMIT, Kind.NONE}),
 }
 CREATES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))  # what a full file system refuses too
+_COMM_MAX = 15  # TASK_COMM_LEN less its terminating zero
 EFFECTS = ("errno", "stall", "stale", "write_error", "full", "short")
 _KEYS = {"id", "op", "path", "pid", "comm", "probability", "seed", "count", "every", "after", "until",
          *EFFECTS, "soft", "timeo", "retrans"}
@@ -211,6 +212,14 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
         kw["path"], kw["path_re"] = path, re.compile(glob_regex(path, f"{where}: path"), re.DOTALL)
     kw["pids"] = frozenset(_list_of(raw, "pid", int, where))
     kw["comms"] = frozenset(_list_of(raw, "comm", str, where))
+    for pid in kw["pids"]:
+        if pid <= 0:
+            raise UserError(f"{where}: pid {pid}: a process id is a number above 0")
+    for comm in kw["comms"]:
+        if not 0 < len(comm.encode()) <= _COMM_MAX:
+            kept = comm.encode()[:_COMM_MAX].decode(errors="ignore")
+            raise UserError(f"{where}: comm {comm!r}: Linux keeps 1 to {_COMM_MAX} bytes of a process's name "
+                            f"(/proc/PID/comm), so no process is named so; give {kept!r}")
     if "probability" in raw:
         p = raw["probability"]
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
@@ -267,6 +276,8 @@ def _effect(raw: dict, effect: str, kw: dict, where: str) -> None:
                 raise UserError(f"{where}: {key}: a full rule counts every matched write; it takes no {key}")
         kw["full_bytes"] = _bytes(raw["full"], where, "full", 0)
         kw["errno"] = parse_errno(raw.get("errno", "ENOSPC"), where)
+        if kw["errno"] not in (E.ENOSPC, E.EDQUOT):
+            raise UserError(f"{where}: errno {raw['errno']!r}: a full file system answers ENOSPC, or EDQUOT over quota")
     else:
         kw["short_bytes"] = _bytes(raw["short"], where, "short", 1)
         _only_ops(kw, {"read", "write"}, "short", where)

@@ -93,6 +93,16 @@ def _dir_bytes(fd: int) -> tuple[int, list[str]]:
     return total, subdirs
 
 
+def _fixed_at_mount(key: str) -> str:
+    """Why `key` cannot change on a mounted file system ("" when it can): the kernel was
+    given its value at mount, and neither `fusetrace set` nor an event reaches it."""
+    if key == "xattrs":
+        return "xattrs: fixed at mount (the kernel remembers the file system's answer)"
+    if key.startswith("nfs_ac"):
+        return f"{key}: fixed at mount (the kernel's own caches were given it)"
+    return ""
+
+
 class Emulation:
     def __init__(self, name: str, params, source: str):
         self.name, self.source = name, source
@@ -241,10 +251,9 @@ class Emulation:
         return out
 
     def set(self, key: str, value: str) -> dict:
-        if key == "xattrs":
-            raise ControlError("xattrs: fixed at mount (the kernel remembers the file system's answer)")
-        if key.startswith("nfs_ac"):
-            raise ControlError(f"{key}: fixed at mount (the kernel's own caches were given it)")
+        fixed = _fixed_at_mount(key)
+        if fixed:
+            raise ControlError(fixed)
         try:
             stored = self.model.set(key, value, _now())
         except ProfileError as exc:
@@ -258,6 +267,9 @@ class Emulation:
         timeline; a mistake is one line naming `where`."""
         try:
             event = parse_event(raw, where)
+            fixed = next(filter(None, map(_fixed_at_mount, event.set)), "")
+            if fixed:
+                raise ValueError(f"{where}: {fixed}")
             number = self.model.schedule(event, _now())
         except (ValueError, ProfileError) as exc:
             raise UserError(f"{where}: {exc}" if isinstance(exc, ProfileError) else str(exc)) from None

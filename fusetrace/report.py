@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
@@ -587,7 +588,10 @@ def run(args) -> int:
         if not os.path.isdir(folder):
             raise UserError(f"--plot {args.plot}: no such directory {folder}")
     filters = Filters.from_args(args)
-    directories = reader.expand(args.trace_dir)
+    idle: list[str] = []
+    directories = reader.expand(args.trace_dir, idle)
+    for directory in idle:
+        print(f"fusetrace: warning: {directory}: the mount recorded no operation; left out", file=sys.stderr)
     try:
         trace = Trace(directories, filters)
         s = trace.summary(args.by, args.histogram, None if args.json else args.top, args.timeline)
@@ -673,8 +677,9 @@ def _hosts_table(s: dict) -> str:
     head = ["host", "traces", "ops", "errors", "ops/s", "total", "%total", "span"]
     rows = [[h["host"] or "(no host)", _int(h["traces"]), _int(h["count"]), _int(h["errors"]), _num(h["ops_per_s"]),
              _ns(h["total_ns"]), f"{100 * h['share']:.1f}", f"{h['span_ns'] / 1e9:.3f} s"] for h in s["hosts"]]
-    return (f"per host\n{table(head, rows, 'l' + 'r' * 7)}\n(ops: the records kept on each host, ops/s over the "
-            f"records' whole span; total: their latencies added up, %total its share of all hosts'; span: from the "
+    return (f"per host\n{table(head, rows, 'l' + 'r' * 7)}\n(ops: the records kept on each host, ops/s over all "
+            f"hosts' span, not the host's own, so that the hosts' rates add up to the fleet's; total: their "
+            f"latencies added up, %total its share of all hosts'; span: from the "
             f"host's first operation to its last reply)")
 
 

@@ -7,6 +7,7 @@ docs/FLEET.md's Spark example."""
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -95,6 +96,23 @@ def test_report_over_two_hosts_has_a_line_per_host(fleet):
     # one trace alone: no line per host
     single = fusetrace("report", str(fleet / "host=web1")).stdout
     assert single.startswith(f"trace       {fleet / 'host=web1'}  (") and "per host" not in single
+
+
+def test_an_idle_hosts_trace_is_left_out_of_a_fleet_with_a_warning(fleet, tmp_path):
+    traces = tmp_path / "traces"
+    shutil.copytree(fleet, traces)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace", str(traces / "host=idle"))
+    fusetrace("umount", str(tmp_path / "mnt"))  # nothing done through it
+    for command in (["report", str(traces / "*")], ["compare", str(traces / "host=web*"), "--against",
+                                                        str(traces / "*")]):
+        done = fusetrace(*command)
+        assert f"{traces / 'host=idle'}: the mount recorded no operation; left out" in done.stderr, done.stderr
+    assert fusetrace("report", str(traces / "*")).stdout.startswith("traces      2 traces from 2 hosts")
+    # named alone, or all a glob matches, it is still the one line
+    one_line_error(fusetrace("report", str(traces / "host=idle"), check=False), "the mount recorded no operation")
+    one_line_error(fusetrace("report", str(traces / "host=idl*"), check=False), "the mount recorded no operation")
 
 
 def test_duckdb_reads_the_fleet_as_documented(fleet):

@@ -17,6 +17,7 @@ import html
 import io
 import json
 import os
+import sys
 from collections.abc import Sequence
 
 import duckdb
@@ -142,7 +143,10 @@ def run(args) -> int:
         raise CompareError(f"give two traces, A B (each a directory or a glob in quotes), or several: "
                            f"A... --against B... (got {len(args.traces)} before any --against)")
     sides = (args.traces, args.against) if args.against is not None else ([args.traces[0]], [args.traces[1]])
-    dirs_a, dirs_b = (reader.expand(side) for side in sides)
+    idle: list[str] = []
+    dirs_a, dirs_b = (reader.expand(side, idle) for side in sides)
+    for directory in idle:
+        print(f"fusetrace: warning: {directory}: the mount recorded no operation; left out", file=sys.stderr)
     try:
         result = compare(dirs_a, dirs_b, args.tolerance, args.tail_tolerance)
     except duckdb.Error as exc:

@@ -38,6 +38,10 @@ class NoTrace(UserError):
     exit_code = 2
 
 
+class EmptyTrace(NoTrace):
+    """A mount's trace with no record: the mount recorded no operation."""
+
+
 def parts(directory: str) -> list[str]:
     """The trace's Parquet parts, in number order; NoTrace when there is no trace there."""
     if not os.path.isdir(directory):
@@ -53,28 +57,42 @@ def parts(directory: str) -> list[str]:
                           f"below it ({os.path.basename(below[0])}, ...): give "
                           f"'{os.path.join(directory, '*')}' (quoted) to read them together")
         if os.path.exists(os.path.join(directory, "_metadata.json")):  # a mount's trace, with no record
-            raise NoTrace(f"{directory}: no trace files (*.parquet) in it: the mount recorded no operation "
-                          f"(its _metadata.json is there)")
+            raise EmptyTrace(f"{directory}: no trace files (*.parquet) in it: the mount recorded no operation "
+                             f"(its _metadata.json is there)")
         raise NoTrace(f"{directory}: no trace files (*.parquet) in it")
     return files
 
 
-def expand(arguments: Sequence[str]) -> list[str]:
+def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]:
     """The trace directories the command line's arguments name: each a directory or a glob
     (quoted, so that the shell leaves it to us; its matches sorted), in the order given,
     each directory once.  NoTrace names the first glob that matches nothing or path that
-    is not a trace."""
+    is not a trace.  A glob's match whose mount recorded nothing (a fleet's idle host) is
+    left out and added to `idle` when one is given; the glob must match a trace with
+    records all the same."""
     out: dict[str, str] = {}
     for argument in arguments:
-        if glob.has_magic(argument) and not os.path.exists(argument):
+        globbed = glob.has_magic(argument) and not os.path.exists(argument)
+        if globbed:
             matches = sorted(glob.glob(argument))
             if not matches:
                 raise NoTrace(f"{argument}: matches nothing")
         else:
             matches = [argument]
+        empty: dict[str, EmptyTrace] = {}
         for directory in matches:
-            parts(directory)
+            try:
+                parts(directory)
+            except EmptyTrace as exc:
+                if not globbed or idle is None:
+                    raise
+                empty[directory] = exc
+                continue
             out.setdefault(os.path.abspath(directory), directory)
+        if empty and len(empty) == len(matches):
+            raise next(iter(empty.values()))
+        if idle is not None:
+            idle += empty
     return list(out.values())
 
 

@@ -74,6 +74,7 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
     run every fio step instead of the file's.  With more than one client, each is a mount of
     its own over the one directory, sharing the emulated file system's state through a
     private redis-server (docs/SCALE.md); the first mount is the one traced and sampled."""
+    measured_with = {step.name: step.clients for step in scenario.steps if step.kind == "fio"}
     if clients is not None:
         scenario = dataclasses.replace(scenario, steps=tuple(
             dataclasses.replace(step, clients=clients) if step.kind == "fio" else step for step in scenario.steps))
@@ -145,6 +146,11 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
             sampler.stop()
             result["duration_s"] = time.monotonic() - t0
     result["rows"] = rows(steps)
+    for row in result["rows"]:  # a published figure measured with other clients than this run's
+        was = measured_with.get(row["step"], clients)
+        if clients is not None and was != clients and row["published"] is not None:
+            said = f"{clients} clients together; published from {was}"
+            row["note"] = f"{row['note']}; {said}" if row["note"] else said
     if out is not None and "scripted" in result:
         result["application"] = application.seen(out / "trace", result["scripted_monotonic_ns"])
     return result

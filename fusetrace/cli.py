@@ -262,6 +262,12 @@ def _mount(args, argv) -> int:
     answer = _read_answer(r, child)
     if answer == "ok":
         where = f", tracing to {os.path.abspath(args.trace_dir)}" if args.trace_dir else ""
+        if opts.emulate is not None:
+            where += f", emulating {opts.emulate}"
+        if opts.shared is not None:
+            from .shaping.redis_hub import shown
+
+            where += f" as a client of file system {opts.fs_id} shared through Redis at {shown(opts.shared)}"
         print(f"fusetrace: {opts.source} mounted on {opts.mountpoint}{where}")
         print(f"fusetrace: note: locks are {LOCKS}")
         if args.debug or args.debug_fuse:

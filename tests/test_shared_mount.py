@@ -160,3 +160,15 @@ def test_a_password_redis_refuses_is_said_as_such(tmp_path, redis_server):
                          "--shared", url, "--fs-id", "x", check=False)
         assert "wrong" not in one_line_error(done, says)
         assert not os.path.ismount(tmp_path / "mnt")
+
+
+def test_mount_says_what_it_emulates_and_whose_client_it_is(tmp_path, redis_server):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--emulate", "efs-bursting",
+                     "--shared", redis_server.url, "--fs-id", "fs9")
+    try:
+        assert (f", emulating efs-bursting as a client of file system fs9 shared through Redis at "
+                f"{redis_server.url}\n") in done.stdout, done.stdout
+    finally:
+        fusetrace("umount", str(tmp_path / "mnt"))

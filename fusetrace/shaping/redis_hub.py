@@ -20,6 +20,7 @@ Calls block (with a timeout): run exchange() off the trio loop (emulation.py doe
 
 import json
 import math
+import threading
 from urllib.parse import parse_qsl, urlsplit
 
 import redis
@@ -154,6 +155,9 @@ class RedisHub:
         self._script = self._redis.register_script(_EXCHANGE)
         self._join = self._redis.register_script(_JOIN)
         self._base = ""  # the file system's base parameters, as JSON, once join() has agreed them
+        # one call at a time: an exchange the loop abandoned at unmount still runs in its worker
+        # thread, and would count the client live again after leave() had counted it out
+        self._one_at_a_time = threading.Lock()
         self._cursors: dict[str, str] = {}  # per client: the last report it read (none: joining)
         self.round_trips = 0
 
@@ -169,12 +173,13 @@ class RedisHub:
         sets = json.dumps(report.sets, separators=(",", ":"))
         balance = "" if math.isnan(report.balance) else repr(report.balance)
         self.round_trips += 1
-        out = self._script(keys=[f"fusetrace:{self.fs_id}"], args=[
-            report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
-            repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
-            json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0",
-            BATCH, KEEP_MS, self._base,
-            "" if report.params is None else json.dumps(report.params, separators=(",", ":"))])
+        with self._one_at_a_time:
+            out = self._script(keys=[f"fusetrace:{self.fs_id}"], args=[
+                report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
+                repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
+                json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0",
+                BATCH, KEEP_MS, self._base,
+                "" if report.params is None else json.dumps(report.params, separators=(",", ":"))])
         cursor, clients, stored, prior, more, params, known, got = out
         self._cursors[report.client] = _text(cursor)
         reports = [(_text(got[i]), [tuple(u) for u in json.loads(got[i + 1])],
@@ -189,8 +194,9 @@ class RedisHub:
 
     def leave(self, client: str) -> None:
         """`client` is gone: counted out of ClientConnections now, not when its report ages."""
-        self._redis.zrem(f"fusetrace:{self.fs_id}:clients", client)
-        self._redis.hdel(f"fusetrace:{self.fs_id}:totals", client)
+        with self._one_at_a_time:
+            self._redis.zrem(f"fusetrace:{self.fs_id}:clients", client)
+            self._redis.hdel(f"fusetrace:{self.fs_id}:totals", client)
 
     def close(self) -> None:
         self._redis.close()

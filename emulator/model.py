@@ -108,7 +108,7 @@ class Model:
         self._scheduled = itertools.count()  # the order of events scheduled for one instant
         self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), apart, in time order
         self._stall_events: dict[int, tuple[float, float]] = {}  # each scheduled stall, by its number
-        self.refused_events: list[str] = []  # scheduled sets that were inconsistent at their instant
+        self.refused_events: dict[int, str] = {}  # scheduled sets inconsistent at their instant: number -> why
         self.clients = 1  # clients of the file system (ClientConnections); emulator/shared.py sets it
         self._usage: dict[tuple[int, int], list] | None = None  # when shared: what went through the shared gates
         # the gates the last request served went through (busy()): its route, and its slot pool and key
@@ -396,7 +396,7 @@ class Model:
 
     def _advance(self, now: float) -> None:
         while self._sets and self._sets[0][0] <= now:  # scheduled changes, each at its own instant
-            at, _, keys = heapq.heappop(self._sets)
+            at, number, keys = heapq.heappop(self._sets)
             if at > self._now:
                 self._now = at
             if self._now >= self._next_remeasure:
@@ -404,7 +404,7 @@ class Model:
             try:
                 self._set_keys(keys, self._now)
             except ProfileError as exc:  # a later `set` made it inconsistent: not applied, and said
-                self.refused_events.append(f"event at {at:.3f} s: {exc}")
+                self.refused_events[number] = str(exc)
         if now > self._now:
             self._now = now
         if self._now >= self._next_remeasure:

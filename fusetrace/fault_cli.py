@@ -141,7 +141,9 @@ def _event_line(ev: dict, now: float) -> str:
     at, end = ev["wall_time"], ev["wall_time"] + ev.get("stall", 0)
     clock = time.strftime("%H:%M:%S", time.localtime(at))
     off = ev.get("called_off")
-    if off is not None and off < end:
+    if "refused" in ev:  # a later change made it inconsistent at its instant
+        state = f"not applied: {ev['refused']}"
+    elif off is not None and off < end:
         state = f"called off {_span(now - off)} ago" + (f", {_span(off - at)} into it" if off > at else "")
     elif now < at:
         state = f"due in {_span(at - now)}"
@@ -181,7 +183,6 @@ def render(answer: dict) -> str:
         lines.append("left by the rules: " + "; ".join(left))
     now = time.time()
     for ev in answer.get("events", []):
-        lines.append(f"event {ev['id']}: {_event_line(ev, now)}" if "refused" not in ev else
-                     f"event refused: {ev['refused']}")
+        lines.append(f"event {ev['id']}: {_event_line(ev, now)}")
     lines.append(f"faults fired since mounting: {answer.get('fired', 0):,}")
     return "\n".join(lines)

@@ -334,3 +334,24 @@ def test_prometheus_counts_the_faults_fired(mount):
             os.mkdir(m.mountpoint / name)
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert "fusetrace_faults_fired_total 2.0" in body.splitlines()
+
+
+def test_an_event_a_later_set_made_inconsistent_is_listed_once_as_not_applied(mount):
+    m = mount("--emulate", "efs-bursting")
+    fusetrace("fault", str(m.mountpoint), "event", "--at", "500ms", "--set", "meta_read_latency_p99_ms=20")
+    fusetrace("set", str(m.mountpoint), "meta_read_latency_p99_ms=100")
+    fusetrace("set", str(m.mountpoint), "meta_read_latency_ms=30")  # the event's 20 is now below it
+
+    made = iter(range(10**6))
+
+    def listed():
+        (m.mountpoint / f"f{next(made)}").touch()  # time passes in the model as requests reach it
+        return [ln for ln in fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
+                if ln.startswith("event") and "not applied" in ln]
+
+    lines = poll(listed)
+    assert len(lines) == 1 and lines[0].startswith("event e1: set meta_read_latency_p99_ms=20 at "), lines
+    assert lines[0].endswith("(not applied: set meta_read_latency_p99_ms: must not be below meta_read_latency_ms "
+                             "(30))"), lines
+    events = json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)["events"]
+    assert [e["id"] for e in events] == ["e1"] and "must not be below" in events[0]["refused"]

@@ -125,13 +125,13 @@ def test_keys_set_at_one_instant_are_checked_together_when_scheduled():
 
 def test_a_set_made_inconsistent_by_a_later_change_is_refused_and_said():
     model = model_of()
-    model.schedule(Event(5.0, set={"meta_read_latency_p99_ms": 20}), 0.0)
+    number = model.schedule(Event(5.0, set={"meta_read_latency_p99_ms": 20}), 0.0)
     model.set("meta_read_latency_p99_ms", 100, 1.0)
     model.set("meta_read_latency_ms", 30, 1.0)
     model.admit(read(), 6.0)
     assert model.params.meta_read_latency_p99_ms == 100
-    assert model.refused_events == ["event at 5.000 s: set meta_read_latency_p99_ms: must not be below "
-                                    "meta_read_latency_ms (30)"]
+    assert model.refused_events == {number: "set meta_read_latency_p99_ms: must not be below "
+                                              "meta_read_latency_ms (30)"}
 
 
 def test_credits_running_out_at_t_is_the_throughput_cliff_at_t():

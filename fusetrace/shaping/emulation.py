@@ -294,9 +294,11 @@ class Emulation:
         return off
 
     def events(self) -> list[dict]:
-        """The events scheduled since mounting, each with the wall time it happens at; then
-        any `set` that a later change made inconsistent at its instant ({"refused": why})."""
-        return self._events + [{"refused": why} for why in self.model.refused_events]
+        """The events scheduled since mounting, each with the wall time it happens at, and a
+        `set` that a later change made inconsistent at its instant (not applied) with why
+        ("refused")."""
+        refused = self.model.refused_events
+        return [{**e, "refused": refused[n]} if (n := self._numbers[e["id"]]) in refused else e for e in self._events]
 
     def prometheus_metrics(self) -> dict[str, float]:
         """The model's CloudWatch-named metrics and the host's counters at one instant,

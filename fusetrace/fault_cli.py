@@ -137,7 +137,7 @@ def _assignment(item: str) -> tuple[str, str]:
 def _event_line(ev: dict, now: float) -> str:
     """A scheduled model event, with when it happens and whether it has."""
     what = f"stall {_span(ev['stall'])}" if "stall" in ev else \
-        "set " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev["set"].items())
+        "set " + ", ".join(f"{k}={_value(v)}" for k, v in ev["set"].items())
     at, end = ev["wall_time"], ev["wall_time"] + ev.get("stall", 0)
     clock = time.strftime("%H:%M:%S", time.localtime(at))
     off = ev.get("called_off")
@@ -152,6 +152,13 @@ def _event_line(ev: dict, now: float) -> str:
     else:
         state = f"happened {_span(now - at)} ago" if "set" in ev else f"ended {_span(now - end)} ago"
     return f"{what} at {clock} ({state})"
+
+
+def _value(v: object) -> str:
+    """A value an event sets, as `set` would take it back: 1 TiB as 1099511627776, not 1.09951e+12."""
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:g}"
+    return str(v)
 
 
 def _span(seconds: float) -> str:

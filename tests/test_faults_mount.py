@@ -276,9 +276,9 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     assert stats["metrics"]["BurstCreditBalance"] < 1e9
     assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
             ["events"]] == [1.5, None]
-    later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=0").stdout
-    assert re.fullmatch(r"scheduled e3: set burst_credit_balance=0 at \d\d:\d\d:\d\d \(due in (4m 5\ds|5m 0s)\)\n",
-                        later), later
+    later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=1TiB").stdout
+    assert re.fullmatch(r"scheduled e3: set burst_credit_balance=1099511627776 at \d\d:\d\d:\d\d "
+                        r"\(due in (4m 5\ds|5m 0s)\)\n", later), later  # as set takes it back
     listed_text = fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
     events = [line for line in listed_text if line.startswith("event ")]
     assert events[0].startswith("event e1: stall 1.5s at ") and "ended" in events[0], events

@@ -91,40 +91,20 @@ def test_never_reached(efs):
 
 
 def test_a_bad_option_fails_the_test_with_one_line(pytester):
-    result = run(pytester, '''
-import pytest
-
-@pytest.mark.efs(profile="no-such-profile")
-def test_bad_profile(efs):
-    pass
-
-@pytest.mark.efs(colour="red")
-def test_bad_key(efs):
-    pass
-
-@pytest.mark.efs(writeback_cache="no")
-def test_bad_value(efs):
-    pass
-
-@pytest.mark.efs("efs-elastic")
-def test_positional(efs):
-    pass
-
-@pytest.mark.efs(set="burst_credit_balance=0")
-def test_set_as_text(efs):
-    pass
-
-@pytest.mark.efs(faults="no-such-faults.toml")
-def test_faults_missing(efs):
-    pass
-''')
-    result.assert_outcomes(errors=6)
-    result.stdout.fnmatch_lines_random([
-        "*efs fixture: *no-such-profile*", "*efs fixture: @pytest.mark.efs: unknown key 'colour'*",
-        "*efs fixture: writeback_cache must be True or False, got 'no'*",
-        "*efs fixture: @pytest.mark.efs takes keywords*got 'efs-elastic': e.g. @pytest.mark.efs(profile='efs-elastic')*",
-        "*efs fixture: @pytest.mark.efs: set must be a dict of profile keys*got 'burst_credit_balance=0'*",
-        f"*--faults {pytester.path}/no-such-faults.toml: no such file*"])
+    bad = [  # (the marker's arguments, the line its test fails with)
+        ('profile="no-such-profile"', "*efs fixture: *no-such-profile*"),
+        ('colour="red"', "*efs fixture: @pytest.mark.efs: unknown key 'colour'*"),
+        ('writeback_cache="no"', "*efs fixture: writeback_cache must be True or False, got 'no'*"),
+        ('"efs-elastic"', "*efs fixture: @pytest.mark.efs takes keywords*got 'efs-elastic': "
+                          "e.g. @pytest.mark.efs(profile='efs-elastic')*"),
+        ('set="burst_credit_balance=0"',
+         "*efs fixture: @pytest.mark.efs: set must be a dict of profile keys*got 'burst_credit_balance=0'*"),
+        ('faults="no-such-faults.toml"', f"*--faults {pytester.path}/no-such-faults.toml: no such file*"),
+    ]
+    result = run(pytester, "import pytest\n" + "".join(
+        f"\n@pytest.mark.efs({marker})\ndef test_{i}(efs):\n    pass\n" for i, (marker, _) in enumerate(bad)))
+    result.assert_outcomes(errors=len(bad))
+    result.stdout.fnmatch_lines_random([line for _, line in bad])
     assert "Traceback" not in result.stdout.str() and "TypeError" not in result.stdout.str()
     assert "During handling" not in result.stdout.str()  # each said once
     assert _mounts_under(pytester.path) == []

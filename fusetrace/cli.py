@@ -342,10 +342,12 @@ def _umount(args) -> int:
 
             inside = mounts.users(mnt)
             held = _held(state["control"]) if pid and state.get("control") else []
+            by_rule = any(h.get("rule") for h in held)
+            held = held[:5]
             hint = (f"; in use by {', '.join(inside)}" if inside else "" if held else "; in use") + \
                 (f"; waiting in the server: {'; '.join(map(held_words, held))}" if held else "") + \
                 (f" (fusetrace fault {mnt} clear lets go what a stall rule holds)"
-                 if any(h.get("rule") for h in held) else "") + f"; or detach it now with fusermount3 -uz {mnt}"
+                 if by_rule else "") + f"; or detach it now with fusermount3 -uz {mnt}"
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     if pid:
         _wait_server(mnt, pid, state.get("trace"))
@@ -360,14 +362,14 @@ def _umount(args) -> int:
     return 0
 
 
-def _held(control: str, most: int = 5) -> list[dict]:
+def _held(control: str) -> list[dict]:
     """The callers the server holds long in a request (Operations.held_long): each keeps
     the mount busy with no descriptor in it.  [] when the server does not answer within a
     second (umount goes on without them)."""
     from .server.control import request
 
     try:
-        return request(control, cmd="held", timeout=1.0).get("held", [])[:most]
+        return request(control, cmd="held", timeout=1.0).get("held", [])
     except (OSError, ValueError):
         return []
 

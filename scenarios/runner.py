@@ -149,7 +149,7 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
     for row in result["rows"]:  # a published figure measured with other clients than this run's
         was = measured_with.get(row["step"], clients)
         if clients is not None and was != clients and row["published"] is not None:
-            said = f"{clients} clients together; published from {was}"
+            said = f"{clients} client{'s' if clients > 1 else ''} together; published from {was}"
             row["note"] = f"{row['note']}; {said}" if row["note"] else said
     if out is not None and "scripted" in result:
         result["application"] = application.seen(out / "trace", result["scripted_monotonic_ns"])

@@ -100,7 +100,23 @@ def test_a_mount_that_would_emulate_the_file_system_otherwise_is_refused(mount, 
     poll(lambda: stats(b)["metrics"]["PermittedThroughput"] == stats(a)["metrics"]["PermittedThroughput"])
     a.unmount()
     b.unmount()
-    # no client live: the next one's parameters are the file system's
+    # no client live: the next one's parameters are the file system's, and those set before are forgotten
+    lone = mount("--emulate", "efs-bursting")
+    (c,) = shared_mounts(mount, tmp_path, redis_server, 1)
+    poll(lambda: stats(c)["shared"]["exchanges"] >= 5)
+    assert stats(c)["metrics"]["PermittedThroughput"] == stats(lone)["metrics"]["PermittedThroughput"]
+    c.unmount()
+    mount("--emulate", "efs-elastic", "--shared", redis_server.url, "--fs-id", "fs1")
+
+
+def test_a_mount_that_fails_after_joining_leaves_the_file_system(tmp_path, mount, redis_server):
+    (tmp_path / "faults.toml").write_text('[[event]]\nat = "1s"\nset = {nfs_acregmin_s = 0}\n')
+    (tmp_path / "s").mkdir()
+    (tmp_path / "m").mkdir()
+    done = fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-bursting", "--shared",
+                     redis_server.url, "--fs-id", "fs1", "--faults", str(tmp_path / "faults.toml"), check=False)
+    one_line_error(done, "nfs_acregmin_s: fixed at mount")
+    # not counted live: a mount of other parameters is the file system's first client
     mount("--emulate", "efs-elastic", "--shared", redis_server.url, "--fs-id", "fs1")
 
 
@@ -110,7 +126,14 @@ def test_parameters_set_outlive_a_redis_restarted_without_persistence(mount, tmp
     permitted = poll(lambda: stats(a)["metrics"]["PermittedThroughput"])
     redis_server.stop()
     redis_server.start()  # empty: the parameters set went with it
-    # a live client gives them back with its next announce (once a second), and a joiner takes them
+    fusetrace("set", str(a.mountpoint), "read_latency_ms=0.3")  # likely to reach Redis before a's announce
+    # a mount of other parameters waits for the live client's announce, and is refused
+    (tmp_path / "s").mkdir()
+    (tmp_path / "m").mkdir()
+    one_line_error(fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-elastic",
+                             "--shared", redis_server.url, "--fs-id", "fs1", check=False), "emulate it otherwise")
+    # a live client gives them back with its next announce (once a second), beside what was set since,
+    # and a joiner takes them
     (b,) = shared_mounts(mount, tmp_path, redis_server, 1)
     poll(lambda: stats(b)["metrics"]["PermittedThroughput"] == permitted)
     assert stats(b)["shared"]["refused_sets"] == []

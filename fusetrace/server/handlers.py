@@ -217,7 +217,7 @@ class Operations(pyfuse3.Operations):
         assert self.shaper is not None
         if ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - since < _LONG_HOLD_NS:
             return self.shaper.hold(req, ticket, since)
-        return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns + self.shaper.compensation_ns)
+        return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns)
 
     async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who, until: int) -> int:
         assert self.shaper is not None

@@ -296,12 +296,14 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     thread's Python traceback to standard error: the log."""
     faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    emulation = None
     try:
         preflight(opts)
         emulation = _open_emulation(opts)
         rules = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
+        _leave(emulation)
         _say(ready_fd, f"error: {exc}")
         raise
     os.umask(0)  # modes arrive with the caller's umask applied already
@@ -319,6 +321,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
         _close(ops, workers, tracer)
+        _leave(emulation)
         msg = f"cannot mount {opts.source} on {opts.mountpoint}: {exc}"
         _say(ready_fd, f"error: {msg}")
         raise UserError(msg) from None
@@ -356,6 +359,13 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         runstate.remove(opts.mountpoint)
         log.info("%s: server (pid %d) stopped", opts.mountpoint, os.getpid())
     return 0
+
+
+def _leave(emulation: "Emulation | None") -> None:
+    """A mount that failed after joining a shared file system leaves it (Sharing.join
+    counted it live), rather than staying a client for CLIENT_TTL."""
+    if emulation is not None and emulation.sharing is not None:
+        emulation.sharing.close()
 
 
 def _open_emulation(opts: MountOptions) -> "Emulation | None":

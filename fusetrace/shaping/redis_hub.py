@@ -21,7 +21,7 @@ Calls block (with a timeout): run exchange() off the trio loop (emulation.py doe
 import json
 import math
 import threading
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
 
@@ -63,8 +63,8 @@ if clients > 1 then prior = redis.call('GET', p .. ':balance') or '' end
 if balance ~= '' then redis.call('SET', p .. ':balance', balance) end
 if announce == '1' then  -- what a Redis restarted without persistence lost, from a live client's copy
   if base ~= '' then redis.call('SET', p .. ':base', base, 'NX') end
-  if known_params ~= '' and redis.call('EXISTS', p .. ':params') == 0 then
-    for k, v in pairs(cjson.decode(known_params)) do redis.call('HSET', p .. ':params', k, cjson.encode(v)) end
+  if known_params ~= '' then  -- never over a value set since: the sets below come after
+    for k, v in pairs(cjson.decode(known_params)) do redis.call('HSETNX', p .. ':params', k, cjson.encode(v)) end
   end
 end
 for _, kv in ipairs(cjson.decode(sets)) do redis.call('HSET', p .. ':params', kv[1], cjson.encode(kv[2])) end
@@ -96,17 +96,21 @@ return {cursor, clients, any == 1 and tostring(total) or '', prior, #entries == 
 
 # A client about to mount: the file system's base parameters (emulator/shared.py
 # file_system_base) as its live clients have them, or this client's when none is live
-# (then they are the file system's from now on).  The client is counted live at once, so
-# that two mounting together with different parameters cannot both find none.
+# (then they are the file system's from now on, and parameters set before are forgotten).
+# The client is counted live at once, so that two mounting together with different
+# parameters cannot both find none.  '' when clients are live but the base is gone (a
+# Redis restarted empty): their next announce gives it back.
 _JOIN = """
 local p, client, base, client_ttl, keep_ms = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local live = redis.call('ZCOUNT', p .. ':clients', now - client_ttl, '+inf')
 local held = redis.call('GET', p .. ':base')
+if live > 0 and not held then return '' end  -- a Redis restarted empty: the live clients give it back
 redis.call('ZADD', p .. ':clients', now, client)
 redis.call('PEXPIRE', p .. ':clients', keep_ms)
-if live == 0 or not held then
+if live == 0 then  -- a new file system, whatever the keys left from one before say
+  redis.call('DEL', p .. ':params', p .. ':balance')
   redis.call('SET', p .. ':base', base, 'PX', keep_ms)
   return base
 end
@@ -129,7 +133,8 @@ def check_url(url: str) -> str:
     for key, value in parse_qsl(parts.query):
         if key == "db":
             db = value
-    if db and not db.isdigit():
+    db = unquote(db)
+    if db and not (db.isascii() and db.isdigit()):
         raise UserError(f"--shared {shown(url)}: the database {db!r} is not a number, e.g. redis://127.0.0.1:6379/0")
     return url
 
@@ -158,15 +163,18 @@ class RedisHub:
         # one call at a time: an exchange the loop abandoned at unmount still runs in its worker
         # thread, and would count the client live again after leave() had counted it out
         self._one_at_a_time = threading.Lock()
+        self._left = False  # leave() was called: no exchange after it
         self._cursors: dict[str, str] = {}  # per client: the last report it read (none: joining)
         self.round_trips = 0
 
-    def join(self, client: str, base: dict) -> dict:
+    def join(self, client: str, base: dict) -> dict | None:
         """The file system's base parameters as its live clients have them (`base` itself
-        when none is live); redis.RedisError if Redis does not answer."""
+        when none is live); None when they are live but Redis lost it (ask again after
+        their next announce); redis.RedisError if Redis does not answer."""
         self._base = json.dumps(base, sort_keys=True, separators=(",", ":"))
-        return json.loads(_text(self._join(keys=[f"fusetrace:{self.fs_id}"],
-                                           args=[client, self._base, CLIENT_TTL, KEEP_MS])))
+        with self._one_at_a_time:
+            held = _text(self._join(keys=[f"fusetrace:{self.fs_id}"], args=[client, self._base, CLIENT_TTL, KEEP_MS]))
+        return json.loads(held) if held else None
 
     def exchange(self, report: Report) -> Reply:
         usage = json.dumps(report.usage, separators=(",", ":"))
@@ -174,6 +182,8 @@ class RedisHub:
         balance = "" if math.isnan(report.balance) else repr(report.balance)
         self.round_trips += 1
         with self._one_at_a_time:
+            if self._left:  # an exchange the loop abandoned, late: it would count the client live again
+                raise redis.ConnectionError("this client has left the file system")
             out = self._script(keys=[f"fusetrace:{self.fs_id}"], args=[
                 report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
                 repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
@@ -195,6 +205,7 @@ class RedisHub:
     def leave(self, client: str) -> None:
         """`client` is gone: counted out of ClientConnections now, not when its report ages."""
         with self._one_at_a_time:
+            self._left = True
             self._redis.zrem(f"fusetrace:{self.fs_id}:clients", client)
             self._redis.hdel(f"fusetrace:{self.fs_id}:totals", client)
 

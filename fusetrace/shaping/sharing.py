@@ -22,13 +22,14 @@ import redis
 import trio
 
 from ..emulator.model import Model
-from ..emulator.shared import EXCHANGE_EVERY, SharedClient, base_differences, file_system_base
+from ..emulator.shared import ANNOUNCE_EVERY, EXCHANGE_EVERY, SharedClient, base_differences, file_system_base
 from ..errors import UserError
 from .redis_hub import RedisHub, check_url, shown
 
 log = logging.getLogger("fusetrace")
 
 RETRY_EVERY = 1.0  # s between tries while Redis does not answer
+JOIN_TRIES = 12  # asking for the base every ANNOUNCE_EVERY / 4 (3 s): live clients announce once a second
 
 
 def _source_id(source: str) -> str:
@@ -69,12 +70,20 @@ class Sharing:
         base = file_system_base(self.client.model.params)
         try:
             held = self.hub.join(self.client.client, base)
+            for _ in range(JOIN_TRIES):  # Redis restarted empty under live clients: wait for their announce
+                if held is not None:
+                    break
+                time.sleep(ANNOUNCE_EVERY / 4)
+                held = self.hub.join(self.client.client, base)
         except redis.RedisError as exc:
             refused = isinstance(exc, redis.AuthenticationError) or "authenticat" in str(exc).lower()
             given = urlsplit(self.url).password is not None or "password=" in urlsplit(self.url).query
             why = ("Redis does not answer" if not refused else "Redis answered but refused this mount's password"
                    if given else "Redis answered but wants a password (redis://:PASSWORD@HOST:PORT/DB, or ?password=)")
             raise UserError(f"--shared {shown(self.url)}: {why} ({exc})") from None
+        if held is None:
+            raise UserError(f"--fs-id {self.fs_id}: Redis lost its parameters and its live clients have not given "
+                            f"them back within {JOIN_TRIES * ANNOUNCE_EVERY / 4:g} s; mount again")
         differ = base_differences(base, held)
         if differ:
             try:

@@ -92,7 +92,7 @@ def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]
         if empty and len(empty) == len(matches):
             raise next(iter(empty.values()))
         if idle is not None:
-            idle += empty
+            idle += [d for d in empty if d not in idle]
     return list(out.values())
 
 

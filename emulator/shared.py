@@ -107,7 +107,8 @@ class SharedClient:
         self._totals: dict[int, list] = {}  # per class: all this client has put in reports
         self._absorbed: dict[str, dict[int, list]] = {}  # per other client and class: what was taken in
         self._announced = -math.inf  # when a report last went with the totals alone
-        self.refused: list[str] = []  # other clients' sets this client's parameters could not take
+        # other clients' sets this client's parameters could not take, by key: until one of it is taken
+        self.refused: dict[str, str] = {}
 
     def changed(self, key: str, value) -> None:
         """A parameter set on this client (already applied here), for the others if it is
@@ -179,7 +180,9 @@ class SharedClient:
         try:
             self.model.set(key, value, now)
         except ProfileError as exc:
-            self.refused.append(str(exc))
+            self.refused[key] = str(exc)
+        else:
+            self.refused.pop(key, None)
 
     def _due(self, client: str, usage: list[Usage], totals: Totals) -> list[Usage]:
         """What to take in of `client`'s usage: made to agree with its totals against what

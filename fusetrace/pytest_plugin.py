@@ -10,6 +10,7 @@ behind.  docs/PYTEST.md is the user's guide.
 """
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -203,6 +204,8 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
     try:
         options = _options(request)
         faults = options["faults"]
+        if faults is not None and not isinstance(faults, str | os.PathLike):
+            raise UserError(f"efs fixture: faults must be the path of a faults file, got {faults!r}")
         if faults is not None and not Path(faults).is_absolute():  # (the fusetrace command runs elsewhere)
             faults = str(Path(request.config.invocation_params.dir) / faults)
         mount = EFS(tmp_path / "efs", options["profile"], options["set"], faults,

@@ -161,6 +161,7 @@ def test_with_the_write_back_cache_no_write_is_cut_short():
     ({"errno": "EIO", "id": "a b"}, "id 'a b': letters, digits"),
     ({"errno": "EIO", "pid": -1}, "pid -1: a process id is a number above 0"),
     ({"errno": "EIO", "comm": "averyveryverylongname"}, "give 'averyveryverylo'"),  # it would never match
+    ({"errno": "EIO", "comm": "b\udcffd-name-of-sixteen"}, "Linux keeps 1 to 15 bytes"),  # undecodable, as argv gives
     ({"full": "1M", "errno": "EIO"}, "errno 'EIO': a full file system answers ENOSPC, or EDQUOT"),
 ])
 def test_every_mistake_is_one_line_naming_the_rule_and_key(rule, says):

@@ -100,6 +100,7 @@ def test_a_bad_option_fails_the_test_with_one_line(pytester):
         ('set="burst_credit_balance=0"',
          "*efs fixture: @pytest.mark.efs: set must be a dict of profile keys*got 'burst_credit_balance=0'*"),
         ('faults="no-such-faults.toml"', f"*--faults {pytester.path}/no-such-faults.toml: no such file*"),
+        ("faults=3", "*efs fixture: faults must be the path of a faults file, got 3*"),
     ]
     result = run(pytester, "import pytest\n" + "".join(
         f"\n@pytest.mark.efs({marker})\ndef test_{i}(efs):\n    pass\n" for i, (marker, _) in enumerate(bad)))

@@ -236,3 +236,11 @@ def test_a_client_catching_up_takes_the_backlog_a_batch_at_a_time(redis_hub):
             break
     assert answers == 3
     assert b.model.metrics(3.0)["DataReadIOBytes"] == a.model.metrics(3.0)["DataReadIOBytes"]
+
+
+def test_a_set_refused_here_is_listed_until_a_later_one_of_its_key_is_taken():
+    client = SharedClient(model_of("efs-bursting", "throughput_mode=provisioned", "provisioned_mibps=50"), "a")
+    client.apply(Reply(params={"provisioned_mibps": 0}), 1.0)  # provisioned mode needs a rate above 0
+    assert list(client.refused) == ["provisioned_mibps"] and client.model.params.provisioned_mibps == 50
+    client.apply(Reply(params={"provisioned_mibps": 80}), 2.0)
+    assert client.refused == {} and client.model.params.provisioned_mibps == 80

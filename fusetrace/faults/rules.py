@@ -4,6 +4,7 @@ where and the key.  docs/FAULTS.md documents every key."""
 
 import errno as E
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -216,8 +217,9 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
         if pid <= 0:
             raise UserError(f"{where}: pid {pid}: a process id is a number above 0")
     for comm in kw["comms"]:
-        if not 0 < len(comm.encode()) <= _COMM_MAX:
-            kept = comm.encode()[:_COMM_MAX].decode(errors="ignore")
+        name = os.fsencode(comm)  # (as the command line gave it: undecodable bytes kept)
+        if not 0 < len(name) <= _COMM_MAX:
+            kept = os.fsdecode(name[:_COMM_MAX])
             raise UserError(f"{where}: comm {comm!r}: Linux keeps 1 to {_COMM_MAX} bytes of a process's name "
                             f"(/proc/PID/comm), so no process is named so; give {kept!r}")
     if "probability" in raw:

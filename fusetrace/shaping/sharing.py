@@ -104,7 +104,7 @@ class Sharing:
                 self._down(exc)
                 await trio.sleep(RETRY_EVERY)
                 continue
-            refused = len(self.client.refused)
+            refused = dict(self.client.refused)
             try:
                 self.client.apply(reply, self._now())
             except Exception as exc:  # an entry this version cannot take: said, and the mount goes on
@@ -113,7 +113,7 @@ class Sharing:
                 self._down(exc)
                 await trio.sleep(RETRY_EVERY)
                 continue
-            for why in self.client.refused[refused:]:
+            for why in set(self.client.refused.values()) - set(refused.values()):
                 log.warning("shared state: another client's set refused here, so the clients differ: %s", why)
             self.exchanges += 1
             self._up()
@@ -142,7 +142,7 @@ class Sharing:
         return {"url": shown(self.url), "fs_id": self.fs_id, "client": self.client.client,
                 "state": self.state, "since": self.since, "exchanges": self.exchanges, "failed": self.failed,
                 "round_trips": self.hub.round_trips, "clients": self.client.model.clients,
-                "outages": list(self.outages), "refused_sets": list(self.client.refused)}
+                "outages": list(self.outages), "refused_sets": list(self.client.refused.values())}
 
     def close(self) -> None:
         """At unmount (the loop has stopped): report what is left and leave the file system, if

@@ -588,10 +588,7 @@ def run(args) -> int:
         if not os.path.isdir(folder):
             raise UserError(f"--plot {args.plot}: no such directory {folder}")
     filters = Filters.from_args(args)
-    idle: list[str] = []
-    directories = reader.expand(args.trace_dir, idle)
-    for directory in idle:
-        print(f"fusetrace: warning: {directory}: the mount recorded no operation; left out", file=sys.stderr)
+    (directories,) = expand_traces(args.trace_dir)
     try:
         trace = Trace(directories, filters)
         s = trace.summary(args.by, args.histogram, None if args.json else args.top, args.timeline)
@@ -606,6 +603,17 @@ def run(args) -> int:
         s["timeline"]["plot"] = os.path.abspath(args.plot)
     print(json.dumps(s, indent=2) if args.json else render(s))
     return 0
+
+
+def expand_traces(*sides: Sequence[str]) -> list[list[str]]:
+    """reader.expand for a command, per side of its arguments: the trace directories they
+    name, a glob's matches whose mount recorded nothing (a fleet's idle host) left out,
+    with a warning once each."""
+    idle: list[str] = []
+    directories = [reader.expand(side, idle) for side in sides]
+    for directory in idle:
+        print(f"fusetrace: warning: {directory}: the mount recorded no operation; left out", file=sys.stderr)
+    return directories
 
 
 # ---- text ----------------------------------------------------------------------------

@@ -17,13 +17,12 @@ import html
 import io
 import json
 import os
-import sys
 from collections.abc import Sequence
 
 import duckdb
 
 from ..errors import UserError
-from ..report import _int, _ns
+from ..report import _int, _ns, expand_traces
 from ..texttable import table
 from ..trace import reader
 
@@ -143,10 +142,7 @@ def run(args) -> int:
         raise CompareError(f"give two traces, A B (each a directory or a glob in quotes), or several: "
                            f"A... --against B... (got {len(args.traces)} before any --against)")
     sides = (args.traces, args.against) if args.against is not None else ([args.traces[0]], [args.traces[1]])
-    idle: list[str] = []
-    dirs_a, dirs_b = (reader.expand(side, idle) for side in sides)
-    for directory in idle:
-        print(f"fusetrace: warning: {directory}: the mount recorded no operation; left out", file=sys.stderr)
+    dirs_a, dirs_b = expand_traces(*sides)
     try:
         result = compare(dirs_a, dirs_b, args.tolerance, args.tail_tolerance)
     except duckdb.Error as exc:

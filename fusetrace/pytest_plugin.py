@@ -170,7 +170,8 @@ def _is_mounted(path: Path) -> bool:
 
 def _options(request: pytest.FixtureRequest) -> dict:
     """The mount's options: the ini default, then the nearest marker, then the indirect
-    parameter, each key checked."""
+    parameter, each key checked (a relative faults file made absolute: the fusetrace
+    command runs elsewhere)."""
     options: dict = {"profile": request.config.getini("efs_profile") or DEFAULT_PROFILE, "set": {}, "faults": None,
                      "writeback_cache": True}
     marker = request.node.get_closest_marker("efs")
@@ -192,6 +193,11 @@ def _options(request: pytest.FixtureRequest) -> dict:
             options[key] = {**options["set"], **value} if key == "set" else value
     if not isinstance(options["writeback_cache"], bool):
         raise UserError(f"efs fixture: writeback_cache must be True or False, got {options['writeback_cache']!r}")
+    faults = options["faults"]
+    if faults is not None and not isinstance(faults, str | os.PathLike):
+        raise UserError(f"efs fixture: faults must be the path of a faults file, got {faults!r}")
+    if faults is not None and not Path(faults).is_absolute():
+        options["faults"] = str(Path(request.config.invocation_params.dir) / faults)
     return options
 
 
@@ -203,12 +209,7 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
     failed = None
     try:
         options = _options(request)
-        faults = options["faults"]
-        if faults is not None and not isinstance(faults, str | os.PathLike):
-            raise UserError(f"efs fixture: faults must be the path of a faults file, got {faults!r}")
-        if faults is not None and not Path(faults).is_absolute():  # (the fusetrace command runs elsewhere)
-            faults = str(Path(request.config.invocation_params.dir) / faults)
-        mount = EFS(tmp_path / "efs", options["profile"], options["set"], faults,
+        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"],
                     options["writeback_cache"])
         mount.mount()
     except UserError as exc:

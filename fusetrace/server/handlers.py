@@ -181,7 +181,7 @@ class Operations(pyfuse3.Operations):
         err = 0
         if effect == "stall":
             until = min(firing.until_ns, firing.fail_ns) if firing.fail_ns else firing.until_ns
-            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until):
+            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until, rule=True):
                 err = await self._stalled(firing)
         now = monotonic_ns()
         ticket = None if self.shaper is None else self.shaper.admit(req, now)
@@ -225,14 +225,15 @@ class Operations(pyfuse3.Operations):
             return await self.shaper.hold(req, ticket, since)
 
     @contextlib.contextmanager
-    def _holding(self, req: Request, site: "_Site", who, start: int, why: str, until: int) -> Iterator[None]:
-        """While inside: the request is listed as held long, by `why`, until `until` at
-        the latest (monotonic ns).  A caller waiting in one holds no descriptor in the
+    def _holding(self, req: Request, site: "_Site", who, start: int, why: str, until: int,
+                 rule: bool = False) -> Iterator[None]:
+        """While inside: the request is listed as held long, by `why` (a fault rule's stall
+        when `rule`), until `until` at the latest (monotonic ns).  A caller waiting in one holds no descriptor in the
         mount yet keeps it busy (its path walk holds the mount): `fusetrace umount` and
         `stats` name it from this list."""
         token = object()
         pid, name, _ = self._who(who.pid, start)
-        self.holding[token] = _Held(pid, name, req.op, site.path, why, start, until)
+        self.holding[token] = _Held(pid, name, req.op, site.path, why, start, until, rule)
         try:
             yield
         finally:
@@ -245,7 +246,7 @@ class Operations(pyfuse3.Operations):
         held = sorted(self.holding.values(), key=lambda h: h.since)[:most]
         return [{"pid": h.pid, "name": h.name, "op": h.op, "path": h.path, "why": h.why,
                  "for_s": round((now - h.since) / 1e9, 1), "left_s": round(max(0, h.until - now) / 1e9, 1),
-                 "rule": h.why.startswith("fault rule")} for h in held]
+                 "rule": h.rule} for h in held]
 
     async def _stalled(self, firing: Firing) -> int:
         """Wait out a stall: until the outage ends (0), or, on a soft mount, until the
@@ -976,6 +977,7 @@ class _Held(NamedTuple):
     why: str
     since: int
     until: int  # when it goes on at the latest
+    rule: bool  # held by a fault rule's stall (fault clear lets it go)
 
 
 # a reply held this long by the model is listed (Operations._holding): a stall event, a

@@ -139,7 +139,8 @@ def _event_line(ev: dict, now: float) -> str:
     what = f"stall {_span(ev['stall'])}" if "stall" in ev else \
         "set " + ", ".join(f"{k}={_value(v)}" for k, v in ev["set"].items())
     at, end = ev["wall_time"], ev["wall_time"] + ev.get("stall", 0)
-    clock = time.strftime("%H:%M:%S", time.localtime(at))
+    day = time.localtime(at)[:3] != time.localtime(now)[:3]  # another day: say which
+    clock = time.strftime("%Y-%m-%d %H:%M:%S" if day else "%H:%M:%S", time.localtime(at))
     off = ev.get("called_off")
     if "refused" in ev:  # a later change made it inconsistent at its instant
         state = f"not applied: {ev['refused']}"

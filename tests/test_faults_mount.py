@@ -93,6 +93,8 @@ def test_fusetraces_own_probe_at_mount_passes_the_rules_by(mount, tmp_path, opti
     ('[[rules]]\nerrno = "EIO"\n', "unknown table 'rules'"),
     ('[[rule]\n', "not TOML"),
     ('[[event]]\nat = "1s"\nstall = "1s"\n', "[[event]] tables need --emulate"),
+    ('[[rule]]\nid = "a"\nerrno = "EIO"\n[[rule]]\nid = "a"\nerrno = "EIO"\n',
+     "rule 2: id 'a': an earlier rule of the file has that id"),
 ])
 def test_a_bad_faults_file_is_one_line_and_nothing_is_mounted(tmp_path, text, says):
     faults = tmp_path / "faults.toml"
@@ -277,7 +279,7 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
             ["events"]] == [1.5, None]
     later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=1TiB").stdout
-    assert re.fullmatch(r"scheduled e3: set burst_credit_balance=1099511627776 at \d\d:\d\d:\d\d "
+    assert re.fullmatch(r"scheduled e3: set burst_credit_balance=1099511627776 at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d "
                         r"\(due in (4m 5\ds|5m 0s)\)\n", later), later  # as set takes it back
     listed_text = fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
     events = [line for line in listed_text if line.startswith("event ")]

@@ -4,11 +4,14 @@ its firings (Hypothesis); every mistake in a rule is one line naming it."""
 
 import errno as E
 import math
+import re
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fusetrace import fault_cli
 from fusetrace.errors import UserError
 from fusetrace.faults.injector import Injector
 from fusetrace.faults.rules import parse_rule
@@ -223,3 +226,11 @@ def test_without_a_seed_one_is_drawn_and_listed():
     inj = injector(errno="EIO", probability=0.5)
     [listed] = inj.listing()
     assert isinstance(listed["seed"], int) and f"seed {listed['seed']}" in listed["summary"]
+
+
+def test_an_event_on_another_day_is_listed_with_its_date():
+    now = time.time()
+    year_on = fault_cli._event_line({"wall_time": now + 365 * 86400, "set": {"burst_credit_balance": 0.0}}, now)
+    assert re.search(r" at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(due in ", year_on), year_on
+    soon = fault_cli._event_line({"wall_time": now, "stall": 1.0}, now)
+    assert re.search(r" at \d\d:\d\d:\d\d \(in force", soon), soon

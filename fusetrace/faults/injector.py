@@ -77,6 +77,8 @@ class Injector:
                             f"write-back and read zeros past a short read (mount with --no-writeback-cache to "
                             f"cut reads and writes short)")
         if any(s.rule.id == rule.id for s in self.rules):
+            if trial:  # a faults file, checked before mounting: the other rule is in the file
+                raise UserError(f"{where}: id {rule.id!r}: an earlier rule of the file has that id")
             raise UserError(f"{where}: id {rule.id!r}: a rule with that id is in force (fault clear {rule.id})")
         if rule.probability is not None and rule.seed is None:
             rule = dataclasses.replace(rule, seed=random.SystemRandom().randrange(1 << 31))  # listed: rerun with it

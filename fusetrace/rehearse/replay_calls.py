@@ -23,6 +23,7 @@ returns them in other batches (a local file system: all in one) still matches.
 
 import ctypes
 import errno
+import mmap
 import os
 import stat
 import threading
@@ -102,19 +103,38 @@ def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> 
     return fd
 
 
-def _read_past_cache(fd: int, size: int, offset: int) -> bytes:
+def _aligned(size: int) -> mmap.mmap:
+    """Zeroed, page-aligned memory of at least `size` bytes: an anonymous mapping, as a
+    descriptor opened O_DIRECT reads into and writes from no other (a bytes object's
+    data is not aligned, and ext4 answers such a call EINVAL)."""
+    return mmap.mmap(-1, max(size, mmap.PAGESIZE))
+
+
+class _ReadBuffer(threading.local):
+    """Each replaying thread's memory to read into, grown as reads need."""
+
+    memory: mmap.mmap | None = None
+
+    def view(self, size: int) -> memoryview:
+        if self.memory is None or len(self.memory) < size:
+            self.memory = _aligned(size)
+        return memoryview(self.memory)[:size]
+
+
+def _read_past_cache(fd: int, into: memoryview, offset: int) -> int:
     """A traced read is one that missed the traced kernel's page cache, whatever emptied
     it (fio's invalidate=1, for one, drops it with posix_fadvise, which reaches no file
     system and no trace).  So the target's pages of the range are dropped first, and
     read without readahead (the record's size already is the traced kernel's), so that
     the target is asked for what the traced mount was, not answered from the pages the
-    replayed writes left.  A file that takes no advice is read as it is."""
+    replayed writes left.  A file that takes no advice is read as it is.  Returns the
+    bytes read."""
     try:
-        os.posix_fadvise(fd, offset, size, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, offset, len(into), os.POSIX_FADV_DONTNEED)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
     except OSError:
         pass
-    return os.pread(fd, size, offset)
+    return os.preadv(fd, [into], offset)
 
 
 def errno_name(code: int) -> str:
@@ -152,7 +172,8 @@ class Target:
         self.handles: dict[tuple[int, int], Handle] = {}
         self._orphans: list[Handle] = []  # bound again before their release (the trace lost it)
         self._lock = threading.Lock()  # taking a held-back flush
-        self._zeros = b""
+        self._zeros = _aligned(0)  # what writes carry (their data is not traced), never written to
+        self._read_into = _ReadBuffer()
         self._calls: dict[str, Callable[[Rec], list[Difference]]] = {
             "lookup": self._stat, "getattr": self._stat, "readlink": self._readlink, "mknod": self._mknod,
             "mkdir": self._mkdir, "symlink": self._symlink, "unlink": self._unlink, "rmdir": self._rmdir,
@@ -373,13 +394,14 @@ class Target:
 
     def _read(self, rec: Rec, h: Handle) -> list[Difference]:
         found = self._settle(h)
-        err, data = _value(lambda: _read_past_cache(h.fd, rec.size, rec.offset))
-        return found + (_errno(rec, err) or _count(rec, err, None if data is None else len(data), "bytes read"))
+        into = self._read_into.view(rec.size)
+        err, n = _value(lambda: _read_past_cache(h.fd, into, rec.offset))
+        return found + (_errno(rec, err) or _count(rec, err, n, "bytes read"))
 
     def _write(self, rec: Rec, h: Handle) -> list[Difference]:
         found = self._settle(h)
         if len(self._zeros) < rec.size:
-            self._zeros = bytes(rec.size)  # the data is not traced: zeros
+            self._zeros = _aligned(rec.size)
         zeros = memoryview(self._zeros)[:rec.size]
         err, n = _value(lambda: os.pwrite(h.fd, zeros, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, n, "bytes written"))

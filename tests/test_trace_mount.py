@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import stat
+import sys
 
 import duckdb
 import pandas as pd
@@ -74,6 +75,12 @@ def test_records_name_the_process_the_handles_and_what_changed(mount):
     import subprocess
 
     subprocess.run(["sh", "-c", f"echo hi > {m.mountpoint}/f && cat {m.mountpoint}/f >/dev/null"], check=True)
+    renamed = ("import ctypes, sys, threading\n"  # a worker thread that names itself, as a JVM's do
+               "def work():\n"
+               "    ctypes.CDLL(None).prctl(15, b'worker-7')\n"
+               "    open(sys.argv[1], 'w').close()\n"
+               "t = threading.Thread(target=work); t.start(); t.join()\n")
+    subprocess.run([sys.executable, "-c", renamed, str(m.mountpoint / "by-thread")], check=True)
     os.chmod(m.mountpoint / "f", 0o600)
     os.truncate(m.mountpoint / "f", 0)
     os.mkdir(m.mountpoint / "d")
@@ -87,6 +94,8 @@ def test_records_name_the_process_the_handles_and_what_changed(mount):
     assert {"sh", "cat"} <= set(df.comm) and "" not in set(df.comm)
     reads = df[df.op == "read"]
     assert set(reads.comm) == {"cat"}
+    by_thread = df[(df.op == "create") & (df.path == "/by-thread")]  # the process's name, not the thread's
+    assert list(by_thread.comm) == [os.path.basename(sys.executable)[:15]], by_thread.comm
     for op in ("create", "open", "opendir"):
         opened = df[df.op == op]
         assert len(opened) and (opened.fh > 0).all() and (opened.result == 0).all(), op

@@ -474,8 +474,12 @@ def test_simulate_once(tmp_path):
     assert out["operations"] == {"simulated": records, "total": records}
     assert [s["simulated"] for s in out["spans"]] == [True]
     assert out["credits"]["run_out_s"] is None and out["waited"]["total_s"] > 0
+    # the average is over the operations' own span, as --days takes it, not the idle time before them
+    assert out["metered_bytes_per_s"] == pytest.approx(out["metered_bytes"] / out["span_s"])
+    assert out["duration_s"] == pytest.approx(out["first_operation_s"] + out["span_s"], abs=1e-3)
     text = fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018").stdout
     assert "the trace once" in text and "credits do not run out" in text
+    assert "on average over its operations' " in text
 
 
 def test_a_trace_too_large_to_keep_is_read_again_for_each_repetition(tmp_path, monkeypatch):

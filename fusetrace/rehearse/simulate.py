@@ -104,11 +104,12 @@ def simulate(trace_dir: str, params, days: float | None) -> dict:
     result = TraceSim(model, calls, origin=origin / 1e9, first=first / 1e9, span=span,
                       every=step / SAMPLES_PER_ROW).run(duration)
     wall = time.perf_counter() - began
-    return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall)
+    return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9)
 
 
 def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
-             step: float, wall: float) -> dict:
+             step: float, wall: float, lead: float) -> dict:
+    """`lead`: virtual seconds from the mount's start (time 0) to the first record's."""
     r = result
     delta = r.delta
     projected = None
@@ -146,7 +147,9 @@ def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, dura
                     "projected_run_out_at": _when(projected) if projected is not None else None,
                     "after_run_out_bytes_per_s": r.after_cliff},
         "permitted_end_bytes_per_s": r.end_permitted,
-        "metered_bytes": r.metered, "metered_bytes_per_s": r.metered / duration if duration else 0.0,
+        # once: over the operations' own span, as --days averages (the mount idle before them left out)
+        "metered_bytes": r.metered, "metered_bytes_per_s": r.metered / (duration if days else span),
+        "first_operation_s": lead,
         "waited": {"total_s": r.waited, "mean_s": r.waited / r.ops_total if r.ops_total else 0.0,
                    "max_s": r.max_wait},
         "saturated": r.saturated,
@@ -175,8 +178,9 @@ def render(s: dict) -> str:
                      f"{ops['simulated']:,} operations simulated op by op, {_count(ops['total'])} in all, "
                      f"in {s['wall_s']:.2f} s")
     else:
-        lines.append(f"the trace once, {_seconds(s['duration_s'])} of virtual time: {ops['simulated']:,} "
-                     f"operations, in {s['wall_s']:.2f} s")
+        lead = f" (the first {_seconds(s['first_operation_s'])} idle)" if s["first_operation_s"] >= 0.01 else ""
+        lines.append(f"the trace once, {_seconds(s['duration_s'])} of virtual time from the mount's start{lead}: "
+                     f"{ops['simulated']:,} operations, in {s['wall_s']:.2f} s")
     lines += ["", _table(s), ""]
     lines += _credit_lines(s)
     lines.append(f"time operations waited (for limits, slots and queues): {_seconds(w['total_s'])} in all, "
@@ -207,7 +211,8 @@ def _credit_lines(s: dict) -> list[str]:
             moving = f", rising {_human_bytes(change)} a day up to their cap ({_human_bytes(s['credit_cap_bytes'])})"
     lines = [f"burst credits: {_human_bytes(c['start_bytes'])} at the start, {_human_bytes(c['end_bytes'])} at "
              f"the end, {_human_bytes(c['least_bytes'])} at the lowest{moving}; the workload meters "
-             f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"]
+             f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"
+             + ("" if s["days"] else f" over its operations' {_seconds(s['span_s'])}")]
     if c["run_out_s"] is not None:
         how = "simulated op by op" if c["run_out_simulated"] else "extrapolated"
         lines.append(f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "

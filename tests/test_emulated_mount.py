@@ -12,6 +12,7 @@ import pytest
 from conftest import fusetrace, is_mounted, poll
 
 from fusetrace.emulator.ops import Gate
+from fusetrace.server import runstate
 
 MiB = 1 << 20
 
@@ -85,6 +86,20 @@ def test_control_socket_is_private(mount):
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c",
                            probe, os.path.join("/run/fusetrace", sock)], capture_output=True, text=True)
     assert "permission denied" in (done.stdout + done.stderr).lower()
+
+
+def test_a_control_client_that_leaves_before_its_answer_ends_only_its_connection(mount):
+    """A command timed out or interrupted hangs up before the server answers: the server's
+    send then fails, and must not end the server (and with it the mount)."""
+    m = mount("--emulate", "efs-tiny")
+    sock = runstate.path_for(str(m.mountpoint), ".sock")
+    for _ in range(20):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(sock)
+            s.sendall(b'{"cmd": "stats"}\n')
+    assert _stats(m)["profile"] == "efs-tiny"
+    (m.mountpoint / "still-there").write_bytes(b"x")
+    assert (m.source / "still-there").read_bytes() == b"x"
 
 
 def test_credit_cliff_slows_everything(mount):

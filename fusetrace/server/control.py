@@ -35,11 +35,11 @@ async def serve(path: str, handlers: dict) -> None:
         except FileNotFoundError:
             pass
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            await sock.bind(f"/proc/self/fd/{dfd}/{name}")
-        finally:
-            os.umask(old)
+        # No umask around the bind: it is the whole process's, and FUSE requests served
+        # meanwhile (in worker threads) would create files with it.  The directory is
+        # private, so the socket's mode before the chmod gives nobody a way in.
+        await sock.bind(f"/proc/self/fd/{dfd}/{name}")
+        os.chmod(name, 0o600, dir_fd=dfd)
         sock.listen(16)
         listeners = [trio.SocketListener(sock)]
 
@@ -63,6 +63,15 @@ def _peer_uid(stream: trio.SocketStream) -> int:
 
 
 async def _answer(stream: trio.SocketStream, handlers: dict) -> None:
+    """One connection's request and answer.  A client gone before its answer (a command
+    timed out or interrupted) ends its connection only: trio would end the server."""
+    try:
+        await _answer_one(stream, handlers)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        log.debug("a control client left before its answer")
+
+
+async def _answer_one(stream: trio.SocketStream, handlers: dict) -> None:
     async with stream:
         uid = _peer_uid(stream)
         if uid not in (0, os.geteuid()):

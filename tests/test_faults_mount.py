@@ -172,6 +172,18 @@ def test_a_stalled_server_still_stops_when_told_and_leaves_no_mount(mount):
     assert (m.source / "f").read_text() == "data"
 
 
+def test_a_server_the_emulated_file_system_holds_still_stops_when_told(mount):
+    """An event's hour-long stall (the model's, no fault rule's) holds a request: SIGTERM
+    still ends the server and the mount."""
+    m = mount("--emulate", "efs-bursting")
+    fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--stall", "1h")
+    out = _in_thread(lambda: (m.mountpoint / "new").write_text("x"))
+    poll(lambda: json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["held_long"])
+    os.kill(m.server_pid(), signal.SIGTERM)
+    poll(lambda: not is_mounted(m.mountpoint), timeout=20)
+    poll(lambda: "ended" in out, timeout=20)
+
+
 def test_a_soft_stall_fails_the_call_after_the_nfs_timeouts(mount):
     m = mount()
     (m.source / "f").write_text("data")

@@ -266,10 +266,13 @@ class Operations(pyfuse3.Operations):
         return self.faults.add(raw, monotonic_ns(), where)
 
     def end_stalls(self) -> None:
-        """The server is stopping: every stalled request goes on now (pyfuse3's main loop
-        returns only once every request it started has been answered)."""
+        """The server is stopping: every stalled request goes on now, those a fault rule
+        holds and those the emulated file system holds (pyfuse3's main loop returns only
+        once every request it started has been answered)."""
         self.stopping = True
         self.faults_changed.set()
+        if self.shaper is not None and self.shaper.timer is not None:
+            self.shaper.timer.release_all()
 
     def clear_faults(self, ids: list[str] | None = None) -> list[str]:
         """Remove fault rules; requests their stalls hold go on at once."""

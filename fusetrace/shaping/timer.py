@@ -85,6 +85,7 @@ class PreciseTimer:
         # While the timer is armed for a lone first sleeper's deadline: that sleeper's latest
         # time, to which the timer moves if a sleeper comes that can wake then (else -1).
         self._defer_to = -1
+        self.released = False  # the server is stopping: every sleep returns at once (release_all)
 
     def _arm(self, target_ns: int) -> None:
         self._target = target_ns
@@ -116,7 +117,7 @@ class PreciseTimer:
         is past.  Returns the time the timer woke it for: lateness past the later of
         that and the deadline is the host's (0: none chosen, the deadline counts)."""
         early = deadline_ns - slack_ns
-        if early <= monotonic_ns() + self.lead_ns:
+        if early <= monotonic_ns() + self.lead_ns or self.released:
             await _checkpoint()
             return 0
         key = (deadline_ns + slack_ns) << _SEQ_BITS | next(self._seq)
@@ -166,6 +167,16 @@ class PreciseTimer:
                     # moving average of lateness, kept within [0, MAX_LEAD_NS]
                     self.lead_ns = min(max((7 * self.lead_ns + late + self.lead_ns) // 8, 0), MAX_LEAD_NS)
             self._plan()
+
+    def release_all(self) -> None:
+        """Wake every sleeper now, and let no sleep wait from now on: the server is
+        stopping, and pyfuse3's loop ends only once every request is answered (a model
+        event's hour-long stall, or a crawl `fusetrace set` made, would hold it)."""
+        self.released = True
+        for task, _, _ in self._sleepers.values():
+            _reschedule(task, _Value(0))
+        self._sleepers.clear()
+        self._heap.clear()
 
     def close(self) -> None:
         os.close(self._fd)

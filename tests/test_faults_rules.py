@@ -92,6 +92,8 @@ def test_a_soft_stall_fails_after_the_nfs_timeouts():
     assert rule.soft_timeout_s() == 60 + 120 + 180  # linear back-off: timeo, 2 timeo, 3 timeo
     assert parse_rule({"stall": "1h", "soft": True, "timeo": 3000, "retrans": 3}, "t", "r1").soft_timeout_s() == \
         300 + 600 + 600 + 600  # each timeout capped at 600 s
+    huge = parse_rule({"stall": "1h", "soft": True, "timeo": 600, "retrans": 10**12}, "t", "r1")
+    assert huge.soft_timeout_s() == pytest.approx(600 * 10**12)  # at once: no loop over the retries
     inj = injector(stall="30s", soft=True, timeo=5, retrans=1, errno="ETIMEDOUT")
     f = check(inj, now=0)
     assert f.fail_ns == int(1.5 * S) and f.errno == E.ETIMEDOUT
@@ -234,3 +236,9 @@ def test_an_event_on_another_day_is_listed_with_its_date():
     assert re.search(r" at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(due in ", year_on), year_on
     soon = fault_cli._event_line({"wall_time": now, "stall": 1.0}, now)
     assert re.search(r" at \d\d:\d\d:\d\d \(in force", soon), soon
+
+
+@given(st.integers(1, 20_000), st.integers(0, 300))
+def test_the_soft_timeout_is_the_sum_of_the_capped_linear_back_off(timeo, retrans):
+    rule = parse_rule({"stall": "1h", "soft": True, "timeo": timeo, "retrans": retrans}, "t", "r1")
+    assert rule.soft_timeout_s() == pytest.approx(sum(min(timeo / 10 * (i + 1), 600.0) for i in range(retrans + 1)))

@@ -86,8 +86,9 @@ class Rule:
         """How long a soft NFS mount waits for an answer before it fails the call: timeo,
         then linear back-off (TCP) for `retrans` retransmissions, each timeout capped at
         600 s (nfs(5))."""
-        first = self.timeo / 10
-        return sum(min(first * (i + 1), 600.0) for i in range(self.retrans + 1))
+        tries = self.retrans + 1
+        below = min(tries, 6000 // self.timeo)  # the tries whose timeout is under the cap
+        return self.timeo / 10 * below * (below + 1) / 2 + 600.0 * (tries - below)  # in closed form: any retrans
 
     def describe(self) -> dict:
         """The rule as a table of the faults file would give it (normalised)."""

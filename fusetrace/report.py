@@ -26,7 +26,7 @@ import duckdb
 from .errors import UserError
 from .globs import glob_regex
 from .hostload import load_words
-from .texttable import table
+from .texttable import printable, table
 from .trace import metadata as meta
 from .trace import reader
 
@@ -619,7 +619,7 @@ def expand_traces(*sides: Sequence[str]) -> list[list[str]]:
 # ---- text ----------------------------------------------------------------------------
 
 def render(s: dict) -> str:
-    parts = ["\n".join(_header(s))]
+    parts = ["\n".join(printable(line) for line in _header(s))]  # names a trace's makers chose
     if len(s["hosts"]) > 1:
         parts.append(_hosts_table(s))
     parts.append(_ops_table(s))
@@ -631,7 +631,7 @@ def render(s: dict) -> str:
     if s.get("timeline"):
         parts.append(_timeline(s["timeline"]))
     if s["hints"]:
-        parts.append("\n".join(["hints", *(f"- {h['text']}" for h in s["hints"])]))
+        parts.append("\n".join(["hints", *(f"- {printable(h['text'])}" for h in s["hints"])]))
     return "\n\n".join(parts)
 
 

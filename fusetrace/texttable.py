@@ -2,7 +2,9 @@
 
 
 def table(head: list[str], rows: list[list[str]], align: str) -> str:
-    """`align` has one letter per column: l (text) or r (numbers)."""
+    """`align` has one letter per column: l (text) or r (numbers).  Every cell is made
+    printable (see printable): names in traces are chosen by whoever made them."""
+    rows = [[printable(c) for c in row] for row in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 
     def line(cells):

@@ -807,3 +807,20 @@ def test_a_trace_with_no_record_says_so(mount):
     m = mount(trace=True)
     m.unmount()  # nothing done through it
     one_line_error(fusetrace("report", str(m.trace)), "no trace files", "the mount recorded no operation", code=2)
+
+
+def test_names_a_trace_holds_reach_the_terminal_without_escape_sequences(tmp_path, capsys):
+    """Paths, process names and attribute names are chosen by whoever used the mount:
+    an escape sequence among them (a window title set, the screen cleared) or a newline
+    (a forged row) is printed as '?'."""
+    evil = "\x1b]0;pwned\x07\x1b[2J"
+    w = TraceWriter(tmp_path / "t", {"source": f"/src{evil}", "mountpoint": "/mnt", "host": f"h{evil}"},
+                    flush_interval=3600)
+    for i in range(30):
+        w.record(TraceRecord(10**12 + i * 1000, 500, "getxattr", 2, f"/f{evil}\nrow", f"user.{evil}", 0, 0, 0, 0,
+                             errno.ENODATA, 100, 0, 0, 0, comm=f"c{evil}"))
+    w.close()
+    for by in ("comm", "path"):
+        out = report(capsys, str(tmp_path / "t"), "--by", by).stdout
+        assert "\x1b" not in out and "\x07" not in out and "\nrow" not in out, out
+        assert "?]0;pwned?" in out

@@ -219,9 +219,9 @@ class Injector:
         s.logged += 1
         if s.logged > LOGGED_FIRINGS:
             return
-        who = f" by {process[1] or '?'} ({process[0]})" if process else ""
+        who = f" by {process[1] or '?'!r} ({process[0]})" if process else ""  # names others chose: %r
         what = firing.effect if not firing.errno else f"{firing.effect} {errno_name(firing.errno)}"
-        log.info("fault %s fired on %s %s%s: %s%s", s.rule.id, op, path, who, what,
+        log.info("fault %s fired on %s %r%s: %s%s", s.rule.id, op, path, who, what,
                  f" (further firings of {s.rule.id} are counted, not logged)" if s.logged == LOGGED_FIRINGS else "")
 
     # ---- state the firings leave --------------------------------------------------

@@ -122,6 +122,16 @@ def test_iolog_holds_the_data_operations_with_their_files_and_times(tmp_path):
     assert len(notes) == 7
 
 
+def test_paths_that_would_lead_fio_outside_its_directory_are_left_out(tmp_path):
+    """A hostile trace's path with '..' (or '.', '//', no leading '/') never reaches the
+    log: fio would create or read the file outside the directory it replays in."""
+    bad = ["/../../escape", "/a/../../b", "//etc/x", "/./x", "relative"]
+    t = trace(tmp_path / "t", [rec(i, 1, "write", p, fh=10 + i, size=1, result=1) for i, p in enumerate(bad)])
+    done = export(t, "fio-iolog", tmp_path / "x.iolog")
+    assert (tmp_path / "x.iolog").read_text() == "fio version 3 iolog\n"
+    assert "5 with a '.', '..' or empty component, or no leading '/'" in done.stderr
+
+
 def test_names_fio_cannot_take_are_counted_with_the_first_few(tmp_path):
     t = trace(tmp_path / "t", [rec(i, 1, "write", f"/f {i}", fh=10 + i, size=1, result=1) for i in range(5)])
     done = export(t, "fio-iolog", tmp_path / "x.iolog")

@@ -41,6 +41,8 @@ _SHOWN = 3  # names quoted per reason a name is left out
 
 def unfit(name: str) -> str | None:
     """Why fio cannot take `name` (a path without its leading "/"), or None."""
+    if any(part in ("", ".", "..") for part in name.split("/")):  # fio would reach outside its directory
+        return "a '.', '..' or empty component, or no leading '/' (fio would reach outside its directory)"
     if _SPACE.intersection(name):
         return "white space (fio splits iolog lines on it)"
     if len(name.encode()) > NAME_MAX:
@@ -121,7 +123,7 @@ def write(rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str]) -> Outc
     refused_ops = failed = 0
     for start_ns, op, path, fh, offset, result, errno in rows:
         ts = max(1, (start_ns - t0) // 1000)
-        name = path.lstrip("/")
+        name = path[1:] if path.startswith("/") else f"/{path}"  # a path not from the root: refused
         if op == "release":
             log.release(ts, fh)
         elif op in ("open", "create"):

@@ -133,6 +133,24 @@ def test_direct_io_replays_into_a_directory_that_takes_it(tmp_path):
     assert (target / "f").stat().st_size == 69632
 
 
+def test_a_fifo_where_a_file_was_opened_is_a_difference_not_a_hang(tmp_path):
+    """FUSE sends no open for a FIFO, so a trace that opens one (or a target with one
+    planted at the name) is hostile: the replay must not wait for a writer."""
+    trace = synthetic(tmp_path / "t", [
+        rec(0, "mknod", "/fifo", mode=stat.S_IFIFO | 0o600),
+        rec(1, "open", "/fifo", fh=3, flags=RDONLY),
+        rec(2, "release", "/fifo", fh=3),
+        rec(3, "open", "/planted", fh=4, flags=RDONLY),
+        rec(4, "release", "/planted", fh=4),
+    ])
+    target = tmp_path / "target"
+    target.mkdir()
+    os.mkfifo(target / "planted")
+    s = replay(trace, target, "--as-fast-as-possible")
+    opens = [d for d in s["differences"]["by_op"] if d["op"] == "open"]
+    assert [(d["kind"], d["count"]) for d in opens] == [("another file type", 2)]
+
+
 def test_a_handle_number_reused_while_its_release_is_under_way(tmp_path):
     """The kernel's releasedir of handle 30 overlaps the next opendir, which the server
     answered with the number just freed: each record acts on its own handle."""

@@ -3,6 +3,7 @@ directory read by DuckDB and pandas with no fusetrace code."""
 
 import errno
 import json
+import os
 import subprocess
 import sys
 
@@ -824,3 +825,17 @@ def test_names_a_trace_holds_reach_the_terminal_without_escape_sequences(tmp_pat
         out = report(capsys, str(tmp_path / "t"), "--by", by).stdout
         assert "\x1b" not in out and "\x07" not in out and "\nrow" not in out, out
         assert "?]0;pwned?" in out
+
+
+@pytest.mark.parametrize("planted", ["_metadata.json", "part-000009.parquet"])
+def test_a_fifo_in_a_trace_directory_is_said_not_waited_on(tmp_path, capsys, planted):
+    w = TraceWriter(tmp_path / "t", {"source": "/s", "mountpoint": "/m"}, flush_interval=3600)
+    w.record(TraceRecord(10**12, 500, "getattr", 2, "/f", None, 0, 0, 0, 0, 0, 100, 0, 0, 0, comm="c"))
+    w.close()
+    (tmp_path / "t" / planted).unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "t" / planted)
+    done = report(capsys, str(tmp_path / "t"))  # returns: the FIFO is never opened to wait on it
+    if planted.endswith(".parquet"):  # no trace without its parts: one line
+        assert done.returncode != 0 and planted in done.stderr and "not a regular file" in done.stderr, done
+    else:  # a report without metadata, which says why
+        assert done.returncode == 0 and f"{planted} unreadable: {planted} is not a regular file" in done.stdout

@@ -376,8 +376,19 @@ class Target:
             flags, mode = rec.flags & _OPEN_FLAGS & ~_NOT_IN_OPEN, 0
         parent, name = _split(rec.path)
         err, fd = _value(lambda: _openat2(self.fd, name if parent is None else f"{parent}/{name}",
-                                          flags | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, mode))
+                                          flags | os.O_CLOEXEC | os.O_NONBLOCK, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+                                          mode))
         if fd is not None:
+            # O_NONBLOCK, so that a FIFO (a hostile trace's mknod, or planted in the target)
+            # cannot hold the open; FUSE sends no open for one, so a traced open was of a
+            # file or directory, and anything else is a difference
+            kind = stat.S_IFMT(os.fstat(fd).st_mode)
+            if kind not in (stat.S_IFREG, stat.S_IFDIR):
+                os.close(fd)
+                return [(rec, "another file type", f"{_kind(kind)}: not opened")]
+            if not flags & os.O_NONBLOCK:
+                os.set_blocking(fd, True)
+
             if h is None:  # it failed in the recording: no operation uses its handle
                 os.close(fd)
             else:

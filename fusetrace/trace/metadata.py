@@ -8,6 +8,7 @@ to read a trace there.)
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from typing import BinaryIO
@@ -74,10 +75,14 @@ def write(directory: str, metadata: dict, dir_fd: int | None = None) -> None:
 def read(directory: str) -> dict:
     """The trace's metadata; {} if it has none. A corrupt file raises ValueError."""
     try:
-        with open(os.path.join(directory, NAME), "rb") as f:
-            return json.load(f)
+        # not blocking: a FIFO planted in its place would hold the open (and the reader) for good
+        fd = os.open(os.path.join(directory, NAME), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return {}
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{NAME} is not a regular file")
+        return json.load(f)
 
 
 def loss_summary(directory: str | os.PathLike) -> str | None:

@@ -15,6 +15,7 @@ command line's arguments, directories or quoted globs, become its directories by
 import glob
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,13 @@ def parts(directory: str) -> list[str]:
             raise EmptyTrace(f"{directory}: no trace files (*.parquet) in it: the mount recorded no operation "
                              f"(its _metadata.json is there)")
         raise NoTrace(f"{directory}: no trace files (*.parquet) in it")
+    for f in files:  # a FIFO among them would hold the reader for good
+        try:
+            regular = stat.S_ISREG(os.stat(f).st_mode)
+        except OSError as exc:
+            raise NoTrace(f"{f}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
+        if not regular:
+            raise NoTrace(f"{f}: not a regular file, so not a trace part")
     return files
 
 

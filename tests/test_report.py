@@ -839,3 +839,22 @@ def test_a_fifo_in_a_trace_directory_is_said_not_waited_on(tmp_path, capsys, pla
         assert done.returncode != 0 and planted in done.stderr and "not a regular file" in done.stderr, done
     else:  # a report without metadata, which says why
         assert done.returncode == 0 and f"{planted} unreadable: {planted} is not a regular file" in done.stdout
+
+
+@pytest.mark.parametrize("key, value", [
+    ("fuse_round_trip_ns", float("inf")), ("start_wall_ns", "x"), ("start_monotonic_ns", [1]), ("dropped", "x"),
+    ("options", 5), ("emulation", 3), ("format_version", "9"), ("flush_interval", float("nan")),
+])
+def test_a_metadata_value_of_the_wrong_type_is_said_once_not_a_traceback(tmp_path, capsys, key, value):
+    w = TraceWriter(tmp_path / "t", {"source": "/s", "mountpoint": "/m"}, flush_interval=3600)
+    w.record(TraceRecord(10**12, 500, "getattr", 2, "/f", None, 0, 0, 0, 0, 0, 100, 0, 0, 0, comm="c"))
+    w.close()
+    path = tmp_path / "t" / meta.NAME
+    data = json.loads(path.read_text())
+    data[key] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"{key} .*: expected "):
+        meta.read(str(tmp_path / "t"))
+    for argv in ([], ["--timeline"]):
+        done = report(capsys, str(tmp_path / "t"), *argv)
+        assert done.returncode == 0 and f"{meta.NAME} unreadable" in done.stdout, done

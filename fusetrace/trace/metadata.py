@@ -7,6 +7,7 @@ to read a trace there.)
 """
 
 import json
+import math
 import os
 import stat
 import time
@@ -19,6 +20,34 @@ NAME = "_metadata.json"
 # path2; 4: the fault rule that acted on the operation (fault); 5: the host the trace was taken on
 # (host), so that a fleet's traces read as one
 FORMAT_VERSION = 5
+
+
+_INT, _NONE, _STR, _DICT, _LIST = (int,), (type(None),), (str,), (dict,), (list,)
+# What each key a reader uses must be (JSON's types): a hand-made or hostile file's other
+# values are refused in read(), once, rather than each reader meeting them as a traceback.
+_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("format_version", "start_wall_ns", "start_monotonic_ns", "end_wall_ns", "end_monotonic_ns",
+                     "fuse_round_trip_ns", "records", "dropped", "lost", "files", "write_errors", "pid"), _INT),
+    **dict.fromkeys(("max_pending", "max_pending_bytes"), _INT + _NONE),
+    **dict.fromkeys(("source", "mountpoint", "host", "hostname", "clock", "locks"), _STR),
+    "last_error": _STR + _NONE, "flush_interval": (int, float),
+    **dict.fromkeys(("options", "versions", "host_load"), _DICT), "emulation": _DICT + _NONE,
+    **dict.fromkeys(("warnings", "metrics_per_minute"), _LIST),
+}
+
+
+def _checked(data: object) -> dict:
+    """`data` as read from the file, if each known key has its type (ValueError if not)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{NAME} is not a JSON object")
+    for key, value in data.items():
+        want = _TYPES.get(key)
+        if want is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, want) or \
+                (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"{NAME}: {key} {str(value)[:40]!r}: expected {' or '.join(t.__name__ for t in want)}")
+    return data
 
 
 def clock_pair() -> tuple[int, int]:
@@ -82,7 +111,7 @@ def read(directory: str) -> dict:
     with open(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError(f"{NAME} is not a regular file")
-        return json.load(f)
+        return _checked(json.load(f))
 
 
 def loss_summary(directory: str | os.PathLike) -> str | None:

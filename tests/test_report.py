@@ -598,16 +598,34 @@ def test_failed_lookup_hint(tmp_path):
 
 
 def test_fsync_hint(tmp_path):
-    assert hint_trace(tmp_path, {"write": 80, "fsync": 20}) == ["fsync-per-write"]  # one per 4 writes
+    assert hint_trace(tmp_path, {"write": 60, "fsync": 20}) == ["fsync-per-write"]  # one per 3 writes
     assert hint_trace(tmp_path, {"write": 40, "fsync": 15, "fsyncdir": 5}) == ["fsync-per-write"]
     assert hint_trace(tmp_path, {"write": 81, "fsync": 20}) == []
-    assert hint_trace(tmp_path, {"write": 80, "fsync": 20}, other_writes=500) == ["fsync-per-write"]  # not synced
+    assert hint_trace(tmp_path, {"write": 60, "fsync": 20}, other_writes=500) == ["fsync-per-write"]  # not synced
     assert hint_trace(tmp_path, {"write": 19, "fsync": 19}) == []  # too few to matter
     # with the write-back cache a write is the kernel's write-back of many write(2) calls
     wb = {"options": {"writeback_cache": True}}
     assert hint_trace(tmp_path, {"write": 20, "fsync": 20}, metadata=wb, size=16384) == ["fsync-per-write"]
     assert hint_trace(tmp_path, {"write": 20, "fsync": 20}, metadata=wb, size=16385) == []  # 5 pages each
     assert hint_trace(tmp_path, {"write": 20, "fsync": 20}, size=1 << 20) == ["fsync-per-write"]
+    # --op fsync leaves the writes out: nothing to judge the syncs by
+    d = next(p for p in sorted(tmp_path.iterdir()) if p.name == "t0")
+    assert [h["hint"] for h in Trace(d, Filters(ops=("fsync",))).hints()] == []
+    assert [h["hint"] for h in Trace(d, Filters(ops=("fsync", "write"))).hints()] == ["fsync-per-write"]
+
+
+def test_fsync_hint_judges_each_process_by_its_own_writes(tmp_path):
+    """A process writing in bulk and syncing once (fio) must not hide another that syncs
+    every other write (sqlite)."""
+    rows = [("write", "/bulk", 8) for _ in range(2000)] + [("fsync", "/bulk", 8)]
+    rows += [(op, "/db", 7) for _ in range(30) for op in ("write", "write", "fsync")]
+    df = pd.DataFrame(rows, columns=["op", "path", "pid"])
+    df = df.assign(start_ns=T0 + np.arange(len(df)) * 1000, dur_ns=500, size=0, result=0, comm="x",
+                   errno=0, path2=None)
+    write3(tmp_path / "t", df, None)
+    [hint] = [h for h in Trace(tmp_path / "t").hints() if h["hint"] == "fsync-per-write"]
+    assert (hint["syncs"], hint["writes"], hint["synced"]) == (30, 60, 1)
+    assert "30 calls (fsyncdir included) on 1 file or directory, one for every 2.0 writes" in hint["text"]
 
 
 def test_attr_timeout_hint(tmp_path):

@@ -647,7 +647,7 @@ def render(s: dict) -> str:
 
 def _header(s: dict) -> list[str]:
     m = s["metadata"]
-    counts = f"({_int(s['records'])} records in {_int(s['files'])} files)"
+    counts = f"({_int(s['records'])} records in {_int(s['files'])} file{'' if s['files'] == 1 else 's'})"
     if s["directory"] is not None:
         lines = [f"trace       {s['directory']}  {counts}"]
     else:

@@ -37,6 +37,7 @@ from ..errors import UserError
 from ..report import _int
 from ..trace import reader
 from ..trace.metadata import atomic_write
+from .rows import count
 
 MIN_RECORDS = 20  # fewer records of a class say nothing reliable about its percentiles
 GATED_SHARE = 0.05  # a limit held this share of a kind's operations: it was pushed
@@ -175,7 +176,7 @@ class Fitter:
     def _latency(self, cls: str) -> list[Key]:
         ms, sizes, how = self._samples(cls)
         if len(ms) < MIN_RECORDS:
-            seen = f"{len(ms)} records" if ms else "no records"
+            seen = count(len(ms), "record") if ms else "no records"
             return [Key("#", "", f"# {cls}: {seen} of one request to the server: the base's latency stands")]
         if not self.modelled and cls in ("read", "write") and self.slope_ms_per_byte(ms, sizes):
             slope = self.slope_ms_per_byte(ms, sizes)
@@ -241,8 +242,9 @@ class Fitter:
             if gate_share >= GATED_SHARE and peak:
                 out.append(Key(key, float(peak), f"the most {unit} in a 1-second window of {seconds}, where "
                                                  f"{100 * gate_share:.0f} % of them waited on the IOPS limit"))
-        said = (f"# reached in a 1-second window (of {seconds}): {_int(r_ops or 0)} reads and "
-                f"{_int(w_ops or 0)} other operations a second, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
+        said = (f"# reached in a 1-second window (of {seconds}; successful operations only): "
+                f"{_int(r_ops or 0)} read-class operations (read, lookup, getattr, open, readdir ...) and "
+                f"{_int(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
                 f"{(w_bytes or 0) / 1e6:.1f} MB/s written")
         if not out and gates.get("throughput", 0.0) < GATED_SHARE:
             said += ": lower bounds (nothing in the trace waited on a limit), so the base's limits stand"
@@ -283,9 +285,9 @@ class Fitter:
                 continue
             theirs = getattr(self.base, key)
             if most > theirs:
-                out.append(Key(key, most, f"the most {what} ({_int(n)} records): a lower bound"))
+                out.append(Key(key, most, f"the most {what} ({count(n, 'record')}): a lower bound"))
             else:
-                out.append(Key("#", "", f"# {key}: the trace had at most {most} {what} ({_int(n)} records), "
+                out.append(Key("#", "", f"# {key}: the trace had at most {most} {what} ({count(n, 'record')}), "
                                         f"within the base's {theirs}, which stands"))
         return out
 

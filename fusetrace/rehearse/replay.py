@@ -44,6 +44,7 @@ from ..texttable import table
 from ..trace import reader
 from .lanes import Lanes
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
+from .rows import count
 
 BATCH_ROWS = 4096  # records read from the trace at a time
 MAX_WORKERS = 1024  # a FUSE mount serves 1,024 requests at once by default (--max-requests)
@@ -361,7 +362,7 @@ def render(s: dict) -> str:
         late = s["late_ns"]
         lines.append(f"issued late: p50 {_ns(late['p50'])}, p99 {_ns(late['p99'])}, max {_ns(late['max'])}")
     lines.append(f"concurrency: {_int(s['processes'])} processes, {_int(s['streams'])} streams (a process's "
-                 f"overlapping operations), up to {_int(s['most_at_once'])} operations at once"
+                 f"overlapping operations), up to {count(s['most_at_once'], 'operation')} at once"
                  + (f"; {_int(s['waited_for_a_worker'])} waited for a worker" if s["waited_for_a_worker"] else ""))
     if s["not_replayed"]:
         lines += ["", "not issued on their own:"]

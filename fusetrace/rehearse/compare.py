@@ -229,6 +229,7 @@ def _cdf_png(r: dict, sides: tuple[Side, Side]) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    # the table's first 16 (REHEARSAL.md says so): more panels would be too small to read
     ops = [row["op"] for row in r["ops"] if row["a"] and row["b"]][:16] or [row["op"] for row in r["ops"]][:16]
     cols = min(4, max(1, len(ops)))
     rows = max(1, -(-len(ops) // cols))

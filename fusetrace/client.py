@@ -1,6 +1,8 @@
 """Talking to a running server from another process: `fusetrace stats`, `set`, `fault`,
 and the pytest plugin ask it through its control socket (fusetrace/server/control.py)."""
 
+import os
+
 from .errors import UserError
 
 
@@ -11,9 +13,23 @@ def server_of(mountpoint: str) -> dict:
 
     mnt = mounts.canonical(mountpoint)
     state = runstate.read(mnt)
-    if state is None or mounts.mounted_at(mnt) is None:
+    # A server still running without its mount (lazily unmounted, `fusermount3 -uz`, while
+    # a request waits in it) is still reached: `fault clear` is then the way to free it.
+    if state is None or (mounts.mounted_at(mnt) is None and not _running(state.get("pid"))):
         raise UserError(f"{mnt}: no fusetrace mount here")
     return state
+
+
+def _running(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def ask(mountpoint: str, **req) -> dict:

@@ -184,6 +184,21 @@ def test_a_server_the_emulated_file_system_holds_still_stops_when_told(mount):
     poll(lambda: "ended" in out, timeout=20)
 
 
+def test_a_server_lazily_unmounted_while_stalled_is_still_reached_to_clear_it(mount):
+    """`fusermount3 -uz` (umount's advice for a busy mount) detaches the mount while a
+    stall holds a request: the server keeps running for it, and `fault clear` must still
+    reach it, or nothing but a kill frees the caller."""
+    m = mount()
+    out = _a_read_stalled_for_an_hour(m)
+    pid = m.server_pid()
+    subprocess.run(["fusermount3", "-uz", str(m.mountpoint)], check=True)
+    assert not is_mounted(m.mountpoint)
+    assert fusetrace("fault", str(m.mountpoint), "clear").returncode == 0
+    poll(lambda: "ended" in out, timeout=20)
+    assert out.get("result") == "data"
+    poll(lambda: not os.path.exists(f"/proc/{pid}"), timeout=20)  # its last request answered, it ends
+
+
 def test_a_soft_stall_fails_the_call_after_the_nfs_timeouts(mount):
     m = mount()
     (m.source / "f").write_text("data")

@@ -165,6 +165,10 @@ class NfsClient:
     def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         drained = self.model.drained_at(file)
         if drained > now:  # nfs_getattr flushes first; the WRITEs' replies bring the attributes
+            if self._unstable.get(file, 0) <= self.model.params.nfs_io_size:
+                # its flush (FLUSH_COND_STABLE) sent what fits one WRITE FILE_SYNC: no COMMIT owed
+                self._unstable.pop(file, None)
+                return _until_drained(now, drained, "WRITE(FILE_SYNC)")
             return _until_drained(now, drained, "")
         if self._fresh(file, now):
             return self._none(now)

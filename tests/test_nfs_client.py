@@ -66,7 +66,7 @@ def test_a_stat_of_a_file_being_written_waits_for_its_data():
     c.admit("write", 0.0, file=7, size=MiB)  # buffered: its WRITE takes 10 ms
     stat = c.admit("getattr", 0.001, file=7)
     assert stat.gate is Gate.WRITEBACK and stat.done_at == pytest.approx(0.010)  # flushed first
-    assert stat.rpcs == ""  # the WRITE's reply brought the attributes: no GETATTR
+    assert stat.rpcs == "WRITE(FILE_SYNC)"  # one wsize, sent stable; its reply brought the attributes: no GETATTR
     assert c.admit("getattr", 0.02, file=7).gate is Gate.CACHE
     assert took(c.admit("getattr", 0.001, file=8), 0.001) == pytest.approx(MS)  # another file does not wait
 
@@ -139,6 +139,20 @@ def test_a_flush_of_one_wsize_goes_file_sync_a_larger_one_commits_nothing_sends_
     c.admit("write", 3.0, file=7, size=4096)
     late = c.admit("fsync", 4.0, file=7)  # the eager write-back went UNSTABLE long ago: its COMMIT
     assert late.rpcs == "COMMIT" and took(late, 4.0) == pytest.approx(10 * MS)
+
+
+def test_a_stat_of_a_file_whose_data_is_on_its_way_flushes_it_file_sync_so_its_close_commits_nothing():
+    """nfs_getattr writes the file back first (FLUSH_COND_STABLE): what fits one WRITE goes
+    FILE_SYNC, and the close after owes no COMMIT; more than that still owes one."""
+    c = client("burst_mibps=1000000")
+    c.admit("write", 0.0, file=7, size=4096)
+    stat = c.admit("getattr", 0.0, file=7)
+    assert stat.gate is Gate.WRITEBACK and stat.rpcs == "WRITE(FILE_SYNC)"
+    assert c.admit("flush", 1.0, file=7).rpcs == "CLOSE"
+    for _ in range(3):
+        c.admit("write", 2.0, file=8, size=MiB)
+    assert c.admit("getattr", 2.0, file=8).gate is Gate.WRITEBACK
+    assert c.admit("flush", 3.0, file=8).rpcs == "COMMIT,CLOSE"
 
 
 def test_a_read_only_close_flushes_nothing_and_leaves_a_writers_data_to_its_own_flush():

@@ -182,10 +182,16 @@ class NfsClient:
         return _joined(flushed, a, now)
 
     def _open(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        """OPEN; `size`: the bytes an O_TRUNC of the file cuts, which NFS cuts with a SETATTR
+        after the OPEN (FUSE hands the truncation to the server inside its open)."""
         a = self._rpc(_META_READ, "OPEN", now, file)
         self._fetched(file, a.done_at, False)
         _room(self._asked)[(file, "access")] = None  # OPEN asks ACCESS in the same compound
-        return a
+        if size <= 0:  # nothing to cut (nfs_setattr sends nothing for an unchanged size)
+            return a
+        cut = self._rpc(_META_WRITE, "SETATTR", now, file, after=a.done_at)
+        self._refreshed(file, cut.done_at, False)
+        return _joined(a, cut, now)
 
     def _namespace(self, now: float, file: int, directory: int, name: str, op: str) -> Admission:
         a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory)

@@ -104,6 +104,15 @@ def test_a_create_long_after_a_lookup_of_its_name_pays_its_own_round_trip():
     assert took(create, 0.5) == pytest.approx(10 * MS)
 
 
+def test_an_open_that_truncates_a_non_empty_file_sends_a_setattr_after_the_open():
+    """`cp` over an existing file, `>` in a shell: NFS 4 opens, then cuts the size with a
+    SETATTR the caller waits for; an empty file's size is left alone."""
+    c = client()
+    cut = c.admit("open", 0.0, file=7, size=4096)
+    assert cut.rpcs == "OPEN,SETATTR" and took(cut, 0.0) == pytest.approx(MS + 10 * MS)
+    assert c.admit("open", 1.0, file=8, size=0).rpcs == "OPEN"
+
+
 def test_touch_is_open_create_setattr_and_close():
     c = client()
     lookup = c.admit("lookup", 0.0, directory=1, name="new")  # FUSE asks first; NFS would not

@@ -35,6 +35,21 @@ def test_touch_stat_and_absent_names_cost_what_nfs_sends(mount):
     assert (df[df.path == "/absent"].op == "lookup").sum() == 1
 
 
+def test_overwriting_a_file_costs_the_setattr_nfs_sends_after_its_open(mount):
+    """A shell's `>` over a non-empty file: FUSE hands O_TRUNC to the server in its open;
+    NFS sends OPEN, then a SETATTR of the size. The trace's open names the bytes it cut."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    (m.source / "old").write_bytes(b"x" * 5000)
+    (m.source / "empty").write_bytes(b"")
+    subprocess.run(["sh", "-c", f"echo new > {m.mountpoint / 'old'}; echo new > {m.mountpoint / 'empty'}"],
+                   check=True)
+    df = _trace(m)
+    opens = df[df.op == "open"].set_index("path")
+    assert opens.loc["/old", "nfs"] == "OPEN,SETATTR" and opens.loc["/old", "size"] == 5000
+    assert opens.loc["/empty", "nfs"] == "OPEN" and opens.loc["/empty", "size"] == 0
+    assert (m.source / "old").read_bytes() == b"new\n"
+
+
 def test_a_large_synchronous_write_is_one_flush_of_parallel_writes(mount):
     m = mount("--emulate", "efs-bursting", "--set", "stored_size=2 TiB", trace=True)
     subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'sync'}", "bs=4M", "count=2", "oflag=sync",

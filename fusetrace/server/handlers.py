@@ -616,7 +616,9 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
         epoch = self._truncations.ended
         with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
-            return await self._call(Request("open", Kind.META_READ, node.id), _at(node, flags=flags), ctx,
+            # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
+            cut = node.size if flags & os.O_TRUNC else 0
+            return await self._call(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
                                     _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
                                     reply=functools.partial(self._open_reply, node, flags, ctx, epoch))
 

@@ -287,7 +287,7 @@ class Fitter:
             if most > theirs:
                 out.append(Key(key, most, f"the most {what} ({count(n, 'record')}): a lower bound"))
             else:
-                out.append(Key("#", "", f"# {key}: the trace had at most {most} {what} ({count(n, 'record')}), "
+                out.append(Key("#", "", f"# {key}: the most {what} in the trace was {most} ({count(n, 'record')}), "
                                         f"within the base's {theirs}, which stands"))
         return out
 

@@ -10,6 +10,7 @@ Linux NFS client sends for each VFS operation, given what it keeps
   WRITE's, bring them afresh; a stat of a file whose written data is still on
   its way to the server waits for it first (Linux flushes before GETATTR: how
   `ls` freezes behind queued data);
+- permission to search a directory, asked (ACCESS) at its first search and kept;
 - names (positive and negative dentries), trusted while their directory's
   attributes are; an exclusive create skips the LOOKUP (the kernel's FUSE path
   sends one first: a create right after it is timed from the LOOKUP's start);
@@ -128,9 +129,11 @@ class NfsClient:
 
     def _dir_changed(self, directory: int, at: float) -> None:
         """A namespace change of ours: the reply brings the directory's new attributes,
-        and its cached listing is stale."""
+        and its cached listing is stale.  The walk to the change searched the directory:
+        its ACCESS went with the lookup FUSE sends first, or was cached (_searched)."""
         self._refreshed(directory, at, True)
         self._listed.pop(directory, None)
+        _room(self._asked)[(directory, "access")] = None
 
     # ---- RPCs --------------------------------------------------------------------
 
@@ -144,23 +147,41 @@ class NfsClient:
     def _none(now: float, rpcs: str = "") -> Admission:
         return Admission(now, Gate.CACHE, 0.0, 0.0, 0.0, rpcs)
 
-    def _getattr(self, now: float, inode: int, is_dir: bool) -> Admission:
-        a = self._rpc(_META_READ, "GETATTR", now, inode)
+    def _getattr(self, now: float, inode: int, is_dir: bool, after: float = -math.inf) -> Admission:
+        a = self._rpc(_META_READ, "GETATTR", now, inode, after=after)
         self._fetched(inode, a.done_at, is_dir)
         return a
 
     # ---- the operations ------------------------------------------------------------
 
+    def _searched(self, now: float, directory: int) -> Admission | None:
+        """The ACCESS a path walk's first search of `directory` sends (nfs_permission: the
+        kernel checks the caller may search it; the FUSE mount's default_permissions
+        checks mode bits itself and sends nothing).  The answer is cached: an expired
+        directory is revalidated by GETATTR (its lookup's), which keeps it.  ACCESS
+        brings the attributes too.  None when nothing is sent.  (One answer serves every
+        caller here; Linux keeps one per credential.)"""
+        key = (directory, "access")
+        if key in self._asked:
+            return None
+        a = self._rpc(_META_READ, "ACCESS", now, directory)
+        _room(self._asked)[key] = None
+        self._fetched(directory, a.done_at, True)
+        return a
+
     def _lookup(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+        searched = self._searched(now, directory)
+        then = now if searched is None else searched.done_at  # what follows waits for the ACCESS
         key = (directory, name)
         if key in self._names:
-            return self._none(now) if self._fresh(directory, now) else self._getattr(now, directory, True)
-        a = self._rpc(_META_READ, "LOOKUP", now, directory)
-        if directory not in self._attrs:  # the path walk to it has just brought its attributes
-            self._fetched(directory, now, True)
-        _room(self._names)[key] = None
-        _room(self._lookups, 4096)[key] = (now, a.done_at - now)  # only the last moments' count (_ABSORB_S)
-        return a
+            if self._fresh(directory, then):
+                return self._none(now) if searched is None else searched
+            found = self._getattr(now, directory, True, after=then)
+        else:
+            found = self._rpc(_META_READ, "LOOKUP", now, directory, after=then)
+            _room(self._names)[key] = None
+            _room(self._lookups, 4096)[key] = (then, found.done_at - then)  # only the last moments' (_ABSORB_S)
+        return found if searched is None else _joined(searched, found, now)
 
     def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         drained = self.model.drained_at(file)
@@ -256,7 +277,10 @@ class NfsClient:
         return a if staged is None else _earlier(a, now, now - staged[0])
 
     def _opendir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return self._getattr(now, file, True)  # close-to-open holds for directories too
+        searched = self._searched(now, file)  # the open's permission check (MAY_READ), as a search's
+        if searched is None:
+            return self._getattr(now, file, True)  # close-to-open holds for directories too
+        return _joined(searched, self._getattr(now, file, True, after=searched.done_at), now)
 
     def _readdir(self, now: float, file: int, handle: int, size: int, offset: int) -> Admission:
         pass_ = (file, handle)

@@ -32,7 +32,9 @@ def took(adm, now: float) -> float:
 def test_a_lookup_is_sent_once_then_trusted_while_its_directory_is():
     c = client()
     first = c.admit("lookup", 0.0, directory=1, name="a")
-    assert first.rpcs == "LOOKUP" and took(first, 0.0) == pytest.approx(MS)
+    # the walk's first search of the directory asks ACCESS (default_permissions: FUSE sends none)
+    assert first.rpcs == "ACCESS,LOOKUP" and took(first, 0.0) == pytest.approx(2 * MS)
+    assert c.admit("lookup", 0.5, directory=1, name="b").rpcs == "LOOKUP"  # the answer is kept
     # the name (positive or negative), while the directory's attributes are trusted: acdirmin, 30 s
     assert c.admit("lookup", 1.0, directory=1, name="a").gate is Gate.CACHE
     assert c.admit("lookup", 20.0, directory=1, name="a").gate is Gate.CACHE
@@ -118,7 +120,7 @@ def test_touch_is_open_create_setattr_and_close():
     lookup = c.admit("lookup", 0.0, directory=1, name="new")  # FUSE asks first; NFS would not
     create = c.admit("create", lookup.done_at, directory=1, name="new")
     assert create.rpcs == "OPEN(create)"
-    assert create.done_at == pytest.approx(10 * MS)  # timed from the LOOKUP's start: one OPEN in all
+    assert create.done_at == pytest.approx(11 * MS)  # ACCESS, then from the LOOKUP's start: one OPEN
     setattr_ = c.admit("setattr", create.done_at, file=9)
     close = c.admit("flush", setattr_.done_at, file=9)  # close(2): FUSE's flush
     release = c.admit("release", close.done_at, file=9)
@@ -127,7 +129,7 @@ def test_touch_is_open_create_setattr_and_close():
     assert release.gate is Gate.CACHE and release.rpcs == ""  # FUSE's release: nobody waits for it
     again = c.admit("flush", 2.0, file=9, closes=False)  # a duplicate's close(2): no CLOSE of its own
     assert again.gate is Gate.CACHE and again.rpcs == ""
-    assert c.model.metrics(1.0)["MetadataReadOps"] == 2  # the LOOKUP FUSE sent, and the CLOSE
+    assert c.model.metrics(1.0)["MetadataReadOps"] == 3  # ACCESS, the LOOKUP FUSE sent, and the CLOSE
 
 
 def test_a_read_is_a_read():
@@ -209,7 +211,8 @@ def test_a_rename_changes_both_directories_and_names_the_new_entry():
 
 def test_opendir_revalidates_the_directory_close_to_open():
     c = client()
-    assert [c.admit("opendir", t, file=3).rpcs for t in (0.0, 10.0)] == ["GETATTR", "GETATTR"]
+    # the open's permission check asks ACCESS the first time (kept after)
+    assert [c.admit("opendir", t, file=3).rpcs for t in (0.0, 10.0)] == ["ACCESS,GETATTR", "GETATTR"]
 
 
 def test_statfs_is_always_sent_access_and_readlink_are_cached_with_the_attributes():

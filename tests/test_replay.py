@@ -151,6 +151,19 @@ def test_a_fifo_where_a_file_was_opened_is_a_difference_not_a_hang(tmp_path):
     assert [(d["kind"], d["count"]) for d in opens] == [("another file type", 2)]
 
 
+def test_a_read_or_write_larger_than_fuse_sends_is_not_issued(tmp_path):
+    trace = synthetic(tmp_path / "t", [
+        rec(0, "create", "/f", fh=3, flags=CREATE, mode=stat.S_IFREG | 0o644),
+        rec(1, "write", "/f", fh=3, size=1 << 40, result=1 << 40),
+        rec(2, "read", "/f", fh=3, size=1 << 62, result=0),
+        rec(3, "release", "/f", fh=3),
+    ])
+    target = tmp_path / "target"
+    target.mkdir()
+    s = replay(trace, target, "--as-fast-as-possible")
+    assert list(s["not_replayed"].values()) == [2] and "larger than any FUSE request" in next(iter(s["not_replayed"]))
+
+
 def test_a_handle_number_reused_while_its_release_is_under_way(tmp_path):
     """The kernel's releasedir of handle 30 overlaps the next opendir, which the server
     answered with the number just freed: each record acts on its own handle."""

@@ -79,6 +79,8 @@ OPENS = frozenset(("open", "create", "opendir"))
 REFUSED_PATH = "its path leaves TARGET (a '.' or '..' component, or not '/'-rooted)"
 REFUSED_HANDLE = "its handle is not open here (the open failed or was not replayed)"
 REFUSED_DEVICE = "a device node (its device number is not traced)"
+REFUSED_SIZE = "a read or write larger than any FUSE request carries (64 MiB; a damaged or hostile trace)"
+_MOST_DATA = 1 << 26  # FUSE requests carry at most max_pages (256, or 1 MiB) of data
 REFUSED_XATTR = f"getxattr {KERNEL_XATTR}: the target's kernel asks it itself before each replayed write"
 REFUSED_WRITEBACK = ("the kernel's own, for FUSE's write-back cache (a page filled through a write-only handle, "
                      "or a file's times handed over): no call makes it")
@@ -388,7 +390,6 @@ class Target:
                 return [(rec, "another file type", f"{_kind(kind)}: not opened")]
             if not flags & os.O_NONBLOCK:
                 os.set_blocking(fd, True)
-
             if h is None:  # it failed in the recording: no operation uses its handle
                 os.close(fd)
             else:
@@ -404,12 +405,16 @@ class Target:
         return _errno(flush, _call(lambda: os.close(os.dup(h.fd))))
 
     def _read(self, rec: Rec, h: Handle) -> list[Difference]:
+        if rec.size > _MOST_DATA:
+            raise Refused(REFUSED_SIZE)
         found = self._settle(h)
         into = self._read_into.view(rec.size)
         err, n = _value(lambda: _read_past_cache(h.fd, into, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, n, "bytes read"))
 
     def _write(self, rec: Rec, h: Handle) -> list[Difference]:
+        if rec.size > _MOST_DATA:
+            raise Refused(REFUSED_SIZE)
         found = self._settle(h)
         if len(self._zeros) < rec.size:
             self._zeros = _aligned(rec.size)

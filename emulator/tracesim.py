@@ -141,6 +141,7 @@ class _Rep:
     ops: int = 0
     waited: float = 0.0
     max_wait: float = 0.0
+    longest: float = 0.0  # the longest any of its operations took (s): a queue shorter is none
     last_done: float = -math.inf  # when its last operation completes
     end_balance: float = 0.0
     end_client_balance: float = 0.0
@@ -193,13 +194,13 @@ class TraceSim:
         stop = self.origin + duration
         start = self.model.metrics(self.origin)
         reps: list[_Rep] = []
-        held: list[float] = []  # the longest wait or queue of reps[:i + 1], for each i
+        held: list[float] = []  # the longest wait, operation or queue of reps[:i + 1], for each i
         r = 0
         while self._boundary(r) < stop:
             rep = self._simulate(r, stop)
             if r > 0:
                 reps.append(rep)
-                held.append(max(held[-1] if held else 0.0, rep.max_wait, _queue(rep)))
+                held.append(max(held[-1] if held else 0.0, rep.max_wait, rep.longest, _queue(rep)))
             r += 1
             steady = reps[-STEADY:]
             if self._boundary(r) >= stop or len(steady) < STEADY or not _alike(steady):
@@ -210,8 +211,8 @@ class TraceSim:
             if growth is not None and growth > GROWING * self.span:
                 # A queue that comes and goes with the operations' latencies (a span not much
                 # longer than they are) can rise three times in a row by chance: saturated once it
-                # is past every wait and queue of the repetitions before these (the first half of
-                # them, at most)
+                # is past every wait, operation and queue of the repetitions before these (the first
+                # half of them, at most); a backlog shorter than one operation's own time is none
                 earlier = min(len(reps) - STEADY, len(reps) // 2)
                 if earlier > 0 and _queue(steady[0]) > held[earlier - 1]:
                     return self._fluid(r, stop, steady, growth, start)
@@ -265,6 +266,8 @@ class TraceSim:
                 rep.max_wait = w
             if a.done_at > rep.last_done:
                 rep.last_done = a.done_at
+            if a.done_at - t > rep.longest:
+                rep.longest = a.done_at - t
             if a.gate is not _CACHE and a.gate is not _KERNEL:
                 rep.sent += 1
             self._ops += 1

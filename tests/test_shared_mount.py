@@ -126,6 +126,10 @@ def test_parameters_set_outlive_a_redis_restarted_without_persistence(mount, tmp
     permitted = poll(lambda: stats(a)["metrics"]["PermittedThroughput"])
     redis_server.stop()
     redis_server.start()  # empty: the parameters set went with it
+    # a counts itself live again with its next exchange (after a failed one, RETRY_EVERY on); a joiner
+    # before that finds no live client, and rightly makes the file system afresh
+    seen = stats(a)["shared"]["exchanges"]
+    poll(lambda: stats(a)["shared"]["exchanges"] > seen + 1)
     fusetrace("set", str(a.mountpoint), "read_latency_ms=0.3")  # likely to reach Redis before a's announce
     # a mount of other parameters waits for the live client's announce, and is refused
     (tmp_path / "s").mkdir()

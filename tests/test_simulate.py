@@ -350,6 +350,10 @@ def _read_twice(gaps: list[float]) -> list[Call]:
 @given(st.lists(st.floats(0.00005, 0.0015), min_size=12, max_size=12))
 @example([0.000587, 0.001428, 0.00034, 0.000481, 0.000656, 0.000394, 0.000487, 0.001269, 0.00076, 0.000171,
           0.001278, 0.00038])  # was taken as saturated: 2.1µs waited in all, 17 min at most
+@example([0.0011138898839685944, 0.0014917880276701717, 0.0014917880276701717, 0.0014700886010311346,
+          0.0007207000544166278, 0.0009172563448383822, 0.0005588178213796608, 0.0004158039142608807,
+          0.0004158039142608807, 0.00010298188224824036, 0.0009172563448383822,
+          0.00010298188224824036])  # a "queue" rising 0.16 → 0.65 ms by chance, shorter than a read
 def test_latencies_are_not_a_growing_queue(gaps):
     """Repeated back to back for a day, a tiny trace's operations end past its span by
     their latencies, more in one repetition than the one before by chance: not a queue.

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import fusetrace, one_line_error, poll
+from conftest import fusetrace, is_mounted, one_line_error, poll
 
 
 def stats(m) -> dict:
@@ -134,8 +134,12 @@ def test_parameters_set_outlive_a_redis_restarted_without_persistence(mount, tmp
     # a mount of other parameters waits for the live client's announce, and is refused
     (tmp_path / "s").mkdir()
     (tmp_path / "m").mkdir()
-    one_line_error(fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-elastic",
-                             "--shared", redis_server.url, "--fs-id", "fs1", check=False), "emulate it otherwise")
+    try:
+        one_line_error(fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-elastic",
+                                 "--shared", redis_server.url, "--fs-id", "fs1", check=False), "emulate it otherwise")
+    finally:  # a mount the test did not expect is not left behind
+        if is_mounted(tmp_path / "m"):
+            fusetrace("umount", str(tmp_path / "m"), check=False)
     # a live client gives them back with its next announce (once a second), beside what was set since,
     # and a joiner takes them
     (b,) = shared_mounts(mount, tmp_path, redis_server, 1)

@@ -35,11 +35,11 @@ async def serve(path: str, handlers: dict) -> None:
         except FileNotFoundError:
             pass
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # No umask around the bind: it is the whole process's, and FUSE requests served
-        # meanwhile (in worker threads) would create files with it.  The directory is
-        # private, so the socket's mode before the chmod gives nobody a way in.
+        # Linux makes the socket file with the socket's own mode (less the umask): set on the
+        # descriptor, it is 0600 from the start, with no call by path and no umask change (a
+        # umask is the whole process's: files created through the mount meanwhile took it).
+        os.fchmod(sock.fileno(), 0o600)
         await sock.bind(f"/proc/self/fd/{dfd}/{name}")
-        os.chmod(name, 0o600, dir_fd=dfd)
         sock.listen(16)
         listeners = [trio.SocketListener(sock)]
 

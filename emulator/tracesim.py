@@ -266,8 +266,9 @@ class TraceSim:
                 rep.max_wait = w
             if a.done_at > rep.last_done:
                 rep.last_done = a.done_at
-            if a.done_at - t > rep.longest:
-                rep.longest = a.done_at - t
+            took = a.done_at - t
+            if took > rep.longest:
+                rep.longest = took
             if a.gate is not _CACHE and a.gate is not _KERNEL:
                 rep.sent += 1
             self._ops += 1

@@ -61,6 +61,21 @@ def test_mounts_from_the_folder_that_holds_a_folder_named_fusetrace(tmp_path, sh
             fusetrace("umount", str(mnt), check=False)
 
 
+def test_umount_from_elsewhere_names_the_trace_given_relative_by_its_full_path(tmp_path):
+    src, mnt = _tree(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fusetrace_in = {"capture_output": True, "text": True, "timeout": 120}
+    done = subprocess.run([FUSETRACE, "mount", str(src), str(mnt), "--trace", "t1"], cwd=tmp_path, **fusetrace_in)
+    assert done.returncode == 0, done.stderr
+    try:
+        assert os.listdir(mnt) == ["f"]
+    finally:
+        done = subprocess.run([FUSETRACE, "umount", str(mnt)], cwd=elsewhere, **fusetrace_in)
+    assert done.returncode == 0 and not is_mounted(mnt), done.stderr
+    assert done.stdout == f"fusetrace: unmounted {mnt}; trace in {tmp_path / 't1'}\n"
+
+
 def test_version():
     done = subprocess.run([FUSETRACE, "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -339,7 +339,9 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         if why:
             log.warning("%s", why)
     control = runstate.path_for(opts.mountpoint, ".sock")
-    runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=opts.trace_dir,
+    # absolute: umount, run from anywhere, names it and reads its loss summary
+    trace = os.path.abspath(opts.trace_dir) if opts.trace_dir else None
+    runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=trace,
                    control=control, emulate=opts.emulate)
     log.debug("FUSE options %s, inline threshold %g us, descriptor limit %d", sorted(_fuse_options(opts)),
               _inline_threshold_us(opts), resource.getrlimit(resource.RLIMIT_NOFILE)[0])

@@ -26,7 +26,7 @@ import duckdb
 from .errors import UserError
 from .globs import glob_regex
 from .hostload import load_words
-from .texttable import printable, table
+from .texttable import count, printable, table
 from .trace import metadata as meta
 from .trace import reader
 
@@ -390,9 +390,15 @@ class Trace:
             syncs = sum(ops.get(op, none)["count"] for op in ("fsync", "fsyncdir"))
             getattrs = ops.get("getattr", none)["count"]
             if xattr_misses >= HINT_SHARE * n:  # with --no-xattrs the mount answers ENOSYS, once
-                names = ", ".join(f"{name} {_int(k)}" for name, k in self._db.execute(f"""
-                    select path2, count(*) as k from trace where op = 'getxattr' and errno = {errnos.ENODATA}
-                    group by all order by k desc, path2 limit 2""").fetchall())
+                named = self._db.execute(f"""
+                    select path2, count(*) as k, count(*) over () as names from trace
+                    where op = 'getxattr' and errno = {errnos.ENODATA}
+                    group by all order by k desc, path2 limit 2""").fetchall()
+                names = ", ".join(f"{name} {_int(k)}" for name, k, _ in named)
+                others = named[0][2] - len(named) if named else 0
+                if others:
+                    left = xattr_misses - sum(k for _, k, _ in named)
+                    names += f", {count(others, 'other name')} {_int(left)}"
                 out.append({"hint": "xattr-misses", "records": xattr_misses, "share": xattr_misses / n,
                             "text": f"getxattr: {_pct(xattr_misses / n)} of the records are look-ups of extended "
                                     f"attributes the file does not have ({names}): mount with --no-xattrs and the "

@@ -18,3 +18,8 @@ def printable(name: str) -> str:
     """A name another user chose (a process's, say) as a terminal may print it: no
     escape sequence gets through (each non-printable character is '?')."""
     return "".join(c if c.isprintable() else "?" for c in name)
+
+
+def count(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless n is 1: "1 file", "2,048 files"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

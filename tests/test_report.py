@@ -592,6 +592,23 @@ def test_xattr_miss_hint(tmp_path):
     assert hint_trace(tmp_path, {"getxattr": 25, "write": 75}) == []  # found: not a miss
 
 
+@pytest.mark.parametrize("names, said", [
+    ({"user.a": 10, "user.b": 6, "user.c": 3, "user.d": 1}, "user.a 10, user.b 6, 2 other names 4"),
+    ({"user.a": 10, "user.b": 6, "user.c": 4}, "user.a 10, user.b 6, 1 other name 4"),
+    ({"user.a": 10, "user.b": 10}, "user.a 10, user.b 10"),
+])
+def test_xattr_miss_hint_counts_the_names_it_does_not_name(tmp_path, capsys, names, said):
+    attrs = [name for name, k in names.items() for _ in range(k)]
+    n = 2 * len(attrs)
+    df = pd.DataFrame({"op": ["getxattr"] * len(attrs) + ["read"] * len(attrs),
+                       "errno": [errno.ENODATA] * len(attrs) + [0] * len(attrs),
+                       "path": "/d/f", "path2": attrs + [None] * len(attrs)})
+    df = df.assign(start_ns=T0 + np.arange(n) * 1000, dur_ns=500, size=0, result=0, pid=7, comm="ls")
+    write3(tmp_path / "t", df)
+    [hint] = [ln for ln in report(capsys, str(tmp_path / "t")).stdout.splitlines() if ln.startswith("- getxattr")]
+    assert f"the file does not have ({said}): mount with --no-xattrs" in hint, hint
+
+
 def test_failed_lookup_hint(tmp_path):
     assert hint_trace(tmp_path, {"lookup": 40, "getattr": 60}, {"lookup": 20}) == ["failed-lookups"]
     assert hint_trace(tmp_path, {"lookup": 40, "getattr": 60}, {"lookup": 19}) == []

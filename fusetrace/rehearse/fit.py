@@ -35,9 +35,9 @@ from ..emulator.params import LATENCY_CLASSES, MiB, Params, ProfileError
 from ..emulator.profiles import load_profile
 from ..errors import UserError
 from ..report import _int
+from ..texttable import count
 from ..trace import reader
 from ..trace.metadata import atomic_write
-from .rows import count
 
 MIN_RECORDS = 20  # fewer records of a class say nothing reliable about its percentiles
 GATED_SHARE = 0.05  # a limit held this share of a kind's operations: it was pushed

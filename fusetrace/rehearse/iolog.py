@@ -29,8 +29,9 @@ from typing import TextIO
 
 import duckdb
 
+from ..texttable import count
 from ..trace import reader
-from .rows import Outcome, count, examples
+from .rows import Outcome, examples
 
 COLUMNS = ["start_ns", "op", "path", "fh", "offset", "result", "errno"]
 WHERE = "op in ('open', 'create', 'release', 'read', 'write', 'fsync')"

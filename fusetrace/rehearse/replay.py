@@ -40,11 +40,10 @@ import pyarrow.parquet as pq
 
 from ..errors import UserError
 from ..report import _int, _ns
-from ..texttable import table
+from ..texttable import count, table
 from ..trace import reader
 from .lanes import Lanes
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
-from .rows import count
 
 BATCH_ROWS = 4096  # records read from the trace at a time
 MAX_WORKERS = 1024  # a FUSE mount serves 1,024 requests at once by default (--max-requests)

@@ -25,11 +25,6 @@ def records(trace_dir: str, columns: list[str], where: str | None = None) -> Ite
         yield from zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
 
 
-def count(n: int, noun: str) -> str:
-    """`n` and the noun, plural unless n is 1: "1 file", "2,048 files"."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
-
-
 def examples(shown: list[str], total: int) -> str:
     """The first few of `total` items, and how many more."""
     return ", ".join(shown) + (f" and {total - len(shown):,} more" if total > len(shown) else "")

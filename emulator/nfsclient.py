@@ -26,7 +26,10 @@ Linux NFS client sends for each VFS operation, given what it keeps
   that one) waits for the file's WRITEs, then sends one COMMIT, unless all
   written since the last commit fitted in one WRITE, which then went FILE_SYNC
   and needs none (FLUSH_COND_STABLE).  Nothing written: no RPC.  O_DIRECT writes
-  go as sent, each its own stable WRITE.
+  go as sent, each its own stable WRITE;
+- silly rename: unlinking, or renaming over, a regular file open here renames it to a
+  hidden name (a LOOKUP of that name, then RENAME) instead of removing it; the last
+  close of the file then sends the REMOVE, which nobody waits for.
 
 Operations are named as the VFS (and FUSE, which mirrors it) names them:
 VFS_OPS.  Pure and clock-free, like the model.
@@ -68,7 +71,7 @@ class NfsClient:
     def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
               offset: int = 0, write_mode: str = "buffered", is_dir: bool = False,
               closes: bool = True, writable: bool = True, handle: int = 0, new_directory: int = 0,
-              new_name: str = "", kernel_only: bool = False) -> Admission:
+              new_name: str = "", kernel_only: bool = False, busy: bool = False) -> Admission:
         """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
         `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
         `directory` and `name`: the entry a lookup or namespace change is about
@@ -80,7 +83,10 @@ class NfsClient:
         file), and `writable`: whether the file was opened for writing (a read-only
         close flushes nothing); for readdir, `handle`: the open directory, whose
         pass it continues; for rename, `new_directory` and `new_name`: where the
-        entry goes; `kernel_only`: the kernel's FUSE path sent it for its own write-back
+        entry goes; for unlink and rename, `busy`: the name removed (rename: replaced) is a
+        regular file open here, which NFS renames to a hidden name instead (see _silly); for
+        release, `directory`: that hidden name's, which the file's last release removes;
+        `kernel_only`: the kernel's FUSE path sent it for its own write-back
         cache and an NFS client would send nothing for the call (the times of written
         data, which NFS takes from the WRITE replies; a page read in before part of it
         is written through a write-only descriptor, where NFS writes the part alone),
@@ -94,12 +100,17 @@ class NfsClient:
             return _joined(flushed, self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at), now)
         if op == "readdir":
             return self._readdir(now, file, handle, size, offset)
+        if busy and op == "unlink":
+            return self._silly(now, directory)
+        if op == "release" and directory:
+            return self._remove_hidden(now, directory)
         if op == "rename":
-            a = self._namespace(now, file, directory, name, op)
+            hidden = self._silly(now, new_directory or directory) if busy else None
+            a = self._namespace(now, file, directory, name, op, after=-math.inf if hidden is None else hidden.done_at)
             if new_directory:
                 _room(self._names)[(new_directory, new_name)] = None
                 self._dir_changed(new_directory, a.done_at)
-            return a
+            return a if hidden is None else _joined(hidden, a, now)
         try:
             serve = _SERVE[op]
         except KeyError:
@@ -214,8 +225,9 @@ class NfsClient:
         self._refreshed(file, cut.done_at, False)
         return _joined(a, cut, now)
 
-    def _namespace(self, now: float, file: int, directory: int, name: str, op: str) -> Admission:
-        a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory)
+    def _namespace(self, now: float, file: int, directory: int, name: str, op: str,
+                   after: float = -math.inf) -> Admission:
+        a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory, after=after)
         key = (directory, name)
         _room(self._names)[key] = None
         self._dir_changed(directory, a.done_at)
@@ -225,6 +237,23 @@ class NfsClient:
         if op in _MAKES and looked is not None and now - (looked[0] + looked[1]) <= _ABSORB_S:
             return _earlier(a, now, min(now - looked[0], looked[1]))
         return a
+
+    def _silly(self, now: float, directory: int) -> Admission:
+        """nfs_sillyrename: a name of a file still open here is not removed but renamed to a
+        hidden one (.nfsXXXX), after a LOOKUP makes sure that name is free; the caller waits
+        for both.  (The server keeps the file for this client's open; the hidden name stays
+        visible in the directory until the last close.)"""
+        free = self._rpc(_META_READ, "LOOKUP", now, directory)
+        moved = self._rpc(_META_WRITE, "RENAME", now, 0, directory, after=free.done_at)
+        self._dir_changed(directory, moved.done_at)
+        return _joined(free, moved, now)
+
+    def _remove_hidden(self, now: float, directory: int) -> Admission:
+        """The last close of a file renamed by _silly: its hidden name's REMOVE, sent in
+        the background (nfs_complete_unlink); it loads the server, nobody waits for it."""
+        a = self._rpc(_META_WRITE, "REMOVE", now, 0, directory)
+        self._dir_changed(directory, a.done_at)
+        return self._none(now, a.rpcs)
 
     def _read(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
         return self._rpc(_READ, "READ", now, file, nbytes=size)

@@ -82,6 +82,7 @@ class Call(NamedTuple):
     new_directory: int = 0
     new_name: str = ""
     kernel_only: bool = False
+    busy: bool = False
 
 
 @dataclass
@@ -258,7 +259,7 @@ class TraceSim:
             a = admit(c.op, t, file=c.file, directory=c.directory, name=c.name, size=c.size, offset=c.offset,
                       write_mode=c.write_mode, is_dir=c.is_dir, closes=c.closes, writable=c.writable,
                       handle=c.handle, new_directory=c.new_directory, new_name=c.new_name,
-                      kernel_only=c.kernel_only)
+                      kernel_only=c.kernel_only, busy=c.busy)
             w = a.wait
             rep.ops += 1
             rep.waited += w

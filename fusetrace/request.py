@@ -44,7 +44,11 @@ class Request:
     CLOSE to (one per open file, as NFS sends; later flushes close duplicates), and
     `writable` whether the file was opened for writing; for readdir, `handle` the
     open directory; for rename, `new_directory` and `new_name` where the entry goes;
-    `kernel_only` whether it is a request the kernel's FUSE path makes for its own
+    for unlink and rename, `busy` the node id of the regular file the name removed
+    (rename: replaced) while a handle of it was open here, which an NFS client renames to
+    a hidden name instead ("silly rename"; 0: none); for the release that closes such a
+    file's last handle, `directory` the directory of that hidden name, which NFS then
+    removes; `kernel_only` whether it is a request the kernel's FUSE path makes for its own
     write-back cache, which an NFS client would not send (a page filled before part of
     it is written through a write-only handle, a file's times handed over: see
     Operations.read and Operations.setattr).
@@ -55,7 +59,7 @@ class Request:
     attributes and are set only when given, as most requests give three or four.
     """
 
-    file = directory = size = offset = handle = new_directory = 0
+    file = directory = size = offset = handle = new_directory = busy = 0
     name = new_name = ""
     write_mode: WriteMode | None = None
     is_dir = closes = writable = kernel_only = False
@@ -63,11 +67,11 @@ class Request:
     def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
                  write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
                  is_dir: bool = False, closes: bool = False, writable: bool = False, handle: int = 0,
-                 new_directory: int = 0, new_name: str = "", kernel_only: bool = False) -> None:
+                 new_directory: int = 0, new_name: str = "", kernel_only: bool = False, busy: int = 0) -> None:
         if (kind is Kind.WRITE) != (write_mode is not None):
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
-        if directory and kind is not Kind.META_WRITE and op != "lookup":
-            raise ValueError(f"{op}: only a lookup or a namespace change names a directory")
+        if directory and kind is not Kind.META_WRITE and op not in ("lookup", "release"):
+            raise ValueError(f"{op}: only a lookup, a namespace change or a release names a directory")
         self.op, self.kind = op, kind
         # The kind as the inline policy and `fusetrace stats` name it: a write by its mode
         # (set here, not a property: the loop reads it once or twice per request).
@@ -98,9 +102,12 @@ class Request:
             self.new_name = new_name
         if kernel_only:
             self.kernel_only = kernel_only
+        if busy:
+            self.busy = busy
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
                 f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
                 f"is_dir={self.is_dir}, closes={self.closes}, writable={self.writable}, handle={self.handle}, "
-                f"new_directory={self.new_directory}, new_name={self.new_name!r}, kernel_only={self.kernel_only})")
+                f"new_directory={self.new_directory}, new_name={self.new_name!r}, kernel_only={self.kernel_only}, "
+                f"busy={self.busy})")

@@ -239,6 +239,24 @@ def test_namespace_changes_send_their_rpc_and_a_removed_name_is_known_absent():
     assert [c.admit(op, 1.0, file=2).gate for op in ("fsyncdir", "releasedir", "forget")] == [Gate.CACHE] * 3
 
 
+def test_a_name_of_a_file_open_here_is_renamed_away_and_its_last_close_removes_it():
+    """nfs_unlink and nfs_rename: a file still open keeps its data under a hidden name (a
+    LOOKUP that the name is free, then RENAME); the last close's REMOVE is not waited for."""
+    c = client("dir_write_slots=1", "dir_write_hold_ms=5")
+    gone = c.admit("unlink", 0.0, directory=2, name="a", busy=True)
+    assert gone.rpcs == "LOOKUP,RENAME" and took(gone, 0.0) == pytest.approx(11 * MS)
+    assert c.admit("unlink", 1.0, directory=2, name="b").rpcs == "REMOVE"
+    over = c.admit("rename", 2.0, directory=2, name="c", new_directory=3, new_name="d", busy=True)
+    assert over.rpcs == "LOOKUP,RENAME,RENAME" and took(over, 2.0) == pytest.approx(21 * MS)
+    c.admit("readdir", 3.0, file=2, offset=0, size=10)
+    closed = c.admit("release", 4.0, file=9, directory=2)
+    assert closed.rpcs == "REMOVE" and closed.gate is Gate.CACHE and took(closed, 4.0) == 0
+    # the REMOVE holds the directory's one slot for changes for 5 ms, and the cached listing is stale
+    assert took(c.admit("mkdir", 4.0, directory=2, name="e"), 4.0) == pytest.approx(15 * MS)
+    assert c.admit("readdir", 5.0, file=2, offset=0, size=10).rpcs == "READDIRPLUS"
+    assert c.admit("release", 6.0, file=9).gate is Gate.CACHE  # any other release sends nothing
+
+
 # ---- synchronous writes as NFS sends them ----------------------------------------------------
 
 TUTORIAL = ["stored_size=2 TiB"]  # the 2018 tutorial's file system: burst 200 MiB/s

@@ -51,6 +51,28 @@ def test_overwriting_a_file_costs_the_setattr_nfs_sends_after_its_open(mount):
     assert (m.source / "old").read_bytes() == b"new\n"
 
 
+def test_removing_the_name_of_an_open_file_costs_the_silly_rename_nfs_makes(mount):
+    """A file unlinked, or renamed over, while open: NFS renames it to a hidden name (LOOKUP,
+    RENAME) and removes that at the last close; the trace names the open file in `entry`."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    for name in ("open", "target", "closed", "src"):
+        (m.source / name).write_bytes(b"x")
+    with open(m.mountpoint / "open", "rb") as f, open(m.mountpoint / "target", "rb") as g:
+        os.unlink(m.mountpoint / "open")
+        os.rename(m.mountpoint / "src", m.mountpoint / "target")
+        os.unlink(m.mountpoint / "closed")
+        assert f.read() == b"x" and g.read() == b"x"  # still open: still readable
+    df = _trace(m)
+    changes = df[df.op.isin(["unlink", "rename"])].set_index("path")
+    assert changes.loc["/open", "nfs"] == "LOOKUP,RENAME"
+    assert changes.loc["/src", "nfs"] == "LOOKUP,RENAME,RENAME"
+    assert changes.loc["/closed", "nfs"] == "REMOVE" and changes.loc["/closed", "entry"] == 0
+    opened = df[df.op == "open"].set_index("path").inode
+    assert changes.loc["/open", "entry"] == opened["/open"] and changes.loc["/src", "entry"] == opened["/target"]
+    released = df[df.op == "release"].set_index("inode").nfs
+    assert released[opened["/open"]] == "REMOVE" and released[opened["/target"]] == "REMOVE"
+
+
 def test_a_large_synchronous_write_is_one_flush_of_parallel_writes(mount):
     m = mount("--emulate", "efs-bursting", "--set", "stored_size=2 TiB", trace=True)
     subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'sync'}", "bs=4M", "count=2", "oflag=sync",

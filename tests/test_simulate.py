@@ -188,6 +188,7 @@ def _rebuilt(rows: list[dict]) -> list[Request | None]:
 @given(PROGRAMS)
 @example([*PROLOGUE, ("mkdir", 0, 0, 0), ("mkdir", 0, 0, 0), ("mkdir", 0, 2, 0), ("rmdir", 0, 2, 0),
           ("rename", 0, 0, 2)])  # a rename into a directory just removed names it still
+@example([*PROLOGUE, ("unlink", 0, 1, 0), ("release", 0, 0, 0)])  # an open file unlinked, then its last close
 def test_the_records_give_back_the_requests_the_handlers_made(program):
     served, _ = _served(program)
     rebuilt = _rebuilt([row for _, row in served])
@@ -197,6 +198,7 @@ def test_the_records_give_back_the_requests_the_handlers_made(program):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROGRAMS)
+@example([*PROLOGUE, ("unlink", 0, 1, 0), ("release", 0, 0, 0)])  # an open file unlinked, then its last close
 def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
     """The simulation of a trace leaves the model as the original requests, handed to an
     NFS client at their own times, do; and it charges each operation what the shaper did

@@ -13,6 +13,9 @@ start order (fusetrace/server/handlers.py is what it mirrors):
   fsyncdir), and the directory an entry operation names; `is_dir` comes from these;
 - the entry a lookup or namespace change is about: `inode` (its directory) and the
   basename of `path`;
+- an unlink's or rename's `busy` file (its `entry`), and so the release that closes that
+  file's last handle, which names the directory of its hidden name (each handle's node
+  id comes from its open or create);
 - where a rename or link puts its entry (its new directory's node id): from a map of
   directory paths to node ids, learnt from every record that names a directory with its
   path (a removed directory's id stays with its path until another is made there, as a
@@ -62,13 +65,14 @@ _SYNC = os.O_SYNC | os.O_DSYNC
 
 class _Handle:
     """An open file as its records show it: its open flags (None: its open is not in
-    the trace), whether it was written since its last flush or fsync, whether it was
-    ever written, and whether a close(2) of it has been seen."""
+    the trace), its node id, whether it was written since its last flush or fsync,
+    whether it was ever written, and whether a close(2) of it has been seen."""
 
-    __slots__ = ("closed", "dirty", "flags", "wrote")
+    __slots__ = ("closed", "dirty", "flags", "inode", "wrote")
 
-    def __init__(self, flags: int | None):
+    def __init__(self, flags: int | None, inode: int):
         self.flags = flags
+        self.inode = inode
         self.dirty = self.wrote = self.closed = False
 
 
@@ -86,6 +90,7 @@ class Rebuilder:
 
     def __init__(self) -> None:
         self._handles: dict[int, _Handle] = {}
+        self._hidden: dict[int, int] = {}  # files whose name went while open: their hidden name's directory
         self._dirs: set[int] = {ROOT}  # node ids known to be directories
         self._dir_ids: dict[str, int] = {"/": ROOT}  # directory path: node id
         self._unknown = UNKNOWN_DIRECTORY
@@ -101,14 +106,14 @@ class Rebuilder:
             return None
         self._learn(op, inode, path, mode, entry)
         if op in _ENTRY_OPS:
-            return self._entry_op(op, inode, path, path2, fh, errno, kind, flags)
+            return self._entry_op(op, inode, path, path2, fh, errno, kind, flags, entry)
         if op in _HANDLE_OPS:
             return self._handle_op(op, inode, fh, size, kind)
         if op == "link":
             directory, name = self._directory_of(path2 or "")
             return Request("link", self._kind(kind, Kind.META_WRITE), inode, directory=directory, name=name)
         if op in ("open", "opendir") and fh:
-            self._handles[fh] = _Handle(flags)
+            self._handles[fh] = _Handle(flags, inode)
         elif op == "releasedir":
             self._handles.pop(fh, None)
         label = self._kind(kind, _KINDS[op])
@@ -122,8 +127,11 @@ class Rebuilder:
         if op == "release":
             released = self._handles.pop(fh, None)
             dirty = released is not None and released.dirty
-            return Request("release", self._kind(kind, Kind.COMMIT if dirty else Kind.NONE), inode)
-        h = self._handle(fh)
+            hidden = 0
+            if self._hidden and inode in self._hidden and all(o.inode != inode for o in self._handles.values()):
+                hidden = self._hidden.pop(inode)
+            return Request("release", self._kind(kind, Kind.COMMIT if dirty else Kind.NONE), inode, directory=hidden)
+        h = self._handle(fh, inode)
         if op == "write":
             h.dirty = h.wrote = True  # as the handler marks it, before the call
             if kind in _WRITE_MODES:
@@ -144,18 +152,24 @@ class Rebuilder:
         return req
 
     def _entry_op(self, op: str, inode: int, path: str, path2: str | None, fh: int, errno: int,
-                  kind: str | None, flags: int) -> Request:
+                  kind: str | None, flags: int, entry: int) -> Request:
         name = path.rpartition("/")[2]
         if op == "create" and fh:
-            self._handles[fh] = _Handle(flags)
+            self._handles[fh] = _Handle(flags, entry)
         if op == "rename":
             new_directory, new_name = self._directory_of(path2 or "")
             if not errno and path in self._dir_ids and path2:  # a directory moved: its path moves with it
                 self._dir_ids[path2] = self._dir_ids.pop(path)
+            if entry and not errno:
+                self._hidden[entry] = new_directory
             return Request("rename", self._kind(kind, Kind.META_WRITE), directory=inode, name=name,
-                           new_directory=new_directory, new_name=new_name)
+                           new_directory=new_directory, new_name=new_name, busy=entry)
         if op == "lookup":
             return Request("lookup", self._kind(kind, Kind.META_READ), inode, directory=inode, name=name)
+        if op == "unlink" and entry:
+            if not errno:
+                self._hidden[entry] = inode
+            return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name, busy=entry)
         return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name)  # file 0: not made yet
 
     def _learn(self, op: str, inode: int, path: str, mode: int, entry: int) -> None:
@@ -189,11 +203,11 @@ class Rebuilder:
             node = self._dir_ids[directory] = self._unknown
         return node, name
 
-    def _handle(self, fh: int) -> _Handle:
+    def _handle(self, fh: int, inode: int) -> _Handle:
         h = self._handles.get(fh)
         if h is None:
             self.gaps.unknown_handles += 1
-            h = self._handles[fh] = _Handle(None)
+            h = self._handles[fh] = _Handle(None, inode)
         return h
 
     @staticmethod
@@ -207,4 +221,4 @@ def client_call(request: Request, t: float) -> Call:
     (fusetrace/shaping/shaper.py, Shaper.admit)."""
     r = request
     return Call(t, r.op, r.file, r.directory, r.name, r.size, r.offset, r.write_mode or "buffered", r.is_dir,
-                r.closes, r.writable, r.handle, r.new_directory, r.new_name, r.kernel_only)
+                r.closes, r.writable, r.handle, r.new_directory, r.new_name, r.kernel_only, r.busy != 0)

@@ -116,6 +116,9 @@ class Operations(pyfuse3.Operations):
         self.enable_acl = self.xattrs
         self.proc_reaches_links = _proc_reaches_links()
         self.handles: dict[int, Handle] = {}
+        # files whose name went while they were open (NFS renames them away: Request.busy):
+        # node id: the directory of the hidden name their last release removes
+        self._hidden: dict[int, int] = {}
         self.dirs: dict[int, DirHandle] = {}
         self.workers = workers
         self.inline = inline
@@ -373,7 +376,9 @@ class Operations(pyfuse3.Operations):
                held: int, ticket: "Ticket | None", fault: str | None = None) -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
         fh, mode, entry, flags, result = site.fh, 0, 0, 0, 0
-        if err:
+        if req.busy:  # unlink, rename: the open file whose name goes (NFS renames it away), charged
+            entry = req.busy  # at admission, so named even if the call then fails
+        elif err:
             pass
         elif req.op in _OPENS:  # the handle: open, opendir (an int), create (with its entry)
             fh, flags = _new_handle(out), site.flags
@@ -559,9 +564,26 @@ class Operations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name),
-                                ctx, _unlink_known if self.enable_writeback_cache else _unlink, name, parent)
+        busy = self._open_at(parent, name)
+        gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
+                                _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
+                                name, parent)
+        if busy:
+            self._hidden[busy] = parent.id
         self._times_owed(gone)
+
+    def _open_at(self, parent: Inode, name: str) -> int:
+        """The node id of the file at `name` in `parent` while a handle of it is open here
+        and its name has not gone before (Request.busy), else 0.  Found among the open
+        handles by best known path, and only when the request is shaped or traced."""
+        if not self.handles or (self.shaper is None and self.tracer is None):
+            return 0
+        path = _join(parent.path, name)
+        for h in self.handles.values():
+            node = h.inode
+            if node.path == path and node.id not in self._hidden:
+                return node.id
+        return 0
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
@@ -573,11 +595,14 @@ class Operations(pyfuse3.Operations):
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
+        busy = 0 if flags & syscalls.RENAME_EXCHANGE or new_path == old_path else self._open_at(new_dir, new)
         # charged to the directory the entry leaves, as the trace names it
         moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
-                                         new_directory=new_dir.id, new_name=new),
+                                         new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path), ctx,
                                  _rename, old_dir, old, new_dir, new, flags, self.enable_writeback_cache)
+        if busy:
+            self._hidden[busy] = new_dir.id
         # Keep the best known paths of the objects that moved (for traces).
         for key, path in zip(moved, (new_path, old_path)):
             known = self.inodes.by_key(key)
@@ -746,8 +771,12 @@ class Operations(pyfuse3.Operations):
         h = self.handles.pop(fh, None)
         if h is None:
             raise FUSEError(E.EBADF)
+        node = h.inode
+        hidden = 0  # the file's last release after its name went: NFS removes its hidden name
+        if self._hidden and node.id in self._hidden and all(o.inode is not node for o in self.handles.values()):
+            hidden = self._hidden.pop(node.id)
         try:
-            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, h.inode.id)
+            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, node.id, directory=hidden)
             await self._call(req, _at(h.inode, fh=fh), h, os.close, fh)
         finally:
             self.inodes.unpin(h.inode)
@@ -881,6 +910,7 @@ class Operations(pyfuse3.Operations):
         for fd in list(self.handles) + list(self.dirs):
             os.close(fd)
         self.handles.clear()
+        self._hidden.clear()
         self.dirs.clear()
         self.inodes.close_all()
 

@@ -72,6 +72,10 @@ def render(stats: dict) -> str:
         lines.append(f"warning: opens of files resized beside the mount, whose size the kernel keeps as it was "
                      f"(write-back cache; --no-writeback-cache if the source changes beside it): "
                      f"{stats['resized_beside']:,}")
+    if stats.get("rmdirs_nfs_refuses"):
+        lines.append(f"warning: directories removed that NFS would not remove (ENOTEMPTY: each held a file "
+                     f"unlinked while open, which NFS keeps as .nfsXXXX until its last close, and this mount "
+                     f"cannot show): {stats['rmdirs_nfs_refuses']:,}")
     held = stats.get("held_long")
     if held:
         lines.append(f"waiting in the server: {'; '.join(held_words(h) for h in held)}")

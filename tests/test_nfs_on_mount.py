@@ -6,6 +6,7 @@ import os
 import subprocess
 
 import pandas as pd
+from conftest import fusetrace
 
 MiB = 1 << 20
 
@@ -71,6 +72,22 @@ def test_removing_the_name_of_an_open_file_costs_the_silly_rename_nfs_makes(moun
     assert changes.loc["/open", "entry"] == opened["/open"] and changes.loc["/src", "entry"] == opened["/target"]
     released = df[df.op == "release"].set_index("inode").nfs
     assert released[opened["/open"]] == "REMOVE" and released[opened["/target"]] == "REMOVE"
+
+
+def test_removing_a_directory_nfs_would_keep_for_a_hidden_name_is_flagged(mount):
+    """NFS keeps a file unlinked while open as .nfsXXXX in its directory, and refuses to
+    remove the directory meanwhile; the mount cannot show the name, so it says so."""
+    m = mount("--emulate", "efs-bursting")
+    (m.mountpoint / "d").mkdir()
+    (m.mountpoint / "e").mkdir()
+    (m.mountpoint / "d" / "f").write_bytes(b"x")
+    with open(m.mountpoint / "d" / "f", "rb"):
+        os.unlink(m.mountpoint / "d" / "f")
+        os.rmdir(m.mountpoint / "e")  # nothing hidden in it
+        assert "removed that NFS" not in fusetrace("stats", str(m.mountpoint)).stdout
+        os.rmdir(m.mountpoint / "d")
+    warning = [ln for ln in fusetrace("stats", str(m.mountpoint)).stdout.splitlines() if "removed that NFS" in ln]
+    assert len(warning) == 1 and warning[0].endswith("cannot show): 1"), warning
 
 
 def test_a_large_synchronous_write_is_one_flush_of_parallel_writes(mount):

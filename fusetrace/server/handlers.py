@@ -108,6 +108,7 @@ class Operations(pyfuse3.Operations):
         self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
         self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
+        self.rmdirs_nfs_refuses = 0  # rmdirs of a directory holding a hidden name (_kept_hidden)
         self._truncations = _Truncations()  # an open that overlaps one does not judge the size (_open_reply)
         self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
@@ -406,6 +407,7 @@ class Operations(pyfuse3.Operations):
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
                 "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside,
+                "rmdirs_nfs_refuses": self.rmdirs_nfs_refuses,
                 "held_long": self.held_long(monotonic_ns())}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
@@ -590,6 +592,22 @@ class Operations(pyfuse3.Operations):
         name = os.fsdecode(name)
         await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
                          _rmdir, name, parent)
+        if self._hidden and self.shaper is not None:
+            self._kept_hidden(_join(parent.path, name))
+
+    def _kept_hidden(self, path: str) -> None:
+        """An emulated mount removed the directory at `path` while it held the hidden name
+        of a file unlinked or renamed over while open (Request.busy).  NFS keeps that name
+        (.nfsXXXX) until the file's last close and refuses the rmdir (ENOTEMPTY; `rm -rf`
+        also fails to unlink the name, EBUSY); the mount cannot show a name the source does
+        not have, so it is counted, and said once a directory."""
+        for directory in set(self._hidden.values()):
+            node = self.inodes.get(directory)
+            if node is not None and node.path == path:
+                self.rmdirs_nfs_refuses += 1
+                log.warning("%r: removed, where NFS would refuse (ENOTEMPTY): a file in it was unlinked while "
+                            "open, and NFS keeps it there as .nfsXXXX until its last close", path)
+                return
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)

@@ -101,6 +101,7 @@ class NfsClient:
         if op == "readdir":
             return self._readdir(now, file, handle, size, offset)
         if busy and op == "unlink":
+            self._names.pop((directory, name), None)  # the name moved to the hidden one (d_move)
             return self._silly(now, directory)
         if op == "release" and directory:
             return self._remove_hidden(now, directory)
@@ -242,7 +243,9 @@ class NfsClient:
         """nfs_sillyrename: a name of a file still open here is not removed but renamed to a
         hidden one (.nfsXXXX), after a LOOKUP makes sure that name is free; the caller waits
         for both.  (The server keeps the file for this client's open; the hidden name stays
-        visible in the directory until the last close.)"""
+        visible in the directory until the last close.  A server that sets
+        OPEN4_RESULT_PRESERVE_UNLINKED spares an unlink this in Linux 6.0 on; EFS is taken
+        not to.)"""
         free = self._rpc(_META_READ, "LOOKUP", now, directory)
         moved = self._rpc(_META_WRITE, "RENAME", now, 0, directory, after=free.done_at)
         self._dir_changed(directory, moved.done_at)

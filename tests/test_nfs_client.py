@@ -246,6 +246,9 @@ def test_a_name_of_a_file_open_here_is_renamed_away_and_its_last_close_removes_i
     gone = c.admit("unlink", 0.0, directory=2, name="a", busy=True)
     assert gone.rpcs == "LOOKUP,RENAME" and took(gone, 0.0) == pytest.approx(11 * MS)
     assert c.admit("unlink", 1.0, directory=2, name="b").rpcs == "REMOVE"
+    # the name went to the hidden one: a lookup of it asks again (a removed one is known absent)
+    assert c.admit("lookup", 1.5, directory=2, name="a").rpcs == "LOOKUP"
+    assert c.admit("lookup", 1.5, directory=2, name="b").gate is Gate.CACHE
     over = c.admit("rename", 2.0, directory=2, name="c", new_directory=3, new_name="d", busy=True)
     assert over.rpcs == "LOOKUP,RENAME,RENAME" and took(over, 2.0) == pytest.approx(21 * MS)
     c.admit("readdir", 3.0, file=2, offset=0, size=10)

@@ -2,11 +2,15 @@
 4.1 client sends for the same system call (the trace's `nfs` column names it), and the
 kernel's own caches are set to the NFS client's timeouts."""
 
+import ctypes
+import ctypes.util
+import mmap
 import os
 import subprocess
+import threading
 
 import pandas as pd
-from conftest import fusetrace
+from conftest import fusetrace, poll
 
 MiB = 1 << 20
 
@@ -72,6 +76,47 @@ def test_removing_the_name_of_an_open_file_costs_the_silly_rename_nfs_makes(moun
     assert changes.loc["/open", "entry"] == opened["/open"] and changes.loc["/src", "entry"] == opened["/target"]
     released = df[df.op == "release"].set_index("inode").nfs
     assert released[opened["/open"]] == "REMOVE" and released[opened["/target"]] == "REMOVE"
+
+
+def test_an_open_file_below_a_renamed_directory_is_still_found_when_unlinked(mount):
+    """`mv d e; rm e/f` while f is open: the kernel unlinks by the dentry it holds, with no
+    new lookup, so the mount moves its open files' paths with their directory."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    (m.source / "d").mkdir()
+    (m.source / "d" / "f").write_bytes(b"x")
+    with open(m.mountpoint / "d" / "f", "rb") as f:
+        os.rename(m.mountpoint / "d", m.mountpoint / "e")
+        os.unlink(m.mountpoint / "e" / "f")
+        f.read()
+    df = _trace(m)
+    assert df[df.op == "unlink"].nfs.tolist() == ["LOOKUP,RENAME"]
+    assert df[df.op == "read"].path.tolist() == ["/e/f"]  # and its trace names it where it is
+
+
+def test_a_release_while_the_unlink_of_its_file_waits_still_removes_the_hidden_name(mount):
+    """A mapping's munmap releases the file without a flush (which the unlink would block)
+    while the unlink waits for the model: that release is the last close NFS removes the
+    hidden name at."""
+    m = mount("--emulate", "efs-bursting", "--set", "meta_write_latency_ms=3000", "--set",
+              "meta_write_latency_p99_ms=3000", trace=True)
+    (m.source / "x").write_bytes(b"x" * 4096)
+    fd = os.open(m.mountpoint / "x", os.O_RDONLY)
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mmap.restype, libc.munmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    addr = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)  # no dup, unlike Python's mmap
+    assert addr not in (None, ctypes.c_void_p(-1).value)
+    os.close(fd)
+    unlink = threading.Thread(target=os.unlink, args=(m.mountpoint / "x",))
+    unlink.start()
+    try:
+        poll(lambda: "unlink" in fusetrace("stats", str(m.mountpoint)).stdout.partition("waiting in the server")[2])
+    finally:
+        libc.munmap(addr, 4096)
+        unlink.join()
+    df = _trace(m)
+    assert df[df.op == "unlink"].nfs.tolist() == ["LOOKUP,RENAME"]
+    assert df[df.op == "release"].nfs.tolist() == ["REMOVE"]
 
 
 def test_removing_a_directory_nfs_would_keep_for_a_hidden_name_is_flagged(mount):

@@ -160,7 +160,7 @@ class Rebuilder:
             new_directory, new_name = self._directory_of(path2 or "")
             if not errno and path in self._dir_ids and path2:  # a directory moved: its path moves with it
                 self._dir_ids[path2] = self._dir_ids.pop(path)
-            if entry and not errno:
+            if entry:  # even if it failed: NFS hid the target before its RENAME
                 self._hidden[entry] = new_directory
             return Request("rename", self._kind(kind, Kind.META_WRITE), directory=inode, name=name,
                            new_directory=new_directory, new_name=new_name, busy=entry)

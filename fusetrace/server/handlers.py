@@ -567,11 +567,16 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         busy = self._open_at(parent, name)
-        gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
-                                _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
-                                name, parent)
-        if busy:
+        if busy:  # before the call's wait: a release during it (munmap, exit) must find it
             self._hidden[busy] = parent.id
+        try:
+            gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
+                                    _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
+                                    name, parent)
+        except FUSEError:
+            if busy:  # NFS's failed RENAME left no hidden name
+                self._hidden.pop(busy, None)
+            raise
         self._times_owed(gone)
 
     def _open_at(self, parent: Inode, name: str) -> int:
@@ -613,20 +618,33 @@ class Operations(pyfuse3.Operations):
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
-        busy = 0 if flags & syscalls.RENAME_EXCHANGE or new_path == old_path else self._open_at(new_dir, new)
+        exchange = flags & syscalls.RENAME_EXCHANGE
+        busy = 0 if exchange or new_path == old_path else self._open_at(new_dir, new)
+        if busy:  # before the call's wait, as unlink's; kept if the RENAME fails: NFS hid the target first
+            self._hidden[busy] = new_dir.id
         # charged to the directory the entry leaves, as the trace names it
         moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path), ctx,
                                  _rename, old_dir, old, new_dir, new, flags, self.enable_writeback_cache)
-        if busy:
-            self._hidden[busy] = new_dir.id
         # Keep the best known paths of the objects that moved (for traces).
         for key, path in zip(moved, (new_path, old_path)):
             known = self.inodes.by_key(key)
             if known is not None:
                 known.path = path
+                if not exchange and stat.S_ISDIR(known.mode):
+                    self._moved_below(old_path, new_path)
         self._times_owed(*owed)
+
+    def _moved_below(self, old: str, new: str) -> None:
+        """A directory moved from `old` to `new`: the open files and directories below it
+        are there now (for their traces, and for _open_at).  Other objects below it keep
+        the path they were last looked up by until the kernel looks them up again."""
+        below = old + "/"
+        opened: list[Inode] = [h.inode for h in self.handles.values()]
+        for node in opened + [d.inode for d in self.dirs.values()]:
+            if node.path.startswith(below):
+                node.path = new + node.path[len(old):]
 
     def _times_owed(self, *keys: tuple[int, int] | None) -> None:
         """With the write-back cache, the kernel hands over the times of a regular file

@@ -39,7 +39,8 @@ RECORD_SCHEMA = pa.schema(
         ("kind", pa.dictionary(pa.int8(), pa.string())),  # the request's kind; a write's: its mode
         ("flags", pa.int32()),  # open, create, opendir: the open(2) flags; else 0
         ("mode", pa.uint32()),  # st_mode of the object a reply described (lookup, getattr, create...); else 0
-        ("entry", pa.uint64()),  # the node id lookup, create, mknod, mkdir, symlink, link answered; else 0
+        ("entry", pa.uint64()),  # the node id lookup, create, mknod, mkdir, symlink, link answered; unlink,
+        # rename: the open file whose name went (NFS renames it away); else 0
         # Format 4: the fault rule that fired on the operation, held it or whose error it returned; else null
         ("fault", pa.dictionary(pa.int32(), pa.string())),
     ]

@@ -12,7 +12,7 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import Mount, fusetrace, is_mounted
+from conftest import Mount, fusetrace, is_mounted, poll
 
 from fusetrace.rehearse.requests import COLUMNS, Rebuilder
 from fusetrace.server import handlers, syscalls
@@ -135,6 +135,19 @@ def _touch_own_mtime(path) -> None:
     """A caller's `touch -m` of the mtime the file already has: what a hand-over carries."""
     mtime = os.stat(path).st_mtime_ns
     subprocess.run(["touch", "-m", "-d", f"@{mtime // 10**9}.{mtime % 10**9:09d}", str(path)], check=True)
+
+
+def test_renameat2_flags_nfs_refuses_are_done_and_said_once_in_the_log(tmp_path, mount):
+    log = tmp_path / "server.log"
+    m = mount(*WB, "--log", str(log))
+    a, b, c = (m.mountpoint / n for n in "abc")
+    for f in (a, b):
+        f.write_bytes(f.name.encode())
+    for flags, old, new in ((syscalls.RENAME_EXCHANGE, a, b), (1, a, c)):  # 1: RENAME_NOREPLACE
+        syscalls.renameat2(syscalls.AT_FDCWD, os.fsencode(old), syscalls.AT_FDCWD, os.fsencode(new), flags)
+    assert b.read_bytes() == b"a" and c.read_bytes() == b"b" and not a.exists()
+    said = poll(lambda: [ln for ln in log.read_text().splitlines() if "renameat2 flags" in ln])
+    assert len(said) == 1 and "'/a': renamed with renameat2 flags (0x2), which an NFS client refuses" in said[0]
 
 
 def test_an_exchange_a_replace_and_attribute_changes_owe_one_hand_over_a_file(mount):

@@ -111,6 +111,7 @@ class Operations(pyfuse3.Operations):
         self.rmdirs_nfs_refuses = 0  # rmdirs of a directory holding a hidden name (_kept_hidden)
         self._truncations = _Truncations()  # an open that overlaps one does not judge the size (_open_reply)
         self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
+        self._said_rename_flags = False  # an emulated rename with flags NFS refuses was logged
         self.xattrs = xattrs and _has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
         # the server acts as root) and checks who may set them, where there are any.
@@ -619,6 +620,10 @@ class Operations(pyfuse3.Operations):
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
         exchange = flags & syscalls.RENAME_EXCHANGE
+        if flags and self.shaper is not None and not self._said_rename_flags:
+            self._said_rename_flags = True
+            log.warning("%r: renamed with renameat2 flags (%#x), which an NFS client refuses (EINVAL, nothing sent): "
+                        "done here as the source does; a program relying on them fails on EFS", old_path, flags)
         busy = 0 if exchange or new_path == old_path else self._open_at(new_dir, new)
         if busy:  # before the call's wait, as unlink's; kept if the RENAME fails: NFS hid the target first
             self._hidden[busy] = new_dir.id

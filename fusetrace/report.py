@@ -448,6 +448,16 @@ class Trace:
                                         f"stable storage (on EFS a round trip to the server); make fewer, larger "
                                         f"transactions (sqlite: PRAGMA journal_mode=WAL with synchronous=NORMAL syncs "
                                         f"at checkpoints only)"})
+            if "entry" in self.columns:  # an unlink's or rename's open file (format 2 on; 0 before fusetrace named it)
+                [hidden] = self._one("select count(*) from trace where op in ('unlink', 'rename') and entry <> 0 "
+                                     "and errno = 0")
+                if hidden:
+                    out.append({"hint": "removed-while-open", "records": hidden,
+                                "text": f"unlink, rename: {count(hidden, 'name')} of files still open removed or "
+                                        f"replaced: an NFS client renames each file to a hidden .nfsXXXX (a LOOKUP and "
+                                        f"a RENAME the caller waits for) and removes it at its last close; until then "
+                                        f"rm -rf of its directory fails (EBUSY, ENOTEMPTY). Close files before "
+                                        f"removing them"})
             if getattrs >= HINT_SHARE * n and options.get("attr_timeout") == 0:
                 out.append({"hint": "attr-timeout-0", "records": getattrs, "share": getattrs / n,
                             "text": f"getattr: {_pct(getattrs / n)} of the records: this mount had --attr-timeout 0, "

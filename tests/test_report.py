@@ -609,6 +609,23 @@ def test_xattr_miss_hint_counts_the_names_it_does_not_name(tmp_path, capsys, nam
     assert f"the file does not have ({said}): mount with --no-xattrs" in hint, hint
 
 
+def test_removed_while_open_hint_counts_the_names_an_nfs_client_hides(tmp_path, capsys):
+    rows = [("unlink", 5, 0), ("unlink", 0, 0), ("rename", 6, 0), ("unlink", 7, errno.ENOENT), ("read", 0, 0)]
+    records = [TraceRecord(T0 + i * 1000, 500, op, 2, f"/d/f{i}", None, 0, 0, 0, 0, err, 7, 0, 0, 0, comm="app",
+                           entry=entry) for i, (op, entry, err) in enumerate(rows)]
+    with TraceWriter(tmp_path / "t", {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box"},
+                     flush_interval=3600) as w:
+        for r in records:
+            w.record(r)
+    [hint] = [ln for ln in report(capsys, str(tmp_path / "t")).stdout.splitlines() if ln.startswith("- unlink")]
+    assert hint.startswith("- unlink, rename: 2 names of files still open removed or replaced: an NFS client "
+                           "renames each"), hint
+    write3(tmp_path / "u", pd.DataFrame({"op": ["unlink"], "path": ["/f"], "path2": [None], "start_ns": [T0],
+                                         "dur_ns": [1], "size": [0], "result": [0], "errno": [0], "pid": [7],
+                                         "comm": ["app"]}))
+    assert "- unlink" not in report(capsys, str(tmp_path / "u")).stdout  # a name not open: no hint
+
+
 def test_failed_lookup_hint(tmp_path):
     assert hint_trace(tmp_path, {"lookup": 40, "getattr": 60}, {"lookup": 20}) == ["failed-lookups"]
     assert hint_trace(tmp_path, {"lookup": 40, "getattr": 60}, {"lookup": 19}) == []

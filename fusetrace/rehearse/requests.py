@@ -166,11 +166,11 @@ class Rebuilder:
                            new_directory=new_directory, new_name=new_name, busy=entry)
         if op == "lookup":
             return Request("lookup", self._kind(kind, Kind.META_READ), inode, directory=inode, name=name)
-        if op == "unlink" and entry:
-            if not errno:
-                self._hidden[entry] = inode
-            return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name, busy=entry)
-        return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name)  # file 0: not made yet
+        busy = entry if op == "unlink" else 0  # the others' entry is what they made
+        if busy and not errno:
+            self._hidden[busy] = inode
+        # file 0: not made yet
+        return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name, busy=busy)
 
     def _learn(self, op: str, inode: int, path: str, mode: int, entry: int) -> None:
         """What the record says about directories: which node ids are ones, and their paths."""

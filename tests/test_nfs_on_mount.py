@@ -12,6 +12,8 @@ import threading
 import pandas as pd
 from conftest import fusetrace, poll
 
+from fusetrace.server import syscalls
+
 MiB = 1 << 20
 
 
@@ -91,6 +93,42 @@ def test_an_open_file_below_a_renamed_directory_is_still_found_when_unlinked(mou
     df = _trace(m)
     assert df[df.op == "unlink"].nfs.tolist() == ["LOOKUP,RENAME"]
     assert df[df.op == "read"].path.tolist() == ["/e/f"]  # and its trace names it where it is
+
+
+def test_a_name_is_hidden_only_while_a_file_is_open_by_it(mount):
+    """NFS hides the name an open file holds (its dentry): another hard link of it, even one
+    looked up since, is removed plainly; the name it was opened by is hidden wherever a
+    rename has moved it."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    (m.source / "a").write_bytes(b"x")
+    os.link(m.source / "a", m.source / "b")
+    with open(m.mountpoint / "a", "rb") as f:
+        os.stat(m.mountpoint / "b")  # the file's last lookup is by its other name
+        os.unlink(m.mountpoint / "b")
+        os.rename(m.mountpoint / "a", m.mountpoint / "c")
+        os.unlink(m.mountpoint / "c")
+        assert f.read() == b"x"
+    df = _trace(m)
+    unlinks = df[df.op == "unlink"].set_index("path")
+    assert unlinks.loc["/b", "nfs"] == "REMOVE" and unlinks.loc["/b", "entry"] == 0
+    assert unlinks.loc["/c", "nfs"] == "LOOKUP,RENAME" and unlinks.loc["/c", "entry"] != 0
+    assert df[df.op == "release"].nfs.tolist() == ["REMOVE"]
+
+
+def test_an_exchange_swaps_the_names_open_files_are_open_by(mount):
+    """renameat2(RENAME_EXCHANGE) swaps two dentries: the file opened as `a` is then open
+    as `b`, whose unlink hides it, and the closed file now at `a` is removed plainly."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    (m.source / "a").write_bytes(b"a")
+    (m.source / "b").write_bytes(b"b")
+    with open(m.mountpoint / "a", "rb") as f:
+        a, b = os.fsencode(m.mountpoint / "a"), os.fsencode(m.mountpoint / "b")
+        syscalls.renameat2(syscalls.AT_FDCWD, a, syscalls.AT_FDCWD, b, syscalls.RENAME_EXCHANGE)
+        os.unlink(m.mountpoint / "a")
+        os.unlink(m.mountpoint / "b")
+        assert f.read() == b"a"
+    unlinks = _trace(m).query("op == 'unlink'").set_index("path").nfs
+    assert unlinks["/a"] == "REMOVE" and unlinks["/b"] == "LOOKUP,RENAME"
 
 
 def test_a_release_while_the_unlink_of_its_file_waits_still_removes_the_hidden_name(mount):

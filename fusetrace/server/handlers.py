@@ -54,11 +54,14 @@ _FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known in
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
+    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "path", "pid", "uid", "write_mode")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx):
         self.fd = fd
         self.inode = inode
+        # the name it was opened by, as far as the server knows (FUSE's open names no file:
+        # the one the file was last looked up by), moved by renames as the kernel's dentry is
+        self.path = inode.path
         self.flags = flags
         self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
         self.dirty = False  # written since the last commit (flush/fsync)
@@ -118,6 +121,7 @@ class Operations(pyfuse3.Operations):
         self.enable_acl = self.xattrs
         self.proc_reaches_links = _proc_reaches_links()
         self.handles: dict[int, Handle] = {}
+        self._open_names: dict[str, dict[int, Handle]] = {}  # the open files by Handle.path (_open_at)
         # files whose name went while they were open (NFS renames them away: Request.busy):
         # node id: the directory of the hidden name their last release removes
         self._hidden: dict[int, int] = {}
@@ -581,16 +585,15 @@ class Operations(pyfuse3.Operations):
         self._times_owed(gone)
 
     def _open_at(self, parent: Inode, name: str) -> int:
-        """The node id of the file at `name` in `parent` while a handle of it is open here
-        and its name has not gone before (Request.busy), else 0.  Found among the open
-        handles by best known path, and only when the request is shaped or traced."""
-        if not self.handles or (self.shaper is None and self.tracer is None):
+        """The node id of the file at `name` in `parent` while a handle opened by that name
+        is open here and the file's name has not gone before (Request.busy), else 0: NFS
+        hides a name still in use (its dentry held by an open file), so a file open only
+        through another hard link is removed plainly.  Only when shaped or traced."""
+        if not self._open_names or (self.shaper is None and self.tracer is None):
             return 0
-        path = _join(parent.path, name)
-        for h in self.handles.values():
-            node = h.inode
-            if node.path == path and node.id not in self._hidden:
-                return node.id
+        for h in self._open_names.get(_join(parent.path, name), {}).values():
+            if h.inode.id not in self._hidden:
+                return h.inode.id
         return 0
 
     async def rmdir(self, parent_inode, name, ctx):
@@ -632,7 +635,17 @@ class Operations(pyfuse3.Operations):
                                          new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path), ctx,
                                  _rename, old_dir, old, new_dir, new, flags, self.enable_writeback_cache)
-        # Keep the best known paths of the objects that moved (for traces).
+        # Keep the best known paths of the objects that moved (for traces), and the names
+        # their open files are open by, as the kernel moves its dentries (d_move).
+        at_old, at_new = self._open_names.pop(old_path, {}), self._open_names.pop(new_path, {})
+        if exchange:
+            self._name_open(at_old, new_path)
+            self._name_open(at_new, old_path)
+        elif moved[1] is not None:  # the old name is still there: a rename onto another link of its file
+            self._name_open(at_old, old_path)
+            self._name_open(at_new, new_path)
+        else:  # what was at the new name has gone (hidden, if open there: busy)
+            self._name_open(at_old, new_path)
         for key, path in zip(moved, (new_path, old_path)):
             known = self.inodes.by_key(key)
             if known is not None:
@@ -640,6 +653,13 @@ class Operations(pyfuse3.Operations):
                 if not exchange and stat.S_ISDIR(known.mode):
                     self._moved_below(old_path, new_path)
         self._times_owed(*owed)
+
+    def _name_open(self, handles: dict[int, Handle], path: str) -> None:
+        """Index these open files as open by `path` (_open_at)."""
+        if handles:
+            for h in handles.values():
+                h.path = path
+            self._open_names.setdefault(path, {}).update(handles)
 
     def _moved_below(self, old: str, new: str) -> None:
         """A directory moved from `old` to `new`: the open files and directories below it
@@ -650,6 +670,8 @@ class Operations(pyfuse3.Operations):
         for node in opened + [d.inode for d in self.dirs.values()]:
             if node.path.startswith(below):
                 node.path = new + node.path[len(old):]
+        for path in [p for p in self._open_names if p.startswith(below)]:
+            self._name_open(self._open_names.pop(path), new + path[len(old):])
 
     def _times_owed(self, *keys: tuple[int, int] | None) -> None:
         """With the write-back cache, the kernel hands over the times of a regular file
@@ -746,6 +768,7 @@ class Operations(pyfuse3.Operations):
     def _opened(self, h: Handle) -> None:
         """Register an open file; its inode's descriptor stays open while it is."""
         self.handles[h.fd] = h
+        self._open_names.setdefault(h.path, {})[h.fd] = h
         self.inodes.pin(h.inode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -812,6 +835,9 @@ class Operations(pyfuse3.Operations):
         h = self.handles.pop(fh, None)
         if h is None:
             raise FUSEError(E.EBADF)
+        named = self._open_names.get(h.path)
+        if named is not None and named.pop(fh, None) is not None and not named:
+            del self._open_names[h.path]
         node = h.inode
         hidden = 0  # the file's last release after its name went: NFS removes its hidden name
         if self._hidden and node.id in self._hidden and all(o.inode is not node for o in self.handles.values()):
@@ -951,6 +977,7 @@ class Operations(pyfuse3.Operations):
         for fd in list(self.handles) + list(self.dirs):
             os.close(fd)
         self.handles.clear()
+        self._open_names.clear()
         self._hidden.clear()
         self.dirs.clear()
         self.inodes.close_all()

@@ -63,7 +63,8 @@ class NfsClient:
         self._names: dict[tuple[int, str], None] = {}  # dentries, positive or negative
         self._listed: dict[int, None] = {}  # directories whose listing is cached
         self._charged: dict[tuple[int, int], bool] = {}  # (directory, open handle): its pass sends RPCs
-        self._asked: dict[tuple[int, str], None] = {}  # ACCESS and READLINK answers, kept with the attributes
+        self._asked: dict[tuple[int, str, int], None] = {}  # ACCESS and READLINK answers, kept with the attributes
+        self._uid = 0  # the caller of the operation being admitted (ACCESS answers are kept per user)
         self._unstable: dict[int, int] = {}  # file: bytes written back since its last commit
         self._staged: dict[int, tuple[float, int]] = {}  # file: (first at, bytes) of O_SYNC data its flush sends
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
@@ -71,7 +72,7 @@ class NfsClient:
     def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
               offset: int = 0, write_mode: str = "buffered", is_dir: bool = False,
               closes: bool = True, writable: bool = True, handle: int = 0, new_directory: int = 0,
-              new_name: str = "", kernel_only: bool = False, busy: bool = False) -> Admission:
+              new_name: str = "", kernel_only: bool = False, busy: bool = False, uid: int = 0) -> Admission:
         """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
         `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
         `directory` and `name`: the entry a lookup or namespace change is about
@@ -90,7 +91,10 @@ class NfsClient:
         cache and an NFS client would send nothing for the call (the times of written
         data, which NFS takes from the WRITE replies; a page read in before part of it
         is written through a write-only descriptor, where NFS writes the part alone),
-        so it costs nothing.  The answer's `rpcs` names what was sent."""
+        so it costs nothing; `uid`: the caller's user, whose ACCESS answers the client
+        keeps apart from other users' (nfs_access_get_cached keys them by credential).
+        The answer's `rpcs` names what was sent."""
+        self._uid = uid
         if kernel_only:
             return Admission(now, Gate.KERNEL, 0.0, 0.0, 0.0)
         if op == "flush":
@@ -145,7 +149,11 @@ class NfsClient:
         its ACCESS went with the lookup FUSE sends first, or was cached (_searched)."""
         self._refreshed(directory, at, True)
         self._listed.pop(directory, None)
-        _room(self._asked)[(directory, "access")] = None
+        _room(self._asked)[self._answer(directory, "access")] = None
+
+    def _answer(self, file: int, op: str) -> tuple[int, str, int]:
+        """The key of an answer the client keeps: ACCESS per user, READLINK for all."""
+        return file, op, self._uid if op == "access" else 0
 
     # ---- RPCs --------------------------------------------------------------------
 
@@ -171,9 +179,9 @@ class NfsClient:
         kernel checks the caller may search it; the FUSE mount's default_permissions
         checks mode bits itself and sends nothing).  The answer is cached: an expired
         directory is revalidated by GETATTR (its lookup's), which keeps it.  ACCESS
-        brings the attributes too.  None when nothing is sent.  (One answer serves every
-        caller here; Linux keeps one per credential.)"""
-        key = (directory, "access")
+        brings the attributes too.  None when nothing is sent.  The answer is the
+        caller's user's: another user's first search asks again."""
+        key = self._answer(directory, "access")
         if key in self._asked:
             return None
         a = self._rpc(_META_READ, "ACCESS", now, directory)
@@ -219,7 +227,7 @@ class NfsClient:
         after the OPEN (FUSE hands the truncation to the server inside its open)."""
         a = self._rpc(_META_READ, "OPEN", now, file)
         self._fetched(file, a.done_at, False)
-        _room(self._asked)[(file, "access")] = None  # OPEN asks ACCESS in the same compound
+        _room(self._asked)[self._answer(file, "access")] = None  # OPEN asks ACCESS in the same compound
         if size <= 0:  # nothing to cut (nfs_setattr sends nothing for an unchanged size)
             return a
         cut = self._rpc(_META_WRITE, "SETATTR", now, file, after=a.done_at)
@@ -348,7 +356,7 @@ class NfsClient:
 
     def _asked_once(self, now, file, op: str, rpc: str, is_dir: bool) -> Admission:
         """ACCESS and READLINK: answered from the client's cache while the file's attributes are trusted."""
-        key = (file, op)
+        key = self._answer(file, op)
         if key in self._asked and self._fresh(file, now):
             return self._none(now)
         a = self._rpc(_META_READ, rpc, now, file)

@@ -83,6 +83,7 @@ class Call(NamedTuple):
     new_name: str = ""
     kernel_only: bool = False
     busy: bool = False
+    uid: int = 0
 
 
 @dataclass
@@ -259,7 +260,7 @@ class TraceSim:
             a = admit(c.op, t, file=c.file, directory=c.directory, name=c.name, size=c.size, offset=c.offset,
                       write_mode=c.write_mode, is_dir=c.is_dir, closes=c.closes, writable=c.writable,
                       handle=c.handle, new_directory=c.new_directory, new_name=c.new_name,
-                      kernel_only=c.kernel_only, busy=c.busy)
+                      kernel_only=c.kernel_only, busy=c.busy, uid=c.uid)
             w = a.wait
             rep.ops += 1
             rep.waited += w

@@ -215,6 +215,22 @@ def test_opendir_revalidates_the_directory_close_to_open():
     assert [c.admit("opendir", t, file=3).rpcs for t in (0.0, 10.0)] == ["ACCESS,GETATTR", "GETATTR"]
 
 
+def test_access_answers_are_kept_per_user_readlinks_for_all():
+    """nfs_access_get_cached keys ACCESS answers by credential: another user's first search
+    of a directory asks again, however recently the first user's was answered."""
+    c = client()
+    assert c.admit("lookup", 0.0, directory=1, name="a", uid=1000).rpcs == "ACCESS,LOOKUP"
+    assert c.admit("lookup", 0.1, directory=1, name="b", uid=1001).rpcs == "ACCESS,LOOKUP"
+    assert c.admit("lookup", 0.2, directory=1, name="c", uid=1000).rpcs == "LOOKUP"
+    assert c.admit("opendir", 0.3, file=1, uid=0).rpcs == "ACCESS,GETATTR"
+    c.admit("mkdir", 0.4, directory=1, name="d", uid=1000)  # the change's walk searched 1 as 1000 only
+    c.admit("open", 0.5, file=7, uid=1000)  # OPEN asks ACCESS in its compound, for its caller
+    assert [c.admit("access", 0.6, file=f, uid=1002).rpcs for f in (1, 7)] == ["ACCESS", "ACCESS"]
+    assert [c.admit("access", 0.6, file=f, uid=1000).gate for f in (1, 7)] == [Gate.CACHE, Gate.CACHE]
+    assert c.admit("readlink", 0.7, file=9, uid=1000).rpcs == "READLINK"
+    assert c.admit("readlink", 0.8, file=9, uid=1001).gate is Gate.CACHE
+
+
 def test_statfs_is_always_sent_access_and_readlink_are_cached_with_the_attributes():
     c = client()
     assert [c.admit("statfs", t, file=1).rpcs for t in (0.0, 0.1)] == ["STATFS", "STATFS"]

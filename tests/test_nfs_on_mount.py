@@ -6,12 +6,16 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 import pandas as pd
-from conftest import fusetrace, poll
+from conftest import Mount, fusetrace, poll
 
+from fusetrace.rehearse.simulate import _Calls as Calls
 from fusetrace.server import syscalls
 
 MiB = 1 << 20
@@ -41,6 +45,34 @@ def test_touch_stat_and_absent_names_cost_what_nfs_sends(mount):
     # (fs/fuse: fuse_flush); the NFS client's cache answers it (no GETATTR above)
     assert (mine.op == "getattr").sum() <= 1
     assert (df[df.path == "/absent"].op == "lookup").sum() == 1
+
+
+def test_each_users_first_search_of_a_directory_asks_access_again():
+    """NFS keeps ACCESS answers per credential: through an allow_other mount, a second
+    user's first lookup in a directory root has searched pays an ACCESS root's did not."""
+    base = Path(tempfile.mkdtemp(prefix="fusetrace-access-"))  # every user can reach it
+    try:
+        os.chmod(base, 0o755)
+        m = Mount(base / "src", base / "mnt", base / "trace")
+        for d in (m.source, m.source / "d", m.mountpoint):
+            d.mkdir(mode=0o755)
+        fusetrace("mount", str(m.source), str(m.mountpoint), "--emulate", "efs-bursting", "-o", "allow_other",
+                  "--trace", str(m.trace), "--log", str(base / "server.log"))
+        try:
+            for name in ("a", "c"):
+                assert not (m.mountpoint / "d" / name).exists()
+            done = subprocess.run(["test", "-e", str(m.mountpoint / "d" / "b")], user=65534, group=65534,
+                                  timeout=60, check=False)
+            assert done.returncode == 1  # looked up, and absent
+        finally:
+            m.unmount()
+        lookups = pd.read_parquet(m.trace).query("op == 'lookup'").set_index("path")
+        assert lookups.loc["/d/a", "nfs"] == "ACCESS,LOOKUP" and lookups.loc["/d/c", "nfs"] == "LOOKUP"
+        assert lookups.loc["/d/b", "nfs"] == "ACCESS,LOOKUP" and lookups.loc["/d/b", "uid"] == 65534
+        # and `fusetrace simulate` hands each call to the NFS client as its record's user
+        assert {c.uid for c in Calls(str(m.trace), 1000)() if c.op == "lookup"} == {0, 65534}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_overwriting_a_file_costs_the_setattr_nfs_sends_after_its_open(mount):

@@ -51,9 +51,9 @@ class SeenShaper(Shaper):
         super().__init__(model, timer)
         self.requests: list[Request] = []
 
-    def admit(self, request: Request, start_ns: int) -> Ticket | None:
+    def admit(self, request: Request, start_ns: int, uid: int = 0) -> Ticket | None:
         self.requests.append(request)
-        return super().admit(request, start_ns)
+        return super().admit(request, start_ns, uid)
 
 
 def serve(tmp_path, body, *, threshold_us: float = 50.0) -> tuple[list[Request], list[dict]]:

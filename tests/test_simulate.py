@@ -211,9 +211,10 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
 
     direct = Model(params, origin)
     client = NfsClient(direct)
-    for (request, _), t in zip(served, times):
-        _admit(client, client_call(request, t))
-    calls = [client_call(r, t) for r, t in zip(_rebuilt([row for _, row in served]), times) if r is not None]
+    for (request, row), t in zip(served, times):
+        _admit(client, client_call(request, t, row["uid"]))
+    calls = [client_call(r, t, row["uid"]) for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
+             if r is not None]
     seen: list[tuple[str, str, int, int, int]] = []
     model = Model(params, origin)
     TraceSim(model, lambda: calls, origin=origin, first=times[0], span=end - times[0], every=0.01,
@@ -569,7 +570,7 @@ def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, wor
     final = metadata["metrics_per_minute"][-1]  # taken as the server stopped
     at = (metadata["start_monotonic_ns"] + final["wall_time"] * 1e9 - metadata["start_wall_ns"]) / 1e9
     rows = sorted(pq.read_table(m.trace).to_pylist(), key=lambda row: row["start_ns"])
-    calls = [client_call(request, row["start_ns"] / 1e9)
+    calls = [client_call(request, row["start_ns"] / 1e9, row["uid"])
              for request, row in zip(_rebuilt(rows), rows) if request is not None]
     assert len(calls) == len(rows)
     params = load_params("efs-bursting", [f"burst_credit_balance={BALANCE}"])

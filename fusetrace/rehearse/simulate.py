@@ -53,11 +53,11 @@ class _Calls:
     def _read(self) -> Iterator[Call]:
         rebuilder = Rebuilder()
         kept: list[Call] | None = [] if self.keep else None
-        for start_ns, *record in records(self.directory, ["start_ns", *COLUMNS]):
+        for start_ns, uid, *record in records(self.directory, ["start_ns", "uid", *COLUMNS]):
             request = rebuilder.rebuild(*record)
             if request is None:
                 continue
-            call = client_call(request, start_ns / 1e9)
+            call = client_call(request, start_ns / 1e9, uid)
             if kept is not None:
                 kept.append(call)
             yield call

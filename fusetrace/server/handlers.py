@@ -159,7 +159,7 @@ class Operations(pyfuse3.Operations):
         # (NFS sends nothing for the kernel's own; fusetrace's probe at mount is not the application's)
         if self.faults.active and not req.kernel_only and who.pid != self.untraced_pid:
             return await self._faulted(req, site, who, fn, args, nowait, reply, start)
-        ticket = None if self.shaper is None else self.shaper.admit(req, start)
+        ticket = None if self.shaper is None else self.shaper.admit(req, start, who.uid)
         done = self._now(req, fn, args, nowait)  # _place, without a coroutine of its own when it can
         if done is _IN_WORKER or done is _CLOSED:
             done = await self._elsewhere(done, req, fn, args, nowait)
@@ -193,7 +193,7 @@ class Operations(pyfuse3.Operations):
             with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until, rule=True):
                 err = await self._stalled(firing)
         now = monotonic_ns()
-        ticket = None if self.shaper is None else self.shaper.admit(req, now)
+        ticket = None if self.shaper is None else self.shaper.admit(req, now, who.uid)
         out = None
         if err:
             pass

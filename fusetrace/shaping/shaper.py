@@ -161,10 +161,10 @@ class Shaper:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
         self.compensation_ns = ns
 
-    def admit(self, request: Request, start_ns: int) -> Ticket | None:
+    def admit(self, request: Request, start_ns: int, uid: int = 0) -> Ticket | None:
         """The emulated NFS client's decision on the operation (its deadline in
-        monotonic ns, and why), or None while calibrating.  An operation the client
-        answers without waiting on the server gets no deadline."""
+        monotonic ns, and why), or None while calibrating; `uid` is the caller's user.
+        An operation the client answers without waiting on the server gets no deadline."""
         if self._samples is not None:
             return None
         r = request
@@ -172,7 +172,7 @@ class Shaper:
                                 offset=r.offset, write_mode=r.write_mode or "buffered", is_dir=r.is_dir,
                                 closes=r.closes, writable=r.writable, handle=r.handle,
                                 new_directory=r.new_directory, new_name=r.new_name, kernel_only=r.kernel_only,
-                                busy=r.busy != 0)
+                                busy=r.busy != 0, uid=uid)
         if adm.gate is _CACHE or adm.gate is _KERNEL:
             return Ticket(None, adm)
         self.ops += 1

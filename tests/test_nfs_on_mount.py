@@ -127,6 +127,26 @@ def test_an_open_file_below_a_renamed_directory_is_still_found_when_unlinked(mou
     assert df[df.op == "read"].path.tolist() == ["/e/f"]  # and its trace names it where it is
 
 
+def test_an_open_file_is_found_below_a_moved_grandparent_and_an_exchanged_directory(mount):
+    """The kernel unlinks by the dentries it holds: a file open as a/b/f is z/b/f after
+    `mv a z` with no new lookup of b; after directories d and e swap names, e/f is the file
+    opened as d/f, and d/f the other one."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    for d in ("a/b", "d", "e"):
+        (m.source / d).mkdir(parents=True)
+    for f in ("a/b/f", "d/f", "e/f"):
+        (m.source / f).write_bytes(b"x")
+    with open(m.mountpoint / "a" / "b" / "f", "rb"), open(m.mountpoint / "d" / "f", "rb"):
+        os.stat(m.mountpoint / "e" / "f")
+        os.rename(m.mountpoint / "a", m.mountpoint / "z")
+        d, e = os.fsencode(m.mountpoint / "d"), os.fsencode(m.mountpoint / "e")
+        syscalls.renameat2(syscalls.AT_FDCWD, d, syscalls.AT_FDCWD, e, syscalls.RENAME_EXCHANGE)
+        for f in ("z/b/f", "d/f", "e/f"):
+            os.unlink(m.mountpoint / f)
+    unlinks = _trace(m).query("op == 'unlink'").nfs.tolist()
+    assert unlinks == ["LOOKUP,RENAME", "REMOVE", "LOOKUP,RENAME"]
+
+
 def test_a_name_is_hidden_only_while_a_file_is_open_by_it(mount):
     """NFS hides the name an open file holds (its dentry): another hard link of it, even one
     looked up since, is removed plainly; the name it was opened by is hidden wherever a

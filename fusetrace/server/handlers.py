@@ -54,14 +54,14 @@ _FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known in
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("closed", "dirty", "fd", "flags", "gid", "inode", "path", "pid", "uid", "write_mode")
+    __slots__ = ("closed", "dentry", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx):
         self.fd = fd
         self.inode = inode
-        # the name it was opened by, as far as the server knows (FUSE's open names no file:
-        # the one the file was last looked up by), moved by renames as the kernel's dentry is
-        self.path = inode.path
+        # the entry (directory's node id, name) it was opened by, as far as the server knows
+        # (FUSE's open names no file: Inode.dentry), moved by renames as the kernel's dentry is
+        self.dentry = inode.dentry
         self.flags = flags
         self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
         self.dirty = False  # written since the last commit (flush/fsync)
@@ -121,7 +121,7 @@ class Operations(pyfuse3.Operations):
         self.enable_acl = self.xattrs
         self.proc_reaches_links = _proc_reaches_links()
         self.handles: dict[int, Handle] = {}
-        self._open_names: dict[str, dict[int, Handle]] = {}  # the open files by Handle.path (_open_at)
+        self._open_names: dict[tuple[int, str], dict[int, Handle]] = {}  # open files by Handle.dentry (_open_at)
         # files whose name went while they were open (NFS renames them away: Request.busy):
         # node id: the directory of the hidden name their last release removes
         self._hidden: dict[int, int] = {}
@@ -474,6 +474,7 @@ class Operations(pyfuse3.Operations):
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
         inode = self.inodes.remember(st, fd, _join(parent.path, name))
+        inode.dentry = (parent.id, name)
         return self._entry(st, inode.id)
 
     # ---- names --------------------------------------------------------------------
@@ -585,13 +586,14 @@ class Operations(pyfuse3.Operations):
         self._times_owed(gone)
 
     def _open_at(self, parent: Inode, name: str) -> int:
-        """The node id of the file at `name` in `parent` while a handle opened by that name
+        """The node id of the file at `name` in `parent` while a handle opened by that entry
         is open here and the file's name has not gone before (Request.busy), else 0: NFS
         hides a name still in use (its dentry held by an open file), so a file open only
-        through another hard link is removed plainly.  Only when shaped or traced."""
+        through another hard link is removed plainly.  Only when shaped or traced.  Entries
+        are keyed by their directory's node id, which no rename of a directory changes."""
         if not self._open_names or (self.shaper is None and self.tracer is None):
             return 0
-        for h in self._open_names.get(_join(parent.path, name), {}).values():
+        for h in self._open_names.get((parent.id, name), {}).values():
             if h.inode.id not in self._hidden:
                 return h.inode.id
         return 0
@@ -635,43 +637,39 @@ class Operations(pyfuse3.Operations):
                                          new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path), ctx,
                                  _rename, old_dir, old, new_dir, new, flags, self.enable_writeback_cache)
-        # Keep the best known paths of the objects that moved (for traces), and the names
-        # their open files are open by, as the kernel moves its dentries (d_move).
-        at_old, at_new = self._open_names.pop(old_path, {}), self._open_names.pop(new_path, {})
-        if exchange:
-            self._name_open(at_old, new_path)
-            self._name_open(at_new, old_path)
-        elif moved[1] is not None:  # the old name is still there: a rename onto another link of its file
-            self._name_open(at_old, old_path)
-            self._name_open(at_new, new_path)
-        else:  # what was at the new name has gone (hidden, if open there: busy)
-            self._name_open(at_old, new_path)
-        for key, path in zip(moved, (new_path, old_path)):
-            known = self.inodes.by_key(key)
-            if known is not None:
-                known.path = path
-                if not exchange and stat.S_ISDIR(known.mode):
-                    self._moved_below(old_path, new_path)
+        # Keep the best known paths of the objects that moved (for traces), and the entries
+        # they and their open files hold, as the kernel moves its dentries (d_move).
+        old_entry, new_entry = (old_dir.id, old), (new_dir.id, new)
+        if moved[0] is None or moved[0] != moved[1]:  # (equal: a rename onto another link of its file does nothing)
+            at_old, at_new = self._open_names.pop(old_entry, {}), self._open_names.pop(new_entry, {})
+            self._enter_open(at_old, new_entry)
+            if exchange:
+                self._enter_open(at_new, old_entry)
+            # (else what was at the new name has gone: hidden, if open there (busy), or removed)
+            for key, path, entry in zip(moved, (new_path, old_path), (new_entry, old_entry)):
+                known = self.inodes.by_key(key)
+                if known is not None:
+                    known.path, known.dentry = path, entry
+                    if not exchange and stat.S_ISDIR(known.mode):
+                        self._moved_below(old_path, new_path)
         self._times_owed(*owed)
 
-    def _name_open(self, handles: dict[int, Handle], path: str) -> None:
-        """Index these open files as open by `path` (_open_at)."""
+    def _enter_open(self, handles: dict[int, Handle], entry: tuple[int, str]) -> None:
+        """Index these open files as open by `entry` (_open_at)."""
         if handles:
             for h in handles.values():
-                h.path = path
-            self._open_names.setdefault(path, {}).update(handles)
+                h.dentry = entry
+            self._open_names.setdefault(entry, {}).update(handles)
 
     def _moved_below(self, old: str, new: str) -> None:
         """A directory moved from `old` to `new`: the open files and directories below it
-        are there now (for their traces, and for _open_at).  Other objects below it keep
+        are there now (for their traces).  Other objects below it keep
         the path they were last looked up by until the kernel looks them up again."""
         below = old + "/"
         opened: list[Inode] = [h.inode for h in self.handles.values()]
         for node in opened + [d.inode for d in self.dirs.values()]:
             if node.path.startswith(below):
                 node.path = new + node.path[len(old):]
-        for path in [p for p in self._open_names if p.startswith(below)]:
-            self._name_open(self._open_names.pop(path), new + path[len(old):])
 
     def _times_owed(self, *keys: tuple[int, int] | None) -> None:
         """With the write-back cache, the kernel hands over the times of a regular file
@@ -768,7 +766,7 @@ class Operations(pyfuse3.Operations):
     def _opened(self, h: Handle) -> None:
         """Register an open file; its inode's descriptor stays open while it is."""
         self.handles[h.fd] = h
-        self._open_names.setdefault(h.path, {})[h.fd] = h
+        self._open_names.setdefault(h.dentry, {})[h.fd] = h
         self.inodes.pin(h.inode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -787,6 +785,7 @@ class Operations(pyfuse3.Operations):
         except BaseException:
             os.close(fd)
             raise
+        inode.dentry = (parent.id, name)
         self._opened(Handle(fd, inode, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
@@ -835,9 +834,9 @@ class Operations(pyfuse3.Operations):
         h = self.handles.pop(fh, None)
         if h is None:
             raise FUSEError(E.EBADF)
-        named = self._open_names.get(h.path)
+        named = self._open_names.get(h.dentry)
         if named is not None and named.pop(fh, None) is not None and not named:
-            del self._open_names[h.path]
+            del self._open_names[h.dentry]
         node = h.inode
         hidden = 0  # the file's last release after its name went: NFS removes its hidden name
         if self._hidden and node.id in self._hidden and all(o.inode is not node for o in self.handles.values()):
@@ -896,7 +895,7 @@ class Operations(pyfuse3.Operations):
             if fd is not None:
                 # under the node id just sent: identify hands out a new synthetic
                 # id on every call for an object on another device
-                self.inodes.remember(st, fd, _join(d.inode.path, name), node_id)
+                self.inodes.remember(st, fd, _join(d.inode.path, name), node_id).dentry = (d.inode.id, name)
 
     async def releasedir(self, fh):
         d = self.dirs.pop(fh, None)

@@ -45,8 +45,8 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("fd", "handle", "handovers", "id", "kernel_mtime", "key", "mode", "nlookup", "path", "pins",
-                 "retired", "seen", "size")
+    __slots__ = ("dentry", "fd", "handle", "handovers", "id", "kernel_mtime", "key", "mode", "nlookup", "path",
+                 "pins", "retired", "seen", "size")
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -54,6 +54,9 @@ class Inode:
         self.fd = fd  # O_PATH|O_NOFOLLOW descriptor of the backing object; -1 while closed
         self.nlookup = 0
         self.path = path  # best known path below the mount root: traces, and reopening
+        # (directory's node id, name) it was last looked up, listed or made by: the entry
+        # an open of it then holds, as far as the server knows (handlers.py, _open_at)
+        self.dentry: tuple[int, str] = (0, "")
         self.mode = st.st_mode
         self.handle: bytes | None = None  # file handle, taken when the descriptor is closed
         self.pins = 0  # requests using the descriptor now, and open files on it

@@ -473,9 +473,14 @@ class Operations(pyfuse3.Operations):
     def _new_entry(self, parent: Inode, name: str, found) -> pyfuse3.EntryAttributes:
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
-        inode = self.inodes.remember(st, fd, _join(parent.path, name))
+        return self._entry(st, self._remember(parent, name, st, fd).id)
+
+    def _remember(self, parent: Inode, name: str, st: os.stat_result, fd: int, node_id: int | None = None) -> Inode:
+        """InodeTable.remember of the object at `name` in `parent`, which is then its
+        best known path and the entry an open of it holds (Inode.dentry)."""
+        inode = self.inodes.remember(st, fd, _join(parent.path, name), node_id)
         inode.dentry = (parent.id, name)
-        return self._entry(st, inode.id)
+        return inode
 
     # ---- names --------------------------------------------------------------------
 
@@ -781,11 +786,10 @@ class Operations(pyfuse3.Operations):
                       made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         fd, st, path_fd = made
         try:
-            inode = self.inodes.remember(st, path_fd, _join(parent.path, name))
+            inode = self._remember(parent, name, st, path_fd)
         except BaseException:
             os.close(fd)
             raise
-        inode.dentry = (parent.id, name)
         self._opened(Handle(fd, inode, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
@@ -895,7 +899,7 @@ class Operations(pyfuse3.Operations):
             if fd is not None:
                 # under the node id just sent: identify hands out a new synthetic
                 # id on every call for an object on another device
-                self.inodes.remember(st, fd, _join(d.inode.path, name), node_id).dentry = (d.inode.id, name)
+                self._remember(d.inode, name, st, fd, node_id)
 
     async def releasedir(self, fh):
         d = self.dirs.pop(fh, None)

@@ -421,8 +421,10 @@ def test_a_handle_whose_open_is_not_in_the_trace():
 
 def _trace(directory: Path, rounds: int = 300, gap_ms: int = 150) -> int:
     """A format 3 trace of the job _workload describes, as a mount records it."""
-    w = TraceWriter(directory, {"source": "/src", "mountpoint": "/mnt"}, flush_interval=3600)
     t, n = 10**12, 0
+    # tracing began at the first record: a real start (this host's uptime) before it would
+    # add idle time, earning credits, that depends on how long ago the machine booted
+    w = TraceWriter(directory, {"source": "/src", "mountpoint": "/mnt", "start_monotonic_ns": t}, flush_interval=3600)
 
     def record(op, inode, path, fh=0, offset=0, size=0, result=0, kind="meta_read", flags=0, mode=0, entry=0):
         nonlocal t, n

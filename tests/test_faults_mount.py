@@ -293,24 +293,23 @@ def test_a_rule_for_one_process_name_leaves_the_others_alone(mount):
 
 def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_path):
     faults = tmp_path / "faults.toml"
-    faults.write_text('[[event]]\nat = "0s"\nstall = "1500ms"\n')
+    # 3 s from the mount's start: long enough that even a loaded host's first write lands inside
+    faults.write_text('[[event]]\nat = "0s"\nstall = "3s"\n')
     m = mount("--emulate", "efs-bursting", "--faults", str(faults), trace=True)
-    began = time.monotonic()
     (m.mountpoint / "f").write_text("x")  # its create waits for the server to answer again
-    assert time.monotonic() - began >= 0.5
     answer = json.loads(fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--set",
                                   "burst_credit_balance=0", "--json").stdout)
     assert answer["set"] == {"burst_credit_balance": 0.0}
     stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
     assert stats["metrics"]["BurstCreditBalance"] < 1e9
     assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
-            ["events"]] == [1.5, None]
+            ["events"]] == [3.0, None]
     later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=1TiB").stdout
     assert re.fullmatch(r"scheduled e3: set burst_credit_balance=1099511627776 at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d "
                         r"\(due in (4m 5\ds|5m 0s)\)\n", later), later  # as set takes it back
     listed_text = fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
     events = [line for line in listed_text if line.startswith("event ")]
-    assert events[0].startswith("event e1: stall 1.5s at ") and "ended" in events[0], events
+    assert events[0].startswith("event e1: stall 3s at ") and "ended" in events[0], events
     assert events[1].startswith("event e2: set burst_credit_balance=0 at ") and "happened" in events[1], events
     assert "due in" in events[2], events
     # called off before it happens; those that happened cannot be; a rule may not take an event's id
@@ -328,7 +327,8 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     done = fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "burst_credit_balanse=0",
                      check=False)
     one_line_error(done, "burst_credit_balanse: unknown parameter")
-    assert "stall" in set(records(m).gate.dropna())
+    first = records(m).sort_values("start_ns").iloc[0]  # what the model decided, not how fast the host got there
+    assert first.gate == "stall" and first.shaped_ns > 0
 
 
 def _fired_on(m) -> list[tuple[str, int]]:

@@ -89,7 +89,7 @@ def kill_tree(proc: subprocess.Popen) -> None:
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat after the command name: state, ppid, pgrp, ..., utime (11), stime (12)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", errors="replace") as f:  # the command name is any bytes
             text = f.read()
     except OSError:
         return None

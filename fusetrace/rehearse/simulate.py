@@ -92,8 +92,10 @@ def simulate(trace_dir: str, params, days: float | None) -> dict:
     if not trace.records:
         raise UserError(f"{trace_dir}: the trace holds no records")
     first, last = trace.origin_ns, trace.last_ns
-    started = trace.metadata.get("start_monotonic_ns")
-    # Virtual time 0 is when the mount began tracing (its model started then), or the first record.
+    # Virtual time 0 is when the mount's model started (an emulated mount's metadata says), else
+    # when it began tracing, else the first record: credits earned before the first operation count.
+    started = (trace.metadata.get("emulation") or {}).get("started_monotonic_ns",
+                                                            trace.metadata.get("start_monotonic_ns"))
     origin = started if isinstance(started, int) and started <= first else first
     span = max(last - first, 1000) / 1e9  # at least a microsecond
     duration = days * DAY if days else (last - origin) / 1e9 or span

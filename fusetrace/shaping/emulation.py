@@ -106,7 +106,8 @@ def _fixed_at_mount(key: str) -> str:
 class Emulation:
     def __init__(self, name: str, params, source: str):
         self.name, self.source = name, source
-        self.model = Model(params, _now())  # latency samples seeded by the `seed` parameter
+        self.started_ns = monotonic_ns()  # the model's time 0, which the trace's metadata keeps for simulate
+        self.model = Model(params, self.started_ns / 1e9)  # latency samples seeded by the `seed` parameter
         self.timer = PreciseTimer()
         self.shaper = Shaper(self.model, self.timer)
         self.loop = LoopLoad()
@@ -153,7 +154,8 @@ class Emulation:
         return cls(profile, load_params(profile, overrides), source)
 
     def describe(self) -> dict:
-        return {"profile": self.name, "params": dataclasses.asdict(self.model.params)}
+        return {"profile": self.name, "params": dataclasses.asdict(self.model.params),
+                "started_monotonic_ns": self.started_ns}
 
     async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None,
                     counters: Callable[[], dict] | None = None) -> None:

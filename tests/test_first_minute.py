@@ -121,8 +121,8 @@ def test_sigusr1_writes_every_thread_traceback_to_the_log(tmp_path):
     fusetrace("mount", str(src), str(mnt), "--log", str(log))
     try:
         os.kill(_server_pid(log), signal.SIGUSR1)
-        poll(lambda: "most recent call first" in log.read_text())
-        assert "Current thread" in log.read_text()
+        # faulthandler writes thread by thread; the current one may come last
+        poll(lambda: "Current thread" in log.read_text())
         assert os.listdir(mnt) == ["f"]  # and it serves on
     finally:
         fusetrace("umount", str(mnt))

@@ -298,7 +298,7 @@ def records(trace_dir: str) -> Generator[Rec, None, None]:
 
 def check_trace(trace_dir: str) -> None:
     """A trace replay can read (NoTrace, or UserError for an older format)."""
-    files = reader.parts(trace_dir)
+    files = reader.checked_parts(trace_dir)
     version = reader.metadata(trace_dir).get("format_version")
     if version is None:
         try:

@@ -8,6 +8,7 @@ Before the reader checked its parts, the sweep (test_every_command_meets_every_d
 got 67 tracebacks in 450 runs (50 damages, 9 commands)."""
 
 import json
+import os
 import resource
 import shutil
 from pathlib import Path
@@ -20,6 +21,7 @@ from damaged_traces import COMMANDS, DAMAGES, INT64_MAX, _rewrite, damaged, good
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fusetrace.rehearse import progress
 from fusetrace.trace import reader
 from fusetrace.trace.schema import SCHEMA
 
@@ -204,3 +206,22 @@ def test_profiles_nested_deep_or_huge_are_one_line(tmp_path, good):
             code, _, err = run_in_process(argv)
             assert code == 2 and len(err.strip().splitlines()) == 1 and says in err and str(path) in err, err
 
+
+
+# ---- a long read tells a terminal how far it has got --------------------------------------
+
+def test_progress_is_told_to_a_terminal_only():
+    master, slave = os.openpty()
+    with open(slave, "w") as terminal:
+        assert list(progress.counted(range(3), "fusetrace export", 3, out=terminal, interval=0)) == [0, 1, 2]
+        assert list(progress.counted(range(2), "fusetrace export", 9, of_total=False, out=terminal,
+                                     interval=0)) == [0, 1]
+        told = os.read(master, 65536).decode().splitlines()  # (read while the terminal is open)
+    os.close(master)
+    assert told[0].startswith("fusetrace export: 1 of 3 records (33 %) in 0 s, about 0 s left"), told
+    assert len(told) == 5 and told[4] == "fusetrace export: 2 records written in 0 s (of a trace of 9)", told
+    read, write = os.pipe()
+    with open(write, "w") as pipe:
+        assert list(progress.counted(range(3), "fusetrace export", 3, out=pipe, interval=0)) == [0, 1, 2]
+    with os.fdopen(read) as said:
+        assert said.read() == ""

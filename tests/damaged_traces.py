@@ -186,6 +186,8 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "metadata not utf-8": metadata_text(b'{"source": "\xff"}'),
     "metadata a list": metadata_text("[1, 2]"),
     "metadata 40 MB": metadata_text('{"warnings": ["' + "x" * 40_000_000 + '"]}'),
+    "metadata round trip int64 max": metadata_key("fuse_round_trip_ns", INT64_MAX),
+    "metadata escapes": metadata_key("host", "\x1b[2Jevil\n"),
 }
 
 # Each command that reads a trace, as argv given the trace, a good trace beside it and a

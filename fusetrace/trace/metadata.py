@@ -38,6 +38,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 MAX_BYTES = 64 << 20  # a month's metrics_per_minute is a few MB; more is no trace's
 MAX_INT = 2**63  # every integer key is a count, an id or ns below int64's limit
+_MOST = {"fuse_round_trip_ns": 2**53}  # a duration, bounded as the records' (reader.MAX_DURATION_NS)
 
 
 def _checked(data: object) -> dict:
@@ -51,9 +52,10 @@ def _checked(data: object) -> dict:
         if isinstance(value, bool) or not isinstance(value, want) or \
                 (isinstance(value, float) and not math.isfinite(value)):
             raise ValueError(f"{NAME}: {key} {str(value)[:40]!r}: expected {' or '.join(t.__name__ for t in want)}")
-        if isinstance(value, int) and not 0 <= value < MAX_INT:
+        most = _MOST.get(key, MAX_INT - 1)
+        if isinstance(value, int) and not 0 <= value <= most:
             raise ValueError(f"{NAME}: {key} {str(value)[:40]}{'...' if len(str(value)) > 40 else ''}: "
-                             f"out of range (0 to 2**63-1)")
+                             f"out of range (0 to {most:,})")
     return data
 
 

@@ -177,6 +177,14 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "wait_ns negative": one_value("wait_ns", -1, pa.int64()),
     "comm null": one_value("comm", None, pa.string()),
     "extra columns path_raw": set_column("path_raw", lambda n: pa.array([b"/f\xff"] * n, pa.binary())),
+    # the extremes the reader accepts: every command must still meet them
+    "start_ns at its bound": one_value("start_ns", 2**62 - 1, pa.int64(), row=7),
+    "start_ns 0": one_value("start_ns", 0, pa.int64(), row=0),
+    "dur_ns at its bound": one_value("dur_ns", 2**53, pa.int64()),
+    "write size at its bound": one_value("size", INT64_MAX, pa.int64()),
+    "offset at its bound": one_value("offset", INT64_MAX, pa.int64()),
+    "fh at its bound": one_value("fh", 2**64 - 1, pa.uint64(), row=3),
+    "errno 4095": one_value("errno", 4095, pa.int32()),
     # _metadata.json
     "metadata nested 100000 deep": metadata_text("[" * 100_000 + "]" * 100_000),
     "metadata wall time 2**200": metadata_key("start_wall_ns", 2**200),

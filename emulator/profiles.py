@@ -83,12 +83,19 @@ def _resolve(name: str, here: Path) -> Path:
     return path
 
 
+MAX_BYTES = 1 << 20  # a profile is a few dozen keys: a larger file is no profile
+
+
 def _read(path: Path, label: str) -> str:
-    """The file's text; ProfileError naming the file if it cannot be read as UTF-8."""
+    """The file's text; ProfileError naming the file if it cannot be read as UTF-8, or is
+    over MAX_BYTES."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ProfileError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise ProfileError(f"{label}: over {MAX_BYTES:,} bytes, so not a profile")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -107,6 +114,8 @@ def _settings(path: Path, depth: int) -> list:
         msg = str(exc)
         line = _POSITION.search(msg)
         raise ProfileError(f"{label}:{line.group(1) if line else '?'}: {_POSITION.sub('', msg)}") from None
+    except RecursionError:  # tomllib recurses once per level of arrays or inline tables
+        raise ProfileError(f"{label}: arrays or tables nested too deep to read") from None
     lines = text.splitlines()
 
     def origin(key: str) -> str:

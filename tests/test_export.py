@@ -361,13 +361,23 @@ def test_existing_output_is_replaced_and_a_symlink_is_not_followed(small, tmp_pa
 
 @pytest.mark.parametrize("fmt", ["fio-iolog", "perfetto", "csv"])
 def test_an_unreadable_trace_leaves_no_output(tmp_path, small, fmt):
-    """A damaged part fails the export in one line, with no output and no temporary file left."""
+    """A trace whose only part is damaged fails the export in one line, with no output and
+    no temporary file left; a damaged part beside a good one (what a crash leaves last) is
+    skipped with a warning, and the rest exported."""
     part = next(small.glob("*.parquet"))
-    (small / "part-000099.parquet").write_bytes(part.read_bytes()[:200])
+    damaged = small / "part-000099.parquet"
+    damaged.write_bytes(part.read_bytes()[:200])
     out = tmp_path / "out" / "x"
     out.parent.mkdir()
     done = export(small, fmt, out, check=False)
-    one_line_error(done, str(small), "cannot read the trace", code=1)
+    assert done.returncode == 0 and done.stderr.startswith(f"fusetrace: warning: {damaged}: not a readable trace "
+                                                           f"part"), done.stderr
+    assert "skipped, the other part read" in done.stderr and out.stat().st_size > 0
+    out.unlink()
+    part.write_bytes(damaged.read_bytes())
+    damaged.unlink()
+    done = export(small, fmt, out, check=False)
+    one_line_error(done, str(part), "not a readable trace part", code=2)
     assert list(out.parent.iterdir()) == []
 
 

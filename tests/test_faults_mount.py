@@ -92,6 +92,8 @@ def test_fusetraces_own_probe_at_mount_passes_the_rules_by(mount, tmp_path, opti
     ('[[rule]]\nerrno = "EIO"\n[[rule]]\nstall = "5s"\nop = "nope"\n', "rule 2: op 'nope'"),
     ('[[rules]]\nerrno = "EIO"\n', "unknown table 'rules'"),
     ('[[rule]\n', "not TOML"),
+    ("x = " + "[" * 5000 + "]" * 5000 + "\n", "arrays or tables nested too deep to read"),
+    ("# " + "x" * (1 << 20) + "\n", "over 1,048,576 bytes, so not a faults file"),
     ('[[event]]\nat = "1s"\nstall = "1s"\n', "[[event]] tables need --emulate"),
     ('[[rule]]\nid = "a"\nerrno = "EIO"\n[[rule]]\nid = "a"\nerrno = "EIO"\n',
      "rule 2: id 'a': an earlier rule of the file has that id"),

@@ -283,7 +283,7 @@ def test_a_bad_target_or_trace_is_one_line(tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir(mode=0o700)
     (broken / "part-000000.parquet").write_bytes(b"not parquet at all")
-    one_line_error(fusetrace("replay", str(broken), str(tmp_path), check=False), "broken", code=1)
+    one_line_error(fusetrace("replay", str(broken), str(tmp_path), check=False), "broken", "not a readable trace part", code=2)
 
 
 def test_lateness_percentiles_within_a_bucket():

@@ -8,7 +8,6 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
@@ -356,15 +355,24 @@ def _say_s(seconds: float) -> str:
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
+MAX_FILE_BYTES = 1 << 20  # rules and events by the thousand; a larger file is no faults file
+
+
 def load_file(path: str) -> tuple[list[dict], list[dict]]:
     """The [[rule]] and [[event]] tables of a faults file, unchecked (the injector and the
     emulation check them); a file that cannot be read or parsed is one line."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise UserError(f"--faults {path}: over {MAX_FILE_BYTES:,} bytes, so not a faults file")
+        data = tomllib.loads(raw.decode())
     except OSError as exc:
         raise UserError(f"--faults {path}: {(exc.strerror or str(exc)).lower()}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"--faults {path}: not TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of arrays or inline tables
+        raise UserError(f"--faults {path}: arrays or tables nested too deep to read") from None
     unknown = sorted(set(data) - {"rule", "event"})
     if unknown:
         raise UserError(f"--faults {path}: unknown table {unknown[0]!r} (a faults file has [[rule]] and "

@@ -25,7 +25,7 @@ from .rows import Outcome, records
 def run(args) -> int:
     """The command: args has trace_dir, format and output."""
     trace_dir, output = args.trace_dir, args.output
-    reader.parts(trace_dir)  # NoTrace, before anything is written
+    reader.checked_parts(trace_dir)  # NoTrace or DamagedTrace, before anything is written
     _check_output(output, trace_dir)
     done: list[Outcome] = []
 

@@ -119,7 +119,7 @@ def render(trace_dir: str, base: str, fitted: list[Key]) -> str:
 class Fitter:
     def __init__(self, trace_dir: str, base: Params):
         self.base = base
-        files = reader.parts(trace_dir)
+        files = reader.checked_parts(trace_dir)
         self.meta = reader.metadata(trace_dir)
         self.db = duckdb.connect()
         self.db.read_parquet(files, union_by_name=True).create_view("records")

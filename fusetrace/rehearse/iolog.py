@@ -59,7 +59,7 @@ def survey(trace_dir: str) -> tuple[int, set[str]]:
     one, because an open comes before the operations that show it mattered."""
     db = duckdb.connect()
     try:
-        db.read_parquet(reader.parts(trace_dir), union_by_name=True).create_view("trace")
+        db.read_parquet(reader.checked_parts(trace_dir), union_by_name=True).create_view("trace")
         first = db.execute("select min(start_ns) from trace").fetchone()
         paths = db.execute("select distinct path from trace "
                            "where op in ('read', 'write', 'fsync') and errno = 0").fetchall()

@@ -28,6 +28,8 @@ COLUMNS = ["start_ns", "dur_ns", "op", "inode", "path", "path2", "fh", "offset",
            "pid", "uid", "gid", "shaped_ns", "gate", "wait_ns", "latency_ns", "transfer_ns", "nfs", "comm",
            "kind", "flags", "mode", "entry"]
 ALWAYS = ("path", "size", "result", "errno")  # args every event carries; the rest only when set
+_SET = [(i, k) for i, k in enumerate(COLUMNS)  # the rest: (index in a row, name)
+        if k not in ALWAYS and k not in ("start_ns", "dur_ns", "op", "pid", "comm")]
 PID_LIMIT = 1 << 22  # Linux's largest pid_max: tids of lanes past 0 start above it
 # Lanes keep this much room between one operation's end and the next one's start: viewers
 # that truncate ts*1000 and dur*1000 separately may end an event up to 2 ns late against the next.
@@ -80,8 +82,7 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
             args["offset"] = rec["offset"]
         if rec["errno"]:
             args["error"] = errnos.errorcode.get(rec["errno"], str(rec["errno"]))
-        args.update((k, v) for k, v in rec.items()
-                    if k not in ALWAYS and k not in ("start_ns", "dur_ns", "op", "pid", "comm") and v)
+        args.update((k, row[i]) for i, k in _SET if row[i])
         emit({"name": rec["op"], "cat": rec["kind"] or "fuse", "ph": "X", "ts": _us(start - t0), "dur": _us(dur),
               "pid": pid, "tid": tid, "args": args})
         count += 1

@@ -43,6 +43,7 @@ from ..report import _int, _ns
 from ..texttable import count, table
 from ..trace import reader
 from .lanes import Lanes
+from .progress import counted
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
 
 BATCH_ROWS = 4096  # records read from the trace at a time
@@ -298,7 +299,7 @@ def records(trace_dir: str) -> Generator[Rec, None, None]:
 
 def check_trace(trace_dir: str) -> None:
     """A trace replay can read (NoTrace, or UserError for an older format)."""
-    files = reader.parts(trace_dir)
+    files = reader.checked_parts(trace_dir)
     version = reader.metadata(trace_dir).get("format_version")
     if version is None:
         try:
@@ -320,7 +321,7 @@ def run(args) -> int:
     umask = os.umask(0)  # modes as recorded (they are the replies', the caller's umask applied)
     try:
         with contextlib.closing(records(args.trace_dir)) as stream:
-            replay.run(stream)
+            replay.run(counted(stream, "fusetrace replay", reader.record_count(args.trace_dir)))
     except KeyboardInterrupt:
         stopped = True
         replay.stop()

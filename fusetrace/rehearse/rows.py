@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..trace import reader
+from .progress import counted
 
 
 @dataclass
@@ -20,7 +21,13 @@ class Outcome:
 
 
 def records(trace_dir: str, columns: list[str], where: str | None = None) -> Iterator[tuple]:
-    """The trace's records, `columns` of each in that order, sorted by start_ns."""
+    """The trace's records, `columns` of each in that order, sorted by start_ns; a
+    progress line every few seconds on a terminal."""
+    yield from counted(_rows(trace_dir, columns, where), "fusetrace export", reader.record_count(trace_dir),
+                       of_total=where is None)
+
+
+def _rows(trace_dir: str, columns: list[str], where: str | None) -> Iterator[tuple]:
     for batch in reader.ordered_batches(trace_dir, columns, where=where):
         yield from zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
 

@@ -25,6 +25,7 @@ from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import table
 from ..trace import metadata as meta
+from ..trace import reader
 from .requests import COLUMNS, Gaps, Rebuilder, client_call
 from .rows import records
 
@@ -90,7 +91,7 @@ def simulate(trace_dir: str, params, days: float | None) -> dict:
     for `days`), as the command's --json gives it."""
     trace = Trace(trace_dir)
     if not trace.records:
-        raise UserError(f"{trace_dir}: the trace holds no records")
+        raise reader.NoTrace(f"{trace_dir}: the trace holds no records")
     first, last = trace.origin_ns, trace.last_ns
     # Virtual time 0 is when the mount's model started (an emulated mount's metadata says), else
     # when it began tracing, else the first record: credits earned before the first operation count.

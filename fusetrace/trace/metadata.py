@@ -36,6 +36,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+MAX_BYTES = 64 << 20  # a month's metrics_per_minute is a few MB; more is no trace's
+MAX_INT = 2**63  # every integer key is a count, an id or ns below int64's limit
+_MOST = {"fuse_round_trip_ns": 2**53}  # a duration, bounded as the records' (reader.MAX_DURATION_NS)
+
+
 def _checked(data: object) -> dict:
     """`data` as read from the file, if each known key has its type (ValueError if not)."""
     if not isinstance(data, dict):
@@ -47,6 +52,10 @@ def _checked(data: object) -> dict:
         if isinstance(value, bool) or not isinstance(value, want) or \
                 (isinstance(value, float) and not math.isfinite(value)):
             raise ValueError(f"{NAME}: {key} {str(value)[:40]!r}: expected {' or '.join(t.__name__ for t in want)}")
+        most = _MOST.get(key, MAX_INT - 1)
+        if isinstance(value, int) and not 0 <= value <= most:
+            raise ValueError(f"{NAME}: {key} {str(value)[:40]}{'...' if len(str(value)) > 40 else ''}: "
+                             f"out of range (0 to {most:,})")
     return data
 
 
@@ -102,16 +111,24 @@ def write(directory: str, metadata: dict, dir_fd: int | None = None) -> None:
 
 
 def read(directory: str) -> dict:
-    """The trace's metadata; {} if it has none. A corrupt file raises ValueError."""
+    """The trace's metadata; {} if it has none. A corrupt file raises ValueError: not JSON,
+    nested too deep for the parser, over MAX_BYTES, or a known key of the wrong type or
+    range."""
     try:
         # not blocking: a FIFO planted in its place would hold the open (and the reader) for good
         fd = os.open(os.path.join(directory, NAME), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return {}
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{NAME} is not a regular file")
-        return _checked(json.load(f))
+        if st.st_size > MAX_BYTES:
+            raise ValueError(f"{NAME} is {st.st_size:,} bytes, over {MAX_BYTES:,}")
+        try:
+            return _checked(json.loads(f.read(MAX_BYTES + 1)))
+        except RecursionError:
+            raise ValueError(f"{NAME}: nested too deep") from None
 
 
 def loss_summary(directory: str | os.PathLike) -> str | None:

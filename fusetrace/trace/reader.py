@@ -8,11 +8,19 @@ a replay or a simulation without being loaded whole.  Columns an older format la
 a trace records when it has nothing to say: null, 0 or ""; format 4's missing `host`, with
 the host its metadata names.
 
+Every part is checked once, before any command reads it (`checked_parts`): a part that
+is not Parquet at all, or whose pages cannot be decoded (what a crash or a full disk
+leaves last), is skipped with a warning while others can be read; a column of the wrong
+type, a required column missing, a null where the writer never leaves one, or a value
+out of its column's range (`RANGES`) is refused as `DamagedTrace`, one line naming the
+part, the column and the record.  Columns the reader does not know are left alone.
+
 Several trace directories (a fleet's, one per host) read as one through `TraceSet`; the
 command line's arguments, directories or quoted globs, become its directories by `expand`.
 """
 
 import glob
+import logging
 import os
 import shutil
 import stat
@@ -22,10 +30,13 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import UserError
 from . import metadata as meta
-from .schema import COLUMNS
+from .schema import COLUMNS, SCHEMA
+
+log = logging.getLogger(__name__)
 
 # What a column missing from an older format reads as.
 _DEFAULTS = {"gate": "null::varchar", "wait_ns": "0::bigint", "latency_ns": "0::bigint",
@@ -41,6 +52,31 @@ class NoTrace(UserError):
 
 class EmptyTrace(NoTrace):
     """A mount's trace with no record: the mount recorded no operation."""
+
+
+class DamagedTrace(NoTrace):
+    """A part holding what no fusetrace wrote: a wrong type, a missing column, a bad value."""
+
+
+# Every format has format 1's columns (start_ns to shaped_ns); later ones may be missing.
+REQUIRED = tuple(SCHEMA.names[:15])
+# Columns the writer may leave null (comm and host: a converted trace may not know them).
+NULLABLE = frozenset(("path2", "gate", "nfs", "comm", "kind", "fault", "host"))
+MAX_START_NS = 2**62  # CLOCK_MONOTONIC ns: 146 years of uptime; start_ns + dur_ns cannot overflow
+MAX_DURATION_NS = 2**53  # 104 days: longer than anything a mount holds, and exact as a float
+# [least, most] of each integer column: beyond them a value is no operation's, and the
+# readers' arithmetic (start + duration, sums, seconds as floats) would overflow or round.
+RANGES: dict[str, tuple[int, int]] = {
+    "start_ns": (0, MAX_START_NS - 1),
+    **dict.fromkeys(("dur_ns", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"), (0, MAX_DURATION_NS)),
+    **dict.fromkeys(("offset", "size", "result"), (0, 2**63 - 1)),
+    **dict.fromkeys(("inode", "fh", "entry"), (0, 2**64 - 1)),
+    **dict.fromkeys(("pid", "uid", "gid", "mode"), (0, 2**32 - 1)),
+    "errno": (0, 4095), "flags": (-(2**31), 2**31 - 1),
+}
+_checked: dict[tuple, list[str]] = {}  # what checked_parts found, by the parts' names, sizes and times
+_unreadable: set[str] = set()  # directories whose metadata was warned of
+_rows: dict[str, int] = {}  # each checked part's records, from its footer
 
 
 def parts(directory: str) -> list[str]:
@@ -69,6 +105,136 @@ def parts(directory: str) -> list[str]:
         if not regular:
             raise NoTrace(f"{f}: not a regular file, so not a trace part")
     return files
+
+
+def checked_parts(directory: str) -> list[str]:
+    """The trace's parts that can be read, each checked once per process (types,
+    required columns, nulls, ranges): DamagedTrace names the part, column and record of
+    the first value refused.  A part that cannot be read at all is skipped with a
+    warning, and DamagedTrace raised when none can."""
+    files = parts(directory)
+    try:
+        key = tuple((f, st.st_size, st.st_mtime_ns) for f in files for st in [os.stat(f)])
+    except OSError as exc:  # gone since parts() listed it
+        raise NoTrace(f"{exc.filename}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
+    if key in _checked:
+        return _checked[key]
+    readable: dict[str, pa.Schema] = {}
+    damaged: dict[str, str] = {}
+    for f in files:
+        try:
+            footer = pq.read_metadata(f)
+            schema = footer.schema.to_arrow_schema()
+        except (OSError, pa.ArrowException) as exc:
+            damaged[f] = _first_line(exc)
+            continue
+        _check_types(f, schema)
+        readable[f] = schema
+        _rows[f] = footer.num_rows
+    damaged.update(_check_values(readable))
+    good = [f for f in files if f not in damaged]
+    if not good:
+        f, why = next(iter(damaged.items()))
+        raise DamagedTrace(f"{f}: not a readable trace part ({why})" + (
+            f", nor are the other {len(damaged) - 1} parts" if len(damaged) > 1 else ""))
+    for f, why in damaged.items():
+        log.warning("fusetrace: warning: %s: not a readable trace part (%s): skipped, %s read", f, why,
+                    "the other part" if len(good) == 1 else f"the {len(good):,} others")
+    _checked[key] = good
+    return good
+
+
+def record_count(directory: str) -> int:
+    """How many records the trace's readable parts hold (from their footers: no scan)."""
+    return sum(_rows[f] for f in checked_parts(directory))
+
+
+def _first_line(exc: BaseException) -> str:
+    return _printable((str(exc).strip().splitlines() or [type(exc).__name__])[0][:200])
+
+
+def _printable(text: str) -> str:
+    """`text` with what a terminal would act on (escapes, controls) shown as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _check_types(f: str, schema: pa.Schema) -> None:
+    """DamagedTrace unless each of the part's known columns has a type its values can be
+    read as without loss (any integer width; plain or dictionary-encoded strings) and
+    format 1's columns are all there."""
+    missing = [c for c in REQUIRED if c not in schema.names]
+    if missing:
+        raise DamagedTrace(f"{f}: no column {', '.join(missing)} (every format of trace has {len(REQUIRED)} "
+                           f"columns, start_ns to shaped_ns)")
+    for name in schema.names:
+        want = SCHEMA.field(name).type if name in COLUMNS else None
+        if want is None:
+            continue  # a column of a later format (path_raw ...): not ours to judge
+        if schema.names.count(name) > 1:
+            raise DamagedTrace(f"{f}: column {name} given {schema.names.count(name)} times")
+        got = schema.field(name).type
+        if pa.types.is_dictionary(got):
+            got = got.value_type
+        ok = (pa.types.is_integer(got) if pa.types.is_integer(want)
+              else pa.types.is_string(got) or pa.types.is_large_string(got))
+        if not ok and not (pa.types.is_null(got) and name in NULLABLE):
+            kind = f"an integer ({want} as written)" if pa.types.is_integer(want) else "a string"
+            raise DamagedTrace(f"{f}: column {name} is {_printable(str(got))[:60]}, not {kind}")
+
+
+def _check_values(schemas: dict[str, pa.Schema]) -> dict[str, str]:
+    """DamagedTrace at the first record with a null where none may be or a value out of
+    RANGES; {part: why} for the parts whose pages cannot be decoded.  One scan of every
+    part (parts with the same columns in one query)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for f, schema in schemas.items():
+        groups.setdefault(tuple(c for c in schema.names if c in COLUMNS), []).append(f)
+    damaged: dict[str, str] = {}
+    for names, files in groups.items():
+        tests = [(c, f'"{c}" is null', "") for c in names if c not in NULLABLE]
+        tests += [(c, f'"{c}" not between {least} and {most}', f"out of range ({least:,} to {most:,})")
+                  for c, (least, most) in RANGES.items() if c in names]
+        db = duckdb.connect()
+        try:
+            db.execute("set enable_progress_bar = false")  # its bar would be a second line
+            try:
+                found = _first_bad(db, files, names, tests)
+            except duckdb.Error:  # a page that cannot be decoded: which part?
+                found = None
+                for f in files:
+                    try:
+                        found = found or _first_bad(db, [f], names, tests)
+                    except duckdb.Error as exc:
+                        damaged[f] = _first_line(exc)
+        finally:
+            db.close()
+        if found:
+            raise DamagedTrace(found)
+    return damaged
+
+
+def _first_bad(db: duckdb.DuckDBPyConnection, files: list[str], names: tuple[str, ...],
+               tests: list[tuple[str, str, str]]) -> str | None:
+    """'part: record N: column value: why' of the first record failing a test, else None.
+    Every column is counted, so that a page that cannot be decoded raises here."""
+    source = "read_parquet(?, filename=true, file_row_number=true, union_by_name=true)"
+    failing = " or ".join(f"({sql})" for _, sql, _ in tests) or "false"
+    counts = ", ".join(f'count("{c}")' for c in names)
+    row = db.execute(f"select count(*) filter (where {failing}), {counts} from {source}", [files]).fetchone()
+    if row is None or not row[0]:
+        return None
+    found = db.execute(f"select filename, file_row_number, [{', '.join(f'({sql})' for _, sql, _ in tests)}] "
+                       f"from {source} where {failing} order by filename, file_row_number limit 1",
+                       [files]).fetchone()
+    assert found is not None  # counted above
+    f, number, failed = found
+    column, _, why = tests[failed.index(True)]
+    value = db.execute(f'select "{column}"::varchar from read_parquet(?, file_row_number=true) '
+                       f"where file_row_number = ?", [[f], number]).fetchone()
+    if not why:
+        return f"{f}: record {number + 1:,}: {column} is null (every record of a trace has one)"
+    shown = _printable(value[0][:40]) if value and value[0] is not None else "?"
+    return f"{f}: record {number + 1:,}: {column} {shown}: {why}"
 
 
 def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]:
@@ -105,10 +271,16 @@ def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]
 
 
 def metadata(directory: str) -> dict:
-    """The trace's _metadata.json ({} when it has none or it cannot be read)."""
+    """The trace's _metadata.json ({} when it has none or it cannot be read: a warning
+    says why, once per directory)."""
     try:
         return meta.read(directory)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        if directory not in _unreadable:
+            _unreadable.add(directory)
+            why = _first_line(exc).removeprefix(f"{meta.NAME}: ").removeprefix(f"{meta.NAME} ")
+            log.warning("fusetrace: warning: %s: unreadable (%s): the trace read without it (source, clock and "
+                        "host unknown)", os.path.join(directory, meta.NAME), why)
         return {}
 
 
@@ -117,7 +289,7 @@ def ordered_batches(directory: str, columns: list[str] | None = None, *, where: 
     """The trace's records, `columns` of them (default all, in schema order), sorted by
     start_ns, `batch_rows` at a time; `where` is a DuckDB condition on the columns.
     Memory stays near MEMORY_LIMIT however long the trace."""
-    files = parts(directory)
+    files = checked_parts(directory)
     wanted = list(COLUMNS) if columns is None else columns
     unknown = [c for c in wanted if c not in COLUMNS]
     if unknown:
@@ -194,14 +366,18 @@ class TraceSet:
             else:
                 if not data:
                     error = f"no {meta.NAME}: source, start time and drops unknown"
-            self.members.append(Member(directory, parts(given), data, error, 0))
+            self.members.append(Member(directory, checked_parts(given), data, error, 0))
         clocked = [m for m in self.members if _has_clock(m.metadata)]
         self.base: dict = min((m.metadata for m in clocked), key=lambda d: d["start_wall_ns"], default={})
-        self.unaligned = [] if len(self.members) == 1 else [m.directory for m in self.members if m not in clocked]
         if len(self.members) > 1:
             for m in clocked:
                 m.offset_ns = ((m.metadata["start_wall_ns"] - m.metadata["start_monotonic_ns"])
                                - (self.base["start_wall_ns"] - self.base["start_monotonic_ns"]))
+            # clocks 73 years apart are a metadata's nonsense, and would overflow start_ns
+            clocked = [m for m in clocked if abs(m.offset_ns) < MAX_START_NS // 2]
+            for m in self.members:
+                m.offset_ns = m.offset_ns if m in clocked else 0
+        self.unaligned = [] if len(self.members) == 1 else [m.directory for m in self.members if m not in clocked]
 
     @property
     def files(self) -> list[str]:

@@ -6,7 +6,8 @@ temporary directory past `memory_limit`, so a ten-million-record trace streams t
 a replay or a simulation without being loaded whole.  Columns an older format lacks
 (format 1: gate to nfs; format 2: comm to entry; format 3: fault) come back with the values
 a trace records when it has nothing to say: null, 0 or ""; format 4's missing `host`, with
-the host its metadata names.
+the host its metadata names; format 5's missing `path_raw`, `path2_raw`, null (its names
+that were not UTF-8 are lost: \\xNN in their text).
 
 Several trace directories (a fleet's, one per host) read as one through `TraceSet`; the
 command line's arguments, directories or quoted globs, become its directories by `expand`.
@@ -31,7 +32,8 @@ from .schema import COLUMNS
 _DEFAULTS = {"gate": "null::varchar", "wait_ns": "0::bigint", "latency_ns": "0::bigint",
              "transfer_ns": "0::bigint", "nfs": "null::varchar", "comm": "''", "kind": "null::varchar",
              "flags": "0::integer", "mode": "0::uinteger", "entry": "0::ubigint",
-             "fault": "null::varchar"}  # and host: the trace's own (host_literal)
+             "fault": "null::varchar", "path_raw": "null::blob",
+             "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
 MEMORY_LIMIT = "512MB"
 
 
@@ -165,7 +167,8 @@ class Member:
         """Its metadata's format_version, else what its columns say."""
         c = self.columns
         return self.metadata.get("format_version") or (
-            5 if "host" in c else 4 if "fault" in c else 3 if "comm" in c else 2 if "gate" in c else 1)
+            6 if "path_raw" in c else 5 if "host" in c else 4 if "fault" in c else 3 if "comm" in c
+            else 2 if "gate" in c else 1)
 
 
 class TraceSet:

@@ -130,7 +130,7 @@ def test_names_that_are_not_utf8_keep_their_bytes(tmp_path):
     assert all(t.encode("utf-8") == n for t, n in zip(text, NAMES) if n in utf8)
     batches = list(reader.ordered_batches(str(tmp_path / "t"), names.with_raw(["path", "path2"])))
     got = [r for b in batches for r in names.rows(b, ["path", "path2"])]
-    assert [os.fsencode(p) for p, _ in got] == NAMES + [b"/plain"]
+    assert [os.fsencode(p) for p, _ in got] == [*NAMES, b"/plain"]
     assert [os.fsencode(p2) for _, p2 in got[:-1]] == NAMES[::-1] and got[-1][1] is None
 
 

@@ -1,0 +1,100 @@
+"""Names that are not UTF-8, through a real traced mount: the trace keeps their exact bytes,
+replay makes exactly those names again, and every reader of the trace (report, export,
+simulate) takes them without a traceback or a line a terminal would act on."""
+
+import json
+import os
+import stat
+
+import pyarrow.parquet as pq
+from conftest import fusetrace
+
+# Every byte value but NUL and '/', in names of at most 255 bytes: files and directories.
+ALL_BYTES = bytes(b for b in range(1, 256) if b != ord("/"))
+LOW, HIGH = ALL_BYTES[:127], ALL_BYTES[127:]  # 0x01..0x80, 0x81..0xFF
+LONG = b"n" * 254 + b"\xff"  # 255 bytes: as \xff it was 258, ENAMETOOLONG on replay
+BACKSLASH, LATIN1 = b"caf\\xff", b"caf\xff"  # a real backslash, and the byte it used to be written as
+
+
+def _workload(root: bytes) -> None:
+    """Entries named with every byte, made, written, linked, renamed and removed."""
+    def at(*names: bytes) -> bytes:
+        return os.path.join(root, *names)
+
+    os.mkdir(at(HIGH))  # a directory of 0x81..0xFF
+    os.mkdir(at(LOW[::-1]))  # and of 0x80..0x01
+    for path, size in ((at(LOW), 100), (at(HIGH, HIGH[::-1]), 200), (at(HIGH, LONG), 10), (at(BACKSLASH), 1),
+                       (at(LATIN1), 2), (at(LOW[::-1], b"tmp\x80"), 3)):
+        with open(path, "wb") as f:
+            f.write(b"x" * size)
+    os.symlink(b"../\xfe\xff target", at(HIGH, b"link\xfe"))  # a target that is not UTF-8 (path2)
+    os.rename(at(LOW[::-1], b"tmp\x80"), at(LOW[::-1], b"moved\x81"))  # both names not UTF-8
+    os.link(at(LOW), at(HIGH, b"hard\xc0"))
+    os.symlink(b"gone", at(b"doomed\xff"))
+    os.unlink(at(b"doomed\xff"))
+
+
+def _tree(root: bytes) -> dict[bytes, tuple]:
+    """Every entry below root, by its exact name: type, size (a link: its target's bytes)."""
+    out: dict[bytes, tuple] = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            st = os.lstat(path)
+            what = os.readlink(path) if stat.S_ISLNK(st.st_mode) else st.st_size if stat.S_ISREG(st.st_mode) else None
+            out[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), what)
+    return out
+
+
+def _traced(mount) -> tuple:
+    m = mount(trace=True)
+    _workload(os.fsencode(m.mountpoint))
+    m.unmount()
+    return m, _tree(os.fsencode(m.source))
+
+
+def test_replay_recreates_names_with_every_byte_exactly(mount, tmp_path):
+    m, recorded = _traced(mount)
+    assert {b for name in recorded for b in os.path.basename(name)} == set(ALL_BYTES)
+    assert {HIGH + b"/" + LONG, BACKSLASH, LATIN1, LOW[::-1] + b"/moved\x81"} <= set(recorded)
+
+    table = pq.read_table(m.trace)
+    raw = {r for r in table.column("path_raw").to_pylist() if r is not None}
+    assert {b"/" + LATIN1, b"/" + HIGH + b"/" + LONG, b"/" + LOW[::-1] + b"/tmp\x80"} <= raw
+    assert b"../\xfe\xff target" in table.column("path2_raw").to_pylist()
+    assert "/caf\\xff" in table.column("path").to_pylist()  # the real backslash: text alone, no raw bytes
+    assert all(r is None for p, r in zip(table.column("path").to_pylist(), table.column("path_raw").to_pylist())
+               if p == "/caf\\xff")
+
+    target = tmp_path / "again"
+    target.mkdir()
+    done = fusetrace("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json")
+    s = json.loads(done.stdout)
+    assert s["differences"]["count"] == 0, s["differences"]
+    assert _tree(os.fsencode(target)) == recorded
+
+
+def test_report_export_and_simulate_read_such_names(mount, tmp_path):
+    m, _ = _traced(mount)
+    text = fusetrace("report", str(m.trace), "--by", "path").stdout  # text=True: strict UTF-8 output
+    assert "/caf\\xff" in text and "/caf\ufffd" in text
+    assert not any(ord(c) < 32 and c != "\n" for c in text)  # names' control bytes not printed as they are
+    one = json.loads(fusetrace("report", str(m.trace), "--json", "--path", os.fsdecode(b"/caf\xff")).stdout)
+    other = json.loads(fusetrace("report", str(m.trace), "--json", "--path", "/caf\\xff").stdout)
+    assert one["matched"] > 0 and other["matched"] > 0 and one["filters"]["path"] == "/caf\ufffd"
+
+    iolog = tmp_path / "x.iolog"
+    fusetrace("export", str(m.trace), "--format", "fio-iolog", "-o", str(iolog))
+    names = {line.split(b" ")[1] for line in iolog.read_bytes().splitlines()[1:]}
+    assert {LATIN1, BACKSLASH, HIGH + b"/" + HIGH[::-1]} <= names  # (HIGH/LONG: over fio's 256 bytes)
+    perfetto = tmp_path / "x.json"
+    fusetrace("export", str(m.trace), "--format", "perfetto", "-o", str(perfetto))
+    args = [e["args"] for e in json.loads(perfetto.read_text())["traceEvents"] if e.get("ph") == "X"]
+    assert any(a["path"] == "/caf\ufffd" and bytes.fromhex(a["path_hex"]) == b"/" + LATIN1 for a in args)
+    assert all("path_hex" not in a for a in args if a["path"] == "/caf\\xff")
+    csv = tmp_path / "x.csv"
+    fusetrace("export", str(m.trace), "--format", "csv", "-o", str(csv))
+    assert "caf\ufffd" in csv.read_text(encoding="utf-8")
+
+    s = json.loads(fusetrace("simulate", str(m.trace), "--profile", "efs-bursting", "--json").stdout)
+    assert s["operations"]["simulated"] > 0

@@ -36,9 +36,9 @@ def readable(name: str) -> str:
     return stored(name)[0]
 
 
-def exact(text: str | None, raw: bytes | None) -> str | None:
+def exact(text: str, raw: bytes | None) -> str:
     """The name a trace's text and raw values stand for, as `os.fsdecode` gives it (what a
-    system call takes to reach those exact bytes)."""
+    system call takes to reach those exact bytes); a null name (path2) stays None."""
     return text if raw is None else os.fsdecode(raw)
 
 

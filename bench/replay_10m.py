@@ -74,7 +74,8 @@ def _table(cols: dict) -> pa.Table:
     for field in SCHEMA:
         values = cols.get(field.name)
         if values is None:
-            arrays.append(pa.nulls(n, field.type) if field.name in ("path2", "gate", "nfs", "kind", "fault")
+            arrays.append(pa.nulls(n, field.type) if field.name in ("path2", "gate", "nfs", "kind", "fault",
+                                                                        "path_raw", "path2_raw")
                           else pa.array(np.zeros(n), type=field.type) if field.name not in ("comm", "host")
                           else pa.array(["bench"] * n, type=pa.string()).dictionary_encode().cast(field.type))
         elif pa.types.is_dictionary(field.type):

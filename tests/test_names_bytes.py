@@ -4,7 +4,9 @@ simulate) takes them without a traceback or a line a terminal would act on."""
 
 import json
 import os
+import shutil
 import stat
+import subprocess
 
 import pyarrow.parquet as pq
 from conftest import fusetrace
@@ -46,9 +48,12 @@ def _tree(root: bytes) -> dict[bytes, tuple]:
     return out
 
 
-def _traced(mount) -> tuple:
+def _traced(mount, *after: bytes) -> tuple:
+    """A traced mount's workload (and the programs `after`, each given a file of it), unmounted."""
     m = mount(trace=True)
     _workload(os.fsencode(m.mountpoint))
+    for program in after:  # not run in the mount: its chdir would be traced under the name before exec
+        subprocess.run([program, os.path.join(os.fsencode(m.mountpoint), LATIN1)], check=True, capture_output=True)
     m.unmount()
     return m, _tree(os.fsencode(m.source))
 
@@ -75,9 +80,13 @@ def test_replay_recreates_names_with_every_byte_exactly(mount, tmp_path):
 
 
 def test_report_export_and_simulate_read_such_names(mount, tmp_path):
-    m, _ = _traced(mount)
+    cat = os.path.join(os.fsencode(tmp_path), b"cat\xff")  # a process named with a byte that is not UTF-8
+    shutil.copy(shutil.which("cat"), cat)
+    m, _ = _traced(mount, cat)
     text = fusetrace("report", str(m.trace), "--by", "path").stdout  # text=True: strict UTF-8 output
     assert "/caf\\xff" in text and "/caf\ufffd" in text
+    by_comm = json.loads(fusetrace("report", str(m.trace), "--json", "--comm", os.fsdecode(b"cat\xff")).stdout)
+    assert by_comm["matched"] > 0 and by_comm["filters"]["comm"] == ["cat\ufffd"]
     assert not any(ord(c) < 32 and c != "\n" for c in text)  # names' control bytes not printed as they are
     one = json.loads(fusetrace("report", str(m.trace), "--json", "--path", os.fsdecode(b"/caf\xff")).stdout)
     other = json.loads(fusetrace("report", str(m.trace), "--json", "--path", "/caf\\xff").stdout)

@@ -2,6 +2,7 @@
 replay makes exactly those names again, and every reader of the trace (report, export,
 simulate) takes them without a traceback or a line a terminal would act on."""
 
+import errno
 import json
 import os
 import shutil
@@ -107,3 +108,29 @@ def test_report_export_and_simulate_read_such_names(mount, tmp_path):
 
     s = json.loads(fusetrace("simulate", str(m.trace), "--profile", "efs-bursting", "--json").stdout)
     assert s["operations"]["simulated"] > 0
+
+
+def test_a_fault_rule_matches_a_name_that_is_not_utf8(mount):
+    """A glob given with byte 0xFF takes that byte only; `?` takes one byte that is not
+    UTF-8; the real name caf\\xff is neither.  The trace names the rule beside the bytes."""
+    m = mount(trace=True)
+    root = os.fsencode(m.mountpoint)
+    for name in (LATIN1, b"caf\xfe", BACKSLASH):
+        open(os.path.join(root, name), "wb").close()
+    fusetrace("fault", str(m.mountpoint), "add", "--id", "ff", "--op", "open", "--path", os.fsdecode(b"/caf\xff"),
+              "--errno", "EIO", "--count", "9")
+    fusetrace("fault", str(m.mountpoint), "add", "--id", "one", "--op", "open", "--path", "/caf?", "--errno", "EACCES",
+              "--count", "9")
+    assert fusetrace("fault", str(m.mountpoint), "list").stdout.count("path /caf?") == 2  # ff's 0xFF shown as ?
+
+    def fails(name: bytes) -> int:
+        try:
+            open(os.path.join(root, name), "rb").close()
+        except OSError as exc:
+            return exc.errno or -1
+        return 0
+
+    assert [fails(n) for n in (LATIN1, b"caf\xfe", BACKSLASH)] == [errno.EIO, errno.EACCES, 0]
+    m.unmount()
+    faulted = {(r["fault"], r["path_raw"]) for r in pq.read_table(m.trace).to_pylist() if r["fault"]}
+    assert faulted == {("ff", b"/caf\xff"), ("one", b"/caf\xfe")}

@@ -166,8 +166,9 @@ class Trace:
     def _below_mount(self, pattern: str) -> str:
         """A glob written with the mountpoint (or source) in front, as the trace's paths are not."""
         for root in (self.metadata.get("mountpoint"), self.metadata.get("source")):
-            if isinstance(root, str) and root.rstrip("/") and pattern.startswith(root.rstrip("/") + "/"):
-                return pattern[len(root.rstrip("/")):]
+            root = readable(root).rstrip("/") if isinstance(root, str) else ""  # as the glob was made (Filters)
+            if root and pattern.startswith(root + "/"):
+                return pattern[len(root):]
         return pattern
 
     def _instant(self, option: str, text: str | None) -> int | None:

@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 
 import pyarrow.parquet as pq
 from conftest import fusetrace
@@ -134,3 +135,30 @@ def test_a_fault_rule_matches_a_name_that_is_not_utf8(mount):
     m.unmount()
     faulted = {(r["fault"], r["path_raw"]) for r in pq.read_table(m.trace).to_pylist() if r["fault"]}
     assert faulted == {("ff", b"/caf\xff"), ("one", b"/caf\xfe")}
+
+
+def _command(*args: str | bytes) -> bytes:
+    """The fusetrace command line's output, as bytes: it prints a name given to it as given."""
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_mountpoint_that_is_not_utf8(tmp_path):
+    """Mounted, asked, unmounted and reported on by its bytes; while it is mounted its line
+    in /proc/self/mountinfo (not UTF-8) stops no other fusetrace command."""
+    src, trace = tmp_path / "src", tmp_path / "t"
+    src.mkdir()
+    mnt = os.path.join(os.fsencode(tmp_path), b"mnt\xff")
+    os.mkdir(mnt)
+    try:
+        assert mnt in _command("mount", str(src), mnt, "--trace", str(trace), "--log", str(tmp_path / "log"))
+        open(os.path.join(mnt, LATIN1), "wb").close()
+        assert b"inodes known: 2" in _command("stats", mnt)
+        _command("umount", mnt)
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-uz", mnt], check=False)
+    assert os.listdir(os.fsencode(src)) == [LATIN1]
+    glob = mnt + b"/caf\xff"  # with the mountpoint in front, as a user may write it
+    assert json.loads(_command("report", str(trace), "--json", "--path", glob))["matched"] > 0

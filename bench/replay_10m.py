@@ -196,7 +196,7 @@ def render(rows: list[dict], paced: list[dict]) -> str:
 
 def _fs_type(path: str) -> str:
     best = ("", "?")
-    with open("/proc/self/mounts") as f:
+    with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:  # any name
         for line in f:
             _, where, fstype, *_ = line.split()
             if (path == where or path.startswith(where.rstrip("/") + "/")) and len(where) > len(best[0]):

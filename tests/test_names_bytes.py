@@ -13,6 +13,9 @@ import sys
 import pyarrow.parquet as pq
 from conftest import fusetrace
 
+from fusetrace.trace.schema import TraceRecord
+from fusetrace.trace.writer import TraceWriter
+
 # Every byte value but NUL and '/', in names of at most 255 bytes: files and directories.
 ALL_BYTES = bytes(b for b in range(1, 256) if b != ord("/"))
 LOW, HIGH = ALL_BYTES[:127], ALL_BYTES[127:]  # 0x01..0x80, 0x81..0xFF
@@ -137,28 +140,49 @@ def test_a_fault_rule_matches_a_name_that_is_not_utf8(mount):
     assert faulted == {("ff", b"/caf\xff"), ("one", b"/caf\xfe")}
 
 
-def _command(*args: str | bytes) -> bytes:
+def _command(*args: str | bytes, **env: str) -> bytes:
     """The fusetrace command line's output, as bytes: it prints a name given to it as given."""
-    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, timeout=120,
+                          env={**os.environ, **env})
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
+def test_a_name_given_is_printed_back_as_its_bytes_in_a_strict_locale(tmp_path):
+    """Where the locale makes Python's output strict UTF-8 (en_US.UTF-8; C.UTF-8 is not),
+    an output file's name with byte 0xFF is printed as given, not a traceback after the work."""
+    with TraceWriter(tmp_path / "t", {}) as w:
+        w.record(TraceRecord(1, 1, "getattr", 1, os.fsdecode(b"/" + LATIN1), None, 0, 0, 0, 0, 0, 1, 0, 0, 0))
+    out = os.path.join(os.fsencode(tmp_path), b"x\xff.csv")
+    said = _command("export", str(tmp_path / "t"), "--format", "csv", "-o", out, PYTHONIOENCODING="utf-8:strict")
+    assert said.startswith(out + b": nfsslower CSV: 0 R, 0 W, 0 O, 1 G")
+    with open(out, encoding="utf-8") as f:
+        assert f.read().splitlines()[1].endswith(",caf\ufffd")
+
+
+# Run in a mount namespace of its own, so that no other process on the host (another test
+# run reading /proc/self/mountinfo) meets the mount point that is not UTF-8.
+_IN_NAMESPACE = """
+set -e
+trap 'fusermount3 -uz "$2" 2>/dev/null || true' EXIT
+"$0" -m fusetrace mount "$1" "$2" --trace "$3" --log "$4"
+: > "$2/$5"
+"$0" -m fusetrace stats "$2"
+"$0" -m fusetrace umount "$2"
+"""
+
+
 def test_a_mountpoint_that_is_not_utf8(tmp_path):
-    """Mounted, asked, unmounted and reported on by its bytes; while it is mounted its line
-    in /proc/self/mountinfo (not UTF-8) stops no other fusetrace command."""
+    """Mounted, asked, unmounted and reported on by its bytes: its line in the mount table
+    (not UTF-8) stops no fusetrace command."""
     src, trace = tmp_path / "src", tmp_path / "t"
     src.mkdir()
     mnt = os.path.join(os.fsencode(tmp_path), b"mnt\xff")
     os.mkdir(mnt)
-    try:
-        assert mnt in _command("mount", str(src), mnt, "--trace", str(trace), "--log", str(tmp_path / "log"))
-        open(os.path.join(mnt, LATIN1), "wb").close()
-        assert b"inodes known: 2" in _command("stats", mnt)
-        _command("umount", mnt)
-    finally:
-        if os.path.ismount(mnt):
-            subprocess.run(["fusermount3", "-uz", mnt], check=False)
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _IN_NAMESPACE, sys.executable,
+                           str(src), mnt, str(trace), str(tmp_path / "log"), LATIN1], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert mnt in done.stdout and b"inodes known: 2" in done.stdout and b"unmounted " + mnt in done.stdout
     assert os.listdir(os.fsencode(src)) == [LATIN1]
     glob = mnt + b"/caf\xff"  # with the mountpoint in front, as a user may write it
     assert json.loads(_command("report", str(trace), "--json", "--path", glob))["matched"] > 0

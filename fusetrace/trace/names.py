@@ -3,7 +3,7 @@
 The handlers hold a name as `os.fsdecode` gives it: a str in which each byte that is not
 UTF-8 is a lone surrogate (surrogateescape), so that `os.fsencode` gives the bytes back.
 Parquet's strings are UTF-8 and cannot hold those, so the writer stores a name as two
-columns: its text (`path`), where each sequence of bytes that is not UTF-8 reads as
+columns: its text (`path`), where each byte that is not UTF-8 reads as
 U+FFFD, and its bytes (`path_raw`) only when they are not UTF-8 (null otherwise, so an
 ordinary name costs nothing).  A null raw value says the text is the name; a non-null
 one, that the text is not (a real name holding U+FFFD or a backslash is never mistaken

@@ -74,7 +74,8 @@ def _table(cols: dict) -> pa.Table:
     for field in SCHEMA:
         values = cols.get(field.name)
         if values is None:
-            arrays.append(pa.nulls(n, field.type) if field.name in ("path2", "gate", "nfs", "kind", "fault")
+            arrays.append(pa.nulls(n, field.type) if field.name in ("path2", "gate", "nfs", "kind", "fault",
+                                                                        "path_raw", "path2_raw")
                           else pa.array(np.zeros(n), type=field.type) if field.name not in ("comm", "host")
                           else pa.array(["bench"] * n, type=pa.string()).dictionary_encode().cast(field.type))
         elif pa.types.is_dictionary(field.type):
@@ -195,7 +196,7 @@ def render(rows: list[dict], paced: list[dict]) -> str:
 
 def _fs_type(path: str) -> str:
     best = ("", "?")
-    with open("/proc/self/mounts") as f:
+    with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:  # any name
         for line in f:
             _, where, fstype, *_ = line.split()
             if (path == where or path.startswith(where.rstrip("/") + "/")) and len(where) > len(best[0]):

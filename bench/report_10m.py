@@ -70,6 +70,7 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
         "entry": np.zeros(n, np.uint64),
         "fault": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),  # format 4: no fault rule fired
         "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array(["bench"])),  # format 5
+        "path_raw": pa.nulls(n, pa.binary()), "path2_raw": pa.nulls(n, pa.binary()),  # format 6: UTF-8 names
     }
     return pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA)
 

@@ -1,6 +1,7 @@
 """The `fusetrace` command line: one command for every job."""
 
 import argparse
+import io
 import os
 import select
 import signal
@@ -602,7 +603,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line.  A reader of its output that goes away (`fusetrace stats MNT |
-    head`) ends it quietly, with the status of a command killed by SIGPIPE."""
+    head`) ends it quietly, with the status of a command killed by SIGPIPE.  A name given
+    on the command line that is not UTF-8 (a mount point, an output file) is printed back
+    as its bytes, whatever the locale's strictness."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="surrogateescape")
     try:
         code = _command(argv)
         if sys.stdout is not None:  # (None: started with its standard output closed)

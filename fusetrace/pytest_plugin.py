@@ -164,7 +164,7 @@ class EFS:
 
 
 def _is_mounted(path: Path) -> bool:
-    with open("/proc/self/mountinfo", errors="surrogateescape") as f:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:  # any name
         return any(line.split()[4] == str(path) for line in f)
 
 

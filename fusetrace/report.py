@@ -29,6 +29,7 @@ from .hostload import load_words
 from .texttable import count, printable, table
 from .trace import metadata as meta
 from .trace import reader
+from .trace.names import readable
 
 QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
 TOP_GROUPS = 20  # groups the text report shows with --by unless --top says; --json has them all
@@ -68,7 +69,12 @@ class Filters:
         unknown = [op for op in self.ops if op not in OPERATIONS]
         if unknown:
             raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(OPERATIONS)})")
+        # matched against the trace's text, where bytes that are not UTF-8 are U+FFFD
+        # (fusetrace/trace/names.py): a name given with such bytes is made that text too
+        object.__setattr__(self, "comms", tuple(os.fsencode(c)[:COMM_BYTES].decode("utf-8", "replace")
+                                                for c in self.comms))
         if self.path is not None:
+            object.__setattr__(self, "path", readable(self.path))
             glob_regex(self.path)  # refused here, before the trace is read
 
     @classmethod
@@ -148,8 +154,7 @@ class Trace:
             terms.append(f"pid in ({', '.join(str(int(p)) for p in f.pids)})")
         if f.comms:
             self._need_comm("--comm")
-            names = [c.encode()[:COMM_BYTES].decode(errors="ignore") for c in f.comms]
-            terms.append(f"comm in ({', '.join(map(_literal, names))})")
+            terms.append(f"comm in ({', '.join(map(_literal, f.comms))})")
         if f.path is not None:
             terms.append(f"regexp_full_match(path, {_literal(glob_regex(self._below_mount(f.path)))})")
         if self.since_ns is not None:
@@ -161,8 +166,9 @@ class Trace:
     def _below_mount(self, pattern: str) -> str:
         """A glob written with the mountpoint (or source) in front, as the trace's paths are not."""
         for root in (self.metadata.get("mountpoint"), self.metadata.get("source")):
-            if isinstance(root, str) and root.rstrip("/") and pattern.startswith(root.rstrip("/") + "/"):
-                return pattern[len(root.rstrip("/")):]
+            root = readable(root).rstrip("/") if isinstance(root, str) else ""  # as the glob was made (Filters)
+            if root and pattern.startswith(root + "/"):
+                return pattern[len(root):]
         return pattern
 
     def _instant(self, option: str, text: str | None) -> int | None:

@@ -25,7 +25,7 @@ def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subproces
 
 def is_mounted(path: Path) -> bool:
     target = str(path)
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:  # any name
         return any(line.split()[4] == target for line in f)
 
 

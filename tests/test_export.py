@@ -78,8 +78,8 @@ SYNTHETIC = [
     rec(9000, 10, "open", "/a b", fh=12),
     rec(9100, 10, "read", "/a b", fh=12, size=4096, result=100),
     rec(9200, 10, "write", LONG, fh=13, size=4096, result=4096),
-    rec(9300, 10, "write", "/caf\\xe9", fh=14, size=1, result=1),
-    rec(9400, 10, "write", "/caf\\xe9", fh=14, offset=1, size=1, result=1),
+    rec(9300, 10, "write", "/caf\\xe9", fh=14, size=1, result=1),  # a real backslash
+    rec(9400, 10, "write", os.fsdecode(b"/caf\xe9"), fh=15, offset=1, size=1, result=1),  # Latin-1: not UTF-8
     rec(300_000.5, 10, "release", "/d/pre", fh=9),  # ts in whole microseconds, rounded down
 ]
 IOLOG = """\
@@ -97,29 +97,33 @@ fio version 3 iolog
 8000 old add
 8000 old open
 8000 old read 0 512
+9300 caf\\xe9 add
+9300 caf\\xe9 open
+9300 caf\\xe9 write 0 1
+9400 caf\xe9 add
+9400 caf\xe9 open
+9400 caf\xe9 write 1 1
 300000 d/pre close
-"""
+""".encode("latin-1")  # the names' exact bytes: caf, backslash, xe9 and caf, 0xE9
 
 
 def test_iolog_holds_the_data_operations_with_their_files_and_times(tmp_path):
     t = trace(tmp_path / "t", SYNTHETIC)
     done = export(t, "fio-iolog", tmp_path / "x.iolog")
-    assert (tmp_path / "x.iolog").read_text() == IOLOG
-    assert done.stdout == f"{tmp_path / 'x.iolog'}: fio iolog v3: 3 reads (12,800 bytes), 2 writes (8,192 bytes), " \
-                          "1 sync on 3 files\n"
+    assert (tmp_path / "x.iolog").read_bytes() == IOLOG
+    assert done.stdout == f"{tmp_path / 'x.iolog'}: fio iolog v3: 3 reads (12,800 bytes), 4 writes (8,194 bytes), " \
+                          "1 sync on 5 files\n"
     notes = done.stderr.splitlines()
-    assert notes[0] == "fusetrace export: left out 4 operations whose file names fio cannot take (3 files):"
-    assert set(notes[1:4]) == {
+    assert notes[0] == "fusetrace export: left out 2 operations whose file names fio cannot take (2 files):"
+    assert set(notes[1:3]) == {
         "fusetrace export:   1 with white space (fio splits iolog lines on it): 'a b'",
-        f"fusetrace export:   1 with longer than 256 bytes (fio reads at most that much of a name): {LONG[1:]!r}",
-        "fusetrace export:   1 with bytes that are not UTF-8, which the trace keeps as \\xNN (not the real name): "
-        "'caf\\\\xe9'"}
-    assert notes[4] == "fusetrace export: left out 2 operations (read, write, fsync) that failed or moved no bytes"
-    assert notes[5] == ("fusetrace export: the directory fio replays in must hold 2 files the log reads before it "
+        f"fusetrace export:   1 with longer than 256 bytes (fio reads at most that much of a name): {LONG[1:]!r}"}
+    assert notes[3] == "fusetrace export: left out 2 operations (read, write, fsync) that failed or moved no bytes"
+    assert notes[4] == ("fusetrace export: the directory fio replays in must hold 2 files the log reads before it "
                         "writes them, each at least as large as read: 'd/pre' (69,632 bytes), 'old' (512 bytes)")
-    assert notes[6] == ("fusetrace export: fio makes the files the log writes first, not directories: the directory "
+    assert notes[5] == ("fusetrace export: fio makes the files the log writes first, not directories: the directory "
                         "it replays in must hold 1 directory (mkdir -p): 'd'")
-    assert len(notes) == 7
+    assert len(notes) == 6
 
 
 def test_paths_that_would_lead_fio_outside_its_directory_are_left_out(tmp_path):
@@ -150,9 +154,10 @@ def test_fio_replays_the_synthetic_iolog(tmp_path):
     (replay / "old").write_bytes(b"o" * 512)
     job = fio_replay(tmp_path / "x.iolog", replay)
     assert (job["read"]["total_ios"], job["read"]["io_bytes"]) == (3, 12_800)
-    assert (job["write"]["total_ios"], job["write"]["io_bytes"]) == (2, 8192)
+    assert (job["write"]["total_ios"], job["write"]["io_bytes"]) == (4, 8194)
     assert job["sync"]["total_ios"] == 1
     assert (replay / "a").stat().st_size == 8192
+    assert {b"caf\\xe9", b"caf\xe9"} <= set(os.listdir(os.fsencode(replay)))  # the names' exact bytes
 
 
 @need_fio

@@ -202,7 +202,7 @@ def _tagged(tag: str) -> dict[int, dict[str, str]]:
 
 def _our_mount(tag: str) -> str | None:
     """This run's scenario mount: a fusetrace mount whose recorded server carries the tag."""
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:  # any name
         points = [line.split()[4] for line in f if " fuse.fusetrace " in line]
     for point in points:
         state = runstate.read(point)

@@ -12,7 +12,7 @@ GUIDE = Path(__file__).resolve().parent.parent / "docs" / "PYTEST.md"
 
 
 def _mounts_under(path) -> list[str]:
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:  # any name
         return [line.split()[4] for line in f if line.split()[4].startswith(str(path))]
 
 

@@ -19,7 +19,7 @@ SCENARIO_MOUNT = "fusetrace-scenario-"
 
 
 def _all_scenario_mounts() -> set[str]:
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:  # any name
         return {line.split()[4] for line in f if SCENARIO_MOUNT in line.split()[4]}
 
 

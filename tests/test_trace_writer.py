@@ -15,6 +15,7 @@ import pytest
 from conftest import poll
 
 from fusetrace.trace import metadata as meta
+from fusetrace.trace import names, reader
 from fusetrace.trace.schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
 from fusetrace.trace.writer import TraceDirError, TraceWriter
 
@@ -101,14 +102,47 @@ def test_a_field_its_column_cannot_hold_drops_that_record_alone(tmp_path, caplog
     assert sum("a read record was dropped" in r.getMessage() for r in caplog.records) == 2
 
 
-def test_names_that_are_not_utf8_are_kept_as_escapes(tmp_path):
-    name = os.fsdecode(b"/dir/caf\xe9")  # a Latin-1 name, as the backend sees it
+# Every byte value but NUL and '/', in names of at most 255 bytes, and names that only look
+# like what the format 5 writer made of such bytes (a real backslash), or of what format 6
+# makes of them (a real U+FFFD).
+ALL_BYTES = bytes(b for b in range(1, 256) if b != ord("/"))
+NAMES = [b"/d/" + ALL_BYTES[:127], b"/d/" + ALL_BYTES[127:], b"/" + b"n" * 254 + b"\xff", b"/caf\xe9",
+         b"/caf\\xe9", "/caf\ufffd".encode(), b"/\xed\xb2\x80", b"/\xe2\x82", b"/ok"]
+
+
+def test_names_that_are_not_utf8_keep_their_bytes(tmp_path):
+    """The text of a name that is not UTF-8 has U+FFFD for those bytes, never \\xNN, and
+    its bytes are in path_raw (path2_raw for a second name); a UTF-8 name, backslash and
+    U+FFFD included, has null there.  The reader gives every name back exactly."""
+    given = [os.fsdecode(n) for n in NAMES]
     with TraceWriter(tmp_path / "t", {}) as w:
-        w.record(TraceRecord(*row(0, path=name, path2=name)))
-        w.record(TraceRecord(*row(1, path="/ok")))
-    got = read_rows(tmp_path / "t")
-    assert [r[4] for r in got] == ["/dir/caf\\xe9", "/ok"]
-    assert got[0][5] == "/dir/caf\\xe9"
+        for i, name in enumerate(given):
+            w.record(TraceRecord(*row(i, "rename", path=name, path2=given[-1 - i])))
+        w.record(TraceRecord(*row(len(given), path="/plain")))
+    table = pq.read_table(tmp_path / "t").sort_by("start_ns")
+    assert table.schema.remove_metadata() == SCHEMA
+    text, raw = table.column("path").to_pylist(), table.column("path_raw").to_pylist()
+    utf8 = {b"/caf\\xe9", "/caf\ufffd".encode(), b"/ok"}
+    assert raw == [None if n in utf8 else n for n in NAMES] + [None]
+    assert table.column("path2_raw").to_pylist() == [None if n in utf8 else n for n in reversed(NAMES)] + [None]
+    assert text[2] == "/" + "n" * 254 + "\ufffd" and text[3] == "/caf\ufffd" == text[5] and text[4] == "/caf\\xe9"
+    assert not any("\\x" in t for t, r in zip(text, raw) if r is not None)
+    assert all(t.encode("utf-8") == n for t, n in zip(text, NAMES) if n in utf8)
+    batches = list(reader.ordered_batches(str(tmp_path / "t"), names.with_raw(["path", "path2"])))
+    got = [r for b in batches for r in names.rows(b, ["path", "path2"])]
+    assert [os.fsencode(p) for p, _ in got] == [*NAMES, b"/plain"]
+    assert [os.fsencode(p2) for _, p2 in got[:-1]] == NAMES[::-1] and got[-1][1] is None
+
+
+def test_a_trace_without_the_raw_columns_reads_as_before(tmp_path):
+    """A format 5 part (no path_raw, path2_raw): its names read as their text."""
+    with TraceWriter(tmp_path / "t", {}) as w:
+        w.record(TraceRecord(*row(0, path="/a\\xff")))
+    part = next((tmp_path / "t").glob("*.parquet"))
+    pq.write_table(pq.read_table(part).drop_columns(["path_raw", "path2_raw"]), part)
+    batch, = reader.ordered_batches(str(tmp_path / "t"))
+    assert batch.column("path_raw").to_pylist() == [None]
+    assert list(names.rows(batch, ["path", "path2"])) == [("/a\\xff", None)]
 
 
 def test_a_part_appears_within_about_a_second(tmp_path):
@@ -294,7 +328,8 @@ def test_refuses_a_directory_with_other_files_but_not_hidden_ones(tmp_path):
 
 def test_the_record_type_is_the_schema_field_for_field():
     assert list(TraceRecord._fields) == RECORD_SCHEMA.names
-    assert [*TraceRecord._fields, "host"] == COLUMNS  # the writer adds the trace's host to every record
+    # the writer adds the trace's host to every record, and the bytes of names that are not UTF-8
+    assert [*TraceRecord._fields, "host", "path_raw", "path2_raw"] == COLUMNS
 
 
 def test_every_record_names_the_traces_host(tmp_path):

@@ -30,7 +30,10 @@ def run(args) -> int:
     done: list[Outcome] = []
 
     def fill(f: BinaryIO) -> None:
-        out = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        # fio's iolog names files by their exact bytes; the others are UTF-8 (their writers
+        # give names that are not as text, fusetrace/trace/names.py's readable)
+        out = io.TextIOWrapper(f, encoding="utf-8", newline="",
+                               errors="surrogateescape" if args.format == "fio-iolog" else "strict")
         done.append(_export(args.format, trace_dir, out))
         out.flush()
         out.detach()  # atomic_write flushes, syncs and closes the file itself

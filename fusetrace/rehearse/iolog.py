@@ -11,7 +11,9 @@ line's); a line split on white space (sscanf "%llu %256s %256s %llu %u").  Here 
 from the trace's first operation, and is at least 1: fio gives the line after a timestamp
 of 0 no delay at all.  NAME is the trace's path without its leading "/", so fio resolves
 it against the directory it runs in (`--directory` cannot be used: fio adds it to the name
-on `add` but looks the bare name up for every later line, and crashes).
+on `add` but looks the bare name up for every later line, and crashes).  NAME is written
+as the exact bytes of the traced name, UTF-8 or not (fio reads the file as bytes and opens
+what it reads), so the iolog is not always UTF-8 text.
 
 Reads and writes keep their offsets and the bytes they moved (`result`: a read past the
 end of the file fails fio's job, so a read's length is what it returned, not what was
@@ -30,7 +32,7 @@ from typing import TextIO
 import duckdb
 
 from ..texttable import count
-from ..trace import reader
+from ..trace import names, reader
 from .rows import Outcome, examples
 
 COLUMNS = ["start_ns", "op", "path", "fh", "offset", "result", "errno"]
@@ -46,10 +48,8 @@ def unfit(name: str) -> str | None:
         return "a '.', '..' or empty component, or no leading '/' (fio would reach outside its directory)"
     if _SPACE.intersection(name):
         return "white space (fio splits iolog lines on it)"
-    if len(name.encode()) > NAME_MAX:
+    if len(os.fsencode(name)) > NAME_MAX:
         return f"longer than {NAME_MAX} bytes (fio reads at most that much of a name)"
-    if "\\x" in name:
-        return r"bytes that are not UTF-8, which the trace keeps as \xNN (not the real name)"
     return None
 
 
@@ -61,12 +61,14 @@ def survey(trace_dir: str) -> tuple[int, set[str]]:
     try:
         db.read_parquet(reader.checked_parts(trace_dir), union_by_name=True).create_view("trace")
         first = db.execute("select min(start_ns) from trace").fetchone()
-        paths = db.execute("select distinct path from trace "
+        have = {row[0] for row in db.execute("describe trace").fetchall()}
+        raw = "path_raw" if "path_raw" in have else "null"  # format 6
+        paths = db.execute(f"select distinct path, {raw} from trace "
                            "where op in ('read', 'write', 'fsync') and errno = 0").fetchall()
     finally:
         db.close()
     assert first is not None  # an aggregate always has its one row
-    return first[0], {path for (path,) in paths}
+    return first[0], {names.exact(path, raw) for path, raw in paths}
 
 
 class _Log:

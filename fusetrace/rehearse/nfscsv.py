@@ -11,7 +11,8 @@ duration, in whole microseconds of CLOCK_MONOTONIC (nfsslower's bpf_ktime_get_ns
 same clock); TASK the process name; PID the process; BYTES the operation's return value
 as an unsigned 32-bit number (bytes read or written; 0 for open and getattr; a failed
 call's negative errno, 4294967294 for ENOENT); OFFSET_b the file offset of a read or
-write, else 0; FILE the file's base name (nfsslower prints the dentry's name).  Rows come
+write, else 0; FILE the file's base name (nfsslower prints the dentry's name, decoded as
+UTF-8 with U+FFFD for bytes that are not: so is it here).  Rows come
 in end order, as nfsslower prints them; every operation is written (nfsslower's threshold
 0).  Fields that hold a comma, a quote or a line break are quoted (nfsslower does not).
 """
@@ -22,6 +23,7 @@ import posixpath
 from collections.abc import Iterable
 from typing import TextIO
 
+from ..trace import names
 from .rows import Outcome
 
 COLUMNS = ["start_ns", "dur_ns", "op", "path", "offset", "result", "errno", "pid", "comm"]
@@ -36,7 +38,7 @@ def row(start_ns: int, dur_ns: int, op: str, path: str, offset: int, result: int
     data = op in ("read", "write")
     returned = -errno if errno else (result if data else 0)
     return [(start_ns + dur_ns) // 1000, comm, pid, TYPES[op], returned & 0xFFFF_FFFF, offset if data else 0,
-            dur_ns // 1000, posixpath.basename(path) or path]
+            dur_ns // 1000, names.readable(posixpath.basename(path) or path)]
 
 
 def write(rows: Iterable[tuple], out: TextIO) -> Outcome:

@@ -10,7 +10,8 @@ process free by then; lane 0 is the track whose tid is the pid, lane n > 0 gets 
 its own above the largest pid Linux gives (2**22), so no track is taken for another
 process's thread.  An event's args hold its path, size, result and errno (and the errno's
 name), and every other column the record has a value in (path2, fh, offset, the model's
-gate, nfs, ...).
+gate, nfs, ...).  JSON holds text, not bytes: a name that is not UTF-8 is its text, U+FFFD
+for those bytes, and its exact bytes in hex beside it (`path_hex`, `path2_hex`).
 
 Written as it streams: one event a line, never the whole list in memory.
 """
@@ -21,6 +22,7 @@ import json
 from collections.abc import Iterable
 from typing import TextIO
 
+from ..trace import names
 from .lanes import Lanes
 from .rows import Outcome
 
@@ -55,7 +57,7 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
                                          "format_version") if k in metadata}}
     out.write('{"otherData":' + dumps(other) + ',\n"traceEvents":[\n')
     lanes = Lanes()
-    names: dict[int, str] = {}  # pid -> the process name last given
+    comms: dict[int, str] = {}  # pid -> the process name last given
     tids: dict[tuple[int, int], int] = {}  # (pid, lane) -> tid
     count = 0
     sep = ""
@@ -68,8 +70,8 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
     for row in rows:
         rec = dict(zip(COLUMNS, row))
         start, dur, pid, comm = rec["start_ns"], rec["dur_ns"], rec["pid"], rec["comm"]
-        if comm and names.get(pid) != comm:
-            names[pid] = comm
+        if comm and comms.get(pid) != comm:
+            comms[pid] = comm
             emit({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": comm}})
         lane = lanes.place(pid, start, start + dur + GUARD_NS)
         tid = tids.get((pid, lane))
@@ -77,6 +79,11 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
             tid = tids[pid, lane] = pid if lane == 0 else PID_LIMIT + len(tids)
             emit({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                   "args": {"name": f"{comm or pid} ops" if lane == 0 else f"{comm or pid} ops, lane {lane}"}})
+        for k in ("path", "path2"):  # JSON holds text: a name that is not UTF-8 as text, and its bytes in hex
+            text, raw = (None, None) if rec[k] is None else names.stored(rec[k])
+            rec[k] = text
+            if raw is not None:
+                rec[k + "_hex"] = raw.hex()
         args = {k: rec[k] for k in ALWAYS}
         if rec["op"] in ("read", "write"):
             args["offset"] = rec["offset"]

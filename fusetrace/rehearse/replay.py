@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from ..errors import UserError
 from ..report import _int, _ns
 from ..texttable import count, table
-from ..trace import reader
+from ..trace import names, reader
 from .lanes import Lanes
 from .progress import counted
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
@@ -274,8 +274,10 @@ class Replay:
             "differences": {
                 "count": sum(self.differences.values()),
                 "by_op": [{"op": op, "kind": kind, "count": n} for (op, kind), n in self.differences.most_common()],
-                "first": [{"at_ns": rec.start_ns - (self.first_ns or 0), "op": rec.op, "path": rec.path,
-                           "path2": rec.path2, "kind": kind, "detail": detail} for rec, kind, detail in self.first],
+                "first": [{"at_ns": rec.start_ns - (self.first_ns or 0), "op": rec.op,
+                           "path": names.readable(rec.path),
+                           "path2": None if rec.path2 is None else names.readable(rec.path2),
+                           "kind": kind, "detail": detail} for rec, kind, detail in self.first],
             },
         }
 
@@ -292,9 +294,10 @@ def _made_for_what_follows(lookup: Rec, ahead: Iterable[Rec]) -> bool:
 
 
 def records(trace_dir: str) -> Generator[Rec, None, None]:
-    """The trace's records in start order, BATCH_ROWS at a time."""
-    for batch in reader.ordered_batches(trace_dir, COLUMNS, batch_rows=BATCH_ROWS):
-        yield from map(Rec._make, zip(*(column.to_pylist() for column in batch.columns)))
+    """The trace's records in start order, BATCH_ROWS at a time, their names exact (a name
+    that is not UTF-8 as os.fsdecode gives its recorded bytes, which system calls take back)."""
+    for batch in reader.ordered_batches(trace_dir, names.with_raw(COLUMNS), batch_rows=BATCH_ROWS):
+        yield from map(Rec._make, names.rows(batch, COLUMNS))
 
 
 def check_trace(trace_dir: str) -> None:

@@ -1,13 +1,15 @@
 """A trace's records as plain tuples, in start order, for the exporters.
 
 `records` streams them through the trace reader (sorted by start_ns, bounded memory), a
-batch at a time; an exporter names the columns it needs and which operations.
+batch at a time; an exporter names the columns it needs and which operations.  Names
+come back exact (a str with os.fsdecode's surrogates for bytes that are not UTF-8): an
+exporter writes them as its format allows.
 """
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..trace import reader
+from ..trace import names, reader
 from .progress import counted
 
 
@@ -21,15 +23,16 @@ class Outcome:
 
 
 def records(trace_dir: str, columns: list[str], where: str | None = None) -> Iterator[tuple]:
-    """The trace's records, `columns` of each in that order, sorted by start_ns; a
-    progress line every few seconds on a terminal."""
+    """The trace's records, `columns` of each in that order, sorted by start_ns; names
+    (path, path2) exact, as os.fsdecode gives them (fusetrace/trace/names.py); a progress
+    line every few seconds on a terminal."""
     yield from counted(_rows(trace_dir, columns, where), "fusetrace export", reader.record_count(trace_dir),
                        of_total=where is None)
 
 
 def _rows(trace_dir: str, columns: list[str], where: str | None) -> Iterator[tuple]:
-    for batch in reader.ordered_batches(trace_dir, columns, where=where):
-        yield from zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
+    for batch in reader.ordered_batches(trace_dir, names.with_raw(columns), where=where):
+        yield from names.rows(batch, columns)
 
 
 def examples(shown: list[str], total: int) -> str:

@@ -15,7 +15,7 @@ CONNECTIONS = "/sys/fs/fuse/connections"
 def _ensure_fusectl() -> None:
     if os.path.isdir(CONNECTIONS) and os.listdir(CONNECTIONS):
         return
-    with open("/proc/self/mounts", errors="surrogateescape") as f:
+    with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:  # names not UTF-8 too
         if any(line.split()[1] == CONNECTIONS for line in f):
             return
     subprocess.run(["mount", "-t", "fusectl", "fusectl", CONNECTIONS],

@@ -74,8 +74,8 @@ def _unescape(field: str) -> str:
 def table() -> dict[str, MountInfo]:
     """Every mount point, with its topmost mount."""
     found = {}
-    # a mount point is any bytes a user chose: decoded as os.fsdecode does, never refused
-    with open("/proc/self/mountinfo", errors="surrogateescape") as f:
+    # any user's mount point may be bytes that are not UTF-8: kept as os.fsdecode keeps them
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             fields = left.split()
@@ -244,7 +244,7 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
             fds = os.listdir(f"/proc/{pid}/fd")
             links = [os.readlink(f"/proc/{pid}/{what}")
                      for what in ("cwd", "root", "exe", *(f"fd/{fd}" for fd in fds))]
-            with open(f"/proc/{pid}/maps", errors="surrogateescape") as f:  # a file mapped, its descriptor closed
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:  # mapped, fd closed
                 links += [line.split(maxsplit=5)[-1].rstrip("\n") for line in f if line.count(" ") >= 5]
             if any(link == mountpoint or link.startswith(inside) for link in links):
                 with open(f"/proc/{pid}/comm", errors="replace") as f:

@@ -50,7 +50,7 @@ def _state(create: bool = True):
 
 
 def _name(mountpoint: str, suffix: str) -> str:
-    return hashlib.sha1(canonical(mountpoint).encode()).hexdigest()[:16] + suffix
+    return hashlib.sha1(os.fsencode(canonical(mountpoint))).hexdigest()[:16] + suffix  # UTF-8 or not
 
 
 def path_for(mountpoint: str, suffix: str) -> str:

@@ -18,8 +18,9 @@ NAME = "_metadata.json"
 # 2: the model's account of each operation (gate, wait_ns ... nfs); 3: the process name and the
 # request's details (comm, kind, flags, mode, entry), open's handle in fh, setattr's attributes in
 # path2; 4: the fault rule that acted on the operation (fault); 5: the host the trace was taken on
-# (host), so that a fleet's traces read as one
-FORMAT_VERSION = 5
+# (host), so that a fleet's traces read as one; 6: names that are not UTF-8 kept exactly
+# (path_raw, path2_raw), their text with U+FFFD for those bytes (before: \xNN, ambiguous)
+FORMAT_VERSION = 6
 
 
 _INT, _NONE, _STR, _DICT, _LIST = (int,), (type(None),), (str,), (dict,), (list,)

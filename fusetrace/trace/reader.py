@@ -6,7 +6,8 @@ temporary directory past `memory_limit`, so a ten-million-record trace streams t
 a replay or a simulation without being loaded whole.  Columns an older format lacks
 (format 1: gate to nfs; format 2: comm to entry; format 3: fault) come back with the values
 a trace records when it has nothing to say: null, 0 or ""; format 4's missing `host`, with
-the host its metadata names.
+the host its metadata names; format 5's missing `path_raw`, `path2_raw`, null (its names
+that were not UTF-8 are lost: \\xNN in their text).
 
 Every part is checked once, before any command reads it (`checked_parts`): a part that
 is not Parquet at all, or whose pages cannot be decoded (what a crash or a full disk
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 _DEFAULTS = {"gate": "null::varchar", "wait_ns": "0::bigint", "latency_ns": "0::bigint",
              "transfer_ns": "0::bigint", "nfs": "null::varchar", "comm": "''", "kind": "null::varchar",
              "flags": "0::integer", "mode": "0::uinteger", "entry": "0::ubigint",
-             "fault": "null::varchar"}  # and host: the trace's own (host_literal)
+             "fault": "null::varchar", "path_raw": "null::blob",
+             "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
 MEMORY_LIMIT = "512MB"
 
 
@@ -337,7 +339,8 @@ class Member:
         """Its metadata's format_version, else what its columns say."""
         c = self.columns
         return self.metadata.get("format_version") or (
-            5 if "host" in c else 4 if "fault" in c else 3 if "comm" in c else 2 if "gate" in c else 1)
+            6 if "path_raw" in c else 5 if "host" in c else 4 if "fault" in c else 3 if "comm" in c
+            else 2 if "gate" in c else 1)
 
 
 class TraceSet:

@@ -2,7 +2,9 @@
 Arrow type `RECORD_SCHEMA`, field for field in the same order (tests/test_trace_writer.py
 checks); the Parquet schema `SCHEMA` is those and, after them, the columns that hold one
 value for a whole trace (`host`), which the writer adds from its metadata rather than
-every record carrying them.
+every record carrying them, and the exact bytes of the names that are not UTF-8
+(`path_raw`, `path2_raw`), which the writer derives from `path` and `path2`
+(fusetrace/trace/names.py).
 
 docs/TRACE_FORMAT.md documents every column; keep them in step.
 """
@@ -17,7 +19,7 @@ RECORD_SCHEMA = pa.schema(
         ("dur_ns", pa.int64()),  # admission to reply, shaping included
         ("op", pa.dictionary(pa.int8(), pa.string())),
         ("inode", pa.uint64()),  # FUSE inode number (1 is the mount's root)
-        ("path", pa.string()),  # best known path below the mount root, "/"-rooted
+        ("path", pa.string()),  # best known path below the mount root, "/"-rooted; not UTF-8: see path_raw
         ("path2", pa.string()),  # second name: rename/link target, symlink target, xattr name; else null
         ("fh", pa.uint64()),  # file handle, 0 where the op has none
         ("offset", pa.int64()),
@@ -48,7 +50,10 @@ RECORD_SCHEMA = pa.schema(
 # Format 5: the host the trace was taken on (the mount's --host, else its host name), for
 # reading a fleet's traces as one; int32 indices, so that a fleet of thousands unifies
 HOST = pa.field("host", pa.dictionary(pa.int32(), pa.string()))
-SCHEMA = RECORD_SCHEMA.append(HOST)
+# Format 6: the exact bytes of `path` and `path2` when they are not UTF-8 (their text then
+# has U+FFFD in place of those bytes); null for every name that is UTF-8
+RAW_NAMES = [pa.field("path_raw", pa.binary()), pa.field("path2_raw", pa.binary())]
+SCHEMA = pa.schema([*RECORD_SCHEMA, HOST, *RAW_NAMES])
 
 COLUMNS = SCHEMA.names
 

@@ -42,7 +42,8 @@ import pyarrow.parquet as pq
 from ..errors import UserError
 from ..private import NotPrivate, open_private_dir
 from . import metadata as meta
-from .schema import HOST, RECORD_SCHEMA, SCHEMA, TraceRecord
+from . import names
+from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SCHEMA, TraceRecord
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ _NONES = (None,) * _BLOCK_REFS
 # a dictionary of them costs the writer thread time before Parquet gives up on it, and the
 # file bytes (the 100,346 records of a traced fio run with creates and ls -l, written both
 # ways: 1.54-1.79 -> 1.40-1.45 µs and 11.1 -> 7.9 bytes per record).
-_DICTIONARY = [f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)] + [
+_DICTIONARY = [f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
+               or pa.types.is_binary(f.type)] + [
     "inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
 
 MAX_PENDING_BYTES = 64 << 20
@@ -431,22 +433,23 @@ def _reserve(dirfd: int) -> bool:
 def _table(rows: bytes, strs: list, host: pa.Array) -> pa.Table:
     """Queued records to a Table: the integer columns read from the packed rows by numpy,
     the others converted a column at a time, with the trace's `host` (a one-value
-    array) as every row's host column."""
+    array) as every row's host column.  A text that is not UTF-8 is stored with U+FFFD
+    for those bytes, and a name's bytes also in its raw column (null for the others)."""
     ints = np.frombuffer(rows, _INT_ROWS)
+    n = len(ints)
     columns = {f.name: pa.array(ints[f.name], f.type) for f in _INT_COLUMNS}
+    columns.update((f.name, pa.nulls(n, f.type)) for f in RAW_NAMES)
     for i, f in enumerate(_STR_COLUMNS):
         values = strs[i::_WIDTH]
         try:
             columns[f.name] = pa.array(values, f.type)
-        except UnicodeEncodeError:  # a name that is not UTF-8 (os.fsdecode's surrogates)
-            columns[f.name] = pa.array([None if v is None else _utf8(v) for v in values], f.type)
-    table = pa.table([columns[name] for name in RECORD_SCHEMA.names], schema=RECORD_SCHEMA)
-    return table.append_column(HOST, pa.DictionaryArray.from_arrays(np.zeros(table.num_rows, np.int32), host))
-
-
-def _utf8(name: str) -> str:
-    """The name with undecodable bytes written as \\xNN."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a name that is not UTF-8 (os.fsdecode's surrogates): rare, so slower
+            kept = [(None, None) if v is None else names.stored(v) for v in values]
+            columns[f.name] = pa.array([text for text, _ in kept], f.type)
+            if f.name in names.RAW:
+                columns[names.RAW[f.name]] = pa.array([raw for _, raw in kept], pa.binary())
+    columns[HOST.name] = pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), host)
+    return pa.table([columns[name] for name in SCHEMA.names], schema=SCHEMA)
 
 
 def _prepare(directory: str) -> int:

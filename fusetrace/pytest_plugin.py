@@ -164,7 +164,7 @@ class EFS:
 
 
 def _is_mounted(path: Path) -> bool:
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", errors="surrogateescape") as f:  # (a mount point may not be UTF-8)
         return any(line.split()[4] == str(path) for line in f)
 
 

@@ -74,7 +74,9 @@ def _unescape(field: str) -> str:
 def table() -> dict[str, MountInfo]:
     """Every mount point, with its topmost mount."""
     found = {}
-    with open("/proc/self/mountinfo") as f:
+    # (a mount point's bytes are given as they are: one that is not UTF-8 is kept as
+    # os.fsdecode keeps it, as canonical() names paths)
+    with open("/proc/self/mountinfo", errors="surrogateescape") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             fields = left.split()

@@ -170,9 +170,10 @@ def cached():
 
 @pytest.mark.parametrize("flags, owner, change", [
     ("0", NOBODY, lambda p: os.chown(p, 0, 0)),  # the kernel still holds a as the caller's
+    ("unlink", NOBODY, lambda p: os.chown(p, 0, 0)),
     pytest.param("link", 0, lambda p: os.chmod(p, 0o644),  # ... root's a as writable by the caller
                  marks=_UNLESS_PROTECTED),
-], ids=["rename", "link"])
+], ids=["rename", "unlink", "link"])
 def test_the_source_decides_with_the_callers_credentials(cached, request, flags, owner, change):
     """What the kernel checks are the attributes it holds; the source below changed since,
     and refuses the caller natively: it refuses them through the mount too (as root the
@@ -188,7 +189,24 @@ def test_the_source_decides_with_the_callers_credentials(cached, request, flags,
     change(directory / "a")
     assert _as_nobody(directory, "a", "b", flags) == errno.EPERM  # natively
     assert _as_nobody(mnt / directory.name, "a", "b", flags) == errno.EPERM
-    assert not (directory / "b").exists()
+    assert not (directory / "b").exists() and (directory / "a").exists()
+
+
+def test_a_user_cannot_remove_a_directory_chowned_below_the_mount(cached):
+    """As above, for rmdir in a sticky directory."""
+    src, mnt = cached
+    (src / "rmdir").mkdir()
+    os.chmod(src / "rmdir", 0o1777)
+    (src / "rmdir" / "d").mkdir()
+    os.chown(src / "rmdir" / "d", NOBODY, NOBODY)
+    os.stat(mnt / "rmdir" / "d")
+    os.chown(src / "rmdir" / "d", 0, 0)
+    code = "import os, sys\ntry:\n    os.rmdir(sys.argv[1])\nexcept OSError as e:\n    print(e.errno)"
+    for base in (src, mnt):
+        done = subprocess.run([PYTHON, "-c", code, str(base / "rmdir" / "d")], user=NOBODY, group=NOBODY,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.stdout.strip() == str(errno.EPERM), (base, done.stdout, done.stderr)
+    assert (src / "rmdir" / "d").is_dir()
 
 
 def test_a_user_links_their_own_symbolic_link_itself(shared):

@@ -583,7 +583,7 @@ class Operations(pyfuse3.Operations):
         try:
             gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
                                     _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
-                                    name, parent)
+                                    name, parent, _owner_for(ctx))
         except FUSEError:
             if busy:  # NFS's failed RENAME left no hidden name
                 self._hidden.pop(busy, None)
@@ -607,7 +607,7 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
-                         _rmdir, name, parent)
+                         _rmdir, name, parent, _owner_for(ctx))
         if self._hidden and self.shaper is not None:
             self._kept_hidden(_join(parent.path, name))
 
@@ -1332,20 +1332,25 @@ def _removexattr(fd, name):
     os.removexattr(f"/proc/self/fd/{fd}", name)
 
 
-def _unlink(name, dirfd):
-    os.unlink(name, dir_fd=dirfd)
+# Removals run as the caller too: the kernel checked the sticky bit against the owner it
+# holds, which may be older than the source's (a file chowned below since), and the
+# source checks again, as natively.
+def _unlink(name, dirfd, owner):
+    with syscalls.credentials(owner):
+        os.unlink(name, dir_fd=dirfd)
 
 
-def _unlink_known(name, dirfd) -> tuple[int, int]:
+def _unlink_known(name, dirfd, owner) -> tuple[int, int]:
     """Unlink; return the key of what it unlinked (whose times the write-back cache's
     kernel then hands over)."""
     st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    os.unlink(name, dir_fd=dirfd)
+    _unlink(name, dirfd, owner)
     return st.st_dev, st.st_ino
 
 
-def _rmdir(name, dirfd):
-    os.rmdir(name, dir_fd=dirfd)
+def _rmdir(name, dirfd, owner):
+    with syscalls.credentials(owner):
+        os.rmdir(name, dir_fd=dirfd)
 
 
 def _rename(olddir, old, newdir, new, flags, owner, owed=False):

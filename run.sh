@@ -29,12 +29,20 @@ install_system() {
     [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
 }
 
+# The virtualenv is built on Debian's interpreter, named explicitly: a `python3` found first
+# on the PATH may be a pyenv shim or a build under /root, which other users cannot read, and
+# on an allow_other host every user must be able to run .venv/bin/fusetrace.
+PYTHON=/usr/bin/python3
+
 install_python() {
     local stamp=.venv/.installed
-    local want
+    local want home
     want=$(cat setup.cfg pyproject.toml | sha1sum | cut -d' ' -f1)
-    if [ ! -x .venv/bin/python ]; then
-        python3 -m venv .venv
+    # a .venv made on another interpreter (pyvenv.cfg's home says which) is made again
+    home=$(sed -n 's/^home = //p' .venv/pyvenv.cfg 2>/dev/null || true)
+    if [ ! -x .venv/bin/python ] || [ "$home" != "$(dirname "$PYTHON")" ]; then
+        rm -rf .venv
+        "$PYTHON" -m venv .venv
     fi
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         .venv/bin/pip install -q --upgrade pip >/dev/null

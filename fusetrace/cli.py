@@ -12,6 +12,7 @@ import time
 from . import __version__, fault_cli, logs
 from .client import ask
 from .errors import UserError
+from .private import open_own_log
 
 READY_TIMEOUT = 30.0
 
@@ -243,12 +244,9 @@ def _mount(args, argv) -> int:
         logs.configure(server=True, debug=args.debug)
         return serve(opts, ready_fd=args.ready_fd)
     preflight(opts)
-    if args.log:  # the user's own choice of file: followed if a link, but one line if unusable
+    if args.log:  # the user's own choice of path, but not of a link planted at it or another user's file
         log = args.log
-        try:
-            logfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise UserError(f"--log {log}: {(exc.strerror or str(exc)).lower()}") from None
+        logfd = open_own_log(log, f"--log {log}")
     else:  # in the private state directory, never through a link, ours or refused
         log, logfd = runstate.open_log(opts.mountpoint)
     r, w = os.pipe()
@@ -280,8 +278,12 @@ def _mount(args, argv) -> int:
 
 
 def _last_line(path: str) -> str:
-    with open(path, "rb") as f:
-        f.seek(max(0, os.path.getsize(path) - 4096))
+    try:  # by name again: never through a link put there since it was opened
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"its log is unreadable ({(exc.strerror or str(exc)).lower()})"
+    with open(fd, "rb") as f:
+        f.seek(max(0, os.fstat(fd).st_size - 4096))
         lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
     return lines[-1].strip() if lines else "no output"
 
@@ -318,11 +320,12 @@ def _umount(args) -> int:
 
     mnt = mounts.canonical(args.mountpoint)
     info = mounts.mounted_at(mnt)
+    state = runstate.read(mnt) or {}
     if info is None:
+        _forget_dead(mnt, state)
         raise UserError(f"{mnt}: not mounted")
     if info.fstype != mounts.FSTYPE:
         raise UserError(f"{mnt}: not a fusetrace mount ({info.fstype} from {info.source})")
-    state = runstate.read(mnt) or {}
     pid = state.get("pid") if children.is_fusetrace(state.get("pid")) else None
     stopped = (f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
                f"mount now with fusermount3 -uz {mnt}")
@@ -352,6 +355,7 @@ def _umount(args) -> int:
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     if pid:
         _wait_server(mnt, pid, state.get("trace"))
+    _forget_dead(mnt, state)
     trace = f"; trace in {state['trace']}" if state.get("trace") else ""
     print(f"fusetrace: unmounted {mnt}{trace}")
     if state.get("trace"):
@@ -361,6 +365,16 @@ def _umount(args) -> int:
         if loss:
             print(f"fusetrace: warning: {loss}", file=sys.stderr)
     return 0
+
+
+def _forget_dead(mnt: str, state: dict) -> None:
+    """A server that is gone without removing its run state and control socket (killed
+    with SIGKILL) has them removed: unless a new server wrote the state since."""
+    from .scenarios import children
+    from .server import runstate
+
+    if state and not children.is_fusetrace(state.get("pid")) and runstate.read(mnt) == state:
+        runstate.remove(mnt)
 
 
 def _held(control: str) -> list[dict]:

@@ -62,6 +62,41 @@ def check_own_file(fd: int, name: str) -> None:
         raise NotPrivate(f"{name}: belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()})")
 
 
+def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
+    """A log opened for appending, made (mode 0600) when missing: never through a
+    symbolic link at `path` (O_NOFOLLOW), never hanging on a FIFO (O_NONBLOCK), and
+    refused unless it is then a regular file of ours with no other name (a hard link
+    someone made to a file of ours elsewhere).  Every refusal is one UserError naming
+    `shown`, so nothing is written into a file another user chose or planted."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        why = "not a regular file" if exc.errno == errno.ENXIO else (exc.strerror or str(exc)).lower()
+        # (a link answers ELOOP, or EACCES in another user's sticky directory)
+        if exc.errno in (errno.ELOOP, errno.EACCES) and _is_link(path, dir_fd):
+            why = "is a symbolic link; refusing to follow it"
+        raise UserError(f"{shown}: {why}") from None
+    try:
+        check_own_file(fd, shown)
+        links = os.fstat(fd).st_nlink
+        if links > 1:
+            raise NotPrivate(f"{shown}: has {links} names (hard links); refusing to write into a file "
+                             f"that is also elsewhere")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(path: str, dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def _owner(uid: int) -> str:
     try:
         import pwd

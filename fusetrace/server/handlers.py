@@ -583,7 +583,7 @@ class Operations(pyfuse3.Operations):
         try:
             gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
                                     _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
-                                    name, parent)
+                                    name, parent, _owner_for(ctx))
         except FUSEError:
             if busy:  # NFS's failed RENAME left no hidden name
                 self._hidden.pop(busy, None)
@@ -607,7 +607,7 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
-                         _rmdir, name, parent)
+                         _rmdir, name, parent, _owner_for(ctx))
         if self._hidden and self.shaper is not None:
             self._kept_hidden(_join(parent.path, name))
 
@@ -641,7 +641,8 @@ class Operations(pyfuse3.Operations):
         moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path), ctx,
-                                 _rename, old_dir, old, new_dir, new, flags, self.enable_writeback_cache)
+                                 _rename, old_dir, old, new_dir, new, flags, _owner_for(ctx),
+                                 self.enable_writeback_cache)
         # Keep the best known paths of the objects that moved (for traces), and the entries
         # they and their open files hold, as the kernel moves its dentries (d_move).
         old_entry, new_entry = (old_dir.id, old), (new_dir.id, new)
@@ -690,11 +691,12 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         parent = self._inode(new_parent_inode)
         name = os.fsdecode(new_name)
-        if node.is_symlink and not _AS_ROOT and not self.proc_reaches_links:
+        owner = _owner_for(ctx)
+        if node.is_symlink and (owner is not None or not _AS_ROOT) and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
         entry = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
-                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name,
+                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name, owner,
                                  reply=functools.partial(self._new_entry, parent, name))
         self._times_owed(node.key)
         return entry
@@ -1330,26 +1332,33 @@ def _removexattr(fd, name):
     os.removexattr(f"/proc/self/fd/{fd}", name)
 
 
-def _unlink(name, dirfd):
-    os.unlink(name, dir_fd=dirfd)
+# Removals run as the caller too: the kernel checked the sticky bit against the owner it
+# holds, which may be older than the source's (a file chowned below since), and the
+# source checks again, as natively.
+def _unlink(name, dirfd, owner):
+    with syscalls.credentials(owner):
+        os.unlink(name, dir_fd=dirfd)
 
 
-def _unlink_known(name, dirfd) -> tuple[int, int]:
+def _unlink_known(name, dirfd, owner) -> tuple[int, int]:
     """Unlink; return the key of what it unlinked (whose times the write-back cache's
     kernel then hands over)."""
     st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    os.unlink(name, dir_fd=dirfd)
+    _unlink(name, dirfd, owner)
     return st.st_dev, st.st_ino
 
 
-def _rmdir(name, dirfd):
-    os.rmdir(name, dir_fd=dirfd)
+def _rmdir(name, dirfd, owner):
+    with syscalls.credentials(owner):
+        os.rmdir(name, dir_fd=dirfd)
 
 
-def _rename(olddir, old, newdir, new, flags, owed=False):
-    """Rename; return the (st_dev, st_ino) keys now at the new and the old name, and, if
-    `owed`, those of the regular files whose times the kernel's write-back cache then hands
-    over (fs/fuse: fuse_rename_common): what moved, and what it replaced or swapped with."""
+def _rename(olddir, old, newdir, new, flags, owner, owed=False):
+    """Rename as `owner` (the caller: the sticky bit, permissions and the owner of a
+    whiteout are the source's, as natively); return the (st_dev, st_ino) keys now at the
+    new and the old name, and, if `owed`, those of the regular files whose times the
+    kernel's write-back cache then hands over (fs/fuse: fuse_rename_common): what moved,
+    and what it replaced or swapped with."""
     replaced = None
     if owed and not flags & syscalls.RENAME_EXCHANGE:
         try:
@@ -1357,10 +1366,11 @@ def _rename(olddir, old, newdir, new, flags, owed=False):
             replaced = (st.st_dev, st.st_ino)
         except OSError:
             pass
-    if flags:
-        syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
-    else:
-        os.rename(old, new, src_dir_fd=olddir, dst_dir_fd=newdir)
+    with syscalls.credentials(owner):
+        if flags:
+            syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
+        else:
+            os.rename(old, new, src_dir_fd=olddir, dst_dir_fd=newdir)
     keys: list[tuple[int, int] | None] = []
     for d, n in ((newdir, new), (olddir, old)):
         try:
@@ -1373,12 +1383,16 @@ def _rename(olddir, old, newdir, new, flags, owed=False):
     return keys, keys if flags & syscalls.RENAME_EXCHANGE else [keys[0], replaced]
 
 
-def _link(fd: int, newdir: int, name: str):
-    if _AS_ROOT:
+def _link(fd: int, newdir: int, name: str, owner):
+    """A new name for the object fd holds, made as `owner` (the caller: the source then
+    checks the directory's permissions and protected_hardlinks as natively)."""
+    if owner is None and _AS_ROOT:
         syscalls.link_empty(fd, newdir, os.fsencode(name))
     else:
-        # the magic link resolves to the object fd holds (linkat with AT_EMPTY_PATH needs root)
-        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=newdir, follow_symlinks=True)
+        # the magic link resolves to the object fd holds (linkat with AT_EMPTY_PATH needs
+        # CAP_DAC_READ_SEARCH, which acting as the caller gives up)
+        with syscalls.credentials(owner):
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=newdir, follow_symlinks=True)
     return _open_path(newdir, name)
 
 

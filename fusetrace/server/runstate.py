@@ -10,14 +10,13 @@ a symlink, created exclusively where new and checked to be ours.
 """
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
 import secrets
 
 from ..errors import UserError
-from ..private import NotPrivate, check_own_file, open_private_dir
+from ..private import NotPrivate, check_own_file, open_own_log, open_private_dir
 from .mounts import canonical
 
 
@@ -67,20 +66,7 @@ def open_log(mountpoint: str) -> tuple[str, int]:
     name = _name(mountpoint, ".log")
     path = os.path.join(state_dir(), name)
     with _state() as d:
-        try:  # O_NONBLOCK: a FIFO put there must not hang us
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                         | os.O_NONBLOCK, 0o600, dir_fd=d)
-        except OSError as exc:
-            why = {errno.ELOOP: "is a symbolic link; refusing to follow it",
-                   errno.ENXIO: "not a regular file"}.get(exc.errno or 0, (exc.strerror or str(exc)).lower())
-            raise UserError(f"log {path}: {why}") from None
-        try:
-            check_own_file(fd, f"log {path}")
-        except NotPrivate:
-            os.close(fd)
-            raise
-        os.set_blocking(fd, True)
-    return path, fd
+        return path, open_own_log(name, f"log {path}", dir_fd=d)
 
 
 def write(mountpoint: str, **state) -> None:
@@ -122,9 +108,13 @@ def read(mountpoint: str) -> dict | None:
 
 
 def remove(mountpoint: str) -> None:
+    """Forget this mountpoint's server: its state and its control socket (a server that
+    stops removes the socket itself; one killed with SIGKILL left both behind)."""
     try:
         with _state(create=False) as d:
             if d is not None:
-                os.unlink(_name(mountpoint, ".json"), dir_fd=d)
-    except (FileNotFoundError, UserError):
+                for suffix in (".json", ".sock"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(_name(mountpoint, suffix), dir_fd=d)
+    except UserError:
         pass

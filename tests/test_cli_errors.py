@@ -268,19 +268,3 @@ def test_a_command_started_with_its_output_closed_says_nothing_wrong():
     done = subprocess.run(f"{sys.executable} -m fusetrace profiles >&-", shell=True, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-
-
-def test_a_mount_point_named_with_bytes_that_are_not_utf8_breaks_nothing(tmp_path):
-    """Any user who can mount (fusermount3, a user namespace) names the mount point as they
-    like; the mount table holds it, and every command reads that table.  In a private mount
-    namespace, so the odd mount is nobody else's."""
-    for name in (b"src", b"mnt", b"odd\xff"):
-        os.mkdir(os.fsencode(tmp_path) + b"/" + name)
-    (tmp_path / "src" / "f").write_text("x")
-    script = (f"mount -t tmpfs none {tmp_path}/odd$(printf '\\377') && "
-              f"{sys.executable} -m fusetrace mount {tmp_path}/src {tmp_path}/mnt && "
-              f"cat {tmp_path}/mnt/f >&2 && {sys.executable} -m fusetrace umount {tmp_path}/mnt")
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and "unmounted" in done.stdout, done.stderr
-    assert done.stderr == "x"

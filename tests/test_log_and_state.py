@@ -5,7 +5,6 @@ path"; docs/RELIABILITY.md, "A killed server's state"), nor fails on a mount tab
 a name that is not UTF-8."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -140,16 +139,3 @@ def test_umount_keeps_the_state_of_a_live_server(sticky):
         alive.kill()
         alive.wait()
         runstate.remove(str(mnt))
-
-
-@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux)")
-def test_umount_reads_a_mount_table_holding_a_mount_point_that_is_not_utf8(tmp_path):
-    """Another mount on the host, at a name that is not UTF-8 (mountinfo gives its bytes
-    as they are), made every command reading the mount table end in a traceback.  Made
-    in a private mount namespace, where no other process sees it."""
-    odd = os.fsencode(tmp_path) + b"/odd\xff"
-    os.mkdir(odd)
-    script = 'mount -t tmpfs none "$1" && exec "$2" -m fusetrace umount "$3"'
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", odd,
-                           sys.executable, str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60)
-    one_line_error(done, "nothing: not mounted", code=1)

@@ -177,6 +177,8 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "wait_ns negative": one_value("wait_ns", -1, pa.int64()),
     "comm null": one_value("comm", None, pa.string()),
     "extra columns path_raw": set_column("path_raw", lambda n: pa.array([b"/f\xff"] * n, pa.binary())),
+    "path_raw integer": set_column("path_raw", lambda n: pa.array(range(n), pa.int64())),
+    "path_raw climbing out": set_column("path_raw", lambda n: pa.array([b"/../../out\xff"] * n, pa.binary())),
     # the extremes the reader accepts: every command must still meet them
     "start_ns at its bound": one_value("start_ns", 2**62 - 1, pa.int64(), row=7),
     "start_ns 0": one_value("start_ns", 0, pa.int64(), row=0),

@@ -77,6 +77,7 @@ def test_every_command_meets_every_damage(tmp_path, good):
 @pytest.mark.parametrize("damage, needles", [
     ("path null", ["part-000000.parquet: record 3: path is null"]),
     ("path integer", ["part-000000.parquet: column path is int64, not a string"]),
+    ("path_raw integer", ["part-000000.parquet: column path_raw is int64, not bytes"]),
     ("only start_ns and op", ["part-000000.parquet: no column dur_ns, inode, path", "start_ns to shaped_ns"]),
     ("dur_ns int64 max", ["record 3: dur_ns 9223372036854775807: out of range (0 to 9,007,199,254,740,992)"]),
     ("dur_ns negative", ["record 3: dur_ns -5: out of range"]),
@@ -93,6 +94,15 @@ def test_what_is_refused_names_part_column_and_record(tmp_path, good, damage, ne
     assert err.startswith(f"fusetrace: {t}/"), err
     for needle in needles:
         assert needle in err, err
+
+
+def test_a_raw_name_climbing_out_of_the_target_replays_nothing_outside_it(tmp_path, good):
+    t = damaged(tmp_path, good, "path_raw climbing out")
+    target = scratch(tmp_path, "deep") / "a" / "b"
+    target.mkdir(parents=True)
+    run_in_process(["replay", str(t), str(target), "--as-fast-as-possible"])
+    assert not [p for p, _, names in os.walk(os.fsencode(tmp_path)) for n in [*names, os.path.basename(p)]
+                if n.startswith(b"out")]
 
 
 @pytest.mark.parametrize("damage", ["last part truncated", "last part empty", "last part spoiled inside"])

@@ -63,7 +63,7 @@ class DamagedTrace(NoTrace):
 # Every format has format 1's columns (start_ns to shaped_ns); later ones may be missing.
 REQUIRED = tuple(SCHEMA.names[:15])
 # Columns the writer may leave null (comm and host: a converted trace may not know them).
-NULLABLE = frozenset(("path2", "gate", "nfs", "comm", "kind", "fault", "host"))
+NULLABLE = frozenset(("path2", "gate", "nfs", "comm", "kind", "fault", "host", "path_raw", "path2_raw"))
 MAX_START_NS = 2**62  # CLOCK_MONOTONIC ns: 146 years of uptime; start_ns + dur_ns cannot overflow
 MAX_DURATION_NS = 2**53  # 104 days: longer than anything a mount holds, and exact as a float
 # [least, most] of each integer column: beyond them a value is no operation's, and the
@@ -171,16 +171,19 @@ def _check_types(f: str, schema: pa.Schema) -> None:
     for name in schema.names:
         want = SCHEMA.field(name).type if name in COLUMNS else None
         if want is None:
-            continue  # a column of a later format (path_raw ...): not ours to judge
+            continue  # a column of a later format: not ours to judge
         if schema.names.count(name) > 1:
             raise DamagedTrace(f"{f}: column {name} given {schema.names.count(name)} times")
         got = schema.field(name).type
         if pa.types.is_dictionary(got):
             got = got.value_type
-        ok = (pa.types.is_integer(got) if pa.types.is_integer(want)
-              else pa.types.is_string(got) or pa.types.is_large_string(got))
+        if pa.types.is_integer(want):
+            ok, kind = pa.types.is_integer(got), f"an integer ({want} as written)"
+        elif pa.types.is_binary(want):  # a name's exact bytes (path_raw, path2_raw)
+            ok, kind = pa.types.is_binary(got) or pa.types.is_large_binary(got), "bytes"
+        else:
+            ok, kind = pa.types.is_string(got) or pa.types.is_large_string(got), "a string"
         if not ok and not (pa.types.is_null(got) and name in NULLABLE):
-            kind = f"an integer ({want} as written)" if pa.types.is_integer(want) else "a string"
             raise DamagedTrace(f"{f}: column {name} is {_printable(str(got))[:60]}, not {kind}")
 
 

@@ -30,8 +30,9 @@ COLUMNS = ["start_ns", "dur_ns", "op", "inode", "path", "path2", "fh", "offset",
            "pid", "uid", "gid", "shaped_ns", "gate", "wait_ns", "latency_ns", "transfer_ns", "nfs", "comm",
            "kind", "flags", "mode", "entry"]
 ALWAYS = ("path", "size", "result", "errno")  # args every event carries; the rest only when set
-_SET = [(i, k) for i, k in enumerate(COLUMNS)  # the rest: (index in a row, name)
-        if k not in ALWAYS and k not in ("start_ns", "dur_ns", "op", "pid", "comm")]
+# the rest, when set; a name that is not UTF-8 adds its bytes in hex (path_hex, path2_hex)
+_SET = [k for k in COLUMNS if k not in ALWAYS and k not in ("start_ns", "dur_ns", "op", "pid", "comm")]
+_HEX = ("path_hex", "path2_hex")
 PID_LIMIT = 1 << 22  # Linux's largest pid_max: tids of lanes past 0 start above it
 # Lanes keep this much room between one operation's end and the next one's start: viewers
 # that truncate ts*1000 and dur*1000 separately may end an event up to 2 ns late against the next.
@@ -89,7 +90,8 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
             args["offset"] = rec["offset"]
         if rec["errno"]:
             args["error"] = errnos.errorcode.get(rec["errno"], str(rec["errno"]))
-        args.update((k, row[i]) for i, k in _SET if row[i])
+        args.update((k, rec[k]) for k in _SET if rec[k])
+        args.update((k, rec[k]) for k in _HEX if k in rec)
         emit({"name": rec["op"], "cat": rec["kind"] or "fuse", "ph": "X", "ts": _us(start - t0), "dur": _us(dur),
               "pid": pid, "tid": tid, "args": args})
         count += 1

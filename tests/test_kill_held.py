@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import trio
+import trio.testing
 from conftest import fusetrace, is_mounted, one_line_error, poll
 
 from fusetrace.emulator.model import Model, Op, OpClass
@@ -127,6 +129,36 @@ def test_dying_reads_a_threads_pending_kill_and_its_end():
         ended.wait()
     assert kills.dying(ended.pid, True) and not kills.dying(ended.pid, False)  # gone
     assert not kills.dying(threading.get_native_id(), True)  # a live thread of a live process
+
+
+def test_a_round_reads_at_most_most_reads_callers_and_the_next_round_the_rest():
+    """The watcher's rounds are bounded (kills.MOST_READS threads read), and those left
+    unread come first in the next round; each held caller that is gone is let go."""
+    procs = [subprocess.Popen(["sleep", "30"]) for _ in range(kills.MOST_READS + 8)]
+    for p in procs:
+        p.kill()
+        p.wait()  # gone: a request context's thread gone is a caller gone
+    let_go: dict[int, bool] = {}
+
+    async def held(k: kills.Kills, pid: int) -> None:
+        with k.watched(pid, True, 0) as scope:
+            await trio.sleep_forever()
+        let_go[pid] = scope.cancelled_caught
+
+    async def main() -> None:
+        k = kills.Kills()
+        async with trio.open_nursery() as nursery:
+            for p in procs:
+                nursery.start_soon(held, k, p.pid)
+            await trio.testing.wait_all_tasks_blocked()
+            assert k.check(kills.AFTER_NS - 1) == 0  # none held long enough yet
+            assert k.check(kills.AFTER_NS) == kills.MOST_READS
+            await trio.testing.wait_all_tasks_blocked()
+            assert k.check(kills.AFTER_NS + 1) == 8
+        assert k.released == len(procs)
+
+    trio.run(main)
+    assert let_go == {p.pid: True for p in procs}
 
 
 # ---- every rate key has a least value ---------------------------------------------------

@@ -244,13 +244,16 @@ class Operations(pyfuse3.Operations):
 
     async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who, until: int,
                            reply) -> int:
-        """_hold's long case: raises _Killed if the caller is being killed meanwhile.  A
-        call whose `reply` hands the kernel something new (a handle, a node id) is not
-        let go: it has run on the source, and only its answer can tell the kernel."""
+        """_hold's long case: raises _Killed if the caller is being killed meanwhile.  The
+        call has run on the source by now, so one whose answer the server or the kernel
+        must act on is not let go: one whose `reply` hands the kernel something new (a
+        handle, a node id), and a namespace or attribute change (its handler then moves
+        its own tables: open files by name, hidden names)."""
         assert self.shaper is not None
         entered = monotonic_ns()
+        killable = reply is None and req.kind is not Kind.META_WRITE and self._waited_on(req, who)
         with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})", until,
-                           killable=reply is None and self._waited_on(req, who)):
+                           killable=killable):
             return await self.shaper.hold(req, ticket, since)
         raise _Killed(monotonic_ns() - entered)  # reached only when the caller's kill let it go
 

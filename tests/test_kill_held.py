@@ -91,6 +91,23 @@ def test_a_process_killed_while_the_emulated_file_system_holds_it_ends(mount):
     assert 0 < w.shaped_ns < 60e9 and w.transfer_ns + w.wait_ns > 60e9  # held far less than modelled
 
 
+def test_a_namespace_change_the_emulated_file_system_holds_completes(mount):
+    """What the model holds has run on the source already: an unlink answered EINTR would
+    leave the server's tables behind the source, so a killed `rm` waits its hold out."""
+    m = mount("--emulate", "efs-tiny", *[a for s in CRAWL for a in ("--set", s)], "--set", "metadata_io_size=24 KiB",
+              trace=True)  # a REMOVE metered as 24 KiB: held about 2.5 s
+    (m.source / "x").write_bytes(b"x")
+    os.stat(m.mountpoint / "x")  # looked up: rm sends only the unlink
+    rm = subprocess.Popen(["rm", f"{m.mountpoint}/x"])
+    _held(m, "unlink")
+    rm.send_signal(signal.SIGKILL)
+    poll(lambda: rm.poll() is not None, timeout=30)
+    assert stats(m)["killed_released"] == 0
+    unlink = records(m).query("op == 'unlink'").iloc[0]
+    assert (unlink.errno, unlink.gate) == (0, "throughput") and unlink.shaped_ns > 1e9
+    assert not (m.source / "x").exists()
+
+
 def test_write_back_no_caller_waits_on_still_completes(mount):
     """With the write-back cache, the kernel's WRITEs carry data already written: a
     killed writer's data still reaches the source, and nothing is answered EINTR."""

@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -71,6 +72,19 @@ def test_a_process_killed_in_a_stall_ends_and_the_mount_serves_on(mount):
     assert (w.errno, w.fault, w.pid) == (E.EINTR, "outage", dd.pid)
     assert w.dur_ns < STALL_S * 1e9 / 2  # let go by the kill, not by the stall's end
     assert (m.source / "g").stat().st_size == 0  # a stalled request never reached the source
+
+
+def test_a_process_killed_while_a_thread_other_than_its_first_waits_ends(mount):
+    """FUSE names the calling thread, not its process: the watcher reads that thread."""
+    m = mount()
+    fusetrace("fault", str(m.mountpoint), "add", "--op", "lookup", "--stall", f"{STALL_S}s")
+    code = ("import os, sys, threading\n"
+            "t = threading.Thread(target=os.stat, args=(sys.argv[1],))\nt.start()\nt.join()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, f"{m.mountpoint}/nosuch"])
+    held = _held(m, "lookup")
+    assert held["pid"] == proc.pid  # the process, its thread's request
+    _kill_and_wait(proc)
+    assert stats(m)["killed_released"] == 1
 
 
 def test_a_process_killed_while_the_emulated_file_system_holds_it_ends(mount):

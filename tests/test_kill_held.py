@@ -130,8 +130,7 @@ def test_write_back_no_caller_waits_on_still_completes(mount):
     dd = subprocess.Popen(["dd", "if=/dev/urandom", f"of={m.mountpoint}/g", "bs=64k", "count=1", "conv=fsync"],
                           stderr=subprocess.DEVNULL)
     _held(m, "write")
-    proc = kills.dying(dd.pid, True)
-    assert not proc  # dd itself is not being killed yet
+    assert not kills.dying(dd.pid, True)  # dd is not being killed yet
     dd.send_signal(signal.SIGKILL)
     poll(lambda: dd.poll() is not None, timeout=20)  # once the write-back is done
     assert stats(m)["killed_released"] == 0

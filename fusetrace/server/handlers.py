@@ -282,7 +282,10 @@ class Operations(pyfuse3.Operations):
             if not killable:
                 yield None
                 return
-            with self.kills.watched(who.pid, isinstance(who, pyfuse3.RequestContext), start) as scope:
+            # the calling thread itself; for an open file's request (no context), the process
+            # that opened it, which outlives the thread that did
+            itself = isinstance(who, pyfuse3.RequestContext)
+            with self.kills.watched(who.pid if itself else pid, itself, start) as scope:
                 yield scope
         finally:
             del self.holding[token]

@@ -18,10 +18,11 @@ there while the process exits and closes its files, whose FLUSH the kernel sends
 waits on uninterruptibly).  /proc/TID/status is the thread's own (a FUSE request
 names the calling thread; /proc answers for any thread id, listed or not), with
 the process's shared set beside it.  Where the thread is the one that sent the
-request (a request context), its being gone or a zombie is death too.  Where it is
-only the thread that opened the file (reads, writes, flushes: pyfuse3 gives those
-no context), only a pending SIGKILL counts: another process may share the open
-file and be the one waiting.
+request (a request context), its being gone or a zombie is death too.  Reads,
+writes, flushes and fsyncs have no context in pyfuse3: for them the process that
+opened the file is read (/proc/PID/status: its first thread's set, which a fatal
+signal also marks, and the shared one), and only a pending SIGKILL counts, since
+another process may share the open file and be the one waiting.
 
 Cost: the /proc reads happen on the loop, at most `MOST_READS` a round every
 `EVERY_S`, each thread once a round, and only for requests held longer than

@@ -43,9 +43,17 @@ MAX_SLOTS = 1024  # per file or directory; each slot is a list entry kept per fi
 MAX_SEED = 1 << 53  # the largest integer a typed value (parsed as a float) gives exactly
 MAX_TEXT = 500  # characters of a description, one line
 MAX_LATENCY_SPREAD = 1000.0  # p99 / median: beyond this a lognormal sample can overflow the timer
-# The least rate above 0 of keys that divide by it: a slower limit would model
-# operations taking centuries, past what the timer can hold.
+# The least rate above 0 of every rate key, from the bound on latencies: at it, one
+# request (one operation, or 1 MiB: the most data one FUSE request or NFS READ/WRITE of
+# the default rsize/wsize carries) is modelled to take at most about 1,000 s, within
+# HOUR_MS, as throughput.MIN_RATE (1 KiB/s) keeps every limit; a slower rate would
+# model one request taking longer than any latency a profile may give (1e-300 MiB/s:
+# ~1e294 years; the model, given it, ran at MIN_RATE instead, silently).  A rate per
+# stored size counts from 1 GiB (baseline) or 1 TiB (burst) stored, where its least
+# gives about MIN_RATE.
 LEAST_MIBPS, LEAST_GIBPS, LEAST_MBPS, LEAST_IOPS = 1e-3, 1e-6, 1e-2, 1e-3
+LEAST_KIBPS = 1.0  # KiB/s per GiB: MIN_RATE at 1 GiB stored
+LEAST_WHY = "slower, one request would be modelled to take longer than the hour a latency may"
 
 
 def _param(default, kind: str, doc: str, most: float | None = None, unit: str = "", *,
@@ -68,19 +76,20 @@ class Params:
     storage_remeasure_s: float = _param(3600.0, "number", "period at which the stored size is re-measured",
                                         YEAR_S, "s", least=1.0)
     baseline_kibps_per_gib: float = _param(50.0, "number", "baseline throughput per GiB stored",
-                                           MAX_MIBPS, "KiB/s per GiB")
-    baseline_floor_mibps: float = _param(1.0, "number", "least baseline throughput (0: none)", MAX_MIBPS, "MiB/s")
+                                           MAX_MIBPS, "KiB/s per GiB", least=LEAST_KIBPS)
+    baseline_floor_mibps: float = _param(1.0, "number", "least baseline throughput (0: none)", MAX_MIBPS, "MiB/s",
+                                         least=LEAST_MIBPS)
     burst_mibps: float = _param(100.0, "number", "burst throughput of a file system up to 1 TiB",
-                                MAX_MIBPS, "MiB/s")
+                                MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
     burst_mibps_per_tib: float = _param(100.0, "number", "burst throughput per TiB stored, above 1 TiB",
-                                        MAX_MIBPS, "MiB/s per TiB")
+                                        MAX_MIBPS, "MiB/s per TiB", least=LEAST_MIBPS)
     burst_credit_balance: float = _param(2.1 * TiB, "bytes", "burst credits (metered bytes above baseline)",
                                          MAX_BYTES)
     burst_credit_cap_min: float = _param(2.1 * TiB, "bytes", "least cap on the credit balance", MAX_BYTES)
     burst_credit_cap_per_tib: float = _param(2.1 * TiB, "bytes", "cap on the credit balance per TiB stored",
                                              MAX_BYTES)
     provisioned_mibps: float = _param(0.0, "number", "provisioned throughput (provisioned mode)",
-                                      MAX_MIBPS, "MiB/s")
+                                      MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
     elastic_read_gibps: float = _param(20.0, "number", "file-system read limit (elastic mode)",
                                        MAX_GIBPS, "GiB/s", least=LEAST_GIBPS)
     elastic_write_gibps: float = _param(1.0, "number", "file-system write limit (elastic mode)",
@@ -231,7 +240,8 @@ def _check_bounds(key: str, number: float, value) -> None:
     if most is not None and number > most:
         raise ValueError(f"{key}: must be at most {_show(key, most)}, got {got}")
     if least is not None and 0 < number < least:
-        raise ValueError(f"{key}: must be 0 or at least {_show(key, least)}, got {got}")
+        why = f" ({LEAST_WHY})" if "/s" in spec["unit"] else ""  # a rate
+        raise ValueError(f"{key}: must be 0 or at least {_show(key, least)}{why}, got {got}")
     if floor is not None and number < floor:
         raise ValueError(f"{key}: must be at least {_show(key, floor)}, got {got}")
 

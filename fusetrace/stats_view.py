@@ -76,6 +76,8 @@ def render(stats: dict) -> str:
         lines.append(f"warning: directories removed that NFS would not remove (ENOTEMPTY: each held a file "
                      f"unlinked while open, which NFS keeps as .nfsXXXX until its last close, and this mount "
                      f"cannot show): {stats['rmdirs_nfs_refuses']:,}")
+    if stats.get("killed_released"):
+        lines.append(f"held requests let go with EINTR, their callers being killed: {stats['killed_released']:,}")
     held = stats.get("held_long")
     if held:
         lines.append(f"waiting in the server: {'; '.join(held_words(h) for h in held)}")

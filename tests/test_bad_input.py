@@ -10,7 +10,7 @@ import pytest
 from conftest import fusetrace, is_mounted, one_line_error
 
 from fusetrace.emulator.model import Model, Op, OpClass
-from fusetrace.emulator.params import HOUR_MS, SPECS, ProfileError
+from fusetrace.emulator.params import HOUR_MS, LEAST_WHY, SPECS, ProfileError
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 
 INT64_NS = 2**63 - 1
@@ -36,9 +36,9 @@ def _mount_fails(dirs, *options):
     ("file_write_slots=1e8", "--set file_write_slots: must be at most 1,024, got '1e8'"),
     ("dir_write_slots=2000", "--set dir_write_slots: must be at most 1,024, got '2000'"),
     ("read_iops=1e30", "--set read_iops: must be at most 1,000,000,000 ops/s, got '1e30'"),
-    ("write_iops=1e-9", "--set write_iops: must be 0 or at least 0.001 ops/s, got '1e-9'"),
+    ("write_iops=1e-9", "--set write_iops: must be 0 or at least 0.001 ops/s (" + LEAST_WHY + "), got '1e-9'"),
     ("burst_mibps=1e8", "--set burst_mibps: must be at most 10,000,000 MiB/s, got '1e8'"),
-    ("stream_mibps=1e-300", "--set stream_mibps: must be 0 or at least 0.001 MiB/s, got '1e-300'"),
+    ("stream_mibps=1e-300", "--set stream_mibps: must be 0 or at least 0.001 MiB/s (" + LEAST_WHY + "), got '1e-300'"),
     ("elastic_read_gibps=1e5", "--set elastic_read_gibps: must be at most 10,000 GiB/s, got '1e5'"),
     ("client_network_mbps=1e9", "--set client_network_mbps: must be at most 100,000,000 Mbit/s, got '1e9'"),
     ("read_latency_ms=3600001", "--set read_latency_ms: must be at most 3,600,000 ms, got '3600001'"),

@@ -30,6 +30,7 @@ from ..request import Kind, Request, WriteMode
 from . import syscalls
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
+from .kills import Kills
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
@@ -144,6 +145,7 @@ class Operations(pyfuse3.Operations):
         # shaping/kernelqueue.py tells from it how many the kernel holds unread)
         self.serving = 0
         self.holding: dict[object, _Held] = {}  # requests held long (_holding), for stats and umount
+        self.kills = Kills()  # held requests whose caller is killed go at once (_holding); main.py runs it
 
     # ---- the common path of every request -------------------------------------------
 
@@ -164,7 +166,10 @@ class Operations(pyfuse3.Operations):
         if done is _IN_WORKER or done is _CLOSED:
             done = await self._elsewhere(done, req, fn, args, nowait)
         out, err = done
-        held = 0 if self.shaper is None else await self._hold(req, ticket, start, site, who)
+        try:
+            held = 0 if self.shaper is None else await self._hold(req, ticket, start, site, who, reply)
+        except _Killed as killed:
+            held, err = killed.held, E.EINTR
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
@@ -190,8 +195,13 @@ class Operations(pyfuse3.Operations):
         err = 0
         if effect == "stall":
             until = min(firing.until_ns, firing.fail_ns) if firing.fail_ns else firing.until_ns
-            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until, rule=True):
+            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until, rule=True,
+                               killable=self._waited_on(req, who)) as scope:
                 err = await self._stalled(firing)
+            if scope is not None and scope.cancelled_caught:  # its caller is being killed: nothing is sent
+                if self.tracer is not None:
+                    self._trace(self.tracer, req, site, who, start, None, E.EINTR, 0, None, firing.rule)
+                raise FUSEError(E.EINTR)
         now = monotonic_ns()
         ticket = None if self.shaper is None else self.shaper.admit(req, now, who.uid)
         out = None
@@ -210,7 +220,10 @@ class Operations(pyfuse3.Operations):
                 late = faults.reported(req.file, site.fh)
                 if late is not None:
                     err, firing = late[0], Firing(late[1], "write_error", late[0])
-        held = 0 if self.shaper is None else await self._hold(req, ticket, now, site, who)
+        try:
+            held = 0 if self.shaper is None else await self._hold(req, ticket, now, site, who, reply)
+        except _Killed as killed:
+            held, err = killed.held, E.EINTR
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
@@ -219,32 +232,61 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(err)
         return out
 
-    def _hold(self, req: Request, ticket: "Ticket | None", since: int, site: "_Site", who) -> Awaitable[int]:
+    def _hold(self, req: Request, ticket: "Ticket | None", since: int, site: "_Site", who,
+              reply=None) -> Awaitable[int]:
         """The shaper's hold of the request admitted at `since` (Shaper.hold), listed as
         held long (_holding) when its deadline is over a second away.  (A plain call that
         returns the coroutine to await: no frame of its own on the hot path.)"""
         assert self.shaper is not None
         if ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - since < _LONG_HOLD_NS:
             return self.shaper.hold(req, ticket, since)
-        return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns)
+        return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns, reply)
 
-    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who, until: int) -> int:
+    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who, until: int,
+                           reply) -> int:
+        """_hold's long case: raises _Killed if the caller is being killed meanwhile.  The
+        call has run on the source by now, so one whose answer the server or the kernel
+        must act on is not let go: one whose `reply` hands the kernel something new (a
+        handle, a node id), and a namespace or attribute change (its handler then moves
+        its own tables: open files by name, hidden names)."""
         assert self.shaper is not None
-        with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})", until):
+        entered = monotonic_ns()
+        killable = reply is None and req.kind is not Kind.META_WRITE and self._waited_on(req, who)
+        with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})", until,
+                           killable=killable):
             return await self.shaper.hold(req, ticket, since)
+        raise _Killed(monotonic_ns() - entered)  # reached only when the caller's kill let it go
+
+    def _waited_on(self, req: Request, who) -> bool:
+        """Whether a caller waits on `req` and so may be killed out of its wait: not the
+        kernel's own requests (its page fills; a release, which nobody awaits), nor the
+        write-back cache's WRITEs (the kernel sends them for data already written, and
+        they must complete, as an NFS client's write-back does), nor a request the kernel
+        names no process for (pid 0)."""
+        return not (req.kernel_only or who.pid <= 0 or req.op in _CLOSES
+                    or (req.op == "write" and self.enable_writeback_cache and req.write_mode is not WriteMode.DIRECT))
 
     @contextlib.contextmanager
     def _holding(self, req: Request, site: "_Site", who, start: int, why: str, until: int,
-                 rule: bool = False) -> Iterator[None]:
+                 rule: bool = False, killable: bool = False) -> Iterator["trio.CancelScope | None"]:
         """While inside: the request is listed as held long, by `why` (a fault rule's stall
         when `rule`), until `until` at the latest (monotonic ns).  A caller waiting in one holds no descriptor in the
         mount yet keeps it busy (its path walk holds the mount): `fusetrace umount` and
-        `stats` name it from this list."""
+        `stats` name it from this list.  When `killable`, the block is left early if the
+        caller is being killed (fusetrace/server/kills.py): the scope given, its
+        `cancelled_caught` true then."""
         token = object()
         pid, name, _ = self._who(who.pid, start)
         self.holding[token] = _Held(pid, name, req.op, site.path, why, start, until, rule)
         try:
-            yield
+            if not killable:
+                yield None
+                return
+            # the calling thread itself; for an open file's request (no context), the process
+            # that opened it, which outlives the thread that did
+            itself = isinstance(who, pyfuse3.RequestContext)
+            with self.kills.watched(who.pid if itself else pid, itself, start) as scope:
+                yield scope
         finally:
             del self.holding[token]
 
@@ -412,7 +454,7 @@ class Operations(pyfuse3.Operations):
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
                 "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside,
-                "rmdirs_nfs_refuses": self.rmdirs_nfs_refuses,
+                "rmdirs_nfs_refuses": self.rmdirs_nfs_refuses, "killed_released": self.kills.released,
                 "held_long": self.held_long(monotonic_ns())}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
@@ -1086,6 +1128,15 @@ class _Held(NamedTuple):
     since: int
     until: int  # when it goes on at the latest
     rule: bool  # held by a fault rule's stall (fault clear lets it go)
+
+
+class _Killed(Exception):
+    """A hold let go because its caller is being killed (Operations._hold_listed):
+    `held`, the time it was held after its real completion."""
+
+    def __init__(self, held: int) -> None:
+        super().__init__(held)
+        self.held = held
 
 
 # a reply held this long by the model is listed (Operations._holding): a stall event, a

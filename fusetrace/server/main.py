@@ -482,6 +482,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
+        nursery.start_soon(status.ops.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port,
                                          lambda: {"faults_fired": status.ops.faults.fired})

@@ -282,8 +282,9 @@ def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[s
 
 
 def _raise_fd_limit() -> None:
-    """As libfuse's passthrough_hp does: the inode table holds descriptors on up to half of
-    the limit (fusetrace/server/inodes.py), open files and the rest take the other half."""
+    """As libfuse's passthrough_hp does; the limit is then split between a reserve for the
+    server's own descriptors, the inode table and open files, a share a user
+    (fusetrace/server/fdbudget.py)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -157,6 +157,8 @@ def _trace_line(trace: dict) -> str:
     line = (f"trace: {trace['records']:,} records written, {queued}, "
             f"{trace['dropped']:,} dropped (queue full, or a bad field), {trace.get('lost', 0):,} lost in "
             f"{trace.get('write_errors', 0):,} failed writes")
+    if trace.get("deferred"):
+        line += f"; {trace['deferred']:,} writes put off for want of a descriptor (records kept)"
     if trace.get("last_error"):
         line += f"; last error: {trace['last_error']}"
     return line

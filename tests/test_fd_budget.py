@@ -129,3 +129,72 @@ def test_one_user_holding_files_leaves_descriptors_for_others(limited_shared):
     root = df[df.uid == 0]
     assert len(root[(root.op == "open") & (root.errno == 0)]) == 40
     assert len(root[(root.op == "release")]) == 41  # the 40 and the file made
+
+
+def _in_a_full_process(code: str, *args) -> dict:
+    """Run `code` in a child whose descriptor limit is 64; `fill()` there opens /dev/null
+    until none is free and returns the descriptors.  Its last line of output is JSON."""
+    prelude = ("import errno, json, os, resource, sys, time\n"
+               "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+               "def fill():\n"
+               "    fds = []\n"
+               "    try:\n"
+               "        while True:\n"
+               "            fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+               "    except OSError as e:\n"
+               "        assert e.errno == errno.EMFILE\n"
+               "    return fds\n")
+    done = subprocess.run([sys.executable, "-c", prelude + code, *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_close_with_no_descriptor_free_still_reports_write_back_errors(mount):
+    """FLUSH's close(dup(fd)) with the table full: the kept slot (dup2 onto it), or fsync
+    when none is kept, both report a write-back error as close(2) would."""
+    m = mount()
+    done = fusetrace("fault", str(m.mountpoint), "add", "--op", "write", "--path", "/x.log", "--write-error", "EIO",
+                     "--count", "1")
+    assert done.returncode == 0
+    out = _in_a_full_process("""
+from fusetrace.server.fdbudget import Spares
+a, b = (os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644) for _ in range(2))
+os.write(a, b"buffered")
+kept, none = Spares(2), Spares(0)
+held = fill()
+def errno_of(fn, *args):
+    try:
+        fn(*args)
+        return 0
+    except OSError as e:
+        return e.errno
+seen = {"dup": errno_of(os.dup, a), "kept": errno_of(kept.close_dup, a), "fsync": errno_of(none.close_dup, b)}
+seen["again"] = [errno_of(kept.close_dup, a) for _ in range(10)]
+print(json.dumps({**seen, "used": kept.used}))
+""", m.mountpoint / "x.log")
+    assert out == {"dup": errno.EMFILE, "kept": errno.EIO, "fsync": errno.EIO, "again": [0] * 10, "used": 11}
+    assert (m.source / "x.log").read_bytes() == b"buffered"
+
+
+def test_the_trace_writer_puts_off_a_write_with_no_descriptor_free_and_loses_nothing(tmp_path):
+    out = _in_a_full_process("""
+from fusetrace.trace.writer import TraceWriter
+w = TraceWriter(sys.argv[1], {"source": "/src"}, flush_interval=0.01)
+held = fill()
+for i in range(100):
+    w.add(1000 + i, 10, "read", 2, "/f", None, 3, 0, 4096, 4096, 0, 100, 0, 0, 0)
+deadline = time.monotonic() + 30
+while w.deferred < 3 and time.monotonic() < deadline:
+    time.sleep(0.01)
+put_off = (w.deferred, w.records, w.queued)
+for fd in held:
+    os.close(fd)
+while w.records < 100 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(json.dumps({"put_off": put_off, **w.close()}))
+""", tmp_path / "t")
+    assert out["put_off"][0] >= 3 and out["put_off"][1:] == [0, 100]  # nothing written meanwhile, all kept
+    assert (out["records"], out["dropped"], out["lost"], out["write_errors"]) == (100, 0, 0, 0)
+    assert len(pd.read_parquet(tmp_path / "t")) == 100
+    assert json.loads((tmp_path / "t" / "_metadata.json").read_text())["records"] == 100

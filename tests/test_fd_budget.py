@@ -198,3 +198,32 @@ print(json.dumps({"put_off": put_off, **w.close()}))
     assert (out["records"], out["dropped"], out["lost"], out["write_errors"]) == (100, 0, 0, 0)
     assert len(pd.read_parquet(tmp_path / "t")) == 100
     assert json.loads((tmp_path / "t" / "_metadata.json").read_text())["records"] == 100
+
+
+def test_a_listing_short_of_descriptors_returns_a_shorter_chunk(tmp_path):
+    """A listing takes a descriptor for each entry it returns; with few free it returns
+    the entries it could open (the kernel asks on from there), with none, EMFILE."""
+    for i in range(40):
+        (tmp_path / f"f{i:02d}").write_bytes(b"")
+    out = _in_a_full_process("""
+from fusetrace.server.handlers import _list_chunk
+d = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+names = [".", "..", *os.listdir(d)]
+held = fill()
+for fd in held[:5]:
+    os.close(fd)
+chunk = _list_chunk(d, names, 0, 32)
+got = [name for _, name, _, _ in chunk.entries]
+for *_, fd in chunk.entries:
+    if fd is not None:
+        os.close(fd)
+held = fill()
+try:
+    _list_chunk(d, names, 2, 32)
+    none = 0
+except OSError as e:
+    none = e.errno
+print(json.dumps({"got": got, "none": none}))
+""", tmp_path)
+    assert len(out["got"]) == 2 + 5 and out["got"][:2] == [".", ".."]  # 5 descriptors: 5 entries
+    assert out["none"] == errno.EMFILE

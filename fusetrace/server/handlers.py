@@ -1447,8 +1447,8 @@ def _in_use() -> int | None:
 
 def _list_chunk(dirfd: int, names, start: int, count: int):
     """Up to `count` entries from index `start` of the listing, with attributes
-    and an O_PATH descriptor each ("." and ".." get none: they are not looked up).
-    The listing is taken once per pass (offset 0)."""
+    and an O_PATH descriptor each ("." and ".." get none: they are not looked up);
+    fewer when descriptors run short.  The listing is taken once per pass (offset 0)."""
     if names is None:
         names = [".", "..", *os.listdir(dirfd)]
     entries: list[tuple[int, str, os.stat_result, int | None]] = []
@@ -1463,6 +1463,10 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
                     entries.append((index, name, *_open_path(dirfd, name)))
             except FileNotFoundError:
                 pass  # removed since the listing was taken
+            except OSError as exc:
+                if exc.errno not in (E.EMFILE, E.ENFILE) or not entries:
+                    raise
+                break  # no descriptor free: a shorter chunk, and the kernel asks on from this entry
             index += 1
     except BaseException:
         for *_, fd in entries:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import Mount, fusetrace, is_mounted
+from test_metrics_endpoint import _free_port, _scrape, _values
 
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"
@@ -227,3 +228,18 @@ print(json.dumps({"got": got, "none": none}))
 """, tmp_path)
     assert len(out["got"]) == 2 + 5 and out["got"][:2] == [".", ".."]  # 5 descriptors: 5 entries
     assert out["none"] == errno.EMFILE
+
+
+def test_prometheus_shows_the_descriptors_held(mount):
+    port = _free_port()
+    m = mount("--emulate", "efs-bursting", "--metrics-port", str(port))
+    files = [os.open(m.mountpoint / f"f{i}", os.O_CREAT | os.O_RDWR, 0o644) for i in range(3)]
+    files.append(os.open(m.mountpoint, os.O_RDONLY | os.O_DIRECTORY))
+    try:
+        held = _values(_scrape(port))
+    finally:
+        for fd in files:
+            os.close(fd)
+    assert held["fusetrace_open_descriptors"] == 4
+    assert held["fusetrace_inode_descriptors"] >= 3  # the files' (pinned); the root's is not counted
+    assert held["fusetrace_opens_refused_total"] == 0

@@ -427,6 +427,12 @@ class _Status:
         out["faults"] = {"rules": self.ops.faults.listing(), **self.ops.faults.counters()}
         return out
 
+    def counters(self) -> dict:
+        """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
+        ops = self.ops
+        return {"faults_fired": ops.faults.fired, "open_descriptors": ops.fds.open,
+                "inode_descriptors": ops.inodes.stats()["held"], "opens_refused": ops.fds.refused}
+
     def set(self, request) -> dict:
         if self.emulation is None:
             raise ControlError("this mount does not emulate: nothing to set")
@@ -485,7 +491,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         nursery.start_soon(serve_control, control, status.handlers())
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port,
-                                         lambda: {"faults_fired": status.ops.faults.fired})
+                                         status.counters)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
         await _measure_round_trip(opts.mountpoint, status)
         _say(ready_fd, "ok")

@@ -710,27 +710,28 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
-        req = Request("open", Kind.META_READ, node.id, size=node.size if flags & os.O_TRUNC else 0)
-        site = _at(node, flags=flags)
-        if not self.fds.take(ctx.uid):
-            raise self._refused(req, site, ctx)
         epoch = self._truncations.ended
+        with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
+            # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
+            cut = node.size if flags & os.O_TRUNC else 0
+            return await self._opening(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
+                                       functools.partial(self._open_reply, node, flags, ctx, epoch),
+                                       _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0)
+
+    async def _opening(self, req: Request, site: "_Site", ctx, reply, fn, *args):
+        """_call for a request that makes a handle (open, create, opendir): one of the
+        caller's share of descriptors is taken first (fdbudget.py), and given back if no
+        handle is made.  Beyond the share or the budget: EMFILE, traced, nothing placed
+        below or charged by the model."""
+        if not self.fds.take(ctx.uid):
+            if self.tracer is not None and ctx.pid != self.untraced_pid:
+                self._trace(self.tracer, req, site, ctx, monotonic_ns(), None, E.EMFILE, 0, None)
+            raise FUSEError(E.EMFILE)
         try:
-            with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
-                return await self._call(req, site, ctx, _open_checked, node,
-                                        self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
-                                        reply=functools.partial(self._open_reply, node, flags, ctx, epoch))
+            return await self._call(req, site, ctx, fn, *args, reply=reply)
         except BaseException:
             self.fds.give(ctx.uid)  # no handle was made
             raise
-
-    def _refused(self, req: Request, site: "_Site", ctx) -> FUSEError:
-        """An open beyond its user's share of the descriptors, or beyond the budget
-        (fdbudget.py): EMFILE, traced, nothing placed below or charged by the model."""
-        if self.tracer is not None and ctx.pid != self.untraced_pid:
-            self._trace(self.tracer, req, site, ctx, monotonic_ns(), None, E.EMFILE, 0, None)
-        return FUSEError(E.EMFILE)
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -796,16 +797,10 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        req, site = Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags)
-        if not self.fds.take(ctx.uid):
-            raise self._refused(req, site, ctx)
-        try:
-            return await self._call(req, site, ctx, _create, parent, name,
-                                    self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx),
-                                    reply=functools.partial(self._create_reply, parent, name, flags, ctx))
-        except BaseException:
-            self.fds.give(ctx.uid)  # no handle was made
-            raise
+        return await self._opening(
+            Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags), ctx,
+            functools.partial(self._create_reply, parent, name, flags, ctx),
+            _create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx))
 
     def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
                       made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
@@ -887,15 +882,9 @@ class Operations(pyfuse3.Operations):
 
     async def opendir(self, inode, ctx):
         node = self._inode(inode)
-        req, site = Request("opendir", Kind.META_READ, node.id), _at(node)
-        if not self.fds.take(ctx.uid):
-            raise self._refused(req, site, ctx)
-        try:
-            return await self._call(req, site, ctx, _reopen, node, os.O_RDONLY | os.O_DIRECTORY,
-                                    reply=functools.partial(self._opendir_reply, node, ctx))
-        except BaseException:
-            self.fds.give(ctx.uid)  # no handle was made
-            raise
+        return await self._opening(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
+                                   functools.partial(self._opendir_reply, node, ctx),
+                                   _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
 
     def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
         self.dirs[fd] = DirHandle(fd, node, ctx)

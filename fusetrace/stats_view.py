@@ -43,7 +43,7 @@ def _descriptors_line(fds: dict) -> str:
     if fds.get("refused"):
         line += f"; {fds['refused']:,} opens refused (EMFILE: a user at their share, or the budget spent)"
     if fds.get("flush_spares_used"):
-        line += f"; {fds['flush_spares_used']:,} closes took a kept descriptor"
+        line += f"; {fds['flush_spares_used']:,} closes found no descriptor free (served by a kept one, or fsync)"
     return line
 
 

@@ -100,6 +100,9 @@ def test_one_user_holding_files_leaves_descriptors_for_others(limited_shared):
         fds = stats["descriptors"]
         assert fds["open_by_user"][str(NOBODY)] == held["opened"] == fds["share"]
         assert fds["inode_table"] + fds["open"] <= fds["limit"] - fds["reserve"]
+        assert fds["refused"] == FILES - held["opened"]
+        said = fusetrace("stats", str(m.mountpoint)).stdout
+        assert f"open files and directories {fds['share']} of {fds['open_most']} (uid {NOBODY} {fds['share']};" in said
         # meanwhile root opens 40 files at once, and closes them all
         opened = [os.open(p, os.O_RDONLY) for p in (m.mountpoint / p.name for p in roots)]
         for fd in opened:

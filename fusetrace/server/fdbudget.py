@@ -29,7 +29,7 @@ import threading
 
 RESERVE_MIN = 64
 RESERVE_MAX = 4096
-_SPARES = 8  # kept for FLUSH's duplicate: more than that many flushes at once find none free only if all else fails
+_SPARES = 8  # slots kept for FLUSH's duplicate (more flushes at once with no descriptor free: fsync)
 _SHORT = (errno.EMFILE, errno.ENFILE)
 
 
@@ -91,7 +91,7 @@ class Spares:
         self._lock = threading.Lock()
         self._count = count
         self._fds: list[int] = []
-        self.used = 0  # flushes that found no descriptor free and took a kept one
+        self.used = 0  # flushes that found no descriptor free (a kept slot, or fsync, served)
         self.refill()
 
     def refill(self) -> None:
@@ -108,11 +108,16 @@ class Spares:
         """close(dup(fd)), with a kept slot when no descriptor is free; fsync(fd), which
         reports the same write-back errors, when no slot is kept either (never EMFILE)."""
         try:
-            os.close(os.dup(fd))
-            return
+            dup = os.dup(fd)
         except OSError as exc:
             if exc.errno not in _SHORT:
                 raise
+            self._close_kept(fd)
+        else:
+            os.close(dup)  # its errors are the file's (a lower FUSE's EMFILE too): not retried
+
+    def _close_kept(self, fd: int) -> None:
+        """close_dup's way when dup finds no descriptor free."""
         with self._lock:
             slot = self._fds.pop() if self._fds else -1
             self.used += 1

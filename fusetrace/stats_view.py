@@ -31,6 +31,22 @@ def _value(name: str, value) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3f}"
 
 
+def _descriptors_line(fds: dict) -> str:
+    """The descriptor limit and how it is spent: the inode table, open files and
+    directories by user (each held to a share), the reserve for the server's own."""
+    users = ", ".join(f"uid {uid} {n:,}" for uid, n in fds["open_by_user"].items()) or "none"
+    in_use = "?" if fds.get("in_use") is None else f"{fds['in_use']:,}"
+    line = (f"descriptors: {in_use} in use of a limit of {fds['limit']:,}; inode table {fds['inode_table']:,} "
+            f"(at most {fds['table_most']:,} unless pinned by open files), open files and directories "
+            f"{fds['open']:,} of {fds['open_most']:,} ({users}; at most {fds['share']:,} a user), "
+            f"{fds['reserve']:,} reserved for the trace, the control socket and calls in flight")
+    if fds.get("refused"):
+        line += f"; {fds['refused']:,} opens refused (EMFILE: a user at their share, or the budget spent)"
+    if fds.get("flush_spares_used"):
+        line += f"; {fds['flush_spares_used']:,} closes found no descriptor free (served by a kept one, or fsync)"
+    return line
+
+
 def _inline_line(inline: dict) -> str:
     if not inline["threshold_us"]:
         return "system calls: all in worker threads"
@@ -68,6 +84,8 @@ def render(stats: dict) -> str:
     lines.append(f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
                  f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
                  f"{stats['open_files']:,}")
+    if "descriptors" in stats:  # servers from before it had none
+        lines.append(_descriptors_line(stats["descriptors"]))
     if stats.get("resized_beside"):
         lines.append(f"warning: opens of files resized beside the mount, whose size the kernel keeps as it was "
                      f"(write-back cache; --no-writeback-cache if the source changes beside it): "
@@ -141,6 +159,8 @@ def _trace_line(trace: dict) -> str:
     line = (f"trace: {trace['records']:,} records written, {queued}, "
             f"{trace['dropped']:,} dropped (queue full, or a bad field), {trace.get('lost', 0):,} lost in "
             f"{trace.get('write_errors', 0):,} failed writes")
+    if trace.get("deferred"):
+        line += f"; {trace['deferred']:,} writes put off for want of a descriptor (records kept)"
     if trace.get("last_error"):
         line += f"; last error: {trace['last_error']}"
     return line

@@ -28,6 +28,7 @@ from pyfuse3 import FUSEError
 from ..faults.injector import Firing, Injector
 from ..request import Kind, Request, WriteMode
 from . import syscalls
+from .fdbudget import Budget, Spares
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
 from .kills import Kills
@@ -49,7 +50,6 @@ _WRONLY_ASKED = 1 << 30
 _O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 _AS_ROOT = os.geteuid() == 0
-_FD_SHARE = 2  # at most 1/_FD_SHARE of the descriptor limit is held on known inodes
 
 
 class Handle:
@@ -108,8 +108,11 @@ class Operations(pyfuse3.Operations):
         # _backing_flags and setattr for what the server must then do differently
         self.enable_writeback_cache = writeback_cache
         self.root_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        self.inodes = InodeTable(self.root_fd, max_open=limit // _FD_SHARE, by_handle=_AS_ROOT)
+        # the descriptor limit, split between the inode table, open files (a share a user)
+        # and a reserve for the server's own (fdbudget.py)
+        self.fds = Budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self.spares = Spares()  # for FLUSH's duplicate when no descriptor is free
+        self.inodes = InodeTable(self.root_fd, max_open=self.fds.table, by_handle=_AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
         self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
         self.rmdirs_nfs_refuses = 0  # rmdirs of a directory holding a hidden name (_kept_hidden)
@@ -453,6 +456,8 @@ class Operations(pyfuse3.Operations):
         handled and where calls run."""
         table = self.inodes.stats()
         return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
+                "descriptors": {**self.fds.stats(), "inode_table": table["held"], "in_use": _in_use(),
+                                "flush_spares_used": self.spares.used},
                 "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside,
                 "rmdirs_nfs_refuses": self.rmdirs_nfs_refuses, "killed_released": self.kills.released,
                 "held_long": self.held_long(monotonic_ns())}
@@ -753,9 +758,24 @@ class Operations(pyfuse3.Operations):
         with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
             # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
             cut = node.size if flags & os.O_TRUNC else 0
-            return await self._call(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
-                                    _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
-                                    reply=functools.partial(self._open_reply, node, flags, ctx, epoch))
+            return await self._opening(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
+                                       functools.partial(self._open_reply, node, flags, ctx, epoch),
+                                       _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0)
+
+    async def _opening(self, req: Request, site: "_Site", ctx, reply, fn, *args):
+        """_call for a request that makes a handle (open, create, opendir): one of the
+        caller's share of descriptors is taken first (fdbudget.py), and given back if no
+        handle is made.  Beyond the share or the budget: EMFILE, traced, nothing placed
+        below or charged by the model."""
+        if not self.fds.take(ctx.uid):
+            if self.tracer is not None and ctx.pid != self.untraced_pid:
+                self._trace(self.tracer, req, site, ctx, monotonic_ns(), None, E.EMFILE, 0, None)
+            raise FUSEError(E.EMFILE)
+        try:
+            return await self._call(req, site, ctx, fn, *args, reply=reply)
+        except BaseException:
+            self.fds.give(ctx.uid)  # no handle was made
+            raise
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -821,10 +841,10 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        return await self._call(
+        return await self._opening(
             Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags), ctx,
-            _create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx),
-            reply=functools.partial(self._create_reply, parent, name, flags, ctx))
+            functools.partial(self._create_reply, parent, name, flags, ctx),
+            _create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx))
 
     def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
                       made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
@@ -876,7 +896,7 @@ class Operations(pyfuse3.Operations):
         first, h.closed = not h.closed, True
         req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first,
                       writable=h.flags & os.O_ACCMODE != os.O_RDONLY)
-        await self._call(req, _at(h.inode, fh=fh), h, _flush, fh)
+        await self._call(req, _at(h.inode, fh=fh), h, self.spares.close_dup, fh)
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)
@@ -894,6 +914,7 @@ class Operations(pyfuse3.Operations):
             await self._call(req, _at(h.inode, fh=fh), h, os.close, fh)
         finally:
             self.inodes.unpin(h.inode)
+            self.fds.give(h.uid)
 
     async def fsync(self, fh, datasync):
         h = self._handle(fh)
@@ -905,9 +926,9 @@ class Operations(pyfuse3.Operations):
 
     async def opendir(self, inode, ctx):
         node = self._inode(inode)
-        return await self._call(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
-                                _reopen, node, os.O_RDONLY | os.O_DIRECTORY,
-                                reply=functools.partial(self._opendir_reply, node, ctx))
+        return await self._opening(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
+                                   functools.partial(self._opendir_reply, node, ctx),
+                                   _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
 
     def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
         self.dirs[fd] = DirHandle(fd, node, ctx)
@@ -953,6 +974,7 @@ class Operations(pyfuse3.Operations):
             await self._call(Request("releasedir", Kind.NONE, d.inode.id), _at(d.inode, fh=fh), d, os.close, fh)
         finally:
             self.inodes.unpin(d.inode)
+            self.fds.give(d.uid)
 
     async def fsyncdir(self, fh, datasync):
         d = self.dirs.get(fh)
@@ -1028,6 +1050,7 @@ class Operations(pyfuse3.Operations):
         self._hidden.clear()
         self.dirs.clear()
         self.inodes.close_all()
+        self.spares.close()
 
 
 def _guarded(handler):
@@ -1468,16 +1491,18 @@ def _cached_pread(fd: int, size: int, offset: int) -> bytes | None:
     return b"" if n == 0 else None
 
 
-def _flush(fd: int) -> None:
-    """close(2) of a duplicate: what a close by the application does to the file below
-    (NFS commits on close), while the handle itself stays open for later I/O."""
-    os.close(os.dup(fd))
+def _in_use() -> int | None:
+    """Descriptors the process holds now (for `fusetrace stats`; None if /proc cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    except OSError:
+        return None
 
 
 def _list_chunk(dirfd: int, names, start: int, count: int):
     """Up to `count` entries from index `start` of the listing, with attributes
-    and an O_PATH descriptor each ("." and ".." get none: they are not looked up).
-    The listing is taken once per pass (offset 0)."""
+    and an O_PATH descriptor each ("." and ".." get none: they are not looked up);
+    fewer when descriptors run short.  The listing is taken once per pass (offset 0)."""
     if names is None:
         names = [".", "..", *os.listdir(dirfd)]
     entries: list[tuple[int, str, os.stat_result, int | None]] = []
@@ -1492,6 +1517,10 @@ def _list_chunk(dirfd: int, names, start: int, count: int):
                     entries.append((index, name, *_open_path(dirfd, name)))
             except FileNotFoundError:
                 pass  # removed since the listing was taken
+            except OSError as exc:
+                if exc.errno not in (E.EMFILE, E.ENFILE) or not entries:
+                    raise
+                break  # no descriptor free: a shorter chunk, and the kernel asks on from this entry
             index += 1
     except BaseException:
         for *_, fd in entries:

@@ -9,8 +9,9 @@ rsync see stable inode numbers.
 
 The kernel may know far more inodes than the process may hold descriptors (a
 100,000-entry tree under a limit of 1,024), so at most `max_open` descriptors are
-held, least recently used closed first.  A descriptor in use by a request, or
-under an open file, is pinned and never closed under it.  Closing one gives up
+held (the table's part of the limit: fdbudget.py), least recently used closed
+first.  A descriptor in use by a request, or under an open file, is pinned and
+never closed under it.  Closing one gives up
 what kept the object's inode number from being reused below, so a closed inode
 keeps its file handle (name_to_handle_at, which carries the inode's generation)
 as its identity; an object that cannot give one is never closed.  It is opened

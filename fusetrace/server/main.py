@@ -282,8 +282,9 @@ def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[s
 
 
 def _raise_fd_limit() -> None:
-    """As libfuse's passthrough_hp does: the inode table holds descriptors on up to half of
-    the limit (fusetrace/server/inodes.py), open files and the rest take the other half."""
+    """As libfuse's passthrough_hp does; the limit is then split between a reserve for the
+    server's own descriptors, the inode table and open files, a share a user
+    (fusetrace/server/fdbudget.py)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -426,6 +427,12 @@ class _Status:
         out["faults"] = {"rules": self.ops.faults.listing(), **self.ops.faults.counters()}
         return out
 
+    def counters(self) -> dict:
+        """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
+        ops = self.ops
+        return {"faults_fired": ops.faults.fired, "open_descriptors": ops.fds.open,
+                "inode_descriptors": ops.inodes.stats()["held"], "opens_refused": ops.fds.refused}
+
     def set(self, request) -> dict:
         if self.emulation is None:
             raise ControlError("this mount does not emulate: nothing to set")
@@ -485,7 +492,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         nursery.start_soon(status.ops.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port,
-                                         lambda: {"faults_fired": status.ops.faults.fired})
+                                         status.counters)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
         await _measure_round_trip(opts.mountpoint, status)
         _say(ready_fd, "ok")

@@ -118,7 +118,7 @@ class Emulation:
         self.measured = False  # whether a walk of the source has given its size yet
         self._events: list[dict] = []  # scheduled on the model's timeline, for `fault list`
         self._numbers: dict[str, int] = {}  # an event's id: its number in the model (cancel_events)
-        self._counters: Callable[[], dict] = _no_faults  # more counters for Prometheus (the server's)
+        self._counters: Callable[[], dict] = _no_counters  # more counters for Prometheus (the server's)
         self.sharing: Sharing | None = None  # --shared: the file system's state shared with other mounts
 
     def share(self, url: str, fs_id: str) -> None:
@@ -162,7 +162,7 @@ class Emulation:
         """Run the timer and the samplers; serve the metrics (the model's, the host's and
         `counters()`) on metrics_port."""
         self._tracer = tracer
-        self._counters = counters or _no_faults
+        self._counters = counters or _no_counters
         self.loop = LoopLoad()  # on the loop's thread, whose CPU time it reads
         nursery.start_soon(self.timer.run)
         if self.kernel_queue is not None:
@@ -319,6 +319,6 @@ class Emulation:
         return out
 
 
-def _no_faults() -> dict:
+def _no_counters() -> dict:
     """The server's own counters for Prometheus, until it hands them in (Emulation.start)."""
-    return {"faults_fired": 0}
+    return {"faults_fired": 0, "open_descriptors": 0, "inode_descriptors": 0, "opens_refused": 0}

@@ -89,6 +89,11 @@ METRICS: tuple[Exported, ...] = (
          "The emulated client's network credits left (0 without a client network limit)"),
     _own("fusetrace_shaped_operations_total", C, "ops", "Operations the shaper held to the model's time"),
     _own("fusetrace_faults_fired_total", C, "faults_fired", "Fault rules fired on operations (docs/FAULTS.md)"),
+    _own("fusetrace_open_descriptors", G, "open_descriptors", "Files and directories held open through the mount, "
+         "each user at most a share of them (docs/RELIABILITY.md)"),
+    _own("fusetrace_inode_descriptors", G, "inode_descriptors", "Descriptors the inode table holds"),
+    _own("fusetrace_opens_refused_total", C, "opens_refused", "Opens answered EMFILE: the user at their share of "
+         "the descriptors, or the budget spent"),
     _own("fusetrace_late_operations_total", C, "late", "Replies later than their deadline by over a tenth of "
          "their modelled time: the host, not the model, set their pace"),
     _own("fusetrace_late_seconds_total", C, "late_ns", "Time replies went out past their deadlines, summed",

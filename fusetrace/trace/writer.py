@@ -134,6 +134,8 @@ class TraceWriter:
         self.lost = 0  # taken from the queue but lost to a failed write
         self.files = 0
         self.write_errors = 0
+        self.deferred = 0  # writes put off for want of a descriptor: their records kept, written later
+        self._deferring = False  # the last write was put off (warned once a run)
         self.last_error: str | None = None
         self.final_metadata_written: bool | None = None  # known at close
         self._closed = False
@@ -233,7 +235,7 @@ class TraceWriter:
                 "queued_bytes": self.queued_bytes,
                 "max_pending_bytes": None if self._max_bytes == sys.maxsize else self._max_bytes,
                 "dropped": self.dropped, "lost": self.lost, "files": self.files,
-                "write_errors": self.write_errors, "last_error": self.last_error}
+                "write_errors": self.write_errors, "deferred": self.deferred, "last_error": self.last_error}
 
     def update_metadata(self, **extra) -> None:
         """Add keys to _metadata.json; they are written at the next flush or at close."""
@@ -286,12 +288,12 @@ class TraceWriter:
                 break
             self._flush()
             due = max(due, time.monotonic() - self.flush_interval)  # don't catch up after a slow write
-        self._flush()
+        self._flush(last=True)
 
-    def _flush(self) -> None:
+    def _flush(self, last: bool = False) -> None:
         n = self.queued  # a part holds what is waiting now; later records wait for the next
         if n:
-            self._write_part(n)
+            self._write_part(n, last)
         self._flush_metadata()
 
     def _take(self, n: int) -> tuple[bytes, list]:
@@ -326,10 +328,12 @@ class TraceWriter:
             n -= count
             yield count, *self._take(count)
 
-    def _write_part(self, n: int) -> None:
+    def _write_part(self, n: int, last: bool = False) -> None:
         """Write the next `n` queued records as one part, taken, converted and written
         `_ROW_GROUP` at a time.  A failed write loses all `n` (those not yet taken are
-        discarded too: a full disk must not keep the queue full)."""
+        discarded too: a full disk must not keep the queue full), but for one that found
+        no descriptor to open the part with: its records stay queued for the next flush,
+        unless this is the `last`."""
         taken = 0
 
         def fill(f) -> None:
@@ -343,12 +347,24 @@ class TraceWriter:
         try:
             meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
         except Exception as exc:  # disk full, directory gone: keep serving
+            if taken == 0 and not last and _no_descriptor(exc):
+                self._defer(exc)  # nothing taken yet: the records wait for the next flush
+                return
             for _ in self._row_groups(n - taken):
                 pass
             self._failed(exc, f"{n} records", n)
         else:
             self.files += 1
             self.records += taken
+            self._deferring = False
+
+    def _defer(self, exc: Exception) -> None:
+        """A write put off for want of a descriptor (the server's are shared out so that
+        this is rare: fusetrace/server/fdbudget.py); said once a run of them."""
+        self.deferred += 1
+        if not self._deferring:
+            self._deferring = True
+            log.warning("trace %s: no descriptor free (%s): writes put off, their records kept", self.directory, exc)
 
     def _failed(self, exc: Exception, what: str, lost: int = 0) -> None:
         self.write_errors += 1
@@ -395,7 +411,11 @@ class TraceWriter:
         try:
             self._write_metadata()
         except Exception as exc:
-            self._failed(exc, meta.NAME)
+            if _no_descriptor(exc):
+                self._meta_dirty = True  # written at the next flush
+                self._defer(exc)
+            else:
+                self._failed(exc, meta.NAME)
 
     def _write_metadata(self) -> None:
         counters = self._counters()
@@ -404,6 +424,11 @@ class TraceWriter:
             self._meta_dirty = False
         self._meta_counts = (counters["dropped"], counters["lost"], counters["write_errors"])
         meta.write(self.directory, data, dir_fd=self._dirfd)
+
+
+def _no_descriptor(exc: Exception) -> bool:
+    """The process (EMFILE) or the system (ENFILE) had no descriptor free."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def _reserve(dirfd: int) -> bool:

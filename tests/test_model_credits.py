@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fusetrace.emulator.model import Model, Op, OpClass
-from fusetrace.emulator.params import GiB, KiB, MiB, Params, TiB
+from fusetrace.emulator.params import LEAST_KIBPS, LEAST_MIBPS, GiB, KiB, MiB, Params, TiB
 from fusetrace.emulator.profiles import load_profile
 from fusetrace.emulator.simulate import closed_loop
 from fusetrace.emulator.throughput import baseline_rate, burst_rate, credit_cap
@@ -87,9 +87,11 @@ class CreditMachine(RuleBasedStateMachine):
         assert abs(self._metrics()["BurstCreditBalance"] - min(balance, self._cap())) <= 1e-6 * balance + 1
         self._changed()
 
-    @rule(key=st.sampled_from(["burst_mibps", "baseline_floor_mibps", "baseline_kibps_per_gib"]),
-          value=st.floats(0, 200))
-    def set_rate(self, key, value):
+    # 0 (none) or from each key's least value (1e-3 MiB/s, 1 KiB/s per GiB: below, refused)
+    @rule(key=st.sampled_from(["burst_mibps", "baseline_floor_mibps", "baseline_kibps_per_gib"]), data=st.data())
+    def set_rate(self, key, data):
+        least = LEAST_KIBPS if key == "baseline_kibps_per_gib" else LEAST_MIBPS
+        value = data.draw(st.one_of(st.just(0.0), st.floats(least, 200)))
         self.model.set(key, value, self.now)
         self._changed()
 

@@ -18,7 +18,7 @@ import resource
 import stat
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
-from time import monotonic_ns
+from time import monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyfuse3
@@ -50,6 +50,9 @@ _WRONLY_ASKED = 1 << 30
 _O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 _AS_ROOT = os.geteuid() == 0
+# how far before (and after) the server's clock a setattr's two times may be and still
+# mean "now" (see _Change): the kernel's own clock, read before the request was queued
+_NOW_BEHIND, _NOW_AHEAD = 10_000_000_000, 1_000_000_000
 
 
 class Handle:
@@ -575,10 +578,12 @@ class Operations(pyfuse3.Operations):
         extended attribute change of the file (fuse_update_ctime: counted in
         Inode.handovers), with the mtime the kernel holds (Inode.kernel_mtime).  A
         caller's own change of times (touch -m, futimens) comes with no handle, and is
-        taken for the kernel's only when one is owed and it carries that same mtime."""
+        taken for the kernel's only when one is owed and it carries that same mtime.
+        Anything else is made as the caller (_Change.apply): the kernel checked the
+        attributes it holds, the source checks what it holds now."""
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
-        change = _Change(node.is_symlink, h.fd if h else None, attr, fields)
+        change = _Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
         kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
                   and stat.S_ISREG(node.mode)
                   and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
@@ -591,7 +596,7 @@ class Operations(pyfuse3.Operations):
                       is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
         with self._truncations if fields.update_size and self.enable_writeback_cache else _NO_TRUNCATION:
             st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
-                                  change.hand_over if kernel else change.apply, node)
+                                  *((change.hand_over, node) if kernel else (change.apply, node, _owner_for(ctx))))
             if change.mtime is not None:
                 node.kernel_mtime = change.mtime
             node.seen = version(st)
@@ -1546,10 +1551,13 @@ class _Change:
     """A setattr request: size, mode, owner, times, in that order, then fresh attributes.
 
     Applied to the object's O_PATH descriptor (or the open file's own), never by a
-    name.  A symbolic link's size and mode cannot change (Linux has no lchmod), so
-    those answer as the kernel would natively rather than reach the link's target."""
+    name, and as the caller (`owner`; None: as the server), so the source decides with
+    the caller's own credentials what the kernel allowed on the attributes it holds,
+    which may be older than the source's.  A symbolic link's size and mode cannot
+    change (Linux has no lchmod), so those answer as the kernel would natively rather
+    than reach the link's target."""
 
-    def __init__(self, is_link: bool, fh: int | None, attr, fields):
+    def __init__(self, is_link: bool, fh: int | None, attr, fields, now: int):
         self.is_link, self.fh = is_link, fh
         self.size = attr.st_size if fields.update_size else None
         self.mode = stat.S_IMODE(attr.st_mode) if fields.update_mode else None
@@ -1557,6 +1565,9 @@ class _Change:
         self.gid = attr.st_gid if fields.update_gid else -1
         self.atime = attr.st_atime_ns if fields.update_atime else None
         self.mtime = attr.st_mtime_ns if fields.update_mtime else None
+        # pyfuse3 gives "now" (utimensat(UTIME_NOW), touch) as an explicit time, its
+        # clock's when the request reached it: both times, and lately, may mean now
+        self.touch = all(t is not None and -_NOW_AHEAD <= now - t <= _NOW_BEHIND for t in (self.atime, self.mtime))
         # for the trace: what it sets, in the order it sets them
         self.names = ",".join(n for n, on in (("size", self.size is not None), ("mode", self.mode is not None),
                                               ("uid", self.uid != -1), ("gid", self.gid != -1),
@@ -1569,26 +1580,56 @@ class _Change:
         the times the write-back gave it, and the hand-over, which no call made, does not
         fail a later fsync or close."""
         try:
-            return self.apply(path_fd)
+            return self.apply(path_fd, None)
         except PermissionError:
             return os.stat(path_fd)
 
-    def apply(self, path_fd: int) -> os.stat_result:
+    def apply(self, path_fd: int, owner) -> os.stat_result:
+        """Make the change as `owner`, but for what the kernel itself does on a caller's
+        behalf after its own checks, which natively needs no ownership: the times a
+        truncation sets, and the clearing of set-user-ID and set-group-ID bits when
+        someone else writes or truncates (see _kills_set_id)."""
         fh = self.fh
         if self.is_link and (self.size is not None or self.mode is not None):
             raise OSError(E.EINVAL if self.size is not None else E.EOPNOTSUPP, "not on a symbolic link")
         target = fh if fh is not None else f"/proc/self/fd/{path_fd}"
+        # before the truncation, which as the caller clears them itself
+        kills = self.mode is not None and owner is not None and self._kills_set_id(path_fd)
         if self.size is not None:
-            os.truncate(target, self.size)
+            with syscalls.credentials(owner):
+                os.truncate(target, self.size)
         if self.mode is not None:
-            os.chmod(target, self.mode)
+            with syscalls.credentials(None if kills else owner):
+                os.chmod(target, self.mode)
         if self.uid != -1 or self.gid != -1:
-            syscalls.fchown_empty(path_fd, self.uid, self.gid)
+            with syscalls.credentials(owner):
+                syscalls.fchown_empty(path_fd, self.uid, self.gid)
         if self.atime is not None or self.mtime is not None:
-            if self.is_link:  # the link itself (AT_EMPTY_PATH here needs Linux 5.8)
-                syscalls.utimensat(path_fd, b"", self.atime, self.mtime,
-                                   syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
-            else:
-                syscalls.utimensat(syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), self.atime,
-                                   self.mtime, 0)
+            # a truncation's times are the kernel's now, for a truncation the source allowed
+            self._times(path_fd, owner if self.size is None else None)
         return os.stat(path_fd)
+
+    def _kills_set_id(self, path_fd: int) -> bool:
+        """Whether the mode asked for is the source's but for set-user-ID and set-group-ID
+        bits, cleared: the kernel's own, when someone not the owner writes or truncates
+        (fs/fuse: fuse_setattr turns ATTR_KILL_SUID into a mode, with the writer's
+        credentials and no check of its own), which natively needs no ownership.  It
+        only ever takes privileges away."""
+        st = os.stat(path_fd)
+        now = stat.S_IMODE(st.st_mode)
+        cleared = now & ~self.mode if self.mode is not None else 0
+        return (stat.S_ISREG(st.st_mode) and self.mode == now & ~cleared and cleared != 0
+                and not cleared & ~(stat.S_ISUID | stat.S_ISGID))
+
+    def _times(self, path_fd: int, owner) -> None:
+        # a link itself (AT_EMPTY_PATH here needs Linux 5.8); anything else by its magic link
+        at = ((path_fd, b"", syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW) if self.is_link
+              else (syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), 0))
+        with syscalls.credentials(owner):
+            try:
+                syscalls.utimensat(at[0], at[1], self.atime, self.mtime, at[2])
+            except PermissionError as exc:
+                # explicit times need ownership; "now" needs only write permission
+                if owner is None or exc.errno != E.EPERM or not self.touch:
+                    raise
+                syscalls.utimensat_now(*at)

@@ -56,6 +56,12 @@ def utimensat(dirfd: int, path: bytes, atime_ns: int | None, mtime_ns: int | Non
     _check(_libc.utimensat(dirfd, path, times, flags), path)
 
 
+def utimensat_now(dirfd: int, path: bytes, flags: int = 0) -> None:
+    """Set both timestamps to the file system's now (times NULL): unlike explicit
+    times, which only the owner may set, this needs only write permission."""
+    _check(_libc.utimensat(dirfd, path, None, flags), path)
+
+
 # ---- credentials of one thread -------------------------------------------------------
 #
 # A file made for another user is made *as* that user: the thread's file-system uid

@@ -1,8 +1,12 @@
 """Fixtures that mount real fusetrace file systems through the real command line."""
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,6 +89,23 @@ class Mount:
             done = fusetrace("umount", str(self.mountpoint), check=False)
             if done.returncode != 0 and is_mounted(self.mountpoint):
                 subprocess.run(["fusermount3", "-uz", str(self.mountpoint)], check=False)
+
+
+def served(prefix: str, *options: str) -> Iterator[tuple[Path, Path]]:
+    """(source, mountpoint) of an allow_other mount served by root with `options`, in a
+    fresh directory every user can reach (pytest's tmp_path is root's alone); unmounted and
+    removed at the end: a fixture's `yield from served(...)`."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(base, 0o755)
+    src, mnt = base / "src", base / "mnt"
+    src.mkdir(mode=0o755)
+    mnt.mkdir(mode=0o755)
+    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
+    try:
+        yield src, mnt
+    finally:
+        Mount(src, mnt, None).unmount()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

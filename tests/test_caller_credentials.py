@@ -12,13 +12,11 @@ root could remove it (docs/SECURITY.md, rule 3).
 
 import errno
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import Mount, fusetrace
+from conftest import served
 
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # the caller's: the test's own may sit where nobody cannot reach
@@ -61,18 +59,9 @@ def _as_nobody(directory: Path, old: str, new: str, flags: str, *mine: str) -> i
 
 @pytest.fixture(scope="module")
 def shared():
-    """(source, mountpoint): an allow_other mount served by root, in a directory every user
-    can reach, its attributes never cached (each call checks what the source holds)."""
-    base = Path(tempfile.mkdtemp(prefix="fusetrace-creds-"))
-    os.chmod(base, 0o755)
-    src, mnt = base / "src", base / "mnt"
-    src.mkdir(mode=0o755)
-    mnt.mkdir(mode=0o755)
-    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", "--attr-timeout", "0", "--entry-timeout", "0",
-              "--log", str(base / "server.log"))
-    yield src, mnt
-    Mount(src, mnt, None).unmount()
-    shutil.rmtree(base, ignore_errors=True)
+    """(source, mountpoint): an allow_other mount served by root, its attributes never
+    cached (each call checks what the source holds)."""
+    yield from served("fusetrace-creds-", "--attr-timeout", "0", "--entry-timeout", "0")
 
 
 def _state(path: Path) -> tuple | None:
@@ -156,16 +145,7 @@ def test_a_link_by_a_user_is_as_native(shared, request, mine, roots, old, expect
 @pytest.fixture(scope="module")
 def cached():
     """(source, mountpoint): as `shared`, but the kernel keeps attributes for a minute."""
-    base = Path(tempfile.mkdtemp(prefix="fusetrace-creds-"))
-    os.chmod(base, 0o755)
-    src, mnt = base / "src", base / "mnt"
-    src.mkdir(mode=0o755)
-    mnt.mkdir(mode=0o755)
-    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", "--attr-timeout", "60", "--entry-timeout", "60",
-              "--log", str(base / "server.log"))
-    yield src, mnt
-    Mount(src, mnt, None).unmount()
-    shutil.rmtree(base, ignore_errors=True)
+    yield from served("fusetrace-creds-", "--attr-timeout", "60", "--entry-timeout", "60")
 
 
 @pytest.mark.parametrize("flags, owner, change", [

@@ -10,11 +10,9 @@ through the mount, and one the caller lacks does not.
 import os
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
-from conftest import Mount, fusetrace
+from conftest import served
 
 NOBODY = 65534
 GROUP = 4242  # a supplementary group given to the caller in one test
@@ -27,15 +25,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setfacl")
 @pytest.fixture
 def shared():
     """(source, mountpoint) of an allow_other mount in a directory every user can reach."""
-    base = Path(tempfile.mkdtemp(prefix="fusetrace-perm-"))
-    os.chmod(base, 0o755)
-    src, mnt = base / "src", base / "mnt"
-    src.mkdir(mode=0o755)
-    mnt.mkdir(mode=0o755)
-    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", "--attr-timeout", "0", "--entry-timeout", "0")
-    yield src, mnt
-    Mount(src, mnt, None).unmount()
-    shutil.rmtree(base, ignore_errors=True)
+    yield from served("fusetrace-perm-", "--attr-timeout", "0", "--entry-timeout", "0")
 
 
 def _as_nobody(code: str, *args, groups=()) -> subprocess.CompletedProcess:

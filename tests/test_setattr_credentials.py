@@ -13,14 +13,12 @@ cache, the hand-over of a file's times after writes.
 
 import errno
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import Mount, fusetrace, poll
+from conftest import poll, served
 
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # the caller's: the test's own may sit where nobody cannot reach
@@ -59,30 +57,16 @@ def _as_nobody(path: Path, op: str, arg: str = "") -> int:
     return int(done.stdout)
 
 
-def _served(*options: str):
-    """(source, mountpoint) of an allow_other mount served by root, in a directory every
-    user can reach; unmounted at the end."""
-    base = Path(tempfile.mkdtemp(prefix="fusetrace-setattr-"))
-    os.chmod(base, 0o755)
-    src, mnt = base / "src", base / "mnt"
-    src.mkdir(mode=0o755)
-    mnt.mkdir(mode=0o755)
-    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
-    yield src, mnt
-    Mount(src, mnt, None).unmount()
-    shutil.rmtree(base, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def cached():
     """The kernel keeps attributes for a minute."""
-    yield from _served("--attr-timeout", "60", "--entry-timeout", "60")
+    yield from served("fusetrace-setattr-", "--attr-timeout", "60", "--entry-timeout", "60")
 
 
 @pytest.fixture(scope="module")
 def writeback():
     """An emulated mount, with the write-back cache (its default)."""
-    yield from _served("--emulate", "efs-bursting")
+    yield from served("fusetrace-setattr-", "--emulate", "efs-bursting")
 
 
 def _file(src: Path, name: str, owner: int, mode: int, group: int | None = None) -> Path:

@@ -67,7 +67,13 @@ def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
     symbolic link at `path` (O_NOFOLLOW), never hanging on a FIFO (O_NONBLOCK), and
     refused unless it is then a regular file of ours with no other name (a hard link
     someone made to a file of ours elsewhere).  Every refusal is one UserError naming
-    `shown`, so nothing is written into a file another user chose or planted."""
+    `shown`, so nothing is written into a file another user chose or planted.  Given no
+    `dir_fd`, the path's directories are reached through no symbolic link another user
+    owns (_trusted_parent)."""
+    parent = None
+    if dir_fd is None:
+        dir_fd = parent = _trusted_parent(path, shown)
+        path = os.path.basename(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                      0o600, dir_fd=dir_fd)
@@ -77,6 +83,9 @@ def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
         if exc.errno in (errno.ELOOP, errno.EACCES) and _is_link(path, dir_fd):
             why = "is a symbolic link; refusing to follow it"
         raise UserError(f"{shown}: {why}") from None
+    finally:
+        if parent is not None:
+            os.close(parent)
     try:
         check_own_file(fd, shown)
         links = os.fstat(fd).st_nlink
@@ -84,6 +93,46 @@ def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
             raise NotPrivate(f"{shown}: has {links} names (hard links); refusing to write into a file "
                              f"that is also elsewhere")
         os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _trusted_parent(path: str, shown: str) -> int:
+    """An O_PATH descriptor of the directory holding `path`, walked to one component at a
+    time from / (or the working directory), following a symbolic link only if root or
+    this user owns it: a link another user planted in a world-writable directory on the
+    way (/tmp/ww/d -> /etc) would otherwise lead a root server's log into /etc/passwd.
+    A link is checked by its lstat, then followed, then checked again to be the same
+    link; one swapped in between is refused."""
+    head = os.path.dirname(path) or "."
+    fd = os.open("/" if head.startswith("/") else ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    walked = "/" if head.startswith("/") else ""
+    try:
+        for part in (p for p in head.split("/") if p and p != "."):
+            walked = os.path.join(walked, part)
+            try:
+                try:
+                    nfd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    link = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISLNK(link.st_mode):
+                        raise
+                    if link.st_uid not in (0, os.geteuid()):
+                        raise UserError(f"{shown}: {walked} is a symbolic link of {_owner(link.st_uid)}; refusing "
+                                        f"to follow it (give the path it leads to, if that is meant)") from None
+                    nfd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+                    again = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                    if (again.st_dev, again.st_ino) != (link.st_dev, link.st_ino):
+                        os.close(nfd)
+                        raise UserError(f"{shown}: {walked} changed while it was followed; refusing it") from None
+            except OSError as exc:
+                raise UserError(f"{shown}: {walked}: {(exc.strerror or str(exc)).lower()}") from None
+            os.close(fd)
+            fd = nfd
     except BaseException:
         os.close(fd)
         raise

@@ -82,6 +82,28 @@ def test_a_log_planted_by_another_user_is_refused_in_one_line(sticky, what, why)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
 
 
+def test_a_directory_link_planted_on_the_logs_way_is_not_followed(sticky):
+    """nobody links a world-writable directory's name to a directory of root's: the log's
+    name there is root's own file, one name, so only the way to it can tell."""
+    os.chmod(sticky, 0o777)
+    theirs, ours = sticky / "pdir", sticky / "rootdir"
+    ours.mkdir(mode=0o755)
+    (ours / "passwd").write_text("keep\n")
+    os.symlink(ours, theirs)
+    os.lchown(theirs, NOBODY, NOBODY)
+    done = fusetrace("mount", str(sticky / "src"), str(sticky / "mnt"), "--log", str(theirs / "passwd"), check=False)
+    one_line_error(done, f"--log {theirs}/passwd: {theirs} is a symbolic link of uid {NOBODY}", "refusing to follow",
+                   code=1)
+    assert not is_mounted(sticky / "mnt")
+    assert (ours / "passwd").read_text() == "keep\n"
+    # a link of root's own on the way is followed, as the operator made it
+    os.unlink(theirs)
+    os.symlink(ours, theirs)
+    fusetrace("mount", str(sticky / "src"), str(sticky / "mnt"), "--log", str(theirs / "server.log"))
+    fusetrace("umount", str(sticky / "mnt"))
+    assert "mounted on" in (ours / "server.log").read_text()
+
+
 def test_a_new_log_is_made_private_and_an_own_log_appended_to(sticky):
     log = sticky / "server.log"
     for _ in range(2):

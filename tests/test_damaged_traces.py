@@ -75,6 +75,7 @@ def test_every_command_meets_every_damage(tmp_path, good):
 
 
 @pytest.mark.parametrize("damage, needles", [
+    ("op's levels spoiled", ["part-000000.parquet: not a readable trace part (its pages decode"]),
     ("path null", ["part-000000.parquet: record 3: path is null"]),
     ("path integer", ["part-000000.parquet: column path is int64, not a string"]),
     ("path_raw integer", ["part-000000.parquet: column path_raw is int64, not bytes"]),

@@ -184,6 +184,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "offset negative": one_value("offset", -1, pa.int64(), row=4),
     "op null": one_value("op", None, pa.string()),
     "op unknown": one_value("op", "frobnicate", pa.string()),
+    "op unknown, with escapes": one_value("op", "read\x1b[2J\x1b]0;title\x07", pa.string()),
     "errno negative": one_value("errno", -2, pa.int32()),
     "pid int64 huge": one_value("pid", 2**40, pa.int64()),
     "fh negative": one_value("fh", -1, pa.int64(), row=3),

@@ -106,6 +106,16 @@ def test_a_raw_name_climbing_out_of_the_target_replays_nothing_outside_it(tmp_pa
                 if n.startswith(b"out")]
 
 
+def test_an_unknown_op_with_escapes_reaches_no_terminal(tmp_path, good):
+    """Every command's output shows a hostile trace's text with '?' for what a terminal
+    would act on: replay listed an unknown op raw among those it did not issue."""
+    t = damaged(tmp_path, good, "op unknown, with escapes")
+    for make in COMMANDS.values():
+        argv = make(t, good, scratch(tmp_path, "s"))
+        code, out, err = run_in_process(argv)
+        assert code in (0, 2) and not {"\x1b", "\x07"} & set(out + err), (argv, out + err)
+
+
 @pytest.mark.parametrize("damage", ["last part truncated", "last part empty", "last part spoiled inside"])
 def test_a_damaged_part_beside_good_ones_is_skipped_with_a_warning(tmp_path, good, damage):
     t = damaged(tmp_path, good, damage)

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from ..emulator.ops import Gate
 from ..errors import UserError
+from ..texttable import printable
 
 # The columns a replay reads, in Rec's order.
 COLUMNS = ["start_ns", "dur_ns", "op", "path", "path2", "fh", "offset", "size", "result", "errno", "pid",
@@ -222,7 +223,7 @@ class Target:
             return handle_call(rec, h)
         call = self._calls.get(rec.op)
         if call is None:
-            raise Refused(f"{rec.op}: not an operation replay knows")
+            raise Refused(f"{printable(rec.op)}: not an operation replay knows")  # a hostile trace's text
         return call(rec)
 
     def close(self) -> list[Difference]:

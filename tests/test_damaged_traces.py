@@ -218,10 +218,13 @@ def test_the_command_line_itself(tmp_path, good, damage, command, code):
 
 
 def test_profiles_nested_deep_or_huge_are_one_line(tmp_path, good):
-    deep, huge = tmp_path / "deep.toml", tmp_path / "huge.toml"
+    deep, huge, long, fifo = (tmp_path / f"{n}.toml" for n in ("deep", "huge", "long", "fifo"))
     deep.write_text('base = "efs-tiny"\nx = ' + "[" * 5000 + "]" * 5000 + "\n")
     huge.write_text("# " + "x" * (2 << 20) + "\n")
-    for path, says in ((deep, "arrays or tables nested too deep to read"), (huge, "over 1,048,576 bytes")):
+    long.write_text("burst_mibps = " + "9" * 5000 + "\n")  # a traceback from tomllib's int()
+    os.mkfifo(fifo)  # which the command waited on for good
+    for path, says in ((deep, "arrays or tables nested too deep to read"), (huge, "over 1,048,576 bytes"),
+                       (long, "a number too long to read"), (fifo, "not a regular file")):
         for argv in (["simulate", str(good), "--profile", str(path)],
                      ["fit", str(good), "-o", str(tmp_path / "f.toml"), "--base", str(path)]):
             code, _, err = run_in_process(argv)

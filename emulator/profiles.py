@@ -90,6 +90,8 @@ def _read(path: Path, label: str) -> str:
     """The file's text; ProfileError naming the file if it cannot be read as UTF-8, or is
     over MAX_BYTES."""
     try:
+        if path.exists() and not path.is_file():  # a FIFO would hold the open for good
+            raise ProfileError(f"{label}: not a regular file, so not a profile")
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as exc:
@@ -114,6 +116,8 @@ def _settings(path: Path, depth: int) -> list:
         msg = str(exc)
         line = _POSITION.search(msg)
         raise ProfileError(f"{label}:{line.group(1) if line else '?'}: {_POSITION.sub('', msg)}") from None
+    except ValueError:  # (after TOMLDecodeError, one) tomllib's int() of over 4,300 digits
+        raise ProfileError(f"{label}: a number too long to read (over 4,300 digits)") from None
     except RecursionError:  # tomllib recurses once per level of arrays or inline tables
         raise ProfileError(f"{label}: arrays or tables nested too deep to read") from None
     lines = text.splitlines()

@@ -118,6 +118,19 @@ def metadata_key(key: str, value: object) -> Callable[[Path], None]:
     return damage
 
 
+def levels_spoiled(d: Path) -> None:
+    """The part rewritten uncompressed with `op` dictionary-encoded, then one byte of that
+    column's data page set to 0x11: DuckDB then counts 7 records whose `op` is null, yet
+    finds none of them when asked which (its pages decode one way, then another)."""
+    part = _part(d)
+    pq.write_table(pq.read_table(part), part, compression="none", use_dictionary=["op", "path", "comm"])
+    group = pq.read_metadata(part).row_group(0)
+    op = next(group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == "op")
+    data = bytearray(part.read_bytes())
+    data[op.dictionary_page_offset + op.total_compressed_size - 7] = 0x11
+    part.write_bytes(bytes(data))
+
+
 def _random(n: int) -> bytes:
     return bytes((i * 7919 + 13) % 251 for i in range(n))
 
@@ -142,6 +155,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "only part random": only_part(lambda b: _random(4096)),
     "only part empty": only_part(lambda b: b""),
     "only part spoiled inside": only_part(_flip_middle),
+    "op's levels spoiled": levels_spoiled,
     "no records": lambda d: _rewrite(d, lambda t: t.slice(0, 0)),
     # types
     "path null": one_value("path", None, pa.string()),
@@ -170,6 +184,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "offset negative": one_value("offset", -1, pa.int64(), row=4),
     "op null": one_value("op", None, pa.string()),
     "op unknown": one_value("op", "frobnicate", pa.string()),
+    "op unknown, with escapes": one_value("op", "read\x1b[2J\x1b]0;title\x07", pa.string()),
     "errno negative": one_value("errno", -2, pa.int32()),
     "pid int64 huge": one_value("pid", 2**40, pa.int64()),
     "fh negative": one_value("fh", -1, pa.int64(), row=3),

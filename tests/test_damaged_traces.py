@@ -75,6 +75,7 @@ def test_every_command_meets_every_damage(tmp_path, good):
 
 
 @pytest.mark.parametrize("damage, needles", [
+    ("op's levels spoiled", ["part-000000.parquet: not a readable trace part (its pages decode"]),
     ("path null", ["part-000000.parquet: record 3: path is null"]),
     ("path integer", ["part-000000.parquet: column path is int64, not a string"]),
     ("path_raw integer", ["part-000000.parquet: column path_raw is int64, not bytes"]),
@@ -103,6 +104,16 @@ def test_a_raw_name_climbing_out_of_the_target_replays_nothing_outside_it(tmp_pa
     run_in_process(["replay", str(t), str(target), "--as-fast-as-possible"])
     assert not [p for p, _, names in os.walk(os.fsencode(tmp_path)) for n in [*names, os.path.basename(p)]
                 if n.startswith(b"out")]
+
+
+def test_an_unknown_op_with_escapes_reaches_no_terminal(tmp_path, good):
+    """Every command's output shows a hostile trace's text with '?' for what a terminal
+    would act on: replay listed an unknown op raw among those it did not issue."""
+    t = damaged(tmp_path, good, "op unknown, with escapes")
+    for make in COMMANDS.values():
+        argv = make(t, good, scratch(tmp_path, "s"))
+        code, out, err = run_in_process(argv)
+        assert code in (0, 2) and not {"\x1b", "\x07"} & set(out + err), (argv, out + err)
 
 
 @pytest.mark.parametrize("damage", ["last part truncated", "last part empty", "last part spoiled inside"])
@@ -207,10 +218,13 @@ def test_the_command_line_itself(tmp_path, good, damage, command, code):
 
 
 def test_profiles_nested_deep_or_huge_are_one_line(tmp_path, good):
-    deep, huge = tmp_path / "deep.toml", tmp_path / "huge.toml"
+    deep, huge, long, fifo = (tmp_path / f"{n}.toml" for n in ("deep", "huge", "long", "fifo"))
     deep.write_text('base = "efs-tiny"\nx = ' + "[" * 5000 + "]" * 5000 + "\n")
     huge.write_text("# " + "x" * (2 << 20) + "\n")
-    for path, says in ((deep, "arrays or tables nested too deep to read"), (huge, "over 1,048,576 bytes")):
+    long.write_text("burst_mibps = " + "9" * 5000 + "\n")  # a traceback from tomllib's int()
+    os.mkfifo(fifo)  # which the command waited on for good
+    for path, says in ((deep, "arrays or tables nested too deep to read"), (huge, "over 1,048,576 bytes"),
+                       (long, "a number too long to read"), (fifo, "not a regular file")):
         for argv in (["simulate", str(good), "--profile", str(path)],
                      ["fit", str(good), "-o", str(tmp_path / "f.toml"), "--base", str(path)]):
             code, _, err = run_in_process(argv)

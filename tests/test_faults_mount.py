@@ -94,13 +94,18 @@ def test_fusetraces_own_probe_at_mount_passes_the_rules_by(mount, tmp_path, opti
     ('[[rule]\n', "not TOML"),
     ("x = " + "[" * 5000 + "]" * 5000 + "\n", "arrays or tables nested too deep to read"),
     ("# " + "x" * (1 << 20) + "\n", "over 1,048,576 bytes, so not a faults file"),
+    ("[[rule]]\ncount = " + "9" * 5000 + "\n", "a number too long to read"),  # a traceback from tomllib's int()
+    (None, "not a regular file"),  # a FIFO: the mount waited on it for good
     ('[[event]]\nat = "1s"\nstall = "1s"\n', "[[event]] tables need --emulate"),
     ('[[rule]]\nid = "a"\nerrno = "EIO"\n[[rule]]\nid = "a"\nerrno = "EIO"\n',
      "rule 2: id 'a': an earlier rule of the file has that id"),
 ])
 def test_a_bad_faults_file_is_one_line_and_nothing_is_mounted(tmp_path, text, says):
     faults = tmp_path / "faults.toml"
-    faults.write_text(text)
+    if text is None:
+        os.mkfifo(faults)
+    else:
+        faults.write_text(text)
     src, mnt = tmp_path / "src", tmp_path / "mnt"
     src.mkdir()
     mnt.mkdir()

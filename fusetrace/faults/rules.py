@@ -6,6 +6,7 @@ import errno as E
 import math
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 
@@ -362,7 +363,10 @@ def load_file(path: str) -> tuple[list[dict], list[dict]]:
     """The [[rule]] and [[event]] tables of a faults file, unchecked (the injector and the
     emulation check them); a file that cannot be read or parsed is one line."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO would hold a blocking open for good
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UserError(f"--faults {path}: not a regular file, so not a faults file")
             raw = f.read(MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise UserError(f"--faults {path}: over {MAX_FILE_BYTES:,} bytes, so not a faults file")
@@ -371,6 +375,8 @@ def load_file(path: str) -> tuple[list[dict], list[dict]]:
         raise UserError(f"--faults {path}: {(exc.strerror or str(exc)).lower()}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"--faults {path}: not TOML: {exc}") from None
+    except ValueError:  # tomllib's int() of over 4,300 digits
+        raise UserError(f"--faults {path}: a number too long to read (over 4,300 digits)") from None
     except RecursionError:  # tomllib recurses once per level of arrays or inline tables
         raise UserError(f"--faults {path}: arrays or tables nested too deep to read") from None
     unknown = sorted(set(data) - {"rule", "event"})

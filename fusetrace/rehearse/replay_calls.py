@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from ..emulator.ops import Gate
 from ..errors import UserError
+from ..texttable import printable
 
 # The columns a replay reads, in Rec's order.
 COLUMNS = ["start_ns", "dur_ns", "op", "path", "path2", "fh", "offset", "size", "result", "errno", "pid",
@@ -222,7 +223,7 @@ class Target:
             return handle_call(rec, h)
         call = self._calls.get(rec.op)
         if call is None:
-            raise Refused(f"{rec.op}: not an operation replay knows")
+            raise Refused(f"{printable(rec.op)}: not an operation replay knows")  # a hostile trace's text
         return call(rec)
 
     def close(self) -> list[Difference]:
@@ -303,7 +304,9 @@ class Target:
         return _errno(rec, self._path_call(rec.path, lambda d, n: os.rmdir(n, dir_fd=d))[0])
 
     def _rename(self, rec: Rec) -> list[Difference]:
-        return self._two(rec, lambda d, n, d2, n2: os.rename(n, n2, src_dir_fd=d, dst_dir_fd=d2))
+        """With the recorded renameat2 flags (RENAME_EXCHANGE as a plain rename would
+        remove a name)."""
+        return self._two(rec, lambda d, n, d2, n2: _renameat2(d, n, d2, n2, rec.flags))
 
     def _link(self, rec: Rec) -> list[Difference]:
         return self._two(rec, lambda d, n, d2, n2: os.link(n, n2, src_dir_fd=d, dst_dir_fd=d2,
@@ -463,6 +466,15 @@ _buffers = threading.local()
 _getdents64 = _libc.getdents64
 _getdents64.restype = ctypes.c_ssize_t
 _getdents64.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+
+
+def _renameat2(dirfd: int, name: str, dirfd2: int, name2: str, flags: int) -> None:
+    """os.rename, with renameat2's flags (RENAME_NOREPLACE 1, RENAME_EXCHANGE 2, ...)."""
+    if not flags:
+        os.rename(name, name2, src_dir_fd=dirfd, dst_dir_fd=dirfd2)
+    elif _libc.renameat2(dirfd, os.fsencode(name), dirfd2, os.fsencode(name2), ctypes.c_uint(flags & 0xFFFFFFFF)):
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), name)
 
 
 def _getdents(fd: int, rewind: bool) -> int:

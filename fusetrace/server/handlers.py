@@ -429,7 +429,8 @@ class Operations(pyfuse3.Operations):
     def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
                held: int, ticket: "Ticket | None", fault: str | None = None) -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
-        fh, mode, entry, flags, result = site.fh, 0, 0, 0, 0
+        fh, mode, entry, result = site.fh, 0, 0, 0
+        flags = site.flags if req.op == "rename" else 0  # renameat2's, whatever the outcome (replay issues them)
         if req.busy:  # unlink, rename: the open file whose name goes (NFS renames it away), charged
             entry = req.busy  # at admission, so named even if the call then fails
         elif err:
@@ -692,7 +693,7 @@ class Operations(pyfuse3.Operations):
         # charged to the directory the entry leaves, as the trace names it
         moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new, busy=busy),
-                                 _Site(old_dir.id, old_path, new_path), ctx,
+                                 _Site(old_dir.id, old_path, new_path, flags=flags), ctx,
                                  _rename, old_dir, old, new_dir, new, flags, _owner_for(ctx),
                                  self.enable_writeback_cache)
         # Keep the best known paths of the objects that moved (for traces), and the entries
@@ -1092,7 +1093,7 @@ for _name in HANDLED:
 class _Site(NamedTuple):
     """Where a request is, as its trace record names it: the inode (the directory, for
     an entry in it), the path, a second name, the file handle, the offset and the open
-    flags (open, create)."""
+    flags (open, create) or renameat2's (rename)."""
 
     inode: int
     path: str

@@ -43,6 +43,11 @@ try:
     elif op == "write":
         with open(path, "r+b") as f:
             f.write(arg.encode())
+    elif op == "read":
+        with open(path, "rb") as f:
+            f.read()
+    elif op == "list":
+        os.listdir(path)
     print(0)
 except OSError as exc:
     print(exc.errno)
@@ -101,6 +106,27 @@ def test_a_change_the_source_refuses_the_caller_is_refused(cached, op, arg, expe
     before = _state(path)
     assert _as_nobody(path, op, arg) == expected  # natively
     assert _as_nobody(mnt / name, op, arg) == expected
+    assert _state(path) == before
+
+
+@pytest.mark.parametrize("op, kind", [("read", "file"), ("write", "file"), ("list", "directory")])
+def test_an_open_the_source_refuses_the_caller_is_refused(cached, op, kind):
+    """nobody's file or directory, 0600 or 0700, looked up through the mount, then given
+    to root below: the kernel still holds it as nobody's; the source's check of the open,
+    made as the caller, refuses it as natively (open and opendir ran as the server)."""
+    src, mnt = cached
+    name = f"stale-open-{op}"
+    if kind == "file":
+        path = _file(src, name, NOBODY, 0o600)
+    else:
+        path = src / name
+        path.mkdir(mode=0o700)
+        os.chown(path, NOBODY, NOBODY)
+    os.stat(mnt / name)
+    os.chown(path, 0, 0)
+    before = _state(path)
+    assert _as_nobody(path, op, "HELLO") == errno.EACCES  # natively
+    assert _as_nobody(mnt / name, op, "HELLO") == errno.EACCES
     assert _state(path) == before
 
 

@@ -766,7 +766,8 @@ class Operations(pyfuse3.Operations):
             cut = node.size if flags & os.O_TRUNC else 0
             return await self._opening(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
                                        functools.partial(self._open_reply, node, flags, ctx, epoch),
-                                       _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0)
+                                       _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
+                                       _owner_for(ctx))
 
     async def _opening(self, req: Request, site: "_Site", ctx, reply, fn, *args):
         """_call for a request that makes a handle (open, create, opendir): one of the
@@ -934,7 +935,7 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         return await self._opening(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
                                    functools.partial(self._opendir_reply, node, ctx),
-                                   _reopen, node, os.O_RDONLY | os.O_DIRECTORY)
+                                   _reopen, node, os.O_RDONLY | os.O_DIRECTORY, _owner_for(ctx))
 
     def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
         self.dirs[fd] = DirHandle(fd, node, ctx)
@@ -1305,10 +1306,13 @@ def _create(dirfd, name, flags, mode, owner):
         raise
 
 
-def _reopen(path_fd: int, flags: int) -> int:
-    """A descriptor with `flags` on the object path_fd holds (never a link: callers check)."""
+def _reopen(path_fd: int, flags: int, owner=None) -> int:
+    """A descriptor with `flags` on the object path_fd holds (never a link: callers check),
+    opened as `owner` (the caller: the source checks their access to what it holds now,
+    which may be newer than the attributes the kernel checked; None: as the server)."""
     path = f"/proc/self/fd/{path_fd}"
-    return _as_asked(flags, lambda f: os.open(path, f | os.O_CLOEXEC))
+    with syscalls.credentials(owner):
+        return _as_asked(flags, lambda f: os.open(path, f | os.O_CLOEXEC))
 
 
 def _as_asked(flags: int, opener: Callable[[int], int]) -> int:
@@ -1323,12 +1327,13 @@ def _as_asked(flags: int, opener: Callable[[int], int]) -> int:
     return opener(flags)
 
 
-def _open_checked(path_fd: int, flags: int, unprivileged: bool) -> tuple[int, os.stat_result]:
-    """Open the object path_fd holds with `flags`.  The kernel hands O_TRUNC to the
-    server (atomic_o_trunc), which truncates as root; a truncation by a caller without
+def _open_checked(path_fd: int, flags: int, unprivileged: bool, owner) -> tuple[int, os.stat_result]:
+    """Open the object path_fd holds with `flags`, as `owner` (_reopen).  The kernel
+    hands O_TRUNC to the server (atomic_o_trunc); a truncation by a caller without
     CAP_FSETID (`unprivileged`: not root) drops the set-user-ID bit, and the
-    set-group-ID bit of a group-executable file, as the kernel does natively."""
-    fd = _reopen(path_fd, flags)
+    set-group-ID bit of a group-executable file, as the kernel does natively (and, the
+    open made as the caller, as the kernel below already has)."""
+    fd = _reopen(path_fd, flags, owner)
     try:
         st = os.stat(fd)
         if flags & os.O_TRUNC and unprivileged and stat.S_ISREG(st.st_mode):

@@ -10,7 +10,9 @@ got 67 tracebacks in 450 runs (the first 50 damages, 9 commands); now 0 in 531 (
 import json
 import os
 import resource
+import select
 import shutil
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -234,13 +236,24 @@ def test_profiles_nested_deep_or_huge_are_one_line(tmp_path, good):
 
 # ---- a long read tells a terminal how far it has got --------------------------------------
 
+def _lines_from(master: int, want: int) -> list[str]:
+    """What a pty's other side was told, once `want` lines have come: the kernel hands a
+    pty's writes over to the reader in its own time, a line or a few at a time."""
+    got = b""
+    deadline = time.monotonic() + 10
+    while got.count(b"\n") < want and time.monotonic() < deadline:
+        if select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            got += os.read(master, 65536)
+    return got.decode().splitlines()
+
+
 def test_progress_is_told_to_a_terminal_only():
     master, slave = os.openpty()
     with open(slave, "w") as terminal:
         assert list(progress.counted(range(3), "fusetrace export", 3, out=terminal, interval=0)) == [0, 1, 2]
         assert list(progress.counted(range(2), "fusetrace export", 9, of_total=False, out=terminal,
                                      interval=0)) == [0, 1]
-        told = os.read(master, 65536).decode().splitlines()  # (read while the terminal is open)
+        told = _lines_from(master, 5)  # (read while the terminal is open)
     os.close(master)
     assert told[0].startswith("fusetrace export: 1 of 3 records (33 %) in 0 s, about 0 s left"), told
     assert len(told) == 5 and told[4] == "fusetrace export: 2 records written in 0 s (of a trace of 9)", told

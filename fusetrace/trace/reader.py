@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
+from ..texttable import printable
 from . import metadata as meta
 from .schema import COLUMNS, SCHEMA
 
@@ -152,12 +153,7 @@ def record_count(directory: str) -> int:
 
 
 def _first_line(exc: BaseException) -> str:
-    return _printable((str(exc).strip().splitlines() or [type(exc).__name__])[0][:200])
-
-
-def _printable(text: str) -> str:
-    """`text` with what a terminal would act on (escapes, controls) shown as '?'."""
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable((str(exc).strip().splitlines() or [type(exc).__name__])[0][:200])
 
 
 def _check_types(f: str, schema: pa.Schema) -> None:
@@ -184,7 +180,7 @@ def _check_types(f: str, schema: pa.Schema) -> None:
         else:
             ok, kind = pa.types.is_string(got) or pa.types.is_large_string(got), "a string"
         if not ok and not (pa.types.is_null(got) and name in NULLABLE):
-            raise DamagedTrace(f"{f}: column {name} is {_printable(str(got))[:60]}, not {kind}")
+            raise DamagedTrace(f"{f}: column {name} is {printable(str(got))[:60]}, not {kind}")
 
 
 def _check_values(schemas: dict[str, pa.Schema]) -> dict[str, str]:
@@ -243,7 +239,7 @@ def _first_bad(db: duckdb.DuckDBPyConnection, files: list[str], names: tuple[str
                        f"where file_row_number = ?", [[f], number]).fetchone()
     if not why:
         return f"{f}: record {number + 1:,}: {column} is null (every record of a trace has one)"
-    shown = _printable(value[0][:40]) if value and value[0] is not None else "?"
+    shown = printable(value[0][:40]) if value and value[0] is not None else "?"
     return f"{f}: record {number + 1:,}: {column} {shown}: {why}"
 
 

@@ -99,6 +99,22 @@ def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
     return fd
 
 
+def read_regular(path: str, most: int) -> bytes:
+    """The bytes of the regular file at `path`; ValueError ("not a regular file", "over
+    `most` bytes": words to follow its name) for anything else or anything larger, and
+    OSError when it cannot be opened or read.  Opened without blocking: a FIFO given or
+    planted there would otherwise hold the reader for good."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        data = f.read(most + 1) if st.st_size <= most else b""
+    if st.st_size > most or len(data) > most:
+        raise ValueError(f"over {most:,} bytes")
+    return data
+
+
 def _trusted_parent(path: str, shown: str) -> int:
     """An O_PATH descriptor of the directory holding `path`, walked to one component at a
     time from / (or the working directory), following a symbolic link only if root or

@@ -6,7 +6,6 @@ import errno as E
 import math
 import os
 import re
-import stat
 import tomllib
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
 from ..errors import UserError
 from ..globs import glob_regex
+from ..private import read_regular
 from ..request import Kind
 
 # Operations a rule may match: every request a handler sends through the shaper but the
@@ -363,16 +363,13 @@ def load_file(path: str) -> tuple[list[dict], list[dict]]:
     """The [[rule]] and [[event]] tables of a faults file, unchecked (the injector and the
     emulation check them); a file that cannot be read or parsed is one line."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO would hold a blocking open for good
-        with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise UserError(f"--faults {path}: not a regular file, so not a faults file")
-            raw = f.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise UserError(f"--faults {path}: over {MAX_FILE_BYTES:,} bytes, so not a faults file")
-        data = tomllib.loads(raw.decode())
+        raw = read_regular(path, MAX_FILE_BYTES)
     except OSError as exc:
         raise UserError(f"--faults {path}: {(exc.strerror or str(exc)).lower()}") from None
+    except ValueError as exc:
+        raise UserError(f"--faults {path}: {exc}, so not a faults file") from None
+    try:
+        data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"--faults {path}: not TOML: {exc}") from None
     except ValueError:  # tomllib's int() of over 4,300 digits

@@ -9,10 +9,11 @@ to read a trace there.)
 import json
 import math
 import os
-import stat
 import time
 from collections.abc import Callable
 from typing import BinaryIO
+
+from ..private import read_regular
 
 NAME = "_metadata.json"
 # 2: the model's account of each operation (gate, wait_ns ... nfs); 3: the process name and the
@@ -116,20 +117,15 @@ def read(directory: str) -> dict:
     nested too deep for the parser, over MAX_BYTES, or a known key of the wrong type or
     range."""
     try:
-        # not blocking: a FIFO planted in its place would hold the open (and the reader) for good
-        fd = os.open(os.path.join(directory, NAME), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(os.path.join(directory, NAME), MAX_BYTES)
     except FileNotFoundError:
         return {}
-    with open(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{NAME} is not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise ValueError(f"{NAME} is {st.st_size:,} bytes, over {MAX_BYTES:,}")
-        try:
-            return _checked(json.loads(f.read(MAX_BYTES + 1)))
-        except RecursionError:
-            raise ValueError(f"{NAME}: nested too deep") from None
+    except ValueError as exc:
+        raise ValueError(f"{NAME} is {exc}") from None
+    try:
+        return _checked(json.loads(data))
+    except RecursionError:
+        raise ValueError(f"{NAME}: nested too deep") from None
 
 
 def loss_summary(directory: str | os.PathLike) -> str | None:

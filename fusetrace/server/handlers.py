@@ -595,9 +595,9 @@ class Operations(pyfuse3.Operations):
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
+        call = (change.hand_over, node) if kernel else (change.apply, node, _owner_for(ctx))
         with self._truncations if fields.update_size and self.enable_writeback_cache else _NO_TRUNCATION:
-            st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx,
-                                  *((change.hand_over, node) if kernel else (change.apply, node, _owner_for(ctx))))
+            st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, *call)
             if change.mtime is not None:
                 node.kernel_mtime = change.mtime
             node.seen = version(st)
@@ -1621,10 +1621,11 @@ class _Change:
         (fs/fuse: fuse_setattr turns ATTR_KILL_SUID into a mode, with the writer's
         credentials and no check of its own), which natively needs no ownership.  It
         only ever takes privileges away."""
+        assert self.mode is not None
         st = os.stat(path_fd)
         now = stat.S_IMODE(st.st_mode)
-        cleared = now & ~self.mode if self.mode is not None else 0
-        return (stat.S_ISREG(st.st_mode) and self.mode == now & ~cleared and cleared != 0
+        cleared = now & ~self.mode
+        return (stat.S_ISREG(st.st_mode) and self.mode & ~now == 0 and cleared != 0
                 and not cleared & ~(stat.S_ISUID | stat.S_ISGID))
 
     def _times(self, path_fd: int, owner) -> None:

@@ -94,6 +94,20 @@ def check(site: Path) -> int:
     return int(out.split()[1])
 
 
+def server_of(mnt: str) -> int:
+    """The pid of the fusetrace server of `mnt`, found by its command line (the run state
+    would be read by this checkout's code, whose format the baseline's may not share)."""
+    for entry in os.scandir("/proc"):
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError):  # not a process, or gone
+            continue
+        if b"fusetrace" in argv and b"--foreground" in argv and os.fsencode(mnt) in argv:
+            return int(entry.name)
+    raise BaselineError(f"no fusetrace server of {mnt} in /proc")
+
+
 def pythonpath_of(pid: int) -> str | None:
     """PYTHONPATH in the environment process `pid` started with."""
     with open(f"/proc/{pid}/environ", "rb") as f:

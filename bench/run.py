@@ -430,10 +430,11 @@ def _against_baseline(results, row, pairs, missed: list[str]) -> str:
         if v is None or b is None:
             continue
         r = row.speed(v) / row.speed(b)
+        ok = round(r, 2) >= 1.0  # as shown: 0.996 reads 1.00x
         paired = _paired_median(results, key, base, row, least=2)
-        parts.append(f"{label}{_ratio(r)} {'✓' if r >= 1.0 else '✗'}"
+        parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}"
                      + (f" ({_ratio(paired)})" if paired is not None else ""))
-        if r < 1.0:
+        if not ok:
             missed.append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
     return " · ".join(parts) or "—"
 

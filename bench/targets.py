@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from baseline import Baseline, pythonpath_of  # noqa: E402
+from baseline import Baseline, pythonpath_of, server_of  # noqa: E402
 from common import cpu_s, server_pid  # noqa: E402
 
 from fusetrace.server.mounts import canonical, mounted_at  # noqa: E402
@@ -176,7 +176,7 @@ class Fusetrace(Target):
             raise TargetError((done.stderr or done.stdout).strip() or f"exit {done.returncode}")
         wait_mounted(mnt, None, log)
         if self.baseline is not None:  # the server itself, not only the command that started it
-            found = pythonpath_of(server_pid(mnt))
+            found = pythonpath_of(self._server())
             if found != str(self.baseline.site):
                 raise TargetError(f"the baseline's server runs with PYTHONPATH={found}, not {self.baseline.site}")
         return mnt
@@ -199,7 +199,10 @@ class Fusetrace(Target):
         done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=self.cwd, env=self.env,
                               capture_output=True, text=True, check=True)
         recorded = json.loads(done.stdout)["trace"]["recorded"]
-        return cpu_s(server_pid(self.mnt)), recorded
+        return cpu_s(self._server()), recorded
+
+    def _server(self) -> int:
+        return server_pid(self.mnt) if self.baseline is None else server_of(self.mnt)
 
     def after(self):
         if not self.trace or not self.trace_dir:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark fusetrace against the plain directory and two reference passthrough file systems.
 
-    .venv/bin/python bench/run.py [--quick] [--passthrough-hp PATH] [--baseline REV] [--out docs/BENCHMARKS.md]
+    .venv/bin/python bench/run.py [--quick] [--passthrough-hp PATH] [--baseline REV|DIR] [--out docs/BENCHMARKS.md]
 
 Measures, in one run and each over a fresh directory on the same local disk: native,
 fusetrace, fusetrace with --trace, pyfuse3's examples/passthroughfs.py, (given its path)

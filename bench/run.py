@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark fusetrace against the plain directory and two reference passthrough file systems.
 
-    .venv/bin/python bench/run.py [--quick] [--passthrough-hp PATH] [--out docs/BENCHMARKS.md]
+    .venv/bin/python bench/run.py [--quick] [--passthrough-hp PATH] [--baseline REV|DIR] [--out docs/BENCHMARKS.md]
 
 Measures, in one run and each over a fresh directory on the same local disk: native,
-fusetrace, fusetrace with --trace, pyfuse3's examples/passthroughfs.py and (given its path)
-libfuse's example/passthrough_hp.  Writes docs/BENCHMARKS.md (the table with every figure's
-ratio against native from the same run, and the project's performance targets checked) and
-prints the table.  Must run as root (it drops the kernel caches).  bench/README.md has more.
+fusetrace, fusetrace with --trace, pyfuse3's examples/passthroughfs.py, (given its path)
+libfuse's example/passthrough_hp and (given a revision or checkout) the code before a change.
+Writes docs/BENCHMARKS.md (the table with every figure's ratio against native from the same
+run, and the project's performance targets checked) and prints the table.  Must run as root
+(it drops the kernel caches).  bench/README.md has more.
 """
 
 import argparse
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import baseline as B
 import handlercost
 import roundtrip
 import targets as T
@@ -70,10 +72,23 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, metavar="N",
                    help="run every target N times, in alternating order, and report the best "
                         "figure of each (default 2, 1 with --quick)")
+    p.add_argument("--baseline", metavar="REV|DIR",
+                   help="also run the code before a change (a revision of this repository, or another "
+                        "checkout) as targets baseline and baseline+trace, in the same rounds as fusetrace")
     p.add_argument("--only", metavar="KEY[,KEY]",
-                   help="run only these targets (native, fusetrace, fusetrace+trace, fusetrace-noxattrs, "
-                        "pyfuse3-example, passthrough_hp); for development, the report then lacks the other columns")
+                   help=f"run only these targets ({', '.join(KEYS)}); for development, the report then lacks "
+                        "the other columns")
     args = p.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else set(KEYS)
+    if only - set(KEYS):
+        print(f"bench/run.py: --only: no target {', '.join(sorted(only - set(KEYS)))} (targets: {', '.join(KEYS)})",
+              file=sys.stderr)
+        return 2
+    if not args.baseline:
+        if args.only and only & BASELINE_KEYS:
+            print("bench/run.py: --only baseline needs --baseline REV|DIR", file=sys.stderr)
+            return 2
+        only -= BASELINE_KEYS
 
     if os.geteuid() != 0 or not W.can_drop_caches():
         print("bench/run.py: must run as root (it mounts, and drops caches with /proc/sys/vm/drop_caches)",
@@ -86,20 +101,22 @@ def main(argv=None) -> int:
 
     sizes = W.QUICK if args.quick else W.FULL
     rows = W.make_rows(sizes)
-    targets = [T.Native(), T.Fusetrace(trace=False), T.Fusetrace(trace=True),
-               T.Fusetrace(trace=False, no_xattrs=True), T.PyfuseExample()]
-    if args.passthrough_hp:
-        targets.append(T.PassthroughHP(args.passthrough_hp))
-    if args.only:
-        keep = set(args.only.split(","))
-        targets = [t for t in targets if t.key in keep]
-
     work = Path(args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     machine = _machine(work)
     if machine["workdir_fs"] in ("tmpfs", "ramfs") or machine["workdir_fs"].startswith("fuse"):
         print(f"bench/run.py: {work} is on {machine['workdir_fs']}, not a local disk", file=sys.stderr)
         return 2
+    base = None
+    if only & BASELINE_KEYS:
+        try:
+            base = B.prepare(args.baseline, work)
+        except B.BaselineError as exc:
+            print(f"bench/run.py: {exc}", file=sys.stderr)
+            return 2
+        machine["baseline"] = base.label
+        _say(f"baseline: {base.label}, {base.modules} modules checked to load from {base.site}")
+    targets = [t for t in _targets(args.passthrough_hp, base) if t.key in only]
 
     if float(machine["load_start"].split()[1]) > 1.0:
         _say(f"warning: the machine is busy ({machine['load_start']}): figures will be skewed")
@@ -162,6 +179,26 @@ def main(argv=None) -> int:
 
 
 # ---- running -------------------------------------------------------------------------------
+
+
+KEYS = ("native", "fusetrace", "baseline", "fusetrace+trace", "baseline+trace", "fusetrace-noxattrs",
+        "pyfuse3-example", "passthrough_hp")
+BASELINE_KEYS = {"baseline", "baseline+trace"}
+
+
+def _targets(passthrough_hp: str | None, base: B.Baseline | None) -> list[T.Target]:
+    """Every target that can run, in the order of a round: each baseline beside the fusetrace it
+    is compared with, so that the two are measured as close in time as the rounds allow."""
+    targets: list[T.Target] = [T.Native(), T.Fusetrace(trace=False)]
+    if base is not None:
+        targets.append(T.Fusetrace(trace=False, baseline=base))
+    targets.append(T.Fusetrace(trace=True))
+    if base is not None:
+        targets.append(T.Fusetrace(trace=True, baseline=base))
+    targets += [T.Fusetrace(trace=False, no_xattrs=True), T.PyfuseExample()]
+    if passthrough_hp:
+        targets.append(T.PassthroughHP(passthrough_hp))
+    return targets
 
 
 def _say(msg: str) -> None:
@@ -296,8 +333,11 @@ def _table(rows, targets, results):
         extra.append(TRACE_COL)
     if {"fusetrace", "passthrough_hp"} <= have:
         extra.append("fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)")
+    pairs = [p for p in BASE_PAIRS if {p[1], p[2]} <= have]
+    if pairs:
+        extra.append(BASE_COL)
     lines = ["| " + " | ".join(head + extra) + " |", "|" + "---|" * (len(head) + len(extra))]
-    misses: dict[str, list[str]] = {"ex": [], "nox": [], "trace": [], "hp": []}
+    misses: dict[str, list[str]] = {"ex": [], "nox": [], "trace": [], "hp": [], "base": []}
     for row in rows:
         native = _value(results, "native", row)
         cells = [row.title]
@@ -352,6 +392,8 @@ def _table(rows, targets, results):
                     else:
                         parts.append(f"{label}{_ratio(r)}")
             cells.append(" · ".join(parts) or "—")
+        if pairs:
+            cells.append(_against_baseline(results, row, pairs, misses["base"]))
         lines.append("| " + " | ".join(cells) + " |")
 
     checks = []
@@ -368,7 +410,33 @@ def _table(rows, targets, results):
                                "operation: see *The cost of tracing*)", misses["trace"]))
     if "fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)" in extra:
         checks.append(_verdict("create and ls -l within 2x of passthrough_hp", misses["hp"]))
+    if pairs:
+        checks.append(_verdict("no row slower than the baseline, best round against best round (the same code "
+                               "run against itself scatters around 1 by the host's noise: read the medians, "
+                               "and every round's figure below)", misses["base"]))
     return "\n".join(lines), checks
+
+
+BASE_PAIRS = [("", "fusetrace", "baseline"), ("traced ", "fusetrace+trace", "baseline+trace")]
+BASE_COL = "fusetrace ÷ baseline, best (median of the rounds' ratios)"
+
+
+def _against_baseline(results, row, pairs, missed: list[str]) -> str:
+    """The current code's speed over the baseline's on `row`: best round over best round, and
+    the median of the ratios paired round by round."""
+    parts = []
+    for label, key, base in pairs:
+        v, b = _value(results, key, row), _value(results, base, row)
+        if v is None or b is None:
+            continue
+        r = row.speed(v) / row.speed(b)
+        ok = round(r, 2) >= 1.0  # as shown: 0.996 reads 1.00x
+        paired = _paired_median(results, key, base, row, least=2)
+        parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}"
+                     + (f" ({_ratio(paired)})" if paired is not None else ""))
+        if not ok:
+            missed.append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
+    return " · ".join(parts) or "—"
 
 
 NOT_LIKE_THE_EXAMPLE = {
@@ -410,14 +478,14 @@ def _floor(results, sizes) -> list[str]:
     return [verdict + ": " + "; ".join(parts)]
 
 
-def _paired_median(results, key: str, other: str, row) -> float | None:
+def _paired_median(results, key: str, other: str, row, least: int = 3) -> float | None:
     """The median over rounds of `key`'s speed ÷ `other`'s in the same round: rounds pair
     runs taken minutes apart, so the host's drift between rounds cancels, and one round's
     outlier (which decides a best-of-rounds ratio) moves the median little.  None with
-    fewer than 3 rounds, or rounds that do not pair (a round failed)."""
+    fewer than `least` rounds, or rounds that do not pair (a round failed)."""
     a = results["targets"].get(key, {}).get("rows", {}).get(row.key, {}).get("runs", [])
     b = results["targets"].get(other, {}).get("rows", {}).get(row.key, {}).get("runs", [])
-    if len(a) < 3 or len(a) != len(b):
+    if len(a) < least or len(a) != len(b):
         return None
     return statistics.median(row.speed(x) / row.speed(y) for x, y in zip(a, b))
 
@@ -627,6 +695,8 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
         cmd += f" --passthrough-hp {args.passthrough_hp}"
     if args.rounds:
         cmd += f" --rounds {args.rounds}"
+    if args.baseline:
+        cmd += f" --baseline {args.baseline}"
     if args.only:
         cmd += f" --only {args.only}"
     if args.out != "docs/BENCHMARKS.md":
@@ -641,7 +711,7 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
         f"- {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM; kernel {m['kernel']}; {m['os']}",
         f"- file system under test: {m['workdir_fs']} on {m['workdir_dev']} ({m['workdir']})",
         f"- {m['date']}; {m['fio']}; Python {m['python']}, pyfuse3 {m['pyfuse3']}, trio {m['trio']}; "
-        f"fusetrace {m['fusetrace']}",
+        f"fusetrace {m['fusetrace']}" + (f"; baseline {m['baseline']}" if "baseline" in m else ""),
         f"- command: `{cmd}` (as root); {results['elapsed_s'] / 60:.1f} minutes in all",
         f"- other work on the machine: at the start {m['load_start']}; at the end {m['load_end']} "
         f"(this run itself adds 1–2 to the load)",
@@ -706,7 +776,7 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
                 c[0] = "python"
             if t.key == "pyfuse3-example":
                 c[1] = "passthroughfs.py"
-            L.append(" ".join(c))
+            L.append(("PYTHONPATH=BASELINE " if t.key in BASELINE_KEYS else "") + " ".join(c))
     L += ["```", "", "Unmounted with `python -m fusetrace umount MNT` (fusetrace) or `fusermount3 -u MNT` "
           "(the others), and the server waited for, before the next target.", ""]
     L += ["## The rows", "",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from baseline import Baseline, pythonpath_of, server_of  # noqa: E402
 from common import cpu_s, server_pid  # noqa: E402
 
 from fusetrace.server.mounts import canonical, mounted_at  # noqa: E402
@@ -131,18 +132,29 @@ class Native(Target):
 
 
 class Fusetrace(Target):
-    def __init__(self, trace: bool, no_xattrs: bool = False):
+    def __init__(self, trace: bool, no_xattrs: bool = False, baseline: Baseline | None = None):
         self.trace = trace
         self.no_xattrs = no_xattrs
-        self.key = "fusetrace+trace" if trace else "fusetrace-noxattrs" if no_xattrs else "fusetrace"
-        self.label = "fusetrace, traced" if trace else "fusetrace --no-xattrs" if no_xattrs else "fusetrace"
+        self.baseline = baseline  # None: this checkout's code
+        name = "fusetrace" if baseline is None else "baseline"
+        self.key = f"{name}+trace" if trace else f"{name}-noxattrs" if no_xattrs else name
+        self.label = f"{name}, traced" if trace else f"{name} --no-xattrs" if no_xattrs else name
         self.trace_dir: str | None = None
+        # this checkout's code comes first on its path; the baseline's runs in its own folder,
+        # where the working directory puts nothing of this checkout on the path
+        self.cwd = REPO if baseline is None else baseline.site
+        self.env = dict(os.environ, PYTHONPATH=str(REPO)) if baseline is None else baseline.env()
 
     def describe(self) -> str:
         how = "`--trace DIR` (a new directory on the same disk)" if self.trace else "no trace"
         if self.no_xattrs:
             return (f"`python -m fusetrace mount SRC MNT --no-xattrs`, {how}: no extended attributes, "
                     "like the pyfuse3 example (the kernel is answered ENOSYS once and asks no more)")
+        if self.baseline is not None:
+            return (f"the same as fusetrace{', traced' if self.trace else ''}, run from the code of "
+                    f"{self.baseline.label}, laid out as it installs, on PYTHONPATH, by the same Python "
+                    f"({self.baseline.modules} of its modules checked to load from there, and the "
+                    "server's PYTHONPATH checked at every mount)")
         return f"`python -m fusetrace mount SRC MNT` from this checkout, default options, {how}"
 
     def command(self, src, mnt, placeholder=False):
@@ -157,22 +169,24 @@ class Fusetrace(Target):
         if self.trace:
             self.trace_dir = str(scratch / "trace")
         self.mnt = mnt
-        env = dict(os.environ, PYTHONPATH=str(REPO))
         log = scratch / "fusetrace.log"
-        done = subprocess.run([*self.command(src, mnt), "--log", str(log)], cwd=REPO, env=env,
+        done = subprocess.run([*self.command(src, mnt), "--log", str(log)], cwd=self.cwd, env=self.env,
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise TargetError((done.stderr or done.stdout).strip() or f"exit {done.returncode}")
         wait_mounted(mnt, None, log)
+        if self.baseline is not None:  # the server itself, not only the command that started it
+            found = pythonpath_of(self._server())
+            if found != str(self.baseline.site):
+                raise TargetError(f"the baseline's server runs with PYTHONPATH={found}, not {self.baseline.site}")
         return mnt
 
     def stop(self):
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=REPO, env=env,
+        done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=self.cwd, env=self.env,
                               capture_output=True, text=True)
         if done.returncode != 0:
             time.sleep(0.5)
-            done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=REPO, env=env,
+            done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=self.cwd, env=self.env,
                                   capture_output=True, text=True)
         if done.returncode != 0:
             force_unmount(self.mnt)
@@ -182,11 +196,13 @@ class Fusetrace(Target):
         """(the server's CPU seconds so far, operations it has recorded), traced only."""
         if not self.trace:
             return None
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=REPO, env=env,
+        done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=self.cwd, env=self.env,
                               capture_output=True, text=True, check=True)
         recorded = json.loads(done.stdout)["trace"]["recorded"]
-        return cpu_s(server_pid(self.mnt)), recorded
+        return cpu_s(self._server()), recorded
+
+    def _server(self) -> int:
+        return server_pid(self.mnt) if self.baseline is None else server_of(self.mnt)
 
     def after(self):
         if not self.trace or not self.trace_dir:

@@ -1,10 +1,10 @@
 """A progress line on standard error while a command works through a long trace.
 
-`fusetrace export` of a million records takes about 40 s, `replay --as-fast-as-possible`
-as long (docs/BENCHMARKS.md): a person at a terminal is told every INTERVAL seconds how
-far it has got and how long is left, as tools that copy or sort a lot do.  Nothing is
-said when standard error is not a terminal (a log, a pipe, a test), where the lines
-would only be noise.
+`fusetrace export` and `replay --as-fast-as-possible` of a million records take tens of
+seconds (see docs/BENCHMARKS.md, "Figures behind design choices: rehearse/progress.py"): a
+person at a terminal is told every INTERVAL seconds how far it has got and how long is
+left, as tools that copy or sort a lot do.  Nothing is said when standard error is not a
+terminal (a log, a pipe, a test), where the lines would only be noise.
 """
 
 import sys

@@ -59,7 +59,8 @@ _WIDTH = len(_STR_COLUMNS)
 _PATH, _PATH2, _GATE = ([f.name for f in _STR_COLUMNS].index(n) for n in ("path", "path2", "gate"))
 # Records in a block of the queue, and the most the writer takes, converts and writes at a
 # time (one Parquet row group): its own memory stays a few MiB however far behind it is, and
-# no conversion call holds the GIL for long (a column of 16,384 strings: about a millisecond).
+# no conversion call holds the GIL for long (see docs/BENCHMARKS.md, "Figures behind design
+# choices: trace/writer.py").
 _ROW_GROUP = 16_384
 _BLOCK_REFS = _ROW_GROUP * _WIDTH  # a block's references (and 1.9 MiB of integer rows)
 _NONES = (None,) * _BLOCK_REFS
@@ -67,8 +68,7 @@ _NONES = (None,) * _BLOCK_REFS
 # The columns Parquet keeps a dictionary of: the names, and the numbers that repeat by
 # nature (a file's inode and handle, sizes, ids, flags).  Times and offsets rarely repeat:
 # a dictionary of them costs the writer thread time before Parquet gives up on it, and the
-# file bytes (the 100,346 records of a traced fio run with creates and ls -l, written both
-# ways: 1.54-1.79 -> 1.40-1.45 µs and 11.1 -> 7.9 bytes per record).
+# file bytes (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py").
 _DICTIONARY = [f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
                or pa.types.is_binary(f.type)] + [
     "inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
@@ -142,7 +142,8 @@ class TraceWriter:
         self._summary: dict = {}
 
         self._dirfd = _prepare(self.directory)
-        # pyarrow's first conversion imports pandas (~0.4 s, GIL held); pay it now, not mid-trace
+        # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
+        # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
         _table(b"", [], self._host)
         wall, mono = meta.clock_pair()
         self._meta = {

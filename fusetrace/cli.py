@@ -315,7 +315,7 @@ def _umount(args) -> int:
     """Unmount, then wait for the server to flush its trace and exit; every wait bounded.
     Nothing here touches the mount itself: it is found in the mount table, and the
     kernel aborts the connection at unmount without asking the server."""
-    from .scenarios import children
+    from . import processes
     from .server import mounts, runstate
 
     mnt = mounts.canonical(args.mountpoint)
@@ -326,7 +326,7 @@ def _umount(args) -> int:
         raise UserError(f"{mnt}: not mounted")
     if info.fstype != mounts.FSTYPE:
         raise UserError(f"{mnt}: not a fusetrace mount ({info.fstype} from {info.source})")
-    pid = state.get("pid") if children.is_fusetrace(state.get("pid")) else None
+    pid = state.get("pid") if processes.is_fusetrace(state.get("pid")) else None
     stopped = (f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
                f"mount now with fusermount3 -uz {mnt}")
     fusermount = subprocess.Popen(["fusermount3", "-u", mnt], stdin=subprocess.DEVNULL,
@@ -335,12 +335,12 @@ def _umount(args) -> int:
         _, err = fusermount.communicate(timeout=UMOUNT_TIMEOUT)
     except subprocess.TimeoutExpired:
         fusermount.kill()
-        hint = stopped if pid and children.stopped(pid) else f"; detach it with fusermount3 -uz {mnt}"
+        hint = stopped if pid and processes.stopped(pid) else f"; detach it with fusermount3 -uz {mnt}"
         raise UserError(f"cannot unmount {mnt}: fusermount3 did not return within "
                         f"{UMOUNT_TIMEOUT:.0f} s{hint}") from None
     if fusermount.returncode != 0:
         reason = err.strip().splitlines()[-1] if err.strip() else f"exit {fusermount.returncode}"
-        hint = stopped if pid and children.stopped(pid) else ""
+        hint = stopped if pid and processes.stopped(pid) else ""
         if not hint and "busy" in reason:
             from .stats_view import held_words
 
@@ -370,10 +370,10 @@ def _umount(args) -> int:
 def _forget_dead(mnt: str, state: dict) -> None:
     """A server that is gone without removing its run state and control socket (killed
     with SIGKILL) has them removed: unless a new server wrote the state since."""
-    from .scenarios import children
+    from . import processes
     from .server import runstate
 
-    if state and not children.is_fusetrace(state.get("pid")) and runstate.read(mnt) == state:
+    if state and not processes.is_fusetrace(state.get("pid")) and runstate.read(mnt) == state:
         runstate.remove(mnt)
 
 
@@ -381,7 +381,7 @@ def _held(control: str) -> list[dict]:
     """The callers the server holds long in a request (Operations.held_long): each keeps
     the mount busy with no descriptor in it.  [] when the server does not answer within a
     second (umount goes on without them)."""
-    from .server.control import request
+    from .control_client import request
 
     try:
         return request(control, cmd="held", timeout=1.0).get("held", [])
@@ -392,20 +392,20 @@ def _held(control: str) -> list[dict]:
 def _wait_server(mnt: str, pid: int, trace: str | None) -> None:
     """Wait for an unmounted server to flush and exit, as long as it makes progress (CPU
     time or I/O): a stopped server is said at once, one that stalls after STALL_TIMEOUT."""
-    from .scenarios import children
+    from . import processes
 
     what = "flush its trace" if trace else "exit"
     begin = last_change = time.monotonic()
     last = None
     while True:
-        state = children.proc_state(pid)
+        state = processes.proc_state(pid)
         if state is None:
             return
         now = time.monotonic()
         if state in ("T", "t"):
             raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is stopped and cannot {what}: "
                             f"resume it with kill -CONT {pid}")
-        progress = children.progress(pid)
+        progress = processes.progress(pid)
         if progress != last:
             last, last_change = progress, now
         elif now - last_change > STALL_TIMEOUT:

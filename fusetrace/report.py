@@ -26,7 +26,8 @@ import duckdb
 from .errors import UserError
 from .globs import glob_regex
 from .hostload import load_words
-from .texttable import count, printable, table
+from .processes import is_fusetrace
+from .texttable import count, int_text, ns_text, num_text, printable, table
 from .trace import metadata as meta
 from .trace import reader
 from .trace.names import readable
@@ -400,11 +401,11 @@ class Trace:
                     select path2, count(*) as k, count(*) over () as names from trace
                     where op = 'getxattr' and errno = {errnos.ENODATA}
                     group by all order by k desc, path2 limit 2""").fetchall()
-                names = ", ".join(f"{name} {_int(k)}" for name, k, _ in named)
+                names = ", ".join(f"{name} {int_text(k)}" for name, k, _ in named)
                 others = named[0][2] - len(named) if named else 0
                 if others:
                     left = xattr_misses - sum(k for _, k, _ in named)
-                    names += f", {count(others, 'other name')} {_int(left)}"
+                    names += f", {count(others, 'other name')} {int_text(left)}"
                 out.append({"hint": "xattr-misses", "records": xattr_misses, "share": xattr_misses / n,
                             "text": f"getxattr: {_pct(xattr_misses / n)} of the records are look-ups of extended "
                                     f"attributes the file does not have ({names}): mount with --no-xattrs and the "
@@ -419,9 +420,9 @@ class Trace:
                     "sees fewer of them: mount with --negative-timeout 30 to trace what it would")
                 out.append({"hint": "failed-lookups", "records": lookup_misses, "share": lookup_misses / n,
                             "text": f"lookup: {_pct(lookup_misses / n)} of the records look up names that do not "
-                                    f"exist (most in {where}: {_int(k)}): a program searching a list of directories "
-                                    f"(PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) one after another; shorten the list or "
-                                    f"put the usual hit first{cached}"})
+                                    f"exist (most in {where}: {int_text(k)}): a program searching a list of "
+                                    f"directories (PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) one after another; shorten "
+                                    f"the list or put the usual hit first{cached}"})
             writes_seen = not self.filters.ops or "write" in self.filters.ops  # --op fsync: writes unknown
             if syncs >= FSYNC_HINT_COUNT and writes_seen:
                 # with FUSE's write-back cache a write record is the kernel's write-back of many
@@ -446,7 +447,7 @@ class Trace:
                     share = flagged_ns / self.total_ns if self.total_ns else 0
                     out.append({"hint": "fsync-per-write", "syncs": flagged, "writes": writes, "synced": synced,
                                 "summed_share": share,
-                                "text": f"fsync: {_int(flagged)} calls (fsyncdir included) on {_int(synced)} "
+                                "text": f"fsync: {int_text(flagged)} calls (fsyncdir included) on {int_text(synced)} "
                                         f"{'file or directory' if synced == 1 else 'files and directories'}, "
                                         f"one for every {writes / flagged:.1f} "
                                         f"{'pages written' if pages else 'writes'} to them, "
@@ -472,7 +473,7 @@ class Trace:
         missing = (m.get("dropped") or 0) + (m.get("lost") or 0)
         if missing:
             out.append({"hint": "missing-records", "records": missing,
-                        "text": f"the trace is missing {_int(missing)} records (dropped or lost, see above): every "
+                        "text": f"the trace is missing {int_text(missing)} records (dropped or lost, see above): every "
                                 f"count here is short; trace to a local disk that keeps up, not to the traced file "
                                 f"system or a network one"})
         return out
@@ -669,7 +670,7 @@ def render(s: dict) -> str:
 
 def _header(s: dict) -> list[str]:
     m = s["metadata"]
-    counts = f"({_int(s['records'])} records in {_int(s['files'])} file{'' if s['files'] == 1 else 's'})"
+    counts = f"({int_text(s['records'])} records in {int_text(s['files'])} file{'' if s['files'] == 1 else 's'})"
     if s["directory"] is not None:
         lines = [f"trace       {s['directory']}  {counts}"]
     else:
@@ -678,7 +679,7 @@ def _header(s: dict) -> list[str]:
         lines = [f"traces      {len(traces)} traces from {hosts} host{'s' if hosts > 1 else ''}  {counts}"]
         lines += [f"            {t['host'] or '(no host)'}  {t['directory']}" for t in traces[:TOP_GROUPS]]
         if len(traces) > TOP_GROUPS:
-            lines.append(f"            and {_int(len(traces) - TOP_GROUPS)} more (--json lists them all)")
+            lines.append(f"            and {int_text(len(traces) - TOP_GROUPS)} more (--json lists them all)")
     if "source" in m:
         host = f" on {m['host']}" if m.get("host") else ""
         lines.append(f"source      {m['source']}{host}, mounted at {m.get('mountpoint', '?')}")
@@ -688,20 +689,20 @@ def _header(s: dict) -> list[str]:
         f = s["filters"]
         times = [f"{k} {_at(s, f[k + '_ns'])}" for k in ("since", "until") if f[k] is not None]
         lines.append(f"filters     {'  '.join(f['options'])}{' (' + '; '.join(times) + ')' if times else ''}: "
-                     f"{_int(s['matched'])} of {_int(s['records'])} records")
+                     f"{int_text(s['matched'])} of {int_text(s['records'])} records")
     lines += _coverage(s)
     if m.get("dropped"):
         limit = f"max_pending {m['max_pending']}" if m.get("max_pending") is not None else \
             f"{m['max_pending_bytes'] / 2**20:g} MiB" if m.get("max_pending_bytes") else "max_pending ?"
-        lines.append(f"dropped     {_int(m['dropped'])} records: the writer's queue was full ({limit}), "
+        lines.append(f"dropped     {int_text(m['dropped'])} records: the writer's queue was full ({limit}), "
                      f"or a field was bad (the server's log says which)")
     if m.get("write_errors"):
-        lines.append(f"lost        {_int(m.get('lost', 0))} records in {_int(m['write_errors'])} failed "
+        lines.append(f"lost        {int_text(m.get('lost', 0))} records in {int_text(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")
     lines += _emulation(m, s["traces"])
     for f in s.get("faults", []):
-        said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {_int(o['count'])}" for o in f["ops"])
-        lines.append(f"fault       rule {f['rule']} acted on {_int(f['records'])} records: {said}")
+        said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {int_text(o['count'])}" for o in f["ops"])
+        lines.append(f"fault       rule {f['rule']} acted on {int_text(f['records'])} records: {said}")
     if s["directory"] is not None:
         warning = s["traces"][0]["warning"]
         lines += [f"warning     {warning}"] if warning else []
@@ -715,8 +716,9 @@ def _header(s: dict) -> list[str]:
 def _hosts_table(s: dict) -> str:
     """One line per host of a report over several traces."""
     head = ["host", "traces", "ops", "errors", "ops/s", "total", "%total", "span"]
-    rows = [[h["host"] or "(no host)", _int(h["traces"]), _int(h["count"]), _int(h["errors"]), _num(h["ops_per_s"]),
-             _ns(h["total_ns"]), f"{100 * h['share']:.1f}", f"{h['span_ns'] / 1e9:.3f} s"] for h in s["hosts"]]
+    rows = [[h["host"] or "(no host)", int_text(h["traces"]), int_text(h["count"]), int_text(h["errors"]),
+             num_text(h["ops_per_s"]), ns_text(h["total_ns"]), f"{100 * h['share']:.1f}",
+             f"{h['span_ns'] / 1e9:.3f} s"] for h in s["hosts"]]
     return (f"per host\n{table(head, rows, 'l' + 'r' * 7)}\n(ops: the records kept on each host, ops/s over all "
             f"hosts' span, not the host's own, so that the hosts' rates add up to the fleet's; total: their "
             f"latencies added up, %total its share of all hosts'; span: from the "
@@ -744,7 +746,7 @@ def _coverage(s: dict) -> list[str]:
         why = "a trace from before format 3" if s["format_version"] < 3 else f"not in its {meta.NAME}"
         lines.append(f"round trip  FUSE's own, before and after each operation: not measured ({why})")
     else:
-        lines.append(f"round trip  with FUSE's ({_ns(c['round_trip_ns'])} each, measured at mount) added to each "
+        lines.append(f"round trip  with FUSE's ({ns_text(c['round_trip_ns'])} each, measured at mount) added to each "
                      f"operation: {c['busy_with_round_trip_ns'] / 1e9:.3f} s ({_pct(c['busy_with_round_trip_share'])})")
     lines.append(f"the rest    {_pct(c['rest_share'])} of the span: the application's own time (CPU, other I/O, "
                  f"waiting) and what the kernel answered from its caches")
@@ -757,23 +759,14 @@ def _not_closed(m: dict) -> str:
     failed: with write errors already counted, a full disk is the likely cause)."""
     counts = "the counts above are from its last metadata write"
     pid = m.get("pid")
-    if pid and m.get("hostname", m.get("host")) in (None, os.uname().nodename) and _is_fusetrace(pid):
+    if pid and m.get("hostname", m.get("host")) in (None, os.uname().nodename) and is_fusetrace(pid):
         return f"trace still being written (its server, pid {pid}, is running): {counts}"
     if m.get("write_errors"):
         return (f"trace not closed: its final {meta.NAME} could not be written, like the "
-                f"{_int(m['write_errors'])} failed writes above (last: {m.get('last_error')}; a full "
+                f"{int_text(m['write_errors'])} failed writes above (last: {m.get('last_error')}; a full "
                 f"disk?) - or the server was killed: {counts}, more records may be lost")
     return (f"trace not closed: its server stopped without writing its final {meta.NAME} "
             f"(killed, or that write failed): the last second may be missing and {counts}")
-
-
-def _is_fusetrace(pid: int) -> bool:
-    """Whether process `pid` is a fusetrace server (not another that reused its pid)."""
-    try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
-            return b"fusetrace" in f.read()
-    except (OSError, ValueError):
-        return False
 
 
 def _label(key: str, r: dict) -> str:
@@ -797,18 +790,18 @@ def _ops_table(s: dict) -> str:
         row = [] if not key else [_label(key, r) if r[key] != last else ""]
         last = r[key] if key else None
         io = r["op"] in ("read", "write")
-        row += [r["op"], _int(r["count"]), _int(r["errors"]), _num(r["ops_per_s"]),
-                _num(r["bytes_per_s"] / 1e6) if io and r["bytes_per_s"] is not None else "-",
-                *(_ns(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns", "total_ns")),
+        row += [r["op"], int_text(r["count"]), int_text(r["errors"]), num_text(r["ops_per_s"]),
+                num_text(r["bytes_per_s"] / 1e6) if io and r["bytes_per_s"] is not None else "-",
+                *(ns_text(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns", "total_ns")),
                 f"{100 * r['total_ns'] / total:.1f}",
-                ", ".join(f"{name} {_int(n)}" for name, n in r["errnos"].items())]
+                ", ".join(f"{name} {int_text(n)}" for name, n in r["errnos"].items())]
         rows.append(row)
     left = 2 if key else 1
     text = table(head, rows, "l" * left + "r" * (len(head) - left - 1) + "l")
     note = ("latency is dur_ns (admission to reply); total: the latencies added up, %total: its share of all rows' "
             "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; sorted by total")
     if key and s["top"] and s["groups"] > s["top"]:
-        note += f"; top {s['top']} of {_int(s['groups'])} {key}s (--top N shows more, --json has all)"
+        note += f"; top {s['top']} of {int_text(s['groups'])} {key}s (--top N shows more, --json has all)"
     return f"{text}\n({note})"
 
 
@@ -856,9 +849,9 @@ def _shaping(s: dict) -> str:
     body = []
     for r in rows:
         total = r["modelled_ns"] or 1
-        body.append([r["op"], _int(r["count"]), _ns(r["modelled_ns"]), _ns(r["modelled_ns"] / r["count"]),
+        body.append([r["op"], int_text(r["count"]), ns_text(r["modelled_ns"]), ns_text(r["modelled_ns"] / r["count"]),
                      *(f"{100 * r[k] / total:.1f}" for k in ("wait_ns", "latency_ns", "transfer_ns")),
-                     ", ".join(f"{gate} {_int(n)}" for gate, n in r["gates"].items())])
+                     ", ".join(f"{gate} {int_text(n)}" for gate, n in r["gates"].items())])
     text = table(head, body, "l" + "r" * 6 + "l")
     return (f"where the modelled time went\n{text}\n(modelled = wait + latency + transfer, the model's time for "
             f"the operation; gates: what set it, with how many operations each)")
@@ -869,11 +862,11 @@ def _histograms(hists: dict[str, list[dict]]) -> str:
     for op, buckets in hists.items():
         total = sum(b["count"] for b in buckets)
         peak = max(b["count"] for b in buckets)
-        lines = [f"{op}  ({_int(total)} ops)"]
+        lines = [f"{op}  ({int_text(total)} ops)"]
         for b in buckets:
-            low = "0" if b["bucket"] == 0 else _ns(b["low_ns"])
-            lines.append(f"  {low:>7} - {_ns(b['high_ns']):<7} {_bar(b['count'] / peak):<40} "
-                         f"{_int(b['count']):>11} {100 * b['count'] / total:5.1f}%")
+            low = "0" if b["bucket"] == 0 else ns_text(b["low_ns"])
+            lines.append(f"  {low:>7} - {ns_text(b['high_ns']):<7} {_bar(b['count'] / peak):<40} "
+                         f"{int_text(b['count']):>11} {100 * b['count'] / total:5.1f}%")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -884,9 +877,9 @@ def _timeline(t: dict) -> str:
     peak = max(b["ops_per_s"] for b in buckets) or 1
     head = ["t (s)", *(["time"] if wall else []), "ops", "ops/s", "", "read MB/s", "write MB/s", "errors"]
     digits = max(0, -math.floor(math.log10(t["width_ns"] / 1e9)))
-    rows = [[f"{b['t_s']:.{digits}f}", *([_clock(b["wall_ns"], digits)] if wall else []), _int(b["ops"]),
+    rows = [[f"{b['t_s']:.{digits}f}", *([_clock(b["wall_ns"], digits)] if wall else []), int_text(b["ops"]),
              _rate(b["ops_per_s"]), _bar(b["ops_per_s"] / peak, 20), _rate(b["read_mb_per_s"]),
-             _rate(b["write_mb_per_s"]), _int(b["errors"])] for b in buckets]
+             _rate(b["write_mb_per_s"]), int_text(b["errors"])] for b in buckets]
     text = table(head, rows, "r" * (len(head) - 4) + "lrrr")
     note = (f"operations that started in each {_width(t['width_ns'])}, and the bytes they read and wrote, per "
             f"second; t: seconds since the trace's first record; MB = 10^6 bytes")
@@ -925,28 +918,11 @@ def _bar(fraction: float, width: int = 40) -> str:
     return "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
 
 
-def _ns(ns: float) -> str:
-    """A duration with three significant digits and a unit: 850ns, 12.3µs, 4.56ms, 1.20s."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return _num(ns / scale) + unit
-    return f"{ns:.0f}ns"
 
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.1f}" if x >= 10 else f"{x:.2f}"
-
-
-def _int(n: int) -> str:
-    return f"{n:,}"
 
 
 def _rate(x: float) -> str:
-    return _num(x) if x else "0"
+    return num_text(x) if x else "0"
 
 
 def _width(ns: int) -> str:

@@ -658,7 +658,7 @@ def _command(argv: list[str] | None) -> int:
         if args.command == "umount":
             return _umount(args)
         if args.command == "report":
-            from .report import run
+            from .report.command import run
 
             return run(args)
         if args.command in REHEARSE:

@@ -45,3 +45,8 @@ def num_text(x: float | None) -> str:
 def int_text(n: int) -> str:
     """A count with thousands separated: 20,000."""
     return f"{n:,}"
+
+
+def pct_text(share: float | None) -> str:
+    """A share as a percentage ("-" for none): 26.1 %."""
+    return "-" if share is None else f"{100 * share:.1f} %"

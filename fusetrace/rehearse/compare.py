@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import duckdb
 
 from ..errors import UserError
-from ..report import expand_traces
+from ..report.query import expand_traces
 from ..texttable import int_text, ns_text, table
 from ..trace import reader
 

@@ -20,7 +20,7 @@ from ..emulator.model import Model
 from ..emulator.throughput import credit_cap
 from ..emulator.tracesim import Call, Result, TraceSim
 from ..errors import UserError
-from ..report import Trace
+from ..report.query import Trace
 from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import ns_text, table

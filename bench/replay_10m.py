@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import memory_kib
 
-from fusetrace.report import _ns
+from fusetrace.texttable import ns_text
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import SCHEMA
 
@@ -187,9 +187,10 @@ def render(rows: list[dict], paced: list[dict]) -> str:
     for r in paced:
         s = r["summary"]
         late = s["late_ns"]
-        lines.append(f"| {s['speed']:g} | {s['records'] / (s['due_span_ns'] / 1e9):,.0f} | {_ns(s['due_span_ns'])} "
-                     f"| {_ns(s['span_ns'])} | {100 * s['drift']:+.1f} % "
-                     f"| {_ns(late['p50'])} / {_ns(late['p99'])} / {_ns(late['max'])} | {s['differences']['count']} |")
+        lines.append(f"| {s['speed']:g} | {s['records'] / (s['due_span_ns'] / 1e9):,.0f} | {ns_text(s['due_span_ns'])} "
+                     f"| {ns_text(s['span_ns'])} | {100 * s['drift']:+.1f} % "
+                     f"| {ns_text(late['p50'])} / {ns_text(late['p99'])} / {ns_text(late['max'])} "
+                     f"| {s['differences']['count']} |")
     lines += ["", MARK]
     return "\n".join(lines)
 

@@ -151,7 +151,8 @@ def dd_writers(model: Model, writers: int, block: int, count: int, *, sync: bool
 
 
 def parse_size(text: str) -> int:
-    """fio/dd sizes: 4k, 512K, 1M, 1g (binary units)."""
+    """fio/dd sizes: 4k, 512K, 1M, 1g, 1.5m, 4KiB, 64kb (binary units); the one parser of
+    sizes, for fio jobs here and in scenarios/fio.py and for fault rules (pure, so all reach it)."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     text = text.strip().lower().rstrip("b").rstrip("i")
     return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)

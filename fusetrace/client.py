@@ -1,8 +1,9 @@
 """Talking to a running server from another process: `fusetrace stats`, `set`, `fault`,
-and the pytest plugin ask it through its control socket (fusetrace/server/control.py)."""
+and the pytest plugin ask it through its control socket (fusetrace/control_client.py)."""
 
 import os
 
+from .control_client import request
 from .errors import UserError
 
 
@@ -36,8 +37,6 @@ def ask(mountpoint: str, **req) -> dict:
     """Send one control request ({"cmd": ..., ...}) to the server at `mountpoint` and return
     its answer; an answer with an error, or a server that cannot be reached, is a UserError
     naming the mount."""
-    from .server.control import request
-
     state = server_of(mountpoint)
     try:
         answer = request(state["control"], **req)

@@ -1,4 +1,4 @@
-"""Aligned plain-text tables, and text others chose, for the terminal."""
+"""Aligned plain-text tables, the figures in them, and text others chose, for the terminal."""
 
 
 def table(head: list[str], rows: list[list[str]], align: str) -> str:
@@ -23,3 +23,30 @@ def printable(name: str) -> str:
 def count(n: int, noun: str) -> str:
     """`n` and the noun, plural unless n is 1: "1 file", "2,048 files"."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def ns_text(ns: float) -> str:
+    """A duration with three significant digits and a unit: 850ns, 12.3µs, 4.56ms, 1.20s."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return num_text(ns / scale) + unit
+    return f"{ns:.0f}ns"
+
+
+def num_text(x: float | None) -> str:
+    """Three significant digits or more ("-" for none): 0.25, 12.5, 1,234."""
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def int_text(n: int) -> str:
+    """A count with thousands separated: 20,000."""
+    return f"{n:,}"
+
+
+def pct_text(share: float | None) -> str:
+    """A share as a percentage ("-" for none): 26.1 %."""
+    return "-" if share is None else f"{100 * share:.1f} %"

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..emulator.simulate import parse_size
 from ..errors import UserError
 from . import children
 
@@ -23,12 +24,6 @@ class Side:
 class FioResult:
     read: Side
     write: Side
-
-
-def parse_size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    text = text.strip().lower()
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 def job_args(args: str) -> list[str]:

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 
-from fusetrace.report import NoTrace, Trace
+from fusetrace.report.query import NoTrace, Trace
 
 THROUGHPUT, LATENCY, CREDITS, ITERATIONS = "throughput.png", "latency-cdf.png", "credits.png", "iterations.png"
 CDF_POINTS = 1000  # points per latency curve, whatever the number of records

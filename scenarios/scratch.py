@@ -6,9 +6,9 @@ import subprocess
 import sys
 import tempfile
 
+from ..control_client import request
 from ..errors import UserError
 from ..server import mounts, runstate
-from ..server.control import request
 
 SCRATCH_MIN_FREE = 4 << 30  # bytes a memory file system must have free to be used
 

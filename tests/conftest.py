@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fusetrace.scenarios import children
+from fusetrace import processes
 from fusetrace.scenarios.redisserver import RedisServer
 from fusetrace.server import runstate
 
@@ -61,11 +61,11 @@ def one_line_error(done: subprocess.CompletedProcess, *needles: str, code: int |
 
 
 def descendants(pid: int) -> dict[int, str]:
-    """{pid: command line} of every process below `pid` (children.descendants): only
+    """{pid: command line} of every process below `pid` (processes.descendants): only
     processes a test started, never a look-up by name that could match anything else on
     the machine.  Processes that exit meanwhile are left out."""
     found: dict[int, str] = {}
-    for child in children.descendants(pid):
+    for child in processes.descendants(pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
                 found[child] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")

@@ -9,7 +9,7 @@ import sys
 
 from conftest import fusetrace, is_mounted, one_line_error, poll
 
-from fusetrace import cli
+from fusetrace import cli, mount_cli
 
 
 def test_missing_source(tmp_path):
@@ -141,7 +141,7 @@ def test_mount_option_values(tmp_path):
     one_line_error(fusetrace(src, mnt, "-o", "writeback_cache", "--no-writeback-cache", check=False),
                    "-o writeback_cache", "give it once", code=2)  # one setting, two options
     # options that only begin alike are not one given twice
-    assert cli._mount_argv([src, mnt, "-o", "debug,debug_fuse"], cli._commands(cli.build_parser())["mount"]) == \
+    assert mount_cli.mount_argv([src, mnt, "-o", "debug,debug_fuse"], cli.build_parser()[2]) == \
         ["mount", src, mnt, "--debug", "--debug-fuse"]
     assert not is_mounted(tmp_path / "mnt")
 

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, fusetrace, one_line_error
 
-from fusetrace.report import Filters, Trace, render
+from fusetrace.report.query import Filters, Trace
+from fusetrace.report.render import render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace import reader
 from fusetrace.trace.schema import TraceRecord

@@ -15,7 +15,7 @@ import pytest
 import trio
 from conftest import fusetrace, is_mounted, one_line_error, poll
 
-from fusetrace import cli
+from fusetrace import mount_cli
 from fusetrace.errors import UserError
 from fusetrace.server import runstate
 from fusetrace.shaping import emulation
@@ -96,11 +96,11 @@ def _process(code: str) -> subprocess.Popen:
 
 
 def test_umount_waits_while_the_server_works_and_not_when_it_stalls(monkeypatch):
-    monkeypatch.setattr(cli, "STALL_TIMEOUT", 0.5)
+    monkeypatch.setattr(mount_cli, "STALL_TIMEOUT", 0.5)
     # working (CPU) for longer than the stall timeout, then gone: waited for, no error
     busy = _process("import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass")
     try:
-        cli._wait_server("/m", busy.pid, None)
+        mount_cli._wait_server("/m", busy.pid, None)
         assert busy.wait(timeout=5) == 0
     finally:
         busy.kill()
@@ -110,13 +110,13 @@ def test_umount_waits_while_the_server_works_and_not_when_it_stalls(monkeypatch)
         poll(lambda: _state(idle.pid) == "S")
         begin = time.monotonic()
         with pytest.raises(UserError, match=f"no progress for 0.5 s .*kill {idle.pid}"):
-            cli._wait_server("/m", idle.pid, None)
+            mount_cli._wait_server("/m", idle.pid, None)
         assert time.monotonic() - begin < 3
         os.kill(idle.pid, signal.SIGSTOP)
         poll(lambda: _state(idle.pid) == "T")
         begin = time.monotonic()
         with pytest.raises(UserError, match=f"is stopped .*kill -CONT {idle.pid}"):
-            cli._wait_server("/m", idle.pid, "/trace")
+            mount_cli._wait_server("/m", idle.pid, "/trace")
         assert time.monotonic() - begin < 0.5
     finally:
         idle.kill()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fusetrace, is_mounted, one_line_error, poll
 
-from fusetrace.scenarios import children
+from fusetrace import processes
 from fusetrace.server import runstate
 
 NOBODY = 65534
@@ -126,7 +126,7 @@ def test_umount_of_a_killed_server_removes_its_state(sticky):
     state = runstate.read(str(mnt))
     assert state is not None
     os.kill(state["pid"], signal.SIGKILL)
-    poll(lambda: not children.is_fusetrace(state["pid"]))
+    poll(lambda: not processes.is_fusetrace(state["pid"]))
     done = fusetrace("umount", str(mnt))
     assert "unmounted" in done.stdout
     assert not is_mounted(mnt)
@@ -141,7 +141,7 @@ def test_umount_after_the_mount_went_by_hand_removes_a_dead_servers_state(sticky
     state = runstate.read(str(mnt))
     assert state is not None
     os.kill(state["pid"], signal.SIGKILL)
-    poll(lambda: not children.is_fusetrace(state["pid"]))
+    poll(lambda: not processes.is_fusetrace(state["pid"]))
     subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
     assert _state_files(mnt) == [".json", ".sock"]
     one_line_error(fusetrace("umount", str(mnt), check=False), "not mounted")

@@ -16,7 +16,9 @@ from conftest import one_line_error, poll
 
 from fusetrace import cli
 from fusetrace.errors import UserError
-from fusetrace.report import Filters, Trace, glob_regex, render
+from fusetrace.globs import glob_regex
+from fusetrace.report.query import Filters, Trace
+from fusetrace.report.render import render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import fusetrace, is_mounted, poll
 
-from fusetrace.report import Trace, render
+from fusetrace.report.query import Trace
+from fusetrace.report.render import render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace import writer as tw
 from fusetrace.trace.schema import TraceRecord

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import duckdb
 
 from ..errors import UserError
-from ..report import _int, _ns, expand_traces
-from ..texttable import table
+from ..report.query import expand_traces
+from ..texttable import int_text, ns_text, table
 from ..trace import reader
 
 MIN_RECORDS = 20
@@ -159,14 +159,14 @@ def render(r: dict) -> str:
     for side in ("a", "b"):
         d = r[side]
         emulated = f", emulating {d['profile']}" if d["profile"] else ""
-        lines.append(f"{side.upper()}  {_names(d)}  ({_int(d['records'])} records over "
+        lines.append(f"{side.upper()}  {_names(d)}  ({int_text(d['records'])} records over "
                      f"{d['span_ns'] / 1e9:.3f} s{emulated})")
     if r["caution"]:
         lines.append(f"caution: {r['caution']}")
     blocks = ["\n".join(lines), _table(r["ops"], "op")]
     if r["classes"]:
         blocks.append(_table(r["classes"], "kind"))
-    slack = f"; or apart by less than FUSE's round trip ({_ns(r['host_slack_ns'])})" if r["host_slack_ns"] else ""
+    slack = f"; or apart by less than FUSE's round trip ({ns_text(r['host_slack_ns'])})" if r["host_slack_ns"] else ""
     blocks.append(f"(pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %"
                   f"{slack}; too few: under {r['min_records']} records on a side)\n"
                   f"{r['judged'] - r['failed']} of {r['judged']} judged operations pass"
@@ -187,10 +187,10 @@ def _table(rows: list[dict], key: str) -> str:
     body = []
     for r in rows:
         a, b = r["a"] or {}, r["b"] or {}
-        body.append([r[key], _int(a.get("count", 0)), _int(b.get("count", 0)),
-                     *(_ns(x[k]) if k in x else "-" for x, k in ((a, "p50_ns"), (b, "p50_ns"))),
+        body.append([r[key], int_text(a.get("count", 0)), int_text(b.get("count", 0)),
+                     *(ns_text(x[k]) if k in x else "-" for x, k in ((a, "p50_ns"), (b, "p50_ns"))),
                      _ratio(r["p50_ratio"]),
-                     *(_ns(x[k]) if k in x else "-" for x, k in ((a, "p99_ns"), (b, "p99_ns"))),
+                     *(ns_text(x[k]) if k in x else "-" for x, k in ((a, "p99_ns"), (b, "p99_ns"))),
                      _ratio(r["p99_ratio"]), r["verdict"]])
     return table(head, body, "l" + "r" * 8 + "l")
 
@@ -261,9 +261,9 @@ def _page(r: dict, png: bytes) -> str:
     body = []
     for row in r["ops"]:
         a, b = row["a"] or {}, row["b"] or {}
-        cells = [row["op"], _int(a.get("count", 0)), _int(b.get("count", 0)),
-                 _ns(a["p50_ns"]) if a else "-", _ns(b["p50_ns"]) if b else "-", _ratio(row["p50_ratio"]),
-                 _ns(a["p99_ns"]) if a else "-", _ns(b["p99_ns"]) if b else "-", _ratio(row["p99_ratio"]),
+        cells = [row["op"], int_text(a.get("count", 0)), int_text(b.get("count", 0)),
+                 ns_text(a["p50_ns"]) if a else "-", ns_text(b["p50_ns"]) if b else "-", _ratio(row["p50_ratio"]),
+                 ns_text(a["p99_ns"]) if a else "-", ns_text(b["p99_ns"]) if b else "-", _ratio(row["p99_ratio"]),
                  row["verdict"]]
         cls = "fail" if row["verdict"] == "fail" else ""
         body.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
@@ -274,8 +274,8 @@ def _page(r: dict, png: bytes) -> str:
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} td:first-child{{text-align:left}}
 tr.fail td{{background:#fdd}}</style></head><body>
 <h1>A against B</h1>
-<p>A: {esc(_names(r['a']))} ({_int(r['a']['records'])} records)<br>
-B: {esc(_names(r['b']))} ({_int(r['b']['records'])} records)</p>
+<p>A: {esc(_names(r['a']))} ({int_text(r['a']['records'])} records)<br>
+B: {esc(_names(r['b']))} ({int_text(r['b']['records'])} records)</p>
 <p>pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %
 (or apart by less than FUSE's round trip); too few: under {r['min_records']} records on a side.
 {r['judged'] - r['failed']} of {r['judged']} judged operations pass.</p>

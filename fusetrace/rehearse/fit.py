@@ -34,8 +34,7 @@ import duckdb
 from ..emulator.params import LATENCY_CLASSES, MiB, Params, ProfileError
 from ..emulator.profiles import load_profile
 from ..errors import UserError
-from ..report import _int
-from ..texttable import count
+from ..texttable import count, int_text
 from ..trace import reader
 from ..trace.metadata import atomic_write
 
@@ -184,7 +183,7 @@ class Fitter:
             how += ", less their bytes at the fitted stream rate"
         median = statistics.median(ms)
         p99 = max(_quantile(ms, 0.99), median)
-        n = _int(len(ms))
+        n = int_text(len(ms))
         return [Key(f"{cls}_latency_ms", round(median, 4), f"median of {n}: {how}"),
                 Key(f"{cls}_latency_p99_ms", round(min(p99, 999 * median), 4), f"99th percentile of the same {n}")]
 
@@ -211,14 +210,14 @@ class Fitter:
                 return []
             mibps = total / MiB / (ns / 1e9)
             return [Key("stream_mibps", round(mibps, 2),
-                        f"bytes over transfer time (transfer_ns) of {_int(n)} operations that sent one READ")]
+                        f"bytes over transfer time (transfer_ns) of {int_text(n)} operations that sent one READ")]
         ms, sizes, _ = self._samples("read")
         slope = self.slope_ms_per_byte(ms, sizes) if len(ms) >= MIN_RECORDS else 0.0
         if not slope:
             return [Key("#", "", "# stream_mibps: the trace's reads are too few or all of one size to tell "
                                  "bandwidth from latency: the base's stands")]
         return [Key("stream_mibps", round(1e3 / slope / MiB, 2),
-                    f"1 / slope of read latency against size (medians per size of {_int(len(ms))} reads)")]
+                    f"1 / slope of read latency against size (medians per size of {int_text(len(ms))} reads)")]
 
     # ---- ceilings -----------------------------------------------------------------------
 
@@ -243,8 +242,8 @@ class Fitter:
                 out.append(Key(key, float(peak), f"the most {unit} in a 1-second window of {seconds}, where "
                                                  f"{100 * gate_share:.0f} % of them waited on the IOPS limit"))
         said = (f"# reached in a 1-second window (of {seconds}; successful operations only): "
-                f"{_int(r_ops or 0)} read-class operations (read, lookup, getattr, open, readdir ...) and "
-                f"{_int(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
+                f"{int_text(r_ops or 0)} read-class operations (read, lookup, getattr, open, readdir ...) and "
+                f"{int_text(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
                 f"{(w_bytes or 0) / 1e6:.1f} MB/s written")
         if not out and gates.get("throughput", 0.0) < GATED_SHARE:
             said += ": lower bounds (nothing in the trace waited on a limit), so the base's limits stand"

@@ -39,8 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
-from ..report import _int, _ns
-from ..texttable import count, table
+from ..texttable import count, int_text, ns_text, table
 from ..trace import names, reader
 from .lanes import Lanes
 from .progress import counted
@@ -351,34 +350,34 @@ def render(s: dict) -> str:
     lines = []
     if s["stopped"]:
         lines.append("stopped by Ctrl-C: what was replayed until then")
-    head = (f"replayed {_int(s['replayed'])} of {_int(s['records'])} operations of {s['trace']} into "
-            f"{s['target']} in {_ns(s['span_ns'])}")
+    head = (f"replayed {int_text(s['replayed'])} of {int_text(s['records'])} operations of {s['trace']} into "
+            f"{s['target']} in {ns_text(s['span_ns'])}")
     if s["as_fast_as_possible"]:
         ratio = s["recorded_span_ns"] / s["span_ns"] if s["span_ns"] else None
-        head += (f", as fast as possible (recorded {_ns(s['recorded_span_ns'])}"
+        head += (f", as fast as possible (recorded {ns_text(s['recorded_span_ns'])}"
                  + (f": {ratio:.1f}x as fast)" if ratio else ")"))
     else:
-        head += (f" (recorded {_ns(s['recorded_span_ns'])}, due in {_ns(s['due_span_ns'])} at speed "
+        head += (f" (recorded {ns_text(s['recorded_span_ns'])}, due in {ns_text(s['due_span_ns'])} at speed "
                  f"{s['speed']:g}" + (f": drift {100 * s['drift']:+.1f}%)" if s["drift"] is not None else ")"))
     lines.append(head)
     if s["late_ns"]:
         late = s["late_ns"]
-        lines.append(f"issued late: p50 {_ns(late['p50'])}, p99 {_ns(late['p99'])}, max {_ns(late['max'])}")
-    lines.append(f"concurrency: {_int(s['processes'])} processes, {_int(s['streams'])} streams (a process's "
+        lines.append(f"issued late: p50 {ns_text(late['p50'])}, p99 {ns_text(late['p99'])}, max {ns_text(late['max'])}")
+    lines.append(f"concurrency: {int_text(s['processes'])} processes, {int_text(s['streams'])} streams (a process's "
                  f"overlapping operations), up to {count(s['most_at_once'], 'operation')} at once"
-                 + (f"; {_int(s['waited_for_a_worker'])} waited for a worker" if s["waited_for_a_worker"] else ""))
+                 + (f"; {int_text(s['waited_for_a_worker'])} waited for a worker" if s["waited_for_a_worker"] else ""))
     if s["not_replayed"]:
         lines += ["", "not issued on their own:"]
-        lines += [f"  {_int(n):>9}  {reason}" for reason, n in s["not_replayed"].items()]
+        lines += [f"  {int_text(n):>9}  {reason}" for reason, n in s["not_replayed"].items()]
     diffs = s["differences"]
     if not diffs["count"]:
         lines += ["", "outcomes: every operation's as recorded"]
         return "\n".join(lines)
-    lines += ["", f"outcomes that differ from the recording: {_int(diffs['count'])}",
-              table(["op", "difference", "count"], [[d["op"], d["kind"], _int(d["count"])] for d in diffs["by_op"]],
+    lines += ["", f"outcomes that differ from the recording: {int_text(diffs['count'])}",
+              table(["op", "difference", "count"], [[d["op"], d["kind"], int_text(d["count"])] for d in diffs["by_op"]],
                     "llr"),
               "", f"first {len(diffs['first'])}:",
               table(["at", "op", "path", "difference"],
-                    [[_ns(d["at_ns"]), d["op"], d["path"] + (f" -> {d['path2']}" if d["path2"] else ""),
+                    [[ns_text(d["at_ns"]), d["op"], d["path"] + (f" -> {d['path2']}" if d["path2"] else ""),
                       d["kind"] + (f" ({d['detail']})" if d["detail"] else "")] for d in diffs["first"]], "rlll")]
     return "\n".join(lines)

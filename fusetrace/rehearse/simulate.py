@@ -20,10 +20,10 @@ from ..emulator.model import Model
 from ..emulator.throughput import credit_cap
 from ..emulator.tracesim import Call, Result, TraceSim
 from ..errors import UserError
-from ..report import Trace, _ns
+from ..report.query import Trace
 from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
-from ..texttable import table
+from ..texttable import ns_text, table
 from ..trace import metadata as meta
 from ..trace import reader
 from .requests import COLUMNS, Gaps, Rebuilder, client_call
@@ -279,7 +279,7 @@ def _seconds(s: float) -> str:
     for unit, size in (("d", DAY), ("h", 3600.0), ("min", 60.0)):
         if s >= 2 * size:
             return f"{s / size:,.1f} {unit}"
-    return _ns(s * 1e9)
+    return ns_text(s * 1e9)
 
 
 def _count(n: float) -> str:

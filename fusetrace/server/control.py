@@ -1,4 +1,5 @@
-"""The control socket: `fusetrace stats` and `fusetrace set` talk to a running server.
+"""The control socket's server side: `fusetrace stats` and `fusetrace set` talk to a running
+server (their side: fusetrace/control_client.py).
 
 One JSON request per connection, one JSON answer.  The socket lives in the
 user's private state directory, is mode 0600, and the server also checks the
@@ -97,18 +98,3 @@ async def _answer_one(stream: trio.SocketStream, handlers: dict) -> None:
             answer = {"error": f"internal error: {exc!r} (see the server's log)"}
         await stream.send_all(json.dumps(answer).encode() + b"\n")
 
-
-def request(path: str, *, timeout: float = 10.0, **req) -> dict:
-    """Send one request to the server at `path` and return its answer (blocking, each
-    step at most `timeout` seconds)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(json.dumps(req).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return json.loads(data)

@@ -4,6 +4,7 @@ committed links to emulator/ and scenarios/, so the folders are the installed na
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,3 +36,17 @@ def test_mypy_is_clean_on_the_benchmarks(tmp_path):
     has is found here, not halfway through a 20-minute run."""
     done = _mypy(tmp_path, *sorted(str(p.relative_to(REPO)) for p in (REPO / "bench").glob("*.py")))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _strict_modules() -> list[str]:
+    """The module patterns pyproject.toml holds to mypy --strict's checks."""
+    overrides = tomllib.loads(CONFIG.read_text())["tool"]["mypy"]["overrides"]
+    return [m for o in overrides if o.get("disallow_untyped_defs") for m in o["module"]]
+
+
+def test_the_strict_list_names_modules_that_exist():
+    """A misspelt or moved name in the list matches nothing, and mypy would say nothing."""
+    assert _strict_modules()
+    for pattern in _strict_modules():
+        path = REPO.joinpath(*pattern.removesuffix(".*").split("."))
+        assert path.is_dir() or path.with_suffix(".py").is_file(), pattern

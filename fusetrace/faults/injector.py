@@ -9,11 +9,11 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 from ..errors import UserError
 from ..request import Kind
-from .rules import CREATES, Rule, errno_name, parse_rule
+from .rules import CREATES, Rule, RuleTable, errno_name, parse_rule
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,15 @@ class Firing(NamedTuple):
     until_ns: int = 0
     fail_ns: int = 0
     short: int = 0
+
+
+class FaultCounters(TypedDict):
+    """The injector's part of the server's stats (and `fusetrace fault list`)."""
+
+    fired: int
+    in_force: int
+    stale_files: int
+    pending_write_errors: int
 
 
 class _State:
@@ -67,7 +76,7 @@ class Injector:
 
     # ---- control ------------------------------------------------------------------
 
-    def add(self, raw: dict, now_ns: int, where: str = "fault add", *, trial: bool = False) -> dict:
+    def add(self, raw: dict, now_ns: int, where: str = "fault add", *, trial: bool = False) -> RuleTable:
         """Check and add a rule (a table of the faults file, a control request's "rule");
         its window counts from `now_ns`.  Returns it normalised.  `trial`: a check of a
         faults file before mounting, not logged."""
@@ -120,7 +129,7 @@ class Injector:
         return [{**s.rule.describe(), "summary": s.rule.summary(), "matched": s.matched, "fired": s.fired,
                  "held": s.held} for s in self.rules]
 
-    def counters(self) -> dict:
+    def counters(self) -> FaultCounters:
         return {"fired": self.fired, "in_force": len(self.rules), "stale_files": len(self.stale),
                 "pending_write_errors": len(self.pending)}
 

@@ -8,6 +8,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
+from typing import Required, TypedDict
 
 from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
@@ -39,6 +40,32 @@ _KEYS = {"id", "op", "path", "pid", "comm", "probability", "seed", "count", "eve
          *EFFECTS, "soft", "timeo", "retrans"}
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 EVENT_ID = re.compile(r"e\d+")  # the model's events' ids (e1, e2, ...), not the rules' (r1, r2, ... or the user's)
+
+
+class RuleTable(TypedDict, total=False):
+    """A rule as Rule.describe() gives it: the keys of a faults file's table, normalised;
+    what `fusetrace fault list` and the control socket show."""
+
+    id: Required[str]
+    op: list[str]
+    path: str
+    pid: list[int]
+    comm: list[str]
+    probability: float
+    seed: int | None
+    count: int
+    every: int
+    after: str
+    until: str
+    errno: str
+    stall: str
+    soft: bool
+    timeo: int
+    retrans: int
+    stale: bool
+    write_error: str
+    full: int
+    short: int
 
 
 @dataclass(frozen=True)
@@ -90,9 +117,9 @@ class Rule:
         below = min(tries, 6000 // self.timeo)  # the tries whose timeout is under the cap
         return self.timeo / 10 * below * (below + 1) / 2 + 600.0 * (tries - below)  # in closed form: any retrans
 
-    def describe(self) -> dict:
+    def describe(self) -> RuleTable:
         """The rule as a table of the faults file would give it (normalised)."""
-        out: dict = {"id": self.id}
+        out = RuleTable(id=self.id)
         if self.op_names:
             out["op"] = list(self.op_names)
         if self.path is not None:
@@ -102,10 +129,12 @@ class Rule:
         if self.comms:
             out["comm"] = sorted(self.comms)
         if self.probability is not None:
-            out.update(probability=self.probability, seed=self.seed)
-        for key in ("count", "every"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+            out["probability"] = self.probability
+            out["seed"] = self.seed
+        if self.count is not None:
+            out["count"] = self.count
+        if self.every is not None:
+            out["every"] = self.every
         if self.after_s:
             out["after"] = _say_s(self.after_s)
         if self.until_s != math.inf:
@@ -115,13 +144,17 @@ class Rule:
         elif self.effect == "stall":
             out["stall"] = _say_s(self.stall_s)
             if self.soft:
-                out.update(soft=True, timeo=self.timeo, retrans=self.retrans, errno=errno_name(self.errno))
+                out["soft"] = True
+                out["timeo"] = self.timeo
+                out["retrans"] = self.retrans
+                out["errno"] = errno_name(self.errno)
         elif self.effect == "stale":
             out["stale"] = True
         elif self.effect == "write_error":
             out["write_error"] = errno_name(self.errno)
         elif self.effect == "full":
-            out.update(full=self.full_bytes, errno=errno_name(self.errno))
+            out["full"] = self.full_bytes
+            out["errno"] = errno_name(self.errno)
         else:
             out["short"] = self.short_bytes
         return out

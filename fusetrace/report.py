@@ -43,7 +43,7 @@ COMM_BYTES = 15  # the kernel keeps a process name's first 15 bytes (TASK_COMM_L
 TIMELINE_ROWS = 60  # at most this many buckets; their width is the first of WIDTHS_NS that fits
 WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tuple(
     s * 10**9 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400))
-# Hints: each fires only when its share or count is reached (tests/test_report.py runs both sides)
+# Hints: each fires only when its share or count is reached (tests/report/test_report.py runs both sides)
 HINT_SHARE = 0.2  # of the records: xattr misses, failed lookups, getattrs on a mount with --attr-timeout 0
 FSYNC_HINT_COUNT = 20  # at least this many fsync/fsyncdir calls ...
 FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each to the files they synced (pages: PAGE)

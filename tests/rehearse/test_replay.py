@@ -3,7 +3,7 @@ concurrency and timing, into a directory or another (traced) mount; what differs
 
 Traces are real (a workload on a traced mount) or synthetic (TraceWriter); targets are
 real directories and real mounts, one of them over a slow FUSE file system of the
-tests' own (tests/slow_fs.py) so that concurrency shows in time.
+tests' own (tests/support/slow_fs.py) so that concurrency shows in time.
 """
 
 import ctypes

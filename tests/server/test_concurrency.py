@@ -1,6 +1,6 @@
 """Concurrency through the mount: blocking syscalls below must overlap.
 
-The mount's source is a slow FUSE file system of the tests' own (tests/slow_fs.py),
+The mount's source is a slow FUSE file system of the tests' own (tests/support/slow_fs.py),
 every read of which takes a fixed delay, as a network file system's round trips do;
 the claims are ratios and overlaps measured in one run.
 """

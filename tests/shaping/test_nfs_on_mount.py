@@ -40,7 +40,7 @@ def test_touch_stat_and_absent_names_cost_what_nfs_sends(mount):
     # LOOKUP (NFS sends none before an exclusive create), the create, and one CLOSE although
     # touch closes a duplicate first
     assert rpcs == ["ACCESS,LOOKUP", "OPEN(create)", "CLOSE", "SETATTR"]
-    assert (mine.op == "lookup").sum() == 1  # its time is the create's (tests/test_nfs_client.py)
+    assert (mine.op == "lookup").sum() == 1  # its time is the create's (tests/emulator/test_nfs_client.py)
     # the write-back cache's kernel asks for the block count again after a close
     # (fs/fuse: fuse_flush); the NFS client's cache answers it (no GETATTR above)
     assert (mine.op == "getattr").sum() <= 1

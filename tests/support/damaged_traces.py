@@ -1,5 +1,5 @@
 """Damaged and hostile trace directories, made from a small good one, and every command
-that reads a trace run over them in this process (tests/test_damaged_traces.py).
+that reads a trace run over them in this process (tests/trace/test_damaged_traces.py).
 
 A damage is a name and a function that spoils a copy of the good trace: part files a
 crash or a disk leaves (truncated, random, empty), columns of the wrong type or missing,

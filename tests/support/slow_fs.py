@@ -3,7 +3,7 @@ below a fusetrace mount: one read-only file `f` of --size bytes, every read of w
 takes --delay-ms (direct I/O, so every read reaches here; many wait at once, as a
 network file system's do).  Lookups, attributes and opens answer at once.
 
-    python tests/slow_fs.py MOUNTPOINT --delay-ms 20 --size 1048576   # fusermount3 -u to end it
+    python tests/support/slow_fs.py MOUNTPOINT --delay-ms 20 --size 1048576   # fusermount3 -u to end it
 """
 
 import argparse

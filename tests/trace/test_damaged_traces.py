@@ -1,7 +1,7 @@
 """Every command that reads a trace meets a damaged or hostile one with exit 0, or exit 2
 and one line naming the part, the column and the record; never a traceback (issue 37,
-item 3).  The damaged traces are made here (tests/damaged_traces.py, and Hypothesis over
-the schema); the commands run in this process, as tests/test_report.py runs `report`,
+item 3).  The damaged traces are made here (tests/support/damaged_traces.py, and Hypothesis over
+the schema); the commands run in this process, as tests/report/test_report.py runs `report`,
 but for a handful of real runs of the command line.
 
 Before the reader checked its parts, the sweep (test_every_command_meets_every_damage)

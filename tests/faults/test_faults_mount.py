@@ -354,7 +354,7 @@ def test_a_seeded_rule_fires_on_the_same_operations_in_a_second_run(mount):
             try:
                 os.pwrite(fd, b"x" * 100, 100 * i)
             except OSError as exc:
-                assert exc.errno == E.EIO
+                assert exc.errno == E.EIO  # noqa: PT017 (a seeded 30 % fail: not every write raises)
             finally:
                 os.close(fd)
         fired.append(_fired_on(m))

@@ -151,7 +151,7 @@ def test_the_source_walk_runs_in_the_background_and_is_abandoned_at_unmount(monk
             monkeypatch.setattr(emulation, "MEASURE_EVERY", 0)  # the next walk at once
             release.set()
             with trio.fail_after(5):
-                while not emu.measured:
+                while not emu.measured:  # noqa: ASYNC110 (a flag the walk thread sets)
                     await trio.sleep(0.01)
             assert emu.model.metrics(emulation._now())["StorageBytes"] == profile_size + 7 * GiB
             walking.clear()

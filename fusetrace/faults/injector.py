@@ -9,7 +9,7 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from typing import NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypeAlias, TypedDict
 
 from ..errors import UserError
 from ..request import Kind
@@ -34,6 +34,10 @@ class Firing(NamedTuple):
     until_ns: int = 0
     fail_ns: int = 0
     short: int = 0
+
+
+# the caller's (process id, name), then whatever the asker keeps with them (the server: when)
+Who: TypeAlias = tuple[int, str, *tuple[Any, ...]]
 
 
 class FaultCounters(TypedDict):
@@ -76,7 +80,7 @@ class Injector:
 
     # ---- control ------------------------------------------------------------------
 
-    def add(self, raw: dict, now_ns: int, where: str = "fault add", *, trial: bool = False) -> RuleTable:
+    def add(self, raw: dict[str, Any], now_ns: int, where: str = "fault add", *, trial: bool = False) -> RuleTable:
         """Check and add a rule (a table of the faults file, a control request's "rule");
         its window counts from `now_ns`.  Returns it normalised.  `trial`: a check of a
         faults file before mounting, not logged."""
@@ -124,7 +128,7 @@ class Injector:
     def in_force(self, rid: str) -> bool:
         return any(s.rule.id == rid for s in self.rules)
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[dict[str, Any]]:
         """Every rule, normalised, with how often it matched, fired and held a request."""
         return [{**s.rule.describe(), "summary": s.rule.summary(), "matched": s.matched, "fired": s.fired,
                  "held": s.held} for s in self.rules]
@@ -136,11 +140,11 @@ class Injector:
     # ---- requests -----------------------------------------------------------------
 
     def check(self, op: str, kind: Kind, file: int, directory: int, path: str, size: int,
-              who: Callable[[], tuple], now_ns: int) -> Firing | None:
+              who: Callable[[], Who], now_ns: int) -> Firing | None:
         """What the rules do to this request, if anything: the first rule that fires (or
         whose outage holds it) wins.  `who()` gives the caller's (process id, name), asked
         only when a rule matches on them."""
-        process: tuple | None = None
+        process: Who | None = None
         takers = self._takers.get((op, kind))
         if takers is None:  # worked out once per kind of request while the rules stay the same
             takers = self._takers[(op, kind)] = [s for s in self.rules if s.rule.takes(op, kind)]
@@ -224,7 +228,7 @@ class Injector:
         draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2 ** 64
         return draw < (s.rule.probability or 0.0)
 
-    def _log(self, s: _State, op: str, path: str, firing: Firing, process: tuple | None) -> None:
+    def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None) -> None:
         s.logged += 1
         if s.logged > LOGGED_FIRINGS:
             return

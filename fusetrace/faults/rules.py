@@ -8,7 +8,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from typing import Required, TypedDict
+from typing import Any, Required, TypedDict
 
 from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
@@ -79,7 +79,7 @@ class Rule:
     kinds: frozenset[Kind] = frozenset()
     op_names: tuple[str, ...] = ()  # as given, for listing
     path: str | None = None
-    path_re: re.Pattern | None = None
+    path_re: re.Pattern[str] | None = None
     pids: frozenset[int] = frozenset()
     comms: frozenset[str] = frozenset()
     probability: float | None = None
@@ -193,7 +193,7 @@ def errno_name(number: int) -> str:
     return E.errorcode.get(number, str(number))
 
 
-def parse_errno(value, where: str, key: str = "errno") -> int:
+def parse_errno(value: object, where: str, key: str = "errno") -> int:
     """An errno from its name ("EIO") or number."""
     if isinstance(value, bool):
         raise UserError(f"{where}: {key} {value!r}: expected an errno name such as EIO, or its number")
@@ -210,7 +210,7 @@ def parse_errno(value, where: str, key: str = "errno") -> int:
     raise UserError(f"{where}: {key} {value!r}: not an errno name (e.g. EIO, ENOSPC, ESTALE, ETIMEDOUT)")
 
 
-def parse_duration(value, where: str, key: str) -> float:
+def parse_duration(value: object, where: str, key: str) -> float:
     """Seconds from a number or text such as "250ms", "40s", "2m" (as events take them)."""
     try:
         return seconds(value)
@@ -218,7 +218,7 @@ def parse_duration(value, where: str, key: str) -> float:
         raise UserError(f"{where}: {key} {exc}") from None
 
 
-def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
+def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
     """A Rule from a table of the faults file or a control request; every mistake is a
     UserError naming `where` and the key."""
     if not isinstance(raw, dict):
@@ -239,7 +239,7 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
     ops, kinds, names = _ops(raw.get("op"), where)
     if effect == "full" and not names:
         ops, names = frozenset({"write", *CREATES}), ("write", *sorted(CREATES))
-    kw: dict = {"id": rid, "effect": effect, "ops": ops, "kinds": kinds, "op_names": names}
+    kw: dict[str, Any] = {"id": rid, "effect": effect, "ops": ops, "kinds": kinds, "op_names": names}
     if "path" in raw:
         path = raw["path"]
         if not isinstance(path, str) or not path:
@@ -278,7 +278,7 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
     return Rule(**kw)
 
 
-def _effect(raw: dict, effect: str, kw: dict, where: str) -> None:
+def _effect(raw: dict[str, Any], effect: str, kw: dict[str, Any], where: str) -> None:
     """The effect's own keys into kw."""
     for key in ("soft", "timeo", "retrans"):
         if key in raw and effect != "stall":
@@ -319,7 +319,7 @@ def _effect(raw: dict, effect: str, kw: dict, where: str) -> None:
         _only_ops(kw, {"read", "write"}, "short", where)
 
 
-def _only_ops(kw: dict, allowed: set[str], effect: str, where: str) -> None:
+def _only_ops(kw: dict[str, Any], allowed: set[str], effect: str, where: str) -> None:
     """Limit a rule whose effect only applies to some operations to those; refuse one
     that names none of them."""
     said = set(kw["ops"]) | {op for op in OPERATIONS if _kind_of(op) & kw["kinds"]}
@@ -334,7 +334,7 @@ def _kind_of(op: str) -> set[Kind]:
     return {Kind.READ} if op == "read" else {Kind.WRITE} if op == "write" else set()
 
 
-def _ops(value, where: str) -> tuple[frozenset[str], frozenset[Kind], tuple[str, ...]]:
+def _ops(value: object, where: str) -> tuple[frozenset[str], frozenset[Kind], tuple[str, ...]]:
     if value is None:
         return frozenset(), frozenset(), ()
     items = value.split(",") if isinstance(value, str) else value
@@ -356,7 +356,7 @@ def _ops(value, where: str) -> tuple[frozenset[str], frozenset[Kind], tuple[str,
     return frozenset(ops), frozenset(kinds), names
 
 
-def _list_of(raw: dict, key: str, kind: type, where: str) -> list:
+def _list_of(raw: dict[str, Any], key: str, kind: type, where: str) -> list[Any]:
     if key not in raw:
         return []
     value = raw[key]
@@ -368,14 +368,14 @@ def _list_of(raw: dict, key: str, kind: type, where: str) -> list:
     return items
 
 
-def _whole(raw: dict, key: str, where: str, least: int) -> int:
+def _whole(raw: dict[str, Any], key: str, where: str, least: int) -> int:
     value = raw[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UserError(f"{where}: {key} {value!r}: must be a whole number, {least} or more")
     return value
 
 
-def _bytes(value, where: str, key: str, least: int) -> int:
+def _bytes(value: object, where: str, key: str, least: int) -> int:
     try:
         n = value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value))
     except (ValueError, IndexError):
@@ -392,7 +392,7 @@ def _say_s(seconds: float) -> str:
 MAX_FILE_BYTES = 1 << 20  # rules and events by the thousand; a larger file is no faults file
 
 
-def load_file(path: str) -> tuple[list[dict], list[dict]]:
+def load_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The [[rule]] and [[event]] tables of a faults file, unchecked (the injector and the
     emulation check them); a file that cannot be read or parsed is one line."""
     try:

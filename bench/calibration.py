@@ -49,7 +49,7 @@ def main() -> None:
         f"{args.runtime:g} s through `fusetrace mount --emulate PROFILE` over a local directory. The "
         "published figures and their sources are in `scenarios/efs-2016-fio.toml` and "
         "`scenarios/alinas-2016-fio.toml`; "
-        "`tests/test_calibration.py` keeps every row that is not host-bound within 15 %.\n",
+        "`tests/scenarios/test_calibration.py` keeps every row that is not host-bound within 15 %.\n",
         "A row is *host-bound* when the emulated mount reported that it could not keep up with the "
         "model during the job (its replies went out late and its requests waited unread in the "
         "FUSE kernel while the model had room for them, together more than 10 % of the modelled "

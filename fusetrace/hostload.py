@@ -4,13 +4,26 @@ shared by the server's stats, the trace report and the scenario tables, and put 
 by `load_words`; and the flag of a run the FUSE kernel slowed in a way the model cannot
 charge (`extending_writes_note`)."""
 
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
 LOOP_BOUND_SHARE = 0.75  # a loop busier than this admits requests late (where the queue is not measured)
 
 NO_LOAD = {"late_ns": 0, "modelled_ns": 0, "loop_elapsed_ns": 0, "loop_idle_ns": 0}
 
 
-def host_load(before: dict, after: dict) -> dict:
+class HostLoad(TypedDict):
+    """host_load()'s verdict; kept whole in trace metadata and scenario results."""
+
+    added_share: float
+    queued_share: float | None
+    loop_busy: float
+    host_bound: bool
+    extending_writes: int
+
+
+def host_load(before: Mapping[str, Any], after: Mapping[str, Any]) -> HostLoad:
     """Between two readings of the host counters: `added_share`, the time replies went out
     past their deadlines and requests waited unread in the kernel while the model had
     room for them (`queued_ns`, where measured: shaping/kernelqueue.py), as a share of
@@ -34,7 +47,7 @@ def host_load(before: dict, after: dict) -> dict:
             "extending_writes": after.get("extending_writes", 0) - before.get("extending_writes", 0)}
 
 
-def load_words(load: dict) -> str:
+def load_words(load: Mapping[str, Any]) -> str:
     """A host_load() in words: what the host added to the modelled time, in its two parts
     (replies late; requests unread in the kernel while the model had room for them), and
     how busy the loop was."""
@@ -46,7 +59,7 @@ def load_words(load: dict) -> str:
             f"{100 * late:.1f} %, {unread}), loop busy {100 * load['loop_busy']:.0f} %")
 
 
-def extending_writes_note(load: dict) -> str:
+def extending_writes_note(load: Mapping[str, Any]) -> str:
     """The flag, with its remedy, of a run (a host_load() or a reading) in which the FUSE
     kernel serialised O_DIRECT writes that extended their file; "" when it did not."""
     count = load.get("extending_writes", 0)

@@ -48,7 +48,7 @@ class Fault:
         self.efs, self.rule, self.id = efs, rule, rule["id"]
         self.final: dict | None = None  # the counts when the rule was cleared
 
-    def _listed(self) -> dict:
+    def _listed(self) -> dict[str, Any]:
         if self.final is not None:
             return self.final
         for r in self.efs.faults():
@@ -101,14 +101,14 @@ class EFS:
             subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True, timeout=30)
             raise UserError(f"efs fixture: {_last_line(done)}; detached it with fusermount3 -uz")
 
-    def _ask(self, **request) -> dict:
+    def _ask(self, **request) -> dict[str, Any]:
         return ask(str(self.path), **request)
 
-    def set(self, **keys: Any) -> dict:
+    def set(self, **keys: Any) -> dict[str, Any]:
         """Change profile keys now, as `fusetrace set` does (burst_credit_balance=0, ...)."""
         return {key: self._ask(cmd="set", key=key, value=str(value))["value"] for key, value in keys.items()}
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """`fusetrace stats --json`, with the CloudWatch-named metrics (BurstCreditBalance,
         PermittedThroughput, ...) also at the top level."""
         answer = self._ask(cmd="stats")
@@ -130,7 +130,7 @@ class EFS:
                 added.final = added._listed()
                 self._ask(cmd="fault_clear", ids=[added.id])
 
-    def event(self, **event: Any) -> dict:
+    def event(self, **event: Any) -> dict[str, Any]:
         """Schedule an event on the emulated file system's timeline (at=..., set={...} or stall=...)."""
         return self._ask(cmd="event_add", event=event)["event"]
 
@@ -168,7 +168,7 @@ def _is_mounted(path: Path) -> bool:
         return any(line.split()[4] == str(path) for line in f)
 
 
-def _options(request: pytest.FixtureRequest) -> dict:
+def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The mount's options: the ini default, then the nearest marker, then the indirect
     parameter, each key checked (a relative faults file made absolute: the fusetrace
     command runs elsewhere)."""

@@ -67,7 +67,7 @@ def preflight(scenario: Scenario, profile: str | None, sets: Sequence[str]) -> N
 
 def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: str | None = None,
         sets: Sequence[str] = (), runtime: float | None = None, progress: Progress | None = None,
-        clients: int | None = None) -> dict:
+        clients: int | None = None) -> dict[str, Any]:
     """Run `scenario`, writing its trace to out/trace (out None: no trace, for the demo and
     the calibration, which keep only the table); the result (see docs/SCENARIO_FORMAT.md).
     `runtime`: seconds for every fio step instead of the file's; `clients`: how many clients
@@ -235,7 +235,7 @@ def _note(step: dict, metric: str) -> str:
 
 
 def run_checked(scenario: Scenario, *, fast: bool = False, runtime: float | None = None,
-                profile: str | None = None) -> dict:
+                profile: str | None = None) -> dict[str, Any]:
     """`scenario` run without a trace, its rows then ceiling-checked: the demo's and the
     calibration's run, whose result is the table."""
     result = run(scenario, None, fast=fast, profile=profile, runtime=runtime,
@@ -313,7 +313,7 @@ def _tick_iteration(progress: Progress, i: int, n: int, elapsed: float) -> None:
     progress.tick(elapsed, i, n)
 
 
-def _rates(step: Step, count: float, seconds: float) -> dict:
+def _rates(step: Step, count: float, seconds: float) -> dict[str, float]:
     if not step.unit or seconds <= 0:
         return {}
     if step.unit == "bytes":
@@ -333,7 +333,7 @@ def _count(scenario: Scenario, step: Step, cwd: str, env: dict) -> float:
                         f"not a number") from None
 
 
-def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: Progress) -> dict:
+def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: Progress) -> dict[str, float]:
     """Run a fio step's job from each of its clients for `seconds`, client i on mounts[i]
     (or all on one, given one mount); its metrics."""
     args = fio.job_args(step.fio)
@@ -349,9 +349,9 @@ def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: P
     return _fio_metrics(results)
 
 
-def _fio_metrics(results: list[fio.FioResult]) -> dict:
+def _fio_metrics(results: list[fio.FioResult]) -> dict[str, float]:
     """Several clients add up (their latencies average); a mixed job gives both sides."""
-    def side(name: str) -> dict:
+    def side(name: str) -> dict[str, float]:
         sides = [getattr(r, name) for r in results]
         out = {"iops": sum(s.iops for s in sides), "mbps": sum(s.mbps for s in sides)}
         lat = [s.lat_ms for s in sides if s.lat_ms]

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from ..control_client import request
 from ..errors import UserError
@@ -67,18 +68,18 @@ class ScratchMount:
             raise
         return self
 
-    def ask(self, **req) -> dict:
+    def ask(self, **req) -> dict[str, Any]:
         """One control request to the server ({"cmd": ..., ...}), straight from its socket."""
         answer = request(self._control(), **req)
         if "error" in answer:
             raise UserError(f"{self.mnt}: {answer['error']}")
         return answer
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The server's `fusetrace stats --json`."""
         return self.ask(cmd="stats")
 
-    def host(self) -> dict:
+    def host(self) -> dict[str, Any]:
         """How the emulating server keeps up: its counters (hostload.host_load() compares two)."""
         return self.stats()["host"]
 

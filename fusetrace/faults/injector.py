@@ -9,11 +9,11 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeAlias, TypedDict
 
 from ..errors import UserError
 from ..request import Kind
-from .rules import CREATES, Rule, errno_name, parse_rule
+from .rules import CREATES, Rule, RuleTable, errno_name, parse_rule
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,19 @@ class Firing(NamedTuple):
     until_ns: int = 0
     fail_ns: int = 0
     short: int = 0
+
+
+# the caller's (process id, name), then whatever the asker keeps with them (the server: when)
+Who: TypeAlias = tuple[int, str, *tuple[Any, ...]]
+
+
+class FaultCounters(TypedDict):
+    """The injector's part of the server's stats (and `fusetrace fault list`)."""
+
+    fired: int
+    in_force: int
+    stale_files: int
+    pending_write_errors: int
 
 
 class _State:
@@ -67,7 +80,7 @@ class Injector:
 
     # ---- control ------------------------------------------------------------------
 
-    def add(self, raw: dict, now_ns: int, where: str = "fault add", *, trial: bool = False) -> dict:
+    def add(self, raw: dict[str, Any], now_ns: int, where: str = "fault add", *, trial: bool = False) -> RuleTable:
         """Check and add a rule (a table of the faults file, a control request's "rule");
         its window counts from `now_ns`.  Returns it normalised.  `trial`: a check of a
         faults file before mounting, not logged."""
@@ -115,23 +128,23 @@ class Injector:
     def in_force(self, rid: str) -> bool:
         return any(s.rule.id == rid for s in self.rules)
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[dict[str, Any]]:
         """Every rule, normalised, with how often it matched, fired and held a request."""
         return [{**s.rule.describe(), "summary": s.rule.summary(), "matched": s.matched, "fired": s.fired,
                  "held": s.held} for s in self.rules]
 
-    def counters(self) -> dict:
+    def counters(self) -> FaultCounters:
         return {"fired": self.fired, "in_force": len(self.rules), "stale_files": len(self.stale),
                 "pending_write_errors": len(self.pending)}
 
     # ---- requests -----------------------------------------------------------------
 
     def check(self, op: str, kind: Kind, file: int, directory: int, path: str, size: int,
-              who: Callable[[], tuple], now_ns: int) -> Firing | None:
+              who: Callable[[], Who], now_ns: int) -> Firing | None:
         """What the rules do to this request, if anything: the first rule that fires (or
         whose outage holds it) wins.  `who()` gives the caller's (process id, name), asked
         only when a rule matches on them."""
-        process: tuple | None = None
+        process: Who | None = None
         takers = self._takers.get((op, kind))
         if takers is None:  # worked out once per kind of request while the rules stay the same
             takers = self._takers[(op, kind)] = [s for s in self.rules if s.rule.takes(op, kind)]
@@ -215,7 +228,7 @@ class Injector:
         draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2 ** 64
         return draw < (s.rule.probability or 0.0)
 
-    def _log(self, s: _State, op: str, path: str, firing: Firing, process: tuple | None) -> None:
+    def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None) -> None:
         s.logged += 1
         if s.logged > LOGGED_FIRINGS:
             return

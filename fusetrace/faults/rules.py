@@ -8,6 +8,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
+from typing import Any, Required, TypedDict
 
 from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
@@ -41,6 +42,32 @@ _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 EVENT_ID = re.compile(r"e\d+")  # the model's events' ids (e1, e2, ...), not the rules' (r1, r2, ... or the user's)
 
 
+class RuleTable(TypedDict, total=False):
+    """A rule as Rule.describe() gives it: the keys of a faults file's table, normalised;
+    what `fusetrace fault list` and the control socket show."""
+
+    id: Required[str]
+    op: list[str]
+    path: str
+    pid: list[int]
+    comm: list[str]
+    probability: float
+    seed: int | None
+    count: int
+    every: int
+    after: str
+    until: str
+    errno: str
+    stall: str
+    soft: bool
+    timeo: int
+    retrans: int
+    stale: bool
+    write_error: str
+    full: int
+    short: int
+
+
 @dataclass(frozen=True)
 class Rule:
     """One fault rule, checked.  `ops` are operation names and `kinds` the request kinds
@@ -52,7 +79,7 @@ class Rule:
     kinds: frozenset[Kind] = frozenset()
     op_names: tuple[str, ...] = ()  # as given, for listing
     path: str | None = None
-    path_re: re.Pattern | None = None
+    path_re: re.Pattern[str] | None = None
     pids: frozenset[int] = frozenset()
     comms: frozenset[str] = frozenset()
     probability: float | None = None
@@ -90,9 +117,9 @@ class Rule:
         below = min(tries, 6000 // self.timeo)  # the tries whose timeout is under the cap
         return self.timeo / 10 * below * (below + 1) / 2 + 600.0 * (tries - below)  # in closed form: any retrans
 
-    def describe(self) -> dict:
+    def describe(self) -> RuleTable:
         """The rule as a table of the faults file would give it (normalised)."""
-        out: dict = {"id": self.id}
+        out = RuleTable(id=self.id)
         if self.op_names:
             out["op"] = list(self.op_names)
         if self.path is not None:
@@ -102,10 +129,12 @@ class Rule:
         if self.comms:
             out["comm"] = sorted(self.comms)
         if self.probability is not None:
-            out.update(probability=self.probability, seed=self.seed)
-        for key in ("count", "every"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+            out["probability"] = self.probability
+            out["seed"] = self.seed
+        if self.count is not None:
+            out["count"] = self.count
+        if self.every is not None:
+            out["every"] = self.every
         if self.after_s:
             out["after"] = _say_s(self.after_s)
         if self.until_s != math.inf:
@@ -115,13 +144,17 @@ class Rule:
         elif self.effect == "stall":
             out["stall"] = _say_s(self.stall_s)
             if self.soft:
-                out.update(soft=True, timeo=self.timeo, retrans=self.retrans, errno=errno_name(self.errno))
+                out["soft"] = True
+                out["timeo"] = self.timeo
+                out["retrans"] = self.retrans
+                out["errno"] = errno_name(self.errno)
         elif self.effect == "stale":
             out["stale"] = True
         elif self.effect == "write_error":
             out["write_error"] = errno_name(self.errno)
         elif self.effect == "full":
-            out.update(full=self.full_bytes, errno=errno_name(self.errno))
+            out["full"] = self.full_bytes
+            out["errno"] = errno_name(self.errno)
         else:
             out["short"] = self.short_bytes
         return out
@@ -160,7 +193,7 @@ def errno_name(number: int) -> str:
     return E.errorcode.get(number, str(number))
 
 
-def parse_errno(value, where: str, key: str = "errno") -> int:
+def parse_errno(value: object, where: str, key: str = "errno") -> int:
     """An errno from its name ("EIO") or number."""
     if isinstance(value, bool):
         raise UserError(f"{where}: {key} {value!r}: expected an errno name such as EIO, or its number")
@@ -177,7 +210,7 @@ def parse_errno(value, where: str, key: str = "errno") -> int:
     raise UserError(f"{where}: {key} {value!r}: not an errno name (e.g. EIO, ENOSPC, ESTALE, ETIMEDOUT)")
 
 
-def parse_duration(value, where: str, key: str) -> float:
+def parse_duration(value: object, where: str, key: str) -> float:
     """Seconds from a number or text such as "250ms", "40s", "2m" (as events take them)."""
     try:
         return seconds(value)
@@ -185,7 +218,7 @@ def parse_duration(value, where: str, key: str) -> float:
         raise UserError(f"{where}: {key} {exc}") from None
 
 
-def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
+def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
     """A Rule from a table of the faults file or a control request; every mistake is a
     UserError naming `where` and the key."""
     if not isinstance(raw, dict):
@@ -206,7 +239,7 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
     ops, kinds, names = _ops(raw.get("op"), where)
     if effect == "full" and not names:
         ops, names = frozenset({"write", *CREATES}), ("write", *sorted(CREATES))
-    kw: dict = {"id": rid, "effect": effect, "ops": ops, "kinds": kinds, "op_names": names}
+    kw: dict[str, Any] = {"id": rid, "effect": effect, "ops": ops, "kinds": kinds, "op_names": names}
     if "path" in raw:
         path = raw["path"]
         if not isinstance(path, str) or not path:
@@ -245,7 +278,7 @@ def parse_rule(raw: dict, where: str, default_id: str) -> Rule:
     return Rule(**kw)
 
 
-def _effect(raw: dict, effect: str, kw: dict, where: str) -> None:
+def _effect(raw: dict[str, Any], effect: str, kw: dict[str, Any], where: str) -> None:
     """The effect's own keys into kw."""
     for key in ("soft", "timeo", "retrans"):
         if key in raw and effect != "stall":
@@ -286,7 +319,7 @@ def _effect(raw: dict, effect: str, kw: dict, where: str) -> None:
         _only_ops(kw, {"read", "write"}, "short", where)
 
 
-def _only_ops(kw: dict, allowed: set[str], effect: str, where: str) -> None:
+def _only_ops(kw: dict[str, Any], allowed: set[str], effect: str, where: str) -> None:
     """Limit a rule whose effect only applies to some operations to those; refuse one
     that names none of them."""
     said = set(kw["ops"]) | {op for op in OPERATIONS if _kind_of(op) & kw["kinds"]}
@@ -301,7 +334,7 @@ def _kind_of(op: str) -> set[Kind]:
     return {Kind.READ} if op == "read" else {Kind.WRITE} if op == "write" else set()
 
 
-def _ops(value, where: str) -> tuple[frozenset[str], frozenset[Kind], tuple[str, ...]]:
+def _ops(value: object, where: str) -> tuple[frozenset[str], frozenset[Kind], tuple[str, ...]]:
     if value is None:
         return frozenset(), frozenset(), ()
     items = value.split(",") if isinstance(value, str) else value
@@ -323,7 +356,7 @@ def _ops(value, where: str) -> tuple[frozenset[str], frozenset[Kind], tuple[str,
     return frozenset(ops), frozenset(kinds), names
 
 
-def _list_of(raw: dict, key: str, kind: type, where: str) -> list:
+def _list_of(raw: dict[str, Any], key: str, kind: type, where: str) -> list[Any]:
     if key not in raw:
         return []
     value = raw[key]
@@ -335,14 +368,14 @@ def _list_of(raw: dict, key: str, kind: type, where: str) -> list:
     return items
 
 
-def _whole(raw: dict, key: str, where: str, least: int) -> int:
+def _whole(raw: dict[str, Any], key: str, where: str, least: int) -> int:
     value = raw[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UserError(f"{where}: {key} {value!r}: must be a whole number, {least} or more")
     return value
 
 
-def _bytes(value, where: str, key: str, least: int) -> int:
+def _bytes(value: object, where: str, key: str, least: int) -> int:
     try:
         n = value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value))
     except (ValueError, IndexError):
@@ -359,7 +392,7 @@ def _say_s(seconds: float) -> str:
 MAX_FILE_BYTES = 1 << 20  # rules and events by the thousand; a larger file is no faults file
 
 
-def load_file(path: str) -> tuple[list[dict], list[dict]]:
+def load_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The [[rule]] and [[event]] tables of a faults file, unchecked (the injector and the
     emulation check them); a file that cannot be read or parsed is one line."""
     try:

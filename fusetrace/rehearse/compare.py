@@ -18,6 +18,7 @@ import io
 import json
 import os
 from collections.abc import Sequence
+from typing import TypedDict
 
 import duckdb
 
@@ -28,8 +29,27 @@ from ..trace import reader
 
 MIN_RECORDS = 20
 CDF_POINTS = 200
-_STATS = ("count", "mean_ns", "p50_ns", "p90_ns", "p99_ns")
 HOST = "pass (within FUSE's round trip)"
+
+
+class LatencyStats(TypedDict):
+    """One op's (or kind's) latency figures on one side."""
+
+    count: int
+    mean_ns: float
+    p50_ns: float
+    p90_ns: float
+    p99_ns: float
+
+
+class Judgement(TypedDict):
+    """judge()'s row: both sides' figures, B/A of p50 and p99, and the verdict."""
+
+    a: LatencyStats | None
+    b: LatencyStats | None
+    p50_ratio: float | None
+    p99_ratio: float | None
+    verdict: str
 
 
 class CompareError(UserError):
@@ -49,12 +69,13 @@ class Side:
         assert row is not None
         self.records, self.span_ns = row
 
-    def stats(self, key: str) -> dict[str, dict]:
+    def stats(self, key: str) -> dict[str, LatencyStats]:
         """{op or kind: {count, mean_ns, p50_ns, p90_ns, p99_ns}}."""
         rows = self.db.execute(f"""
             select {key}, count(*), avg(dur_ns), quantile_cont(dur_ns, [0.5, 0.9, 0.99])
             from trace where {key} is not null group by {key}""").fetchall()
-        return {str(k): dict(zip(_STATS, (n, mean, *q))) for k, n, mean, q in rows}
+        return {str(k): LatencyStats(count=n, mean_ns=mean, p50_ns=q[0], p90_ns=q[1], p99_ns=q[2])
+                for k, n, mean, q in rows}
 
     def cdf(self, op: str) -> list[float]:
         """CDF_POINTS quantiles of op's latency, in ns."""
@@ -84,9 +105,10 @@ class Side:
         return had.pop() if len(had) == 1 else None
 
 
-def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_ns: float) -> dict:
+def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail: float,
+          slack_ns: float) -> Judgement:
     """One row: A's and B's figures, B/A of p50 and p99, and the verdict."""
-    row: dict = {"a": a, "b": b, "p50_ratio": None, "p99_ratio": None}
+    row = Judgement(a=a, b=b, p50_ratio=None, p99_ratio=None, verdict="")
     if a is None or b is None:
         row["verdict"] = "only in B" if a is None else "only in A"
         return row
@@ -95,7 +117,8 @@ def judge(a: dict | None, b: dict | None, tolerance: float, tail: float, slack_n
     if min(a["count"], b["count"]) < MIN_RECORDS:
         row["verdict"] = "too few"
         return row
-    within = [abs(b[k] - a[k]) <= pct / 100 * a[k] for k, pct in (("p50_ns", tolerance), ("p99_ns", tail))]
+    within = [abs(b["p50_ns"] - a["p50_ns"]) <= tolerance / 100 * a["p50_ns"],
+              abs(b["p99_ns"] - a["p99_ns"]) <= tail / 100 * a["p99_ns"]]
     by_host = [abs(b[k] - a[k]) <= slack_ns for k in ("p50_ns", "p99_ns")]
     if all(within):
         row["verdict"] = "pass"
@@ -125,8 +148,8 @@ def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float, tail
             continue
         sa, sb = a.stats(key), b.stats(key)
         rows = [{key if key == "op" else "kind": k, **judge(sa.get(k), sb.get(k), tolerance, tail, slack)}
-                for k in sorted(set(sa) | set(sb), key=lambda k: -max((sa.get(k) or {}).get("count", 0),
-                                                                     (sb.get(k) or {}).get("count", 0)))]
+                for k in sorted(set(sa) | set(sb),
+                                key=lambda k: -max(s[k]["count"] if k in s else 0 for s in (sa, sb)))]
         out[name] = rows
     out["judged"] = sum(r["verdict"] in ("pass", "fail", HOST) for r in out["ops"])
     out["failed"] = sum(r["verdict"] == "fail" for r in out["ops"])

@@ -3,7 +3,7 @@
 One small function per hint, registered with `@rule(name, *thresholds)`: RULES, in the order
 the report prints them, is the one place a hint is added (docs/ARCHITECTURE.md, "Report:
 query, hints, rendering, plots").  Each threshold is a constant of this module, named in its
-rule's registration; tests/test_report_hints.py checks that every rule has its thresholds, a
+rule's registration; tests/report/test_report_hints.py checks that every rule has its thresholds, a
 row in docs/REPORT.md and a trace that fires it and one just short of it.
 """
 

@@ -26,6 +26,7 @@ import trio
 from pyfuse3 import FUSEError
 
 from ..faults.injector import Firing, Injector
+from ..faults.rules import RuleTable
 from ..request import Kind, Request, WriteMode
 from . import syscalls
 from .fdbudget import Budget, Spares
@@ -319,7 +320,7 @@ class Operations(pyfuse3.Operations):
                 await changed.wait()
         return 0
 
-    def add_fault(self, raw: dict, where: str = "fault add") -> dict:
+    def add_fault(self, raw: dict, where: str = "fault add") -> RuleTable:
         return self.faults.add(raw, monotonic_ns(), where)
 
     def end_stalls(self) -> None:

@@ -1,5 +1,5 @@
 """Columns of a trace record: `TraceRecord`, what `TraceWriter.record` takes, and its
-Arrow type `RECORD_SCHEMA`, field for field in the same order (tests/test_trace_writer.py
+Arrow type `RECORD_SCHEMA`, field for field in the same order (tests/trace/test_trace_writer.py
 checks); the Parquet schema `SCHEMA` is those and, after them, the columns that hold one
 value for a whole trace (`host`), which the writer adds from its metadata rather than
 every record carrying them, and the exact bytes of the names that are not UTF-8

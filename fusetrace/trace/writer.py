@@ -80,7 +80,7 @@ _RESERVE = ".reserve"
 _RESERVE_BYTES = 64 << 10
 # Estimated bytes of one queued record, its path's characters aside: its packed row and its
 # references, with the eighth more that a growing bytearray and list allocate ahead
-# (tests/test_trace_memory.py holds the estimate above what tracemalloc sees).  A path is
+# (tests/trace/test_trace_memory.py holds the estimate above what tracemalloc sees).  A path is
 # charged as its own str (49 bytes + 1 a character), even when shared with the inode (the
 # record keeps it once the inode is forgotten); a second name too.  A shaped record's account
 # adds the gate's and the NFS RPCs' strings made for it, charged as up to 32 characters

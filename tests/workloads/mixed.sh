@@ -1,5 +1,5 @@
 #!/bin/sh
-# A mixed workload for the rehearsal loop (tests/test_rehearsal_loop.py, bench/rehearsal.py):
+# A mixed workload for the rehearsal loop (tests/rehearse/test_rehearsal_loop.py, bench/rehearsal.py):
 # data and metadata from several processes at once, with real tools.  $1: the directory,
 # $2: how many rounds (a scale; 1 takes about two seconds on an emulated efs-bursting mount).
 set -eu

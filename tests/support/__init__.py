@@ -1,0 +1,106 @@
+"""Helpers the tests share: the command line run as a user would, mount checks, polling,
+the one-line error check, a mount's handle (fixtures live in tests/conftest.py)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from fusetrace import processes
+from fusetrace.server import runstate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the fusetrace command line as a user would."""
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True,
+                          text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"fusetrace {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+    return done
+
+
+def is_mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:  # any name
+        return any(line.split()[4] == target for line in f)
+
+
+def poll(predicate, timeout: float = 10.0, interval: float = 0.02):
+    """Wait until predicate() is true, failing after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        time.sleep(interval)
+
+
+def one_line_error(done: subprocess.CompletedProcess, *needles: str, code: int | None = None) -> str:
+    """A command failed (with exit code `code`, if given) with exactly one line on
+    stderr, no traceback, holding every needle."""
+    if code is None:
+        assert done.returncode != 0
+    else:
+        assert done.returncode == code, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: command line} of every process below `pid` (processes.descendants): only
+    processes a test started, never a look-up by name that could match anything else on
+    the machine.  Processes that exit meanwhile are left out."""
+    found: dict[int, str] = {}
+    for child in processes.descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                found[child] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+        except FileNotFoundError:
+            continue
+    return found
+
+
+class Mount:
+    def __init__(self, source: Path, mountpoint: Path, trace: Path | None):
+        self.source, self.mountpoint, self.trace = source, mountpoint, trace
+
+    def server_pid(self) -> int:
+        """The pid the mount's server recorded in its run state (the one `fusetrace umount` signals)."""
+        state = runstate.read(str(self.mountpoint))
+        assert state is not None, f"no run state for {self.mountpoint}"
+        return state["pid"]
+
+    def unmount(self) -> None:
+        if is_mounted(self.mountpoint):
+            done = fusetrace("umount", str(self.mountpoint), check=False)
+            if done.returncode != 0 and is_mounted(self.mountpoint):
+                subprocess.run(["fusermount3", "-uz", str(self.mountpoint)], check=False)
+
+
+def served(prefix: str, *options: str) -> Iterator[tuple[Path, Path]]:
+    """(source, mountpoint) of an allow_other mount served by root with `options`, in a
+    fresh directory every user can reach (pytest's tmp_path is root's alone); unmounted and
+    removed at the end: a fixture's `yield from served(...)`."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(base, 0o755)
+    src, mnt = base / "src", base / "mnt"
+    src.mkdir(mode=0o755)
+    mnt.mkdir(mode=0o755)
+    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
+    try:
+        yield src, mnt
+    finally:
+        Mount(src, mnt, None).unmount()
+        shutil.rmtree(base, ignore_errors=True)

@@ -20,7 +20,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize(("args", "message"), [
+@pytest.mark.parametrize("args, message", [
     (["--only", "fusetrace,nosuch"], "bench/run.py: --only: no target nosuch (targets: native, fusetrace, baseline,"),
     (["--only", "fusetrace,baseline"], "bench/run.py: --only baseline needs --baseline REV|DIR"),
 ])

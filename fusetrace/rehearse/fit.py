@@ -153,8 +153,8 @@ class Fitter:
             # request's latency (the lookup's share was spent already: nfsclient's
             # _earlier), so those operations would pull the median down.
             rows = self.db.execute(
-                f"select latency_ns, size from trace where nfs in ({_list(rpcs)}) and latency_ns > 0 "
-                f"and op not in ({_list(list(_MAKES))})").fetchall()
+                "select latency_ns, size from trace where list_contains($rpcs, nfs) and latency_ns > 0 "
+                "and not list_contains($makes, op)", {"rpcs": rpcs, "makes": list(_MAKES)}).fetchall()
             made = " (names made are left out: their lookup's time is taken off)" if cls == "meta_write" else ""
             return ([ns / 1e6 for ns, _ in rows], [s for _, s in rows],
                     f"the model's sampled latency (latency_ns) of operations that sent one {names}{made}")
@@ -166,8 +166,8 @@ class Fitter:
         if cls == "write":  # reached the server only when not buffered
             extra = " or (op = 'write' and kind in ('direct', 'sync'))" if "kind" in self.columns else ""
         rows = self.db.execute(
-            f"select dur_ns, size from trace where errno = 0 and dur_ns > {floor} "
-            f"and (op in ({_list(ops)}){extra})").fetchall()
+            "select dur_ns, size from trace where errno = 0 and dur_ns > $floor "
+            f"and (list_contains($ops, op){extra})", {"floor": floor, "ops": ops}).fetchall()
         how = (f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of {', '.join(ops)} records over "
                f"{floor / 1e3:.0f} µs (faster ones were answered by the NFS client's caches)")
         return [(ns + self.rt_ns) / 1e6 for ns, _ in rows], [s for _, s in rows], how
@@ -275,11 +275,11 @@ class Fitter:
     def _slots(self) -> list[Key]:
         base_writes = "op = 'write' and kind in ('direct', 'sync')" if "kind" in self.columns else "op = 'write'"
         out = []
-        for key, where, group, what in (
-                ("file_write_slots", base_writes, "inode", "writes in service at once on one file"),
-                ("dir_write_slots", f"op in ({_list(list(_NAMESPACE))})", "inode",
+        for key, where, params, what in (
+                ("file_write_slots", base_writes, {}, "writes in service at once on one file"),
+                ("dir_write_slots", "list_contains($namespace, op)", {"namespace": list(_NAMESPACE)},
                  "namespace changes in service at once in one directory")):
-            most, n = self._most_overlapping(where, group)
+            most, n = self._most_overlapping(where, params)
             if n < MIN_RECORDS:
                 continue
             theirs = getattr(self.base, key)
@@ -290,21 +290,18 @@ class Fitter:
                                         f"within the base's {theirs}, which stands"))
         return out
 
-    def _most_overlapping(self, where: str, group: str) -> tuple[int, int]:
-        """The most records matching `where` in flight at once within one `group`, and how many there were."""
+    def _most_overlapping(self, where: str, params: dict[str, list[str]]) -> tuple[int, int]:
+        """The most records matching `where` (its values in `params`) in flight at once on one
+        inode, and how many there were."""
         row = self.db.execute(f"""
-            with e as (select {group} as g, start_ns as t, 1 as d from trace where {where} and errno = 0
+            with e as (select inode as g, start_ns as t, 1 as d from trace where {where} and errno = 0
                        union all
-                       select {group}, start_ns + dur_ns, -1 from trace where {where} and errno = 0),
+                       select inode, start_ns + dur_ns, -1 from trace where {where} and errno = 0),
             r as (select sum(d) over (partition by g order by t, d rows unbounded preceding) as running from e)
             select coalesce(max(running), 0), (select count(*) from trace where {where} and errno = 0) from r
-        """).fetchone()
+        """, params).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
-
-
-def _list(names: list[str]) -> str:
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -16,7 +16,6 @@ import logging
 import os
 import resource
 import stat
-import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from time import monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -27,11 +26,12 @@ from pyfuse3 import FUSEError
 
 from ..faults.injector import Firing, Injector
 from ..request import Kind, Request, WriteMode
-from . import syscalls
+from . import nofollow, syscalls
 from .fdbudget import Budget, Spares
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
 from .kills import Kills
+from .setattrs import Change
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
@@ -42,17 +42,7 @@ log = logging.getLogger(__name__)
 
 # Flags the kernel sends that must not reach the backing open(2) of an existing file.
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
-# Not a flag of open(2): marks an O_RDWR that Operations._backing_flags made of an O_WRONLY,
-# which _as_asked tries, then the O_WRONLY asked for if the source refuses reading (EACCES:
-# root squashed on an NFS source).  Bit 30: no open flag of Linux uses it, and _as_asked
-# takes it off before any open(2).
-_WRONLY_ASKED = 1 << 30
-_O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
-_AS_ROOT = os.geteuid() == 0
-# how far before (and after) the server's clock a setattr's two times may be and still
-# mean "now" (see _Change): the kernel's own clock, read before the request was queued
-_NOW_BEHIND, _NOW_AHEAD = 10_000_000_000, 1_000_000_000
 
 
 class Handle:
@@ -115,18 +105,18 @@ class Operations(pyfuse3.Operations):
         # and a reserve for the server's own (fdbudget.py)
         self.fds = Budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.spares = Spares()  # for FLUSH's duplicate when no descriptor is free
-        self.inodes = InodeTable(self.root_fd, max_open=self.fds.table, by_handle=_AS_ROOT)
+        self.inodes = InodeTable(self.root_fd, max_open=self.fds.table, by_handle=nofollow.AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
         self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
         self.rmdirs_nfs_refuses = 0  # rmdirs of a directory holding a hidden name (_kept_hidden)
         self._truncations = _Truncations()  # an open that overlaps one does not judge the size (_open_reply)
         self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self._said_rename_flags = False  # an emulated rename with flags NFS refuses was logged
-        self.xattrs = xattrs and _has_xattrs(self.root_fd)
+        self.xattrs = xattrs and nofollow.has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
         # the server acts as root) and checks who may set them, where there are any.
         self.enable_acl = self.xattrs
-        self.proc_reaches_links = _proc_reaches_links()
+        self.proc_reaches_links = nofollow.proc_reaches_links()
         self.handles: dict[int, Handle] = {}
         self._open_names: dict[tuple[int, str], dict[int, Handle]] = {}  # open files by Handle.dentry (_open_at)
         # files whose name went while they were open (NFS renames them away: Request.busy):
@@ -441,7 +431,7 @@ class Operations(pyfuse3.Operations):
                 mode, entry = out[1].st_mode, out[1].st_ino
         else:
             kind = type(out)
-            if kind is bytes or kind is str or kind is list or kind is _Listing:
+            if kind is bytes or kind is str or kind is list or kind is nofollow.Listing:
                 result = len(out)  # bytes read, link length, xattr names, entries
             elif kind is int:
                 result = out  # bytes written
@@ -468,8 +458,8 @@ class Operations(pyfuse3.Operations):
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
-            return _cached_pread(fd, size, offset)
-        except _NowaitUnsupported:
+            return nofollow.cached_pread(fd, size, offset)
+        except nofollow.NowaitUnsupported:
             self._cached_pread = None  # tmpfs, for one: reads follow the inline policy from now on
             return None
 
@@ -542,7 +532,7 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(E.EINVAL)  # never sent without export support
         try:
             return await self._call(Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
-                                    _at(parent, name), ctx, _open_path, parent, name,
+                                    _at(parent, name), ctx, nofollow.open_path, parent, name,
                                     reply=functools.partial(self._new_entry, parent, name))
         except FUSEError as exc:
             if exc.errno != E.ENOENT or not self.negative_timeout:
@@ -580,11 +570,11 @@ class Operations(pyfuse3.Operations):
         Inode.handovers), with the mtime the kernel holds (Inode.kernel_mtime).  A
         caller's own change of times (touch -m, futimens) comes with no handle, and is
         taken for the kernel's only when one is owed and it carries that same mtime.
-        Anything else is made as the caller (_Change.apply): the kernel checked the
+        Anything else is made as the caller (Change.apply): the kernel checked the
         attributes it holds, the source checks what it holds now."""
         node = self._inode(inode)
         h = self.handles.get(fh) if fh is not None else None
-        change = _Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
+        change = Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
         kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
                   and stat.S_ISREG(node.mode)
                   and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
@@ -607,18 +597,18 @@ class Operations(pyfuse3.Operations):
 
     async def readlink(self, inode, ctx):
         node = self._inode(inode)
-        target = await self._call(Request("readlink", Kind.META_READ, node.id), _at(node), ctx, _readlink, node)
+        target = await self._call(Request("readlink", Kind.META_READ, node.id), _at(node), ctx, nofollow.readlink, node)
         return os.fsencode(target)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        return await self._make("mknod", parent_inode, name, ctx, _mknod, mode, rdev)
+        return await self._make("mknod", parent_inode, name, ctx, nofollow.mknod, mode, rdev)
 
     async def mkdir(self, parent_inode, name, mode, ctx):
-        return await self._make("mkdir", parent_inode, name, ctx, _mkdir, mode | stat.S_IFDIR)
+        return await self._make("mkdir", parent_inode, name, ctx, nofollow.mkdir, mode | stat.S_IFDIR)
 
     async def symlink(self, parent_inode, name, target, ctx):
         target = os.fsdecode(target)
-        return await self._make("symlink", parent_inode, name, ctx, _symlink, target, path2=target)
+        return await self._make("symlink", parent_inode, name, ctx, nofollow.symlink, target, path2=target)
 
     async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
         parent = self._inode(parent_inode)
@@ -635,7 +625,8 @@ class Operations(pyfuse3.Operations):
             self._hidden[busy] = parent.id
         try:
             gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
-                                    _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
+                                    _at(parent, name), ctx,
+                                    nofollow.unlink_known if self.enable_writeback_cache else nofollow.unlink,
                                     name, parent, _owner_for(ctx))
         except FUSEError:
             if busy:  # NFS's failed RENAME left no hidden name
@@ -660,7 +651,7 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
-                         _rmdir, name, parent, _owner_for(ctx))
+                         nofollow.rmdir, name, parent, _owner_for(ctx))
         if self._hidden and self.shaper is not None:
             self._kept_hidden(_join(parent.path, name))
 
@@ -694,7 +685,7 @@ class Operations(pyfuse3.Operations):
         moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path, flags=flags), ctx,
-                                 _rename, old_dir, old, new_dir, new, flags, _owner_for(ctx),
+                                 nofollow.rename, old_dir, old, new_dir, new, flags, _owner_for(ctx),
                                  self.enable_writeback_cache)
         # Keep the best known paths of the objects that moved (for traces), and the entries
         # they and their open files hold, as the kernel moves its dentries (d_move).
@@ -745,11 +736,12 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(new_parent_inode)
         name = os.fsdecode(new_name)
         owner = _owner_for(ctx)
-        if node.is_symlink and (owner is not None or not _AS_ROOT) and not self.proc_reaches_links:
+        if node.is_symlink and (owner is not None or not nofollow.AS_ROOT) and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
         entry = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
-                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name, owner,
+                                 _at(node, path2=_join(parent.path, name)), ctx,
+                                 nofollow.link, node, parent, name, owner,
                                  reply=functools.partial(self._new_entry, parent, name))
         self._times_owed(node.key)
         return entry
@@ -766,8 +758,8 @@ class Operations(pyfuse3.Operations):
             cut = node.size if flags & os.O_TRUNC else 0
             return await self._opening(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
                                        functools.partial(self._open_reply, node, flags, ctx, epoch),
-                                       _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
-                                       _owner_for(ctx))
+                                       nofollow.open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP),
+                                       ctx.uid != 0, _owner_for(ctx))
 
     async def _opening(self, req: Request, site: "_Site", ctx, reply, fn, *args):
         """_call for a request that makes a handle (open, create, opendir): one of the
@@ -790,14 +782,14 @@ class Operations(pyfuse3.Operations):
         in part through whichever handle wrote it, and places appends itself (at the
         end of the file as it knows it): so a write-only file is opened for reading too
         (the kernel has checked the caller's permission; the descriptor is the
-        server's alone, and _as_asked falls back to the caller's mode where the
+        server's alone, and nofollow.as_asked falls back to the caller's mode where the
         source refuses it), and O_APPEND is left to the kernel.  (The kernel also
         keeps the file's modified time while its data is cached, and hands it over in
         a setattr of mtime and ctime alone: see setattr.)"""
         if not self.enable_writeback_cache:
             return flags
         if flags & os.O_ACCMODE == os.O_WRONLY:
-            flags = flags & ~os.O_ACCMODE | os.O_RDWR | _WRONLY_ASKED
+            flags = flags & ~os.O_ACCMODE | os.O_RDWR | nofollow.WRONLY_ASKED
         return flags & ~os.O_APPEND
 
     def _open_reply(self, node: Inode, flags: int, ctx, epoch: int,
@@ -851,7 +843,8 @@ class Operations(pyfuse3.Operations):
         return await self._opening(
             Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags), ctx,
             functools.partial(self._create_reply, parent, name, flags, ctx),
-            _create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx))
+            nofollow.create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode,
+            _owner_for(ctx))
 
     def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
                       made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
@@ -935,7 +928,7 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         return await self._opening(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
                                    functools.partial(self._opendir_reply, node, ctx),
-                                   _reopen, node, os.O_RDONLY | os.O_DIRECTORY, _owner_for(ctx))
+                                   nofollow.reopen, node, os.O_RDONLY | os.O_DIRECTORY, _owner_for(ctx))
 
     def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
         self.dirs[fd] = DirHandle(fd, node, ctx)
@@ -953,7 +946,8 @@ class Operations(pyfuse3.Operations):
         asked = d.fit if names is None else max(0, min(d.fit, len(names) - start_id))
         listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=asked, offset=start_id,
                                            handle=fh),
-                                   _at(d.inode, fh=fh, offset=start_id), d, _list_chunk, d.fd, names, start_id, d.fit)
+                                   _at(d.inode, fh=fh, offset=start_id), d,
+                                   nofollow.list_chunk, d.fd, names, start_id, d.fit)
         d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
             if fd is None:  # "." or "..": the kernel takes no lookup of these
@@ -1005,29 +999,30 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink:
             return True  # a link itself is rwx for all; the kernel follows links before asking
         return await self._call(Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), _at(node),
-                                ctx, _access, node, mode)
+                                ctx, nofollow.access, node, mode)
 
     async def setxattr(self, inode, name, value, ctx):
         node = self._inode(inode)
         await self._call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
-                         _at(node, path2=os.fsdecode(name)), ctx, self._xattr_fn(node, _setxattr), node, name, value)
+                         _at(node, path2=os.fsdecode(name)), ctx,
+                         self._xattr_fn(node, nofollow.setxattr), node, name, value)
         self._times_owed(node.key)
 
     async def getxattr(self, inode, name, ctx):
         node = self._inode(inode)
         return await self._call(Request("getxattr", Kind.META_READ, node.id), _at(node, path2=os.fsdecode(name)),
-                                ctx, self._xattr_fn(node, _getxattr), node, name)
+                                ctx, self._xattr_fn(node, nofollow.getxattr), node, name)
 
     async def listxattr(self, inode, ctx):
         node = self._inode(inode)
         names = await self._call(Request("listxattr", Kind.META_READ, node.id), _at(node), ctx,
-                                 _listxattr if self._xattrs_at(node) else _no_xattr_names, node)
+                                 nofollow.listxattr if self._xattrs_at(node) else nofollow.no_xattr_names, node)
         return [os.fsencode(n) for n in names]
 
     async def removexattr(self, inode, name, ctx):
         node = self._inode(inode)
         await self._call(Request("removexattr", Kind.META_WRITE, node.id), _at(node, path2=os.fsdecode(name)),
-                         ctx, self._xattr_fn(node, _removexattr), node, name)
+                         ctx, self._xattr_fn(node, nofollow.removexattr), node, name)
         self._times_owed(node.key)
 
     def _xattr_fn(self, node: Inode, fn):
@@ -1038,9 +1033,9 @@ class Operations(pyfuse3.Operations):
         itself, as the file system below would.  listxattr is always passed through:
         such file systems may list no names rather than fail."""
         if not self.xattrs:
-            return _no_xattrs
+            return nofollow.no_xattrs
         if not self._xattrs_at(node):
-            return _link_xattrs_unsupported
+            return nofollow.link_xattrs_unsupported
         return fn
 
     def _xattrs_at(self, node: Inode) -> bool:
@@ -1236,7 +1231,7 @@ def _join(parent: str, name: str) -> str:
 def _owner_for(ctx):
     """Who a new object must be made as, where that is not the server's own user: the
     caller with their supplementary groups, as the kernel would make it natively."""
-    if not _AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):
+    if not nofollow.AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):
         return None
     try:
         groups = tuple(pyfuse3.get_sup_groups(ctx.pid))  # /proc/PID/status: from memory
@@ -1245,398 +1240,9 @@ def _owner_for(ctx):
     return ctx.uid, ctx.gid, groups
 
 
-# ---- the blocking halves, run in worker threads ---------------------------------------
-#
-# None of them follows a symbolic link planted in the source (docs/SECURITY.md lists
-# every call): an existing object is reached through its own O_PATH descriptor (or,
-# where a call takes only a path, /proc/self/fd/N of it, which resolves to that very
-# object, and only for objects that are not links); a name is only ever looked up in
-# its parent's descriptor with O_NOFOLLOW or by a call that does not follow the last
-# component (mkdirat, mknodat, symlinkat, unlinkat, renameat, linkat); an object made
-# for another user is made as that user, so nothing is changed by name after it.
-
-
-def _open_path(dirfd: int, name: str):
-    fd = os.open(name, _O_PATH, dir_fd=dirfd)
-    try:
-        return os.stat(fd), fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _mknod(dirfd, name, mode, rdev, owner):
-    with syscalls.credentials(owner):
-        os.mknod(name, mode, rdev, dir_fd=dirfd)
-    return _open_path(dirfd, name)
-
-
-def _mkdir(dirfd, name, mode, owner):
-    with syscalls.credentials(owner):
-        os.mkdir(name, stat.S_IMODE(mode), dir_fd=dirfd)
-    return _open_path(dirfd, name)
-
-
-def _symlink(dirfd, name, target, owner):
-    with syscalls.credentials(owner):
-        os.symlink(target, name, dir_fd=dirfd)
-    return _open_path(dirfd, name)
-
-
-def _create(dirfd, name, flags, mode, owner):
-    if owner is not None:
-        # Created for another user: only a file made here may be given to them.  If one
-        # appeared since the kernel's lookup, opening it as root would skip the caller's
-        # permission check, so that race answers EEXIST.
-        flags |= os.O_EXCL
-    with syscalls.credentials(owner):
-        # O_NONBLOCK: a FIFO planted at the name since the kernel's lookup must not block
-        # the server; anything but a regular file is refused.
-        fd = _as_asked(flags, lambda f: os.open(name, f | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                                                 stat.S_IMODE(mode), dir_fd=dirfd))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(E.EEXIST, "not a regular file")
-        if not flags & os.O_NONBLOCK:
-            os.set_blocking(fd, True)
-        path_fd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
-        return fd, os.stat(path_fd), path_fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _reopen(path_fd: int, flags: int, owner=None) -> int:
-    """A descriptor with `flags` on the object path_fd holds (never a link: callers check),
-    opened as `owner` (the caller: the source checks their access to what it holds now,
-    which may be newer than the attributes the kernel checked; None: as the server)."""
-    path = f"/proc/self/fd/{path_fd}"
-    with syscalls.credentials(owner):
-        return _as_asked(flags, lambda f: os.open(path, f | os.O_CLOEXEC))
-
-
-def _as_asked(flags: int, opener: Callable[[int], int]) -> int:
-    """opener(flags); with _WRONLY_ASKED, first for reading and writing, then, where the
-    source refuses reading, for writing only, as the caller asked."""
-    if flags & _WRONLY_ASKED:
-        flags &= ~_WRONLY_ASKED
-        try:
-            return opener(flags)
-        except PermissionError:
-            flags = flags & ~os.O_ACCMODE | os.O_WRONLY
-    return opener(flags)
-
-
-def _open_checked(path_fd: int, flags: int, unprivileged: bool, owner) -> tuple[int, os.stat_result]:
-    """Open the object path_fd holds with `flags`, as `owner` (_reopen).  The kernel
-    hands O_TRUNC to the server (atomic_o_trunc); a truncation by a caller without
-    CAP_FSETID (`unprivileged`: not root) drops the set-user-ID bit, and the
-    set-group-ID bit of a group-executable file, as the kernel does natively (and, the
-    open made as the caller, as the kernel below already has)."""
-    fd = _reopen(path_fd, flags, owner)
-    try:
-        st = os.stat(fd)
-        if flags & os.O_TRUNC and unprivileged and stat.S_ISREG(st.st_mode):
-            drop = stat.S_ISUID | (stat.S_ISGID if st.st_mode & stat.S_IXGRP else 0)
-            if st.st_mode & drop:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~drop)
-                st = os.stat(fd)
-        return fd, st
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _readlink(fd: int) -> str:
-    return os.readlink("", dir_fd=fd)
-
-
-def _access(fd: int, mode: int) -> bool:
-    if not os.access(f"/proc/self/fd/{fd}", mode):
-        raise OSError(E.EACCES, "permission denied")
-    return True
-
-
-def _has_xattrs(root_fd: int) -> bool:
-    """False when the file system of the source supports no extended attribute
-    namespace (each probe answers EOPNOTSUPP)."""
-    for name in ("user.fusetrace.probe", "security.capability"):
-        try:
-            os.getxattr(f"/proc/self/fd/{root_fd}", name)
-        except OSError as exc:
-            if exc.errno != E.EOPNOTSUPP:
-                return True
-        else:
-            return True
-    return False
-
-
-def _proc_reaches_links() -> bool:
-    """Whether a path call through /proc/self/fd/N, N an O_PATH descriptor of a
-    symbolic link, acts on the link itself (as Linux 6 does) rather than following it:
-    probed on a dangling link, whose target would answer ENOENT."""
-    with tempfile.TemporaryDirectory(prefix="fusetrace-probe-") as tmp:
-        os.symlink("no-such-target", os.path.join(tmp, "link"))
-        fd = os.open(os.path.join(tmp, "link"), _O_PATH)
-        try:
-            os.getxattr(f"/proc/self/fd/{fd}", "user.fusetrace.probe")
-        except OSError as exc:
-            return exc.errno != E.ENOENT
-        finally:
-            os.close(fd)
-    return True
-
-
-def _no_xattrs(*_args):
-    raise OSError(E.ENOSYS, "no extended attributes below")
-
-
-def _link_xattrs_unsupported(*_args):
-    raise OSError(E.EOPNOTSUPP, "extended attributes of a symbolic link cannot be reached safely here")
-
-
-def _no_xattr_names(_fd):
-    return []
-
-
-# Through /proc/self/fd/N: the object N holds itself (for a link, only where
-# _proc_reaches_links() said so).
-def _setxattr(fd, name, value):
-    os.setxattr(f"/proc/self/fd/{fd}", name, value)
-
-
-def _getxattr(fd, name):
-    return os.getxattr(f"/proc/self/fd/{fd}", name)
-
-
-def _listxattr(fd):
-    return os.listxattr(f"/proc/self/fd/{fd}")
-
-
-def _removexattr(fd, name):
-    os.removexattr(f"/proc/self/fd/{fd}", name)
-
-
-# Removals run as the caller too: the kernel checked the sticky bit against the owner it
-# holds, which may be older than the source's (a file chowned below since), and the
-# source checks again, as natively.
-def _unlink(name, dirfd, owner):
-    with syscalls.credentials(owner):
-        os.unlink(name, dir_fd=dirfd)
-
-
-def _unlink_known(name, dirfd, owner) -> tuple[int, int]:
-    """Unlink; return the key of what it unlinked (whose times the write-back cache's
-    kernel then hands over)."""
-    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    _unlink(name, dirfd, owner)
-    return st.st_dev, st.st_ino
-
-
-def _rmdir(name, dirfd, owner):
-    with syscalls.credentials(owner):
-        os.rmdir(name, dir_fd=dirfd)
-
-
-def _rename(olddir, old, newdir, new, flags, owner, owed=False):
-    """Rename as `owner` (the caller: the sticky bit, permissions and the owner of a
-    whiteout are the source's, as natively); return the (st_dev, st_ino) keys now at the
-    new and the old name, and, if `owed`, those of the regular files whose times the
-    kernel's write-back cache then hands over (fs/fuse: fuse_rename_common): what moved,
-    and what it replaced or swapped with."""
-    replaced = None
-    if owed and not flags & syscalls.RENAME_EXCHANGE:
-        try:
-            st = os.stat(new, dir_fd=newdir, follow_symlinks=False)
-            replaced = (st.st_dev, st.st_ino)
-        except OSError:
-            pass
-    with syscalls.credentials(owner):
-        if flags:
-            syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
-        else:
-            os.rename(old, new, src_dir_fd=olddir, dst_dir_fd=newdir)
-    keys: list[tuple[int, int] | None] = []
-    for d, n in ((newdir, new), (olddir, old)):
-        try:
-            st = os.stat(n, dir_fd=d, follow_symlinks=False)
-            keys.append((st.st_dev, st.st_ino))
-        except OSError:
-            keys.append(None)
-    if not owed:
-        return keys, []
-    return keys, keys if flags & syscalls.RENAME_EXCHANGE else [keys[0], replaced]
-
-
-def _link(fd: int, newdir: int, name: str, owner):
-    """A new name for the object fd holds, made as `owner` (the caller: the source then
-    checks the directory's permissions and protected_hardlinks as natively)."""
-    if owner is None and _AS_ROOT:
-        syscalls.link_empty(fd, newdir, os.fsencode(name))
-    else:
-        # the magic link resolves to the object fd holds (linkat with AT_EMPTY_PATH needs
-        # CAP_DAC_READ_SEARCH, which acting as the caller gives up)
-        with syscalls.credentials(owner):
-            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=newdir, follow_symlinks=True)
-    return _open_path(newdir, name)
-
-
-class _NowaitUnsupported(Exception):
-    """The file system below has no RWF_NOWAIT read path."""
-
-
-def _cached_pread(fd: int, size: int, offset: int) -> bytes | None:
-    """pread that never blocks: preadv2(RWF_NOWAIT) answers from the page cache below,
-    or says it cannot (EAGAIN) and the read goes to a worker; where the file system has
-    no such path (EOPNOTSUPP) _NowaitUnsupported is raised.  A short answer may be a
-    partly cached range rather than the end of the file, so only a whole one is taken."""
-    buf = bytearray(size)
-    try:
-        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except OSError as exc:
-        if exc.errno == E.EOPNOTSUPP:
-            raise _NowaitUnsupported from None
-        return None
-    if n == size:
-        return bytes(buf)
-    return b"" if n == 0 else None
-
-
 def _in_use() -> int | None:
     """Descriptors the process holds now (for `fusetrace stats`; None if /proc cannot say)."""
     try:
         return len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
     except OSError:
         return None
-
-
-def _list_chunk(dirfd: int, names, start: int, count: int):
-    """Up to `count` entries from index `start` of the listing, with attributes
-    and an O_PATH descriptor each ("." and ".." get none: they are not looked up);
-    fewer when descriptors run short.  The listing is taken once per pass (offset 0)."""
-    if names is None:
-        names = [".", "..", *os.listdir(dirfd)]
-    entries: list[tuple[int, str, os.stat_result, int | None]] = []
-    index = start
-    try:
-        while index < len(names) and len(entries) < count:
-            name = names[index]
-            try:
-                if index < 2:
-                    entries.append((index, name, os.stat(name, dir_fd=dirfd, follow_symlinks=False), None))
-                else:
-                    entries.append((index, name, *_open_path(dirfd, name)))
-            except FileNotFoundError:
-                pass  # removed since the listing was taken
-            except OSError as exc:
-                if exc.errno not in (E.EMFILE, E.ENFILE) or not entries:
-                    raise
-                break  # no descriptor free: a shorter chunk, and the kernel asks on from this entry
-            index += 1
-    except BaseException:
-        for *_, fd in entries:
-            if fd is not None:
-                os.close(fd)
-        raise
-    return _Listing(names, entries)
-
-
-class _Listing:
-    """A readdir chunk; its length (for the trace) is the entries it carries."""
-
-    __slots__ = ("entries", "names")
-
-    def __init__(self, names, entries):
-        self.names, self.entries = names, entries
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-class _Change:
-    """A setattr request: size, mode, owner, times, in that order, then fresh attributes.
-
-    Applied to the object's O_PATH descriptor (or the open file's own), never by a
-    name, and as the caller (`owner`; None: as the server), so the source decides with
-    the caller's own credentials what the kernel allowed on the attributes it holds,
-    which may be older than the source's.  A symbolic link's size and mode cannot
-    change (Linux has no lchmod), so those answer as the kernel would natively rather
-    than reach the link's target."""
-
-    def __init__(self, is_link: bool, fh: int | None, attr, fields, now: int):
-        self.is_link, self.fh = is_link, fh
-        self.size = attr.st_size if fields.update_size else None
-        self.mode = stat.S_IMODE(attr.st_mode) if fields.update_mode else None
-        self.uid = attr.st_uid if fields.update_uid else -1
-        self.gid = attr.st_gid if fields.update_gid else -1
-        self.atime = attr.st_atime_ns if fields.update_atime else None
-        self.mtime = attr.st_mtime_ns if fields.update_mtime else None
-        # pyfuse3 gives "now" (utimensat(UTIME_NOW), touch) as an explicit time, its
-        # clock's when the request reached it: both times, and lately, may mean now
-        self.touch = all(t is not None and -_NOW_AHEAD <= now - t <= _NOW_BEHIND for t in (self.atime, self.mtime))
-        # for the trace: what it sets, in the order it sets them
-        self.names = ",".join(n for n, on in (("size", self.size is not None), ("mode", self.mode is not None),
-                                              ("uid", self.uid != -1), ("gid", self.gid != -1),
-                                              ("atime", self.atime is not None),
-                                              ("mtime", self.mtime is not None)) if on)
-
-    def hand_over(self, path_fd: int) -> os.stat_result:
-        """apply() for the kernel's hand-over of a file's times: where the source refuses
-        to take them (a server not the file's owner, a root-squashed NFS source), it keeps
-        the times the write-back gave it, and the hand-over, which no call made, does not
-        fail a later fsync or close."""
-        try:
-            return self.apply(path_fd, None)
-        except PermissionError:
-            return os.stat(path_fd)
-
-    def apply(self, path_fd: int, owner) -> os.stat_result:
-        """Make the change as `owner`, but for what the kernel itself does on a caller's
-        behalf after its own checks, which natively needs no ownership: the times a
-        truncation sets, and the clearing of set-user-ID and set-group-ID bits when
-        someone else writes or truncates (see _kills_set_id)."""
-        fh = self.fh
-        if self.is_link and (self.size is not None or self.mode is not None):
-            raise OSError(E.EINVAL if self.size is not None else E.EOPNOTSUPP, "not on a symbolic link")
-        target = fh if fh is not None else f"/proc/self/fd/{path_fd}"
-        # before the truncation, which as the caller clears them itself
-        kills = self.mode is not None and owner is not None and self._kills_set_id(path_fd)
-        if self.size is not None:
-            with syscalls.credentials(owner):
-                os.truncate(target, self.size)
-        if self.mode is not None:
-            with syscalls.credentials(None if kills else owner):
-                os.chmod(target, self.mode)
-        if self.uid != -1 or self.gid != -1:
-            with syscalls.credentials(owner):
-                syscalls.fchown_empty(path_fd, self.uid, self.gid)
-        if self.atime is not None or self.mtime is not None:
-            # a truncation's times are the kernel's now, for a truncation the source allowed
-            self._times(path_fd, owner if self.size is None else None)
-        return os.stat(path_fd)
-
-    def _kills_set_id(self, path_fd: int) -> bool:
-        """Whether the mode asked for is the source's but for set-user-ID and set-group-ID
-        bits, cleared: the kernel's own, when someone not the owner writes or truncates
-        (fs/fuse: fuse_setattr turns ATTR_KILL_SUID into a mode, with the writer's
-        credentials and no check of its own), which natively needs no ownership.  It
-        only ever takes privileges away."""
-        assert self.mode is not None
-        st = os.stat(path_fd)
-        now = stat.S_IMODE(st.st_mode)
-        cleared = now & ~self.mode
-        return (stat.S_ISREG(st.st_mode) and self.mode & ~now == 0 and cleared != 0
-                and not cleared & ~(stat.S_ISUID | stat.S_ISGID))
-
-    def _times(self, path_fd: int, owner) -> None:
-        # a link itself (AT_EMPTY_PATH here needs Linux 5.8); anything else by its magic link
-        at = ((path_fd, b"", syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW) if self.is_link
-              else (syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), 0))
-        with syscalls.credentials(owner):
-            try:
-                syscalls.utimensat(at[0], at[1], self.atime, self.mtime, at[2])
-            except PermissionError as exc:
-                # explicit times need ownership; "now" needs only write permission
-                if owner is None or exc.errno != E.EPERM or not self.touch:
-                    raise
-                syscalls.utimensat_now(*at)

@@ -31,6 +31,7 @@ from .fdbudget import Budget, Spares
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
 from .kills import Kills
+from .openfiles import NO_TRUNCATION, DirHandle, Handle, OpenFiles
 from .setattrs import Change
 from .workers import Workers
 
@@ -42,38 +43,6 @@ log = logging.getLogger(__name__)
 
 # Flags the kernel sends that must not reach the backing open(2) of an existing file.
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
-_SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
-
-
-class Handle:
-    """An open file: its own backing descriptor with the caller's flags."""
-
-    __slots__ = ("closed", "dentry", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
-
-    def __init__(self, fd: int, inode: Inode, flags: int, ctx):
-        self.fd = fd
-        self.inode = inode
-        # the entry (directory's node id, name) it was opened by, as far as the server knows
-        # (FUSE's open names no file: Inode.dentry), moved by renames as the kernel's dentry is
-        self.dentry = inode.dentry
-        self.flags = flags
-        self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
-        self.dirty = False  # written since the last commit (flush/fsync)
-        self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
-        # how its writes reach the server (worked out once: every write asks)
-        self.write_mode = (WriteMode.DIRECT if flags & os.O_DIRECT else
-                           WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED)
-
-
-class DirHandle:
-    __slots__ = ("fd", "fit", "gid", "inode", "names", "pid", "uid")
-
-    def __init__(self, fd: int, inode: Inode, ctx):
-        self.fd = fd
-        self.inode = inode
-        self.names: list[str] | None = None  # the listing taken at offset 0
-        self.fit = 32  # entries per readdir call; learnt from the kernel's buffer size
-        self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
 
 
 class Operations(pyfuse3.Operations):
@@ -107,22 +76,13 @@ class Operations(pyfuse3.Operations):
         self.spares = Spares()  # for FLUSH's duplicate when no descriptor is free
         self.inodes = InodeTable(self.root_fd, max_open=self.fds.table, by_handle=nofollow.AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
-        self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
-        self.rmdirs_nfs_refuses = 0  # rmdirs of a directory holding a hidden name (_kept_hidden)
-        self._truncations = _Truncations()  # an open that overlaps one does not judge the size (_open_reply)
-        self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self._said_rename_flags = False  # an emulated rename with flags NFS refuses was logged
         self.xattrs = xattrs and nofollow.has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
         # the server acts as root) and checks who may set them, where there are any.
         self.enable_acl = self.xattrs
         self.proc_reaches_links = nofollow.proc_reaches_links()
-        self.handles: dict[int, Handle] = {}
-        self._open_names: dict[tuple[int, str], dict[int, Handle]] = {}  # open files by Handle.dentry (_open_at)
-        # files whose name went while they were open (NFS renames them away: Request.busy):
-        # node id: the directory of the hidden name their last release removes
-        self._hidden: dict[int, int] = {}
-        self.dirs: dict[int, DirHandle] = {}
+        self.files = OpenFiles(self.inodes)
         self.workers = workers
         self.inline = inline
         self._cached_pread: Callable[[int, int, int], bytes | None] | None = self._nowait_pread
@@ -211,7 +171,7 @@ class Operations(pyfuse3.Operations):
             out, err = await self._place(req, fn, args, nowait)
             if effect == "write_error" and not err:  # NFS: the write-back fails later, the write does not
                 faults.write_failed(req.file, firing.rule, firing.errno,
-                                    {fh for fh, h in self.handles.items() if h.inode.id == req.file})
+                                    {fh for fh, h in self.files.handles.items() if h.inode.id == req.file})
             elif faults.pending and not err and req.op in _REPORTS:
                 late = faults.reported(req.file, site.fh)
                 if late is not None:
@@ -449,11 +409,11 @@ class Operations(pyfuse3.Operations):
         """For `fusetrace stats`: the inode table, the open files, the requests being
         handled and where calls run."""
         table = self.inodes.stats()
-        return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
+        return {"inodes": table.pop("known"), "open_files": len(self.files.handles), "inode_fds": table,
                 "descriptors": {**self.fds.stats(), "inode_table": table["held"], "in_use": _in_use(),
                                 "flush_spares_used": self.spares.used},
-                "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside,
-                "rmdirs_nfs_refuses": self.rmdirs_nfs_refuses, "killed_released": self.kills.released,
+                "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.files.resized_beside,
+                "rmdirs_nfs_refuses": self.files.rmdirs_nfs_refuses, "killed_released": self.kills.released,
                 "held_long": self.held_long(monotonic_ns())}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
@@ -486,11 +446,9 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(E.ESTALE)
         return inode
 
-    def _handle(self, fh: int) -> Handle:
-        h = self.handles.get(fh)
-        if h is None:
-            raise FUSEError(E.EBADF)
-        return h
+    def _busy(self, parent: Inode, name: str) -> int:
+        """OpenFiles.open_at, when the name's going is shaped or traced (Request.busy)."""
+        return 0 if self.shaper is None and self.tracer is None else self.files.open_at(parent, name)
 
     def _entry(self, st: os.stat_result, node_id: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -573,7 +531,7 @@ class Operations(pyfuse3.Operations):
         Anything else is made as the caller (Change.apply): the kernel checked the
         attributes it holds, the source checks what it holds now."""
         node = self._inode(inode)
-        h = self.handles.get(fh) if fh is not None else None
+        h = self.files.handles.get(fh) if fh is not None else None
         change = Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
         kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
                   and stat.S_ISREG(node.mode)
@@ -586,7 +544,7 @@ class Operations(pyfuse3.Operations):
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
         call = (change.hand_over, node) if kernel else (change.apply, node, _owner_for(ctx))
-        with self._truncations if fields.update_size and self.enable_writeback_cache else _NO_TRUNCATION:
+        with self.files.truncations if fields.update_size and self.enable_writeback_cache else NO_TRUNCATION:
             st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, *call)
             if change.mtime is not None:
                 node.kernel_mtime = change.mtime
@@ -620,9 +578,9 @@ class Operations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
-        busy = self._open_at(parent, name)
+        busy = self._busy(parent, name)
         if busy:  # before the call's wait: a release during it (munmap, exit) must find it
-            self._hidden[busy] = parent.id
+            self.files.hidden[busy] = parent.id
         try:
             gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
                                     _at(parent, name), ctx,
@@ -630,44 +588,17 @@ class Operations(pyfuse3.Operations):
                                     name, parent, _owner_for(ctx))
         except FUSEError:
             if busy:  # NFS's failed RENAME left no hidden name
-                self._hidden.pop(busy, None)
+                self.files.hidden.pop(busy, None)
             raise
         self._times_owed(gone)
-
-    def _open_at(self, parent: Inode, name: str) -> int:
-        """The node id of the file at `name` in `parent` while a handle opened by that entry
-        is open here and the file's name has not gone before (Request.busy), else 0: NFS
-        hides a name still in use (its dentry held by an open file), so a file open only
-        through another hard link is removed plainly.  Only when shaped or traced.  Entries
-        are keyed by their directory's node id, which no rename of a directory changes."""
-        if not self._open_names or (self.shaper is None and self.tracer is None):
-            return 0
-        for h in self._open_names.get((parent.id, name), {}).values():
-            if h.inode.id not in self._hidden:
-                return h.inode.id
-        return 0
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._inode(parent_inode)
         name = os.fsdecode(name)
         await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
                          nofollow.rmdir, name, parent, _owner_for(ctx))
-        if self._hidden and self.shaper is not None:
-            self._kept_hidden(_join(parent.path, name))
-
-    def _kept_hidden(self, path: str) -> None:
-        """An emulated mount removed the directory at `path` while it held the hidden name
-        of a file unlinked or renamed over while open (Request.busy).  NFS keeps that name
-        (.nfsXXXX) until the file's last close and refuses the rmdir (ENOTEMPTY; `rm -rf`
-        also fails to unlink the name, EBUSY); the mount cannot show a name the source does
-        not have, so it is counted, and said once a directory."""
-        for directory in set(self._hidden.values()):
-            node = self.inodes.get(directory)
-            if node is not None and node.path == path:
-                self.rmdirs_nfs_refuses += 1
-                log.warning("%r: removed, where NFS would refuse (ENOTEMPTY): a file in it was unlinked while "
-                            "open, and NFS keeps it there as .nfsXXXX until its last close", path)
-                return
+        if self.files.hidden and self.shaper is not None:
+            self.files.kept_hidden(_join(parent.path, name))
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
@@ -678,48 +609,17 @@ class Operations(pyfuse3.Operations):
             self._said_rename_flags = True
             log.warning("%r: renamed with renameat2 flags (%#x), which an NFS client refuses (EINVAL, nothing sent): "
                         "done here as the source does; a program relying on them fails on EFS", old_path, flags)
-        busy = 0 if exchange or new_path == old_path else self._open_at(new_dir, new)
+        busy = 0 if exchange or new_path == old_path else self._busy(new_dir, new)
         if busy:  # before the call's wait, as unlink's; kept if the RENAME fails: NFS hid the target first
-            self._hidden[busy] = new_dir.id
+            self.files.hidden[busy] = new_dir.id
         # charged to the directory the entry leaves, as the trace names it
         moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new, busy=busy),
                                  _Site(old_dir.id, old_path, new_path, flags=flags), ctx,
                                  nofollow.rename, old_dir, old, new_dir, new, flags, _owner_for(ctx),
                                  self.enable_writeback_cache)
-        # Keep the best known paths of the objects that moved (for traces), and the entries
-        # they and their open files hold, as the kernel moves its dentries (d_move).
-        old_entry, new_entry = (old_dir.id, old), (new_dir.id, new)
-        if moved[0] is None or moved[0] != moved[1]:  # (equal: a rename onto another link of its file does nothing)
-            at_old, at_new = self._open_names.pop(old_entry, {}), self._open_names.pop(new_entry, {})
-            self._enter_open(at_old, new_entry)
-            if exchange:
-                self._enter_open(at_new, old_entry)
-            # (else what was at the new name has gone: hidden, if open there (busy), or removed)
-            for key, path, entry in zip(moved, (new_path, old_path), (new_entry, old_entry)):
-                known = self.inodes.by_key(key)
-                if known is not None:
-                    known.path, known.dentry = path, entry
-                    if not exchange and stat.S_ISDIR(known.mode):
-                        self._moved_below(old_path, new_path)
+        self.files.renamed(moved, (old_dir.id, old), (new_dir.id, new), old_path, new_path, bool(exchange))
         self._times_owed(*owed)
-
-    def _enter_open(self, handles: dict[int, Handle], entry: tuple[int, str]) -> None:
-        """Index these open files as open by `entry` (_open_at)."""
-        if handles:
-            for h in handles.values():
-                h.dentry = entry
-            self._open_names.setdefault(entry, {}).update(handles)
-
-    def _moved_below(self, old: str, new: str) -> None:
-        """A directory moved from `old` to `new`: the open files and directories below it
-        are there now (for their traces).  Other objects below it keep
-        the path they were last looked up by until the kernel looks them up again."""
-        below = old + "/"
-        opened: list[Inode] = [h.inode for h in self.handles.values()]
-        for node in opened + [d.inode for d in self.dirs.values()]:
-            if node.path.startswith(below):
-                node.path = new + node.path[len(old):]
 
     def _times_owed(self, *keys: tuple[int, int] | None) -> None:
         """With the write-back cache, the kernel hands over the times of a regular file
@@ -752,8 +652,8 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        epoch = self._truncations.ended
-        with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
+        epoch = self.files.truncations.ended
+        with self.files.truncations if flags & os.O_TRUNC and self.enable_writeback_cache else NO_TRUNCATION:
             # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
             cut = node.size if flags & os.O_TRUNC else 0
             return await self._opening(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
@@ -804,38 +704,15 @@ class Operations(pyfuse3.Operations):
             node.size = st.st_size
         # (with a handle open, unwritten data may differ; a truncation through the mount under way,
         # or over since this open began, may have changed the size before node.size follows it)
-        elif st.st_size != node.size and not node.pins and self._truncations.none_since(epoch):
-            self._resized_beside(node, st.st_size)
+        elif st.st_size != node.size and not node.pins and self.files.truncations.none_since(epoch):
+            self.files.resized(node, st.st_size)
         if changed:
             try:
                 pyfuse3.invalidate_inode(node.id, attr_only=True)
             except OSError as exc:
                 log.warning("cannot invalidate the attributes of inode %d: %s", node.id, exc)
-        self._opened(Handle(fd, node, flags, ctx))
+        self.files.opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
-
-    def _resized_beside(self, node: Inode, size: int) -> None:
-        """An open found a file resized beside the mount (in the source, or through another
-        mount of it) while the kernel holds its inode: with the write-back cache the kernel
-        keeps the size it holds (fs/fuse: fuse_get_cache_mask), so reads stop at it or are
-        padded with zeros, and writes and appends land at its end, the padding with them.
-        NFS would see the new size at open.  No server can make the kernel take it without
-        retiring the inode under whoever else holds it (an O_PATH descriptor, a bind mount,
-        an open in flight: they would get EIO), so it is counted, and said once a file."""
-        self.resized_beside += 1
-        if node.key not in self._said_resized:
-            self._said_resized.add(node.key)
-            log.warning("%r: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
-                        "the kernel keeps its own size; mount with --no-writeback-cache if the source changes beside "
-                        "the mount", node.path, size, node.size)  # (%r: a writer of the source names files)
-            if len(self._said_resized) > 100_000:
-                self._said_resized.clear()
-
-    def _opened(self, h: Handle) -> None:
-        """Register an open file; its inode's descriptor stays open while it is."""
-        self.handles[h.fd] = h
-        self._open_names.setdefault(h.dentry, {})[h.fd] = h
-        self.inodes.pin(h.inode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._inode(parent_inode)
@@ -854,7 +731,7 @@ class Operations(pyfuse3.Operations):
         except BaseException:
             os.close(fd)
             raise
-        self._opened(Handle(fd, inode, flags, ctx))
+        self.files.opened(Handle(fd, inode, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
     async def read(self, fh, off, size):
@@ -862,14 +739,14 @@ class Operations(pyfuse3.Operations):
         page fill (see _backing_flags), which an NFS client does not send: it writes
         the part of the page written (nfs_want_read_modify_write asks a descriptor open
         for reading), so the emulated client charges it nothing (`kernel_only`)."""
-        h = self._handle(fh)
+        h = self.files.file(fh)
         req = Request("read", Kind.READ, h.inode.id, size=size,
                       kernel_only=self.enable_writeback_cache and h.flags & os.O_ACCMODE == os.O_WRONLY)
         return await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off,
                                 nowait=self._cached_pread)
 
     async def write(self, fh, off, buf):
-        h = self._handle(fh)
+        h = self.files.file(fh)
         h.dirty = True
         node = h.inode
         if self.shaper is None and self.tracer is None and not self.faults.active:
@@ -891,7 +768,7 @@ class Operations(pyfuse3.Operations):
         return written
 
     async def flush(self, fh):
-        h = self._handle(fh)
+        h = self.files.file(fh)
         commit, h.dirty = h.dirty, False
         first, h.closed = not h.closed, True
         req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first,
@@ -899,25 +776,16 @@ class Operations(pyfuse3.Operations):
         await self._call(req, _at(h.inode, fh=fh), h, self.spares.close_dup, fh)
 
     async def release(self, fh):
-        h = self.handles.pop(fh, None)
-        if h is None:
-            raise FUSEError(E.EBADF)
-        named = self._open_names.get(h.dentry)
-        if named is not None and named.pop(fh, None) is not None and not named:
-            del self._open_names[h.dentry]
-        node = h.inode
-        hidden = 0  # the file's last release after its name went: NFS removes its hidden name
-        if self._hidden and node.id in self._hidden and all(o.inode is not node for o in self.handles.values()):
-            hidden = self._hidden.pop(node.id)
+        h, hidden = self.files.released(fh)
         try:
-            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, node.id, directory=hidden)
+            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, h.inode.id, directory=hidden)
             await self._call(req, _at(h.inode, fh=fh), h, os.close, fh)
         finally:
             self.inodes.unpin(h.inode)
             self.fds.give(h.uid)
 
     async def fsync(self, fh, datasync):
-        h = self._handle(fh)
+        h = self.files.file(fh)
         commit, h.dirty = h.dirty, False  # NFS sends no COMMIT for a handle with nothing written
         req = Request("fsync", Kind.COMMIT if commit else Kind.NONE, h.inode.id)
         await self._call(req, _at(h.inode, fh=fh), h, os.fdatasync if datasync else os.fsync, fh)
@@ -931,14 +799,11 @@ class Operations(pyfuse3.Operations):
                                    nofollow.reopen, node, os.O_RDONLY | os.O_DIRECTORY, _owner_for(ctx))
 
     def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
-        self.dirs[fd] = DirHandle(fd, node, ctx)
-        self.inodes.pin(node)
+        self.files.opened_dir(DirHandle(fd, node, ctx))
         return fd
 
     async def readdir(self, fh, start_id, token):
-        d = self.dirs.get(fh)
-        if d is None:
-            raise FUSEError(E.EBADF)
+        d = self.files.dir(fh)
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
         names = None if start_id == 0 else d.names
@@ -968,9 +833,7 @@ class Operations(pyfuse3.Operations):
                 self._remember(d.inode, name, st, fd, node_id)
 
     async def releasedir(self, fh):
-        d = self.dirs.pop(fh, None)
-        if d is None:
-            raise FUSEError(E.EBADF)
+        d = self.files.released_dir(fh)
         try:
             await self._call(Request("releasedir", Kind.NONE, d.inode.id), _at(d.inode, fh=fh), d, os.close, fh)
         finally:
@@ -978,9 +841,7 @@ class Operations(pyfuse3.Operations):
             self.fds.give(d.uid)
 
     async def fsyncdir(self, fh, datasync):
-        d = self.dirs.get(fh)
-        if d is None:
-            raise FUSEError(E.EBADF)
+        d = self.files.dir(fh)
         await self._call(Request("fsyncdir", Kind.COMMIT, d.inode.id), _at(d.inode, fh=fh), d, os.fsync, fh)
 
     # ---- everything else -------------------------------------------------------------
@@ -1045,12 +906,7 @@ class Operations(pyfuse3.Operations):
         return self.proc_reaches_links or not node.is_symlink
 
     def close(self) -> None:
-        for fd in list(self.handles) + list(self.dirs):
-            os.close(fd)
-        self.handles.clear()
-        self._open_names.clear()
-        self._hidden.clear()
-        self.dirs.clear()
+        self.files.close()
         self.inodes.close_all()
         self.spares.close()
 
@@ -1109,33 +965,6 @@ def _at(node: Inode, name: str | None = None, path2: str | None = None, fh: int 
 
 class _Nobody:
     pid = uid = gid = 0
-
-
-class _Truncations:
-    """Truncations through a mount with the write-back cache (a setattr of a size, an
-    O_TRUNC open), as a context around each: they change the source's size before the
-    size the kernel holds (Inode.size) follows, so an open that overlaps one, or began
-    before one ended, cannot tell a size changed beside the mount from them."""
-
-    __slots__ = ("ended", "under_way")
-
-    def __init__(self) -> None:
-        self.under_way = 0
-        self.ended = 0
-
-    def __enter__(self) -> None:
-        self.under_way += 1
-
-    def __exit__(self, *exc) -> None:
-        self.under_way -= 1
-        self.ended += 1
-
-    def none_since(self, ended: int) -> bool:
-        """No truncation is under way, and none has ended since `ended` was read."""
-        return not self.under_way and self.ended == ended
-
-
-_NO_TRUNCATION = contextlib.nullcontext()
 
 
 _NOBODY = _Nobody()

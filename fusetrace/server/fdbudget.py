@@ -140,3 +140,11 @@ class Spares:
             for fd in self._fds:
                 os.close(fd)
             self._fds.clear()
+
+
+def in_use() -> int | None:
+    """Descriptors the process holds now (for `fusetrace stats`; None if /proc cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    except OSError:
+        return None

@@ -55,7 +55,7 @@ class InlinePolicy:
         self._skipped: dict[tuple[str, str], int] = {}
         # The keys with no slow call lately (share 0): each runs inline, and a call of it
         # that took at most threshold_ns changes nothing, so the caller may skip both
-        # inline() and observe() for it (Operations._timed: about 0.5 us of a 4 KiB write).
+        # inline() and observe() for it (Pipeline.timed: about 0.5 us of a 4 KiB write).
         self.calm: set[tuple[str, str]] = set()
 
     def _may_run_inline(self, key: tuple[str, str]) -> bool:

@@ -317,7 +317,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
                      xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
                      writeback_cache=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
-        ops.add_fault(raw, f"--faults {opts.faults}: rule {i}")
+        ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
@@ -356,8 +356,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
             tracer.update_metadata(**emulation.final_metadata())
         if emulation is not None and emulation.sharing is not None:
             emulation.sharing.close()
-        if tracer is not None and (ops.faults.fired or ops.faults.rules):
-            tracer.update_metadata(faults=ops.faults.listing())
+        if tracer is not None and (ops.pipeline.faults.fired or ops.pipeline.faults.rules):
+            tracer.update_metadata(faults=ops.pipeline.faults.listing())
         _close(ops, workers, tracer)
         runstate.remove(opts.mountpoint)
         log.info("%s: server (pid %d) stopped", opts.mountpoint, os.getpid())
@@ -424,13 +424,14 @@ class _Status:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
         if self.emulation is not None:
             out.update(self.emulation.stats())
-        out["faults"] = {"rules": self.ops.faults.listing(), **self.ops.faults.counters()}
+        faults = self.ops.pipeline.faults
+        out["faults"] = {"rules": faults.listing(), **faults.counters()}
         return out
 
     def counters(self) -> dict:
         """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
         ops = self.ops
-        return {"faults_fired": ops.faults.fired, "open_descriptors": ops.fds.open,
+        return {"faults_fired": ops.pipeline.faults.fired, "open_descriptors": ops.fds.open,
                 "inode_descriptors": ops.inodes.stats()["held"], "opens_refused": ops.fds.refused}
 
     def set(self, request) -> dict:
@@ -440,20 +441,20 @@ class _Status:
 
     def fault_add(self, request) -> dict:
         try:
-            return {"rule": self.ops.add_fault(request["rule"])}
+            return {"rule": self.ops.pipeline.fault_stage.add(request["rule"])}
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
     def fault_list(self, _request) -> dict:
         events = self.emulation.events() if self.emulation is not None else []
-        return {"rules": self.ops.faults.listing(), "events": events, **self.ops.faults.counters()}
+        return {"rules": self.ops.pipeline.faults.listing(), "events": events, **self.ops.pipeline.faults.counters()}
 
     def fault_clear(self, request) -> dict:
         ids = request.get("ids")
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
             raise ControlError("fault clear: ids must be a list of rule ids")
         try:
-            return {"removed": self.ops.clear_faults(ids)}
+            return {"removed": self.ops.pipeline.fault_stage.clear(ids)}
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
@@ -477,7 +478,7 @@ class _Status:
             raise ControlError(f"fault clear: {exc}") from None
 
     def held(self, _request) -> dict:
-        return {"held": self.ops.held_long(monotonic_ns())}
+        return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
 
     def handlers(self) -> dict:
         return {"stats": self.stats, "held": self.held, "set": self.set, "fault_add": self.fault_add,
@@ -489,7 +490,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
-        nursery.start_soon(status.ops.kills.run)  # held requests of killed callers go at once
+        nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port,
                                          status.counters)
@@ -507,7 +508,7 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
         return
 
     def started(pid: int) -> None:
-        status.ops.untraced_pid = pid
+        status.ops.pipeline.untraced_pid = pid
 
     try:
         if status.emulation is not None:
@@ -515,7 +516,7 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
         else:
             whole = roundtrip.typical(await roundtrip.probe(mountpoint, 40, started))
     finally:
-        status.ops.untraced_pid = -1
+        status.ops.pipeline.untraced_pid = -1
     if whole is None:
         log.warning("%s: FUSE's round trip could not be measured (statfs through the mount failed): "
                     "the trace does not record it, and the emulator does not reply early by it", mountpoint)
@@ -548,7 +549,7 @@ def _kept_tasks(opts: MountOptions) -> int:
 async def _stop_on_signals(ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for _ in signals:
-            ops.end_stalls()
+            ops.pipeline.end_stalls()
             pyfuse3.terminate()
             return
 

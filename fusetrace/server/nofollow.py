@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable
 from typing import NoReturn
 
+import pyfuse3
+
 from . import syscalls
 
 # Not a flag of open(2): marks an O_RDWR that Operations._backing_flags made of an O_WRONLY,
@@ -321,3 +323,15 @@ class Listing:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def owner_for(ctx: pyfuse3.RequestContext) -> Owner:
+    """Who a new object must be made as, where that is not the server's own user: the
+    caller with their supplementary groups, as the kernel would make it natively."""
+    if not AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):
+        return None
+    try:
+        groups = tuple(pyfuse3.get_sup_groups(ctx.pid))  # /proc/PID/status: from memory
+    except OSError:
+        groups = ()  # the caller is gone: its own uid and gid decide
+    return ctx.uid, ctx.gid, groups

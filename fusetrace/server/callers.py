@@ -1,8 +1,21 @@
 """Who made a request: the process and its name behind a FUSE caller's thread id, cached."""
 
 import os
+from typing import Protocol
 
 _WHO_FOR_NS = 1_000_000_000  # how long a thread's process and name are trusted
+
+
+class Caller(Protocol):
+    """Who a request is made on behalf of: a request context (pyfuse3.RequestContext), or
+    the open file or directory it names, which remembers who opened it."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def uid(self) -> int: ...
+    @property
+    def gid(self) -> int: ...
 
 
 class Callers:

@@ -14,7 +14,7 @@ import logging
 import os
 import resource
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +23,12 @@ from pyfuse3 import FUSEError
 
 from ..request import Kind, Request
 from . import nofollow, syscalls
+from .callers import Caller
 from .fdbudget import Budget, Spares, in_use
 from .inline import InlinePolicy
 from .inodes import ROOT, Inode, InodeTable, version
 from .openfiles import NO_TRUNCATION, DirHandle, Handle, OpenFiles
-from .pipeline import IN_WORKER, Pipeline, Site, at, guarded, join
+from .pipeline import IN_WORKER, Call, Pipeline, Site, T, at, guarded, join
 from .setattrs import Change
 from .workers import Workers
 
@@ -60,7 +61,7 @@ class Operations(pyfuse3.Operations):
         negative_timeout: float = 0.0,
         xattrs: bool = True,
         writeback_cache: bool = False,
-    ):
+    ) -> None:
         super().__init__()
         # FUSE's write-back cache (pyfuse3 asks the kernel for it when this is true): see
         # _backing_flags and setattr for what the server must then do differently
@@ -140,7 +141,7 @@ class Operations(pyfuse3.Operations):
         a.st_ctime_ns = st.st_ctime_ns
         return a
 
-    def _new_entry(self, parent: Inode, name: str, found) -> pyfuse3.EntryAttributes:
+    def _new_entry(self, parent: Inode, name: str, found: tuple[os.stat_result, int]) -> pyfuse3.EntryAttributes:
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
         return self._entry(st, self._remember(parent, name, st, fd).id)
@@ -154,9 +155,9 @@ class Operations(pyfuse3.Operations):
 
     # ---- names --------------------------------------------------------------------
 
-    async def lookup(self, parent_inode, name, ctx):
+    async def lookup(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> pyfuse3.EntryAttributes:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
+        name = os.fsdecode(raw_name)
         if name in (".", ".."):
             raise FUSEError(E.EINVAL)  # never sent without export support
         try:
@@ -171,11 +172,11 @@ class Operations(pyfuse3.Operations):
             absent.entry_timeout = self.negative_timeout
             return absent
 
-    async def forget(self, inode_list):
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for node_id, nlookup in inode_list:
             self.inodes.forget(node_id, nlookup)
 
-    async def getattr(self, inode, ctx=None):
+    async def getattr(self, inode: int, ctx: Caller | None = None) -> pyfuse3.EntryAttributes:
         node = self._inode(inode)
         st = await self.pipeline.call(
             Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), at(node),
@@ -191,7 +192,8 @@ class Operations(pyfuse3.Operations):
         (fs/fuse: fuse_get_cache_mask), so replies do not change the size it holds."""
         return self.enable_writeback_cache and stat.S_ISREG(node.mode)
 
-    async def setattr(self, inode, attr, fields, fh, ctx):
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields, fh: int | None,
+                      ctx: Caller) -> pyfuse3.EntryAttributes:
         """With the write-back cache, the kernel keeps a regular file's mtime and ctime
         itself and hands them over in a setattr of those two alone (fs/fuse:
         fuse_flush_times), which an NFS client never sends: the emulated client charges
@@ -226,33 +228,34 @@ class Operations(pyfuse3.Operations):
                 node.size = st.st_size
         return self._entry(st, node.id)
 
-    async def readlink(self, inode, ctx):
+    async def readlink(self, inode: int, ctx: Caller) -> bytes:
         node = self._inode(inode)
         target = await self.pipeline.call(
             Request("readlink", Kind.META_READ, node.id), at(node), ctx, nofollow.readlink, node)
         return os.fsencode(target)
 
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Caller) -> pyfuse3.EntryAttributes:
         return await self._make("mknod", parent_inode, name, ctx, nofollow.mknod, mode, rdev)
 
-    async def mkdir(self, parent_inode, name, mode, ctx):
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Caller) -> pyfuse3.EntryAttributes:
         return await self._make("mkdir", parent_inode, name, ctx, nofollow.mkdir, mode | stat.S_IFDIR)
 
-    async def symlink(self, parent_inode, name, target, ctx):
-        target = os.fsdecode(target)
+    async def symlink(self, parent_inode: int, name: bytes, raw_target: bytes, ctx: Caller) -> pyfuse3.EntryAttributes:
+        target = os.fsdecode(raw_target)
         return await self._make("symlink", parent_inode, name, ctx, nofollow.symlink, target, path2=target)
 
-    async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
+    async def _make(self, op: str, parent_inode: int, raw_name: bytes, ctx: Caller, fn: Call, *args: Any,
+                    path2: str | None = None) -> pyfuse3.EntryAttributes:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
+        name = os.fsdecode(raw_name)
         return await self.pipeline.call(
             Request(op, Kind.META_WRITE, directory=parent.id, name=name), at(parent, name, path2),
                                 ctx, fn, parent, name, *args, nofollow.owner_for(ctx),
                                 reply=functools.partial(self._new_entry, parent, name))
 
-    async def unlink(self, parent_inode, name, ctx):
+    async def unlink(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> None:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
+        name = os.fsdecode(raw_name)
         busy = self._busy(parent, name)
         if busy:  # before the call's wait: a release during it (munmap, exit) must find it
             self.files.hidden[busy] = parent.id
@@ -268,16 +271,17 @@ class Operations(pyfuse3.Operations):
             raise
         self._times_owed(gone)
 
-    async def rmdir(self, parent_inode, name, ctx):
+    async def rmdir(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> None:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
+        name = os.fsdecode(raw_name)
         await self.pipeline.call(
             Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), at(parent, name), ctx,
                          nofollow.rmdir, name, parent, nofollow.owner_for(ctx))
         if self.files.hidden and self.shaper is not None:
             self.files.kept_hidden(join(parent.path, name))
 
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int,
+                     ctx: Caller) -> None:
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = join(old_dir.path, old), join(new_dir.path, new)
@@ -308,7 +312,7 @@ class Operations(pyfuse3.Operations):
             if node is not None and stat.S_ISREG(node.mode):
                 node.handovers += 1
 
-    async def link(self, inode, new_parent_inode, new_name, ctx):
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Caller) -> pyfuse3.EntryAttributes:
         node = self._inode(inode)
         parent = self._inode(new_parent_inode)
         name = os.fsdecode(new_name)
@@ -325,7 +329,7 @@ class Operations(pyfuse3.Operations):
 
     # ---- files --------------------------------------------------------------------
 
-    async def open(self, inode, flags, ctx):
+    async def open(self, inode: int, flags: int, ctx: Caller) -> pyfuse3.FileInfo:
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
@@ -355,7 +359,7 @@ class Operations(pyfuse3.Operations):
             flags = flags & ~os.O_ACCMODE | os.O_RDWR | nofollow.WRONLY_ASKED
         return flags & ~os.O_APPEND
 
-    def _open_reply(self, node: Inode, flags: int, ctx, epoch: int,
+    def _open_reply(self, node: Inode, flags: int, ctx: Caller, epoch: int,
                     opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
         fd, st = opened
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
@@ -377,16 +381,17 @@ class Operations(pyfuse3.Operations):
         self.files.opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
 
-    async def create(self, parent_inode, name, mode, flags, ctx):
+    async def create(self, parent_inode: int, raw_name: bytes, mode: int, flags: int,
+                     ctx: Caller) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
+        name = os.fsdecode(raw_name)
         return await self.pipeline.opening(
             Request("create", Kind.META_WRITE, directory=parent.id, name=name), at(parent, name, flags=flags), ctx,
             functools.partial(self._create_reply, parent, name, flags, ctx),
             nofollow.create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode,
             nofollow.owner_for(ctx))
 
-    def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
+    def _create_reply(self, parent: Inode, name: str, flags: int, ctx: Caller,
                       made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         fd, st, path_fd = made
         try:
@@ -397,7 +402,7 @@ class Operations(pyfuse3.Operations):
         self.files.opened(Handle(fd, inode, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
-    async def read(self, fh, off, size):
+    async def read(self, fh: int, off: int, size: int) -> bytes:
         """A read on a handle the caller opened write-only is the write-back cache's
         page fill (see _backing_flags), which an NFS client does not send: it writes
         the part of the page written (nfs_want_read_modify_write asks a descriptor open
@@ -408,14 +413,14 @@ class Operations(pyfuse3.Operations):
         return await self.pipeline.call(req, at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off,
                                 nowait=self._cached_pread)
 
-    async def write(self, fh, off, buf):
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self.files.file(fh)
         h.dirty = True
         node = h.inode
         p = self.pipeline
         if not p.watched and not p.faults.active:  # every stage off: no Request is made (Pipeline.plain_here)
             args = (fh, buf, off)
-            written = p.plain_here(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
+            written: int = p.plain_here(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
             if written is IN_WORKER:
                 written = await p.plain_elsewhere(os.pwrite, args)
         else:
@@ -426,7 +431,7 @@ class Operations(pyfuse3.Operations):
         node.size = max(node.size, off + written)  # as the kernel extends it on this reply
         return written
 
-    async def flush(self, fh):
+    async def flush(self, fh: int) -> None:
         h = self.files.file(fh)
         commit, h.dirty = h.dirty, False
         first, h.closed = not h.closed, True
@@ -434,7 +439,7 @@ class Operations(pyfuse3.Operations):
                       writable=h.flags & os.O_ACCMODE != os.O_RDONLY)
         await self.pipeline.call(req, at(h.inode, fh=fh), h, self.spares.close_dup, fh)
 
-    async def release(self, fh):
+    async def release(self, fh: int) -> None:
         h, hidden = self.files.released(fh)
         try:
             req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, h.inode.id, directory=hidden)
@@ -443,7 +448,7 @@ class Operations(pyfuse3.Operations):
             self.inodes.unpin(h.inode)
             self.fds.give(h.uid)
 
-    async def fsync(self, fh, datasync):
+    async def fsync(self, fh: int, datasync: bool) -> None:
         h = self.files.file(fh)
         commit, h.dirty = h.dirty, False  # NFS sends no COMMIT for a handle with nothing written
         req = Request("fsync", Kind.COMMIT if commit else Kind.NONE, h.inode.id)
@@ -451,17 +456,17 @@ class Operations(pyfuse3.Operations):
 
     # ---- directories ----------------------------------------------------------------
 
-    async def opendir(self, inode, ctx):
+    async def opendir(self, inode: int, ctx: Caller) -> int:
         node = self._inode(inode)
         return await self.pipeline.opening(Request("opendir", Kind.META_READ, node.id), at(node), ctx,
                                    functools.partial(self._opendir_reply, node, ctx),
                                    nofollow.reopen, node, os.O_RDONLY | os.O_DIRECTORY, nofollow.owner_for(ctx))
 
-    def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
+    def _opendir_reply(self, node: Inode, ctx: Caller, fd: int) -> int:
         self.files.opened_dir(DirHandle(fd, node, ctx))
         return fd
 
-    async def readdir(self, fh, start_id, token):
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         d = self.files.dir(fh)
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
@@ -491,7 +496,7 @@ class Operations(pyfuse3.Operations):
                 # id on every call for an object on another device
                 self._remember(d.inode, name, st, fd, node_id)
 
-    async def releasedir(self, fh):
+    async def releasedir(self, fh: int) -> None:
         d = self.files.released_dir(fh)
         try:
             await self.pipeline.call(Request("releasedir", Kind.NONE, d.inode.id), at(d.inode, fh=fh), d, os.close, fh)
@@ -499,13 +504,13 @@ class Operations(pyfuse3.Operations):
             self.inodes.unpin(d.inode)
             self.fds.give(d.uid)
 
-    async def fsyncdir(self, fh, datasync):
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
         d = self.files.dir(fh)
         await self.pipeline.call(Request("fsyncdir", Kind.COMMIT, d.inode.id), at(d.inode, fh=fh), d, os.fsync, fh)
 
     # ---- everything else -------------------------------------------------------------
 
-    async def statfs(self, ctx):
+    async def statfs(self, ctx: Caller) -> pyfuse3.StatvfsData:
         root = self._inode(ROOT)
         sv = await self.pipeline.call(Request("statfs", Kind.META_READ, root.id), at(root), ctx, os.statvfs, root)
         out = pyfuse3.StatvfsData()
@@ -514,7 +519,7 @@ class Operations(pyfuse3.Operations):
             setattr(out, field, getattr(sv, field))
         return out
 
-    async def access(self, inode, mode, ctx):
+    async def access(self, inode: int, mode: int, ctx: Caller) -> bool:
         node = self._inode(inode)
         if node.is_symlink:
             return True  # a link itself is rwx for all; the kernel follows links before asking
@@ -522,31 +527,31 @@ class Operations(pyfuse3.Operations):
             Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), at(node),
                                 ctx, nofollow.access, node, mode)
 
-    async def setxattr(self, inode, name, value, ctx):
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Caller) -> None:
         node = self._inode(inode)
         await self.pipeline.call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
                          at(node, path2=os.fsdecode(name)), ctx,
                          self._xattr_fn(node, nofollow.setxattr), node, name, value)
         self._times_owed(node.key)
 
-    async def getxattr(self, inode, name, ctx):
+    async def getxattr(self, inode: int, name: bytes, ctx: Caller) -> bytes:
         node = self._inode(inode)
         return await self.pipeline.call(Request("getxattr", Kind.META_READ, node.id), at(node, path2=os.fsdecode(name)),
                                 ctx, self._xattr_fn(node, nofollow.getxattr), node, name)
 
-    async def listxattr(self, inode, ctx):
+    async def listxattr(self, inode: int, ctx: Caller) -> list[bytes]:
         node = self._inode(inode)
         names = await self.pipeline.call(Request("listxattr", Kind.META_READ, node.id), at(node), ctx,
                                  nofollow.listxattr if self._xattrs_at(node) else nofollow.no_xattr_names, node)
         return [os.fsencode(n) for n in names]
 
-    async def removexattr(self, inode, name, ctx):
+    async def removexattr(self, inode: int, name: bytes, ctx: Caller) -> None:
         node = self._inode(inode)
         await self.pipeline.call(Request("removexattr", Kind.META_WRITE, node.id), at(node, path2=os.fsdecode(name)),
                          ctx, self._xattr_fn(node, nofollow.removexattr), node, name)
         self._times_owed(node.key)
 
-    def _xattr_fn(self, node: Inode, fn):
+    def _xattr_fn(self, node: Inode, fn: Callable[..., T]) -> Callable[..., T]:
         """What answers an extended attribute request on `node`: `fn`, or, below a file
         system with no extended attributes at all (NFS without RFC 8276 support, so
         EFS) or with --no-xattrs, ENOSYS: the kernel then stops asking (ls -l asks

@@ -13,9 +13,8 @@ from typing import NamedTuple, TypedDict
 import pyfuse3
 import trio
 
-from .callers import Callers
+from .callers import Caller, Callers
 from .kills import Kills
-from .openfiles import Caller
 
 # a reply held this long by the model is listed (holding): a stall event, a cliff, a long
 # queue; a fault rule's stall is listed however long

@@ -20,6 +20,7 @@ from typing import NoReturn
 import pyfuse3
 
 from . import syscalls
+from .callers import Caller
 
 # Not a flag of open(2): marks an O_RDWR that Operations._backing_flags made of an O_WRONLY,
 # which as_asked tries, then the O_WRONLY asked for if the source refuses reading (EACCES:
@@ -325,7 +326,7 @@ class Listing:
         return len(self.entries)
 
 
-def owner_for(ctx: pyfuse3.RequestContext) -> Owner:
+def owner_for(ctx: Caller) -> Owner:
     """Who a new object must be made as, where that is not the server's own user: the
     caller with their supplementary groups, as the kernel would make it natively."""
     if not AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):

@@ -12,29 +12,17 @@ import errno
 import logging
 import os
 import stat
-from typing import Protocol
 
 from pyfuse3 import FUSEError
 
 from ..request import WriteMode
+from .callers import Caller
 from .inodes import Inode, InodeTable
 
 log = logging.getLogger(__name__)
 
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 
-
-
-class Caller(Protocol):
-    """Who a request is made on behalf of: a request context (pyfuse3.RequestContext), or
-    the open file or directory it names, which remembers who opened it."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def uid(self) -> int: ...
-    @property
-    def gid(self) -> int: ...
 
 
 Entry = tuple[int, str]  # (directory's node id, name)

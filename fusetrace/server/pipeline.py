@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, overload
 
 import pyfuse3
 from pyfuse3 import FUSEError
@@ -32,13 +32,13 @@ from pyfuse3 import FUSEError
 from ..faults.injector import Firing, Injector
 from ..request import Kind, Request, WriteMode
 from . import nofollow
-from .callers import Callers
+from .callers import Caller, Callers
 from .faulting import CLOSES, FaultStage, shortened
 from .fdbudget import Budget
 from .holds import LONG_HOLD_NS, Holds, Killed
 from .inline import InlinePolicy
 from .inodes import Inode, InodeTable
-from .openfiles import Caller, OpenFiles
+from .openfiles import OpenFiles
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
@@ -47,6 +47,8 @@ if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+R = TypeVar("R")
 Call = Callable[..., Any]  # the call on the source: its Inode arguments reach it as descriptors
 Reply = Callable[[Any], Any]  # turns the call's result into the handler's answer
 Placed = tuple[Any, int]  # (result, errno)
@@ -116,6 +118,13 @@ class Pipeline:
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
         self.watched = tracer is not None or shaper is not None  # else a write may take plain_here
 
+    @overload
+    async def call(self, req: Request, site: Site, who: Caller, fn: Callable[..., T], *args: Any,
+                   nowait: Call | None = None, reply: None = None) -> T: ...
+    @overload
+    async def call(self, req: Request, site: Site, who: Caller, fn: Call, *args: Any,
+                   nowait: Call | None = None, reply: Callable[[Any], R]) -> R: ...
+
     async def call(self, req: Request, site: Site, who: Caller, fn: Call, *args: Any,
                    nowait: Call | None = None, reply: Reply | None = None) -> Any:
         """Run fn(*args) for `req` through every stage switched on (the module's
@@ -172,7 +181,8 @@ class Pipeline:
             return 0, shortened(req.op, args, firing.short), None
         return self.fault_stage.answered(req, firing), args, nowait
 
-    async def opening(self, req: Request, site: Site, ctx: Caller, reply: Reply, fn: Call, *args: Any) -> Any:
+    async def opening(self, req: Request, site: Site, ctx: Caller, reply: Callable[[Any], R], fn: Call,
+                      *args: Any) -> R:
         """call for a request that makes a handle (open, create, opendir): one of the
         caller's share of descriptors is taken first (fdbudget.py), and given back if no
         handle is made.  Beyond the share or the budget: EMFILE, traced, nothing placed

@@ -43,7 +43,7 @@ class ReadWaits:
         self.at_once = 0
         self.in_trio = 0
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         return {"at_once": self.at_once, "in_trio": self.in_trio}
 
 

@@ -16,7 +16,7 @@ import resource
 import stat
 from collections.abc import Callable, Sequence
 from time import monotonic_ns, time_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyfuse3
 from pyfuse3 import FUSEError
@@ -24,8 +24,9 @@ from pyfuse3 import FUSEError
 from ..request import Kind, Request
 from . import nofollow, syscalls
 from .callers import Caller
-from .fdbudget import Budget, Spares, in_use
-from .inline import InlinePolicy
+from .fdbudget import Budget, BudgetStats, Spares, in_use
+from .holds import HeldReport
+from .inline import InlinePolicy, Placement
 from .inodes import ROOT, Inode, InodeTable, version
 from .openfiles import NO_TRUNCATION, DirHandle, Handle, OpenFiles
 from .pipeline import IN_WORKER, Call, Pipeline, Site, T, at, guarded, join
@@ -93,7 +94,7 @@ class Operations(pyfuse3.Operations):
         # shaping/kernelqueue.py tells from it how many the kernel holds unread)
         self.serving = 0
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> "ServerStats":
         """For `fusetrace stats`: the inode table, the open files, the requests being
         handled and where calls run."""
         p = self.pipeline
@@ -589,3 +590,26 @@ class _Nobody:
 
 
 _NOBODY = _Nobody()
+
+
+class Descriptors(BudgetStats):
+    """The descriptor budget, with what the inode table, the process and FLUSH's spares hold."""
+
+    inode_table: int
+    in_use: int | None
+    flush_spares_used: int
+
+
+class ServerStats(TypedDict):
+    """Operations.stats: the server's part of `fusetrace stats` (main.py adds the rest)."""
+
+    inodes: int
+    open_files: int
+    inode_fds: dict[str, int]
+    descriptors: Descriptors
+    serving: int
+    inline: Placement
+    resized_beside: int
+    rmdirs_nfs_refuses: int
+    killed_released: int
+    held_long: list[HeldReport]

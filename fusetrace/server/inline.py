@@ -26,6 +26,8 @@ network file systems (and FUSE ones) nothing runs inline unless asked for
 never do.
 """
 
+from typing import TypedDict
+
 from ..request import Kind, WriteMode
 
 NETWORK_FSTYPES = frozenset({
@@ -92,9 +94,17 @@ class InlinePolicy:
         else:
             self.calm.discard(key)
 
-    def describe(self) -> dict:
+    def describe(self) -> "Placement":
         """For `fusetrace stats`: the threshold, and which operations run where."""
-        where: dict[str, list[str]] = {"loop": [], "workers": []}
+        where: Placement = {"threshold_us": self.threshold_ns / 1000.0, "loop": [], "workers": []}
         for (op, kind), share in sorted(self._slow.items()):
-            where["loop" if share < SLOW_SHARE else "workers"].append(f"{op}/{kind}")
-        return {"threshold_us": self.threshold_ns / 1000.0, **where}
+            (where["loop"] if share < SLOW_SHARE else where["workers"]).append(f"{op}/{kind}")
+        return where
+
+
+class Placement(TypedDict):
+    """Where calls run, for `fusetrace stats`: the threshold, and the operations (op/kind) on each side."""
+
+    threshold_us: float
+    loop: list[str]
+    workers: list[str]

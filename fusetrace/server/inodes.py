@@ -117,7 +117,7 @@ class InodeTable:
     def get(self, node_id: int) -> Inode | None:
         return self._by_id.get(node_id)
 
-    def by_key(self, key) -> Inode | None:
+    def by_key(self, key: tuple[int, int]) -> Inode | None:
         return self._by_key.get(key)
 
     def identify(self, st: os.stat_result, fd: int) -> int:

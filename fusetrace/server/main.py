@@ -9,9 +9,10 @@ import re
 import resource
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import monotonic_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyfuse3
 import trio
@@ -27,6 +28,9 @@ from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
     from ..shaping.emulation import Emulation
+    from ..trace.writer import TraceWriter
+
+Json = dict[str, Any]  # a control request or answer, as JSON has it
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class MountOptions:
     fs_id: str | None = None  # which shared file system
     host: str | None = None  # --host: the host the trace names (trace_host)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.source = os.path.realpath(self.source)
         self.mountpoint = mounts.canonical(self.mountpoint)
         if self.writeback_cache is None:
@@ -232,7 +236,7 @@ def _fuse_options(opts: MountOptions) -> set[str]:
     return out
 
 
-def _metadata(opts: MountOptions) -> dict:
+def _metadata(opts: MountOptions) -> Json:
     return {
         "source": opts.source,
         "mountpoint": opts.mountpoint,
@@ -382,7 +386,7 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
     return emulation
 
 
-def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[dict]:
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[Json]:
     """The faults file's rules (for the handlers), its events scheduled on the emulation's
     timeline from now."""
     if opts.faults is None:
@@ -396,7 +400,7 @@ def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list
     return rules
 
 
-def _open_tracer(opts: MountOptions, emulation):
+def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWriter | None":
     if opts.trace_dir is None:
         return None
     from ..trace.writer import TraceDirError, TraceWriter
@@ -414,11 +418,12 @@ def _open_tracer(opts: MountOptions, emulation):
 class _Status:
     """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
 
-    def __init__(self, ops: Operations, tracer, emulation, reads: fuseread.ReadWaits | None):
+    def __init__(self, ops: Operations, tracer: "TraceWriter | None", emulation: "Emulation | None",
+                 reads: fuseread.ReadWaits | None) -> None:
         self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
 
-    def stats(self, _request) -> dict:
-        out = self.ops.stats()  # inodes, open files, inode descriptors, where calls run
+    def stats(self, _request: Json) -> Json:
+        out: Json = dict(self.ops.stats())  # inodes, open files, inode descriptors, where calls run
         out["fuse_reads"] = self.reads.stats() if self.reads is not None else None
         if self.tracer is not None:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
@@ -428,28 +433,28 @@ class _Status:
         out["faults"] = {"rules": faults.listing(), **faults.counters()}
         return out
 
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, int]:
         """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
         ops = self.ops
         return {"faults_fired": ops.pipeline.faults.fired, "open_descriptors": ops.fds.open,
                 "inode_descriptors": ops.inodes.stats()["held"], "opens_refused": ops.fds.refused}
 
-    def set(self, request) -> dict:
+    def set(self, request: Json) -> Json:
         if self.emulation is None:
             raise ControlError("this mount does not emulate: nothing to set")
         return self.emulation.set(request["key"], request["value"])
 
-    def fault_add(self, request) -> dict:
+    def fault_add(self, request: Json) -> Json:
         try:
             return {"rule": self.ops.pipeline.fault_stage.add(request["rule"])}
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
-    def fault_list(self, _request) -> dict:
+    def fault_list(self, _request: Json) -> Json:
         events = self.emulation.events() if self.emulation is not None else []
         return {"rules": self.ops.pipeline.faults.listing(), "events": events, **self.ops.pipeline.faults.counters()}
 
-    def fault_clear(self, request) -> dict:
+    def fault_clear(self, request: Json) -> Json:
         ids = request.get("ids")
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
             raise ControlError("fault clear: ids must be a list of rule ids")
@@ -458,7 +463,7 @@ class _Status:
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
-    def event_add(self, request) -> dict:
+    def event_add(self, request: Json) -> Json:
         if self.emulation is None:
             raise ControlError("this mount does not emulate: events script the emulated file system's timeline")
         try:
@@ -466,7 +471,7 @@ class _Status:
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
-    def event_clear(self, request) -> dict:
+    def event_clear(self, request: Json) -> Json:
         ids = request.get("ids")
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
             raise ControlError("fault clear: ids must be a list of event ids")
@@ -477,10 +482,10 @@ class _Status:
         except UserError as exc:
             raise ControlError(f"fault clear: {exc}") from None
 
-    def held(self, _request) -> dict:
+    def held(self, _request: Json) -> Json:
         return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
 
-    def handlers(self) -> dict:
+    def handlers(self) -> dict[str, Callable[[Json], Json]]:
         return {"stats": self.stats, "held": self.held, "set": self.set, "fault_add": self.fault_add,
                 "fault_list": self.fault_list, "fault_clear": self.fault_clear, "event_add": self.event_add,
                 "event_clear": self.event_clear}
@@ -564,7 +569,7 @@ def _say(fd: int | None, line: str) -> None:
         pass
 
 
-def _close(ops: Operations, workers: Workers, tracer) -> None:
+def _close(ops: Operations, workers: Workers, tracer: "TraceWriter | None") -> None:
     ops.close()
     workers.close()
     if tracer is not None:

@@ -114,7 +114,7 @@ def probe(path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     return STALE if code == 3 else None
 
 
-def _drop(child: subprocess.Popen) -> None:
+def _drop(child: subprocess.Popen[bytes]) -> None:
     child.kill()
     try:
         child.wait(0.5)

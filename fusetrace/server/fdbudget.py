@@ -162,3 +162,11 @@ class BudgetStats(TypedDict):
     share: int
     open_by_user: dict[int, int]
     refused: int
+
+
+class Descriptors(BudgetStats):
+    """The descriptor budget, with what the inode table, the process and FLUSH's spares hold."""
+
+    inode_table: int
+    in_use: int | None
+    flush_spares_used: int

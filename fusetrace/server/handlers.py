@@ -24,7 +24,7 @@ from pyfuse3 import FUSEError
 from ..request import Kind, Request
 from . import nofollow, syscalls
 from .callers import Caller
-from .fdbudget import Budget, BudgetStats, Spares, in_use
+from .fdbudget import Budget, Descriptors, Spares, in_use
 from .holds import HeldReport
 from .inline import InlinePolicy, Placement
 from .inodes import ROOT, Inode, InodeTable, version
@@ -590,14 +590,6 @@ class _Nobody:
 
 
 _NOBODY = _Nobody()
-
-
-class Descriptors(BudgetStats):
-    """The descriptor budget, with what the inode table, the process and FLUSH's spares hold."""
-
-    inode_table: int
-    in_use: int | None
-    flush_spares_used: int
 
 
 class ServerStats(TypedDict):

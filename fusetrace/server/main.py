@@ -538,13 +538,11 @@ def _kept_tasks(opts: MountOptions) -> int:
     """How many idle request tasks pyfuse3 keeps.  It starts a task whenever a request
     arrives with none waiting to read, and ends one that finds more than this many
     waiting.  Requests an emulated mount holds come and go in bursts, so with a few kept
-    it starts and ends a task per request: at queue depth 1,024 through --emulate
-    efs-2016, about 20 µs of the server's CPU per operation (a sixth), which an emulation
-    pays in fidelity once the host binds; 64 or 128 kept still left about 10 µs.  But each
+    it starts and ends a task per request, a sixth of the server's CPU per operation at
+    high queue depths, which an emulation pays in fidelity once the host binds.  But each
     task keeps libfuse's request buffer (up to 1 MiB as written into), so a mount that
-    keeps them all keeps the memory of its busiest moment: three seconds after fio's
-    1 MiB random writes, six jobs at queue depth 256 through --emulate efs-2016, 1.5 GB
-    resident, against 386 MB with four kept.  So an emulated mount keeps them all (a
+    keeps them all keeps the memory of its busiest moment (figures: see
+    docs/BENCHMARKS.md, "Figures behind design choices in the server").  So an emulated mount keeps them all (a
     rehearsal on a test machine, whose figures are the point), any other a few (a
     production client, whose memory is the point: its requests wait milliseconds on the
     network, where a task's start is noise)."""

@@ -77,7 +77,7 @@ _new_tuple = tuple.__new__
 def at(node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0,
        flags: int = 0) -> Site:
     """The site of a request on `node`, or on the entry `name` in directory `node`
-    (made as a plain tuple is: the named tuple's own __new__ costs twice as much)."""
+    (made as a plain tuple is, which is cheaper than the named tuple's own __new__)."""
     return _new_tuple(Site, (node.id, node.path if name is None else join(node.path, name), path2, fh, offset,
                              flags))
 
@@ -334,8 +334,8 @@ class Pipeline:
 
     def plain_here(self, key: tuple[str, str], size: int, fn: Call, args: tuple[Any, ...]) -> Any:
         """The pipeline with every stage off (no shaper, tracer or fault rule: `watched`
-        false and no rule active), for a write, which then makes no Request or Site (that
-        took a fifth of a 4 KiB write's time through the mount): timed on the loop, or
+        false and no rule active), for a write, which then makes no Request or Site (see
+        docs/BENCHMARKS.md, "Figures behind design choices in the server"): timed on the loop, or
         IN_WORKER, then plain_elsewhere.  An OSError answers its errno."""
         try:
             return self.timed(key, size, fn, args)

@@ -56,7 +56,7 @@ class Inode:
         self.nlookup = 0
         self.path = path  # best known path below the mount root: traces, and reopening
         # (directory's node id, name) it was last looked up, listed or made by: the entry
-        # an open of it then holds, as far as the server knows (handlers.py, _open_at)
+        # an open of it then holds, as far as the server knows (openfiles.py, OpenFiles.open_at)
         self.dentry: tuple[int, str] = (0, "")
         self.mode = st.st_mode
         self.handle: bytes | None = None  # file handle, taken when the descriptor is closed

@@ -419,11 +419,16 @@ class Operations(pyfuse3.Operations):
         h.dirty = True
         node = h.inode
         p = self.pipeline
-        if not p.watched and not p.faults.active:  # every stage off: no Request is made (Pipeline.plain_here)
+        if not p.watched and not p.faults.active:
+            # Every stage but placement off: no Request or Site is made (see docs/BENCHMARKS.md,
+            # "Figures behind design choices in the server"), the call placed as Pipeline.call would.
             args = (fh, buf, off)
-            written: int = p.plain_here(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
-            if written is IN_WORKER:
-                written = await p.plain_elsewhere(os.pwrite, args)
+            try:
+                written: int = p.timed(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
+                if written is IN_WORKER:
+                    written = await p.workers.run(os.pwrite, *args)
+            except OSError as exc:
+                raise FUSEError(exc.errno or E.EIO) from None
         else:
             if off + len(buf) > node.size and h.flags & os.O_DIRECT and self.shaper is not None:
                 self.shaper.extending_writes += 1  # the kernel sent it alone: see Shaper.extending_writes

@@ -15,7 +15,7 @@ place it (a Site) and the call that does it on the source; Pipeline.call then
 
 Stages that are off cost a test each: with no shaper, no tracer and no fault rule a
 request allocates nothing here beyond what the call returns.  A write with all three off
-skips even the Request (see `plain_here`).
+skips even the Request: its handler calls the place stage (Pipeline.timed) itself.
 """
 
 import errno as E
@@ -116,7 +116,7 @@ class Pipeline:
         self.faults = Injector(write_back=writeback_cache)
         self.fault_stage = FaultStage(self.faults, self.callers, files)
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
-        self.watched = tracer is not None or shaper is not None  # else a write may take plain_here
+        self.watched = tracer is not None or shaper is not None  # else a write may skip to timed
 
     @overload
     async def call(self, req: Request, site: Site, who: Caller, fn: Callable[..., T], *args: Any,
@@ -331,22 +331,6 @@ class Pipeline:
                 a = a.fd
             out.append(a)
         return tuple(out)
-
-    def plain_here(self, key: tuple[str, str], size: int, fn: Call, args: tuple[Any, ...]) -> Any:
-        """The pipeline with every stage off (no shaper, tracer or fault rule: `watched`
-        false and no rule active), for a write, which then makes no Request or Site (see
-        docs/BENCHMARKS.md, "Figures behind design choices in the server"): timed on the loop, or
-        IN_WORKER, then plain_elsewhere.  An OSError answers its errno."""
-        try:
-            return self.timed(key, size, fn, args)
-        except OSError as exc:
-            raise FUSEError(exc.errno or E.EIO) from None
-
-    async def plain_elsewhere(self, fn: Call, args: tuple[Any, ...]) -> Any:
-        try:
-            return await self.workers.run(fn, *args)
-        except OSError as exc:
-            raise FUSEError(exc.errno or E.EIO) from None
 
     # ---- trace -----------------------------------------------------------------------
 

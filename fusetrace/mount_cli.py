@@ -365,7 +365,7 @@ def _forget_dead(mnt: str, state: dict) -> None:
 
 
 def _held(control: str) -> list[dict]:
-    """The callers the server holds long in a request (Operations.held_long): each keeps
+    """The callers the server holds long in a request (Holds.held_long, server/holds.py): each keeps
     the mount busy with no descriptor in it.  [] when the server does not answer within a
     second (umount goes on without them)."""
     from .control_client import request

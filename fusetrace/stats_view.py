@@ -114,7 +114,7 @@ def render(stats: dict) -> str:
 
 
 def held_words(held: dict) -> str:
-    """One request the server holds long (Operations.held_long) in words: who waits, in
+    """One request the server holds long (Holds.held_long, server/holds.py) in words: who waits, in
     what, for how long and on what."""
     return (f"{printable(held['name'])} (pid {held['pid']}) in {held['op']} of {held['path']!r} for "
             f"{held['for_s']} s, held by {held['why']}, {held['left_s']} s left")

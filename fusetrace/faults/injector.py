@@ -1,7 +1,7 @@
 """The fault injector's state: the rules in force, how often each matched and fired, the
 outages in progress, the files made stale and the write-back errors waiting for an fsync
-or close.  Pure: the handlers ask it what to do with each request (Injector.check) and
-do it themselves (fusetrace/server/handlers.py), with the clock handed in."""
+or close.  Pure: the server asks it what to do with each request (Injector.check) and
+the server's fault stage does it (fusetrace/server/faulting.py), with the clock handed in."""
 
 import dataclasses
 import errno as E

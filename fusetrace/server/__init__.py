@@ -1,3 +1,3 @@
-"""The server: FUSE handlers (each names its request: fusetrace/request.py), the inode table,
-worker threads, the inline policy, the system calls they make, and the mount's control
-socket, run state and lifecycle."""
+"""The server: the FUSE surface (handlers.py), the one request pipeline it calls
+(pipeline.py), open files, inodes, no-follow system calls, worker threads, the inline
+policy, and the mount's control socket, run state and life cycle."""

@@ -11,6 +11,8 @@ import logging
 import os
 import socket
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -19,10 +21,12 @@ from ..private import open_private_dir
 
 log = logging.getLogger(__name__)
 
+Handlers = dict[str, Callable[[dict[str, Any]], dict[str, Any]]]  # a control command's name: its answer
+
 MAX_REQUEST = 64 * 1024
 
 
-async def serve(path: str, handlers: dict) -> None:
+async def serve(path: str, handlers: Handlers) -> None:
     """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict.
 
     The socket's directory is checked private (fusetrace/private.py) and the
@@ -60,10 +64,11 @@ async def serve(path: str, handlers: dict) -> None:
 
 def _peer_uid(stream: trio.SocketStream) -> int:
     creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid
 
 
-async def _answer(stream: trio.SocketStream, handlers: dict) -> None:
+async def _answer(stream: trio.SocketStream, handlers: Handlers) -> None:
     """One connection's request and answer.  A client gone before its answer (a command
     timed out or interrupted) ends its connection only: trio would end the server."""
     try:
@@ -72,7 +77,7 @@ async def _answer(stream: trio.SocketStream, handlers: dict) -> None:
         log.debug("a control client left before its answer")
 
 
-async def _answer_one(stream: trio.SocketStream, handlers: dict) -> None:
+async def _answer_one(stream: trio.SocketStream, handlers: Handlers) -> None:
     async with stream:
         uid = _peer_uid(stream)
         if uid not in (0, os.geteuid()):

@@ -26,6 +26,7 @@ All methods but those of Spares run on the trio thread.
 import errno
 import os
 import threading
+from typing import TypedDict
 
 RESERVE_MIN = 64
 RESERVE_MAX = 4096
@@ -72,7 +73,7 @@ class Budget:
             del self.by_user[uid]
         self.open -= 1
 
-    def stats(self) -> dict:
+    def stats(self) -> "BudgetStats":
         """For `fusetrace stats`: the split of the limit and what each user holds."""
         return {"limit": self.limit, "reserve": self.reserve, "table_most": self.table,
                 "open": self.open, "open_most": self.files, "share": self.share,
@@ -140,3 +141,32 @@ class Spares:
             for fd in self._fds:
                 os.close(fd)
             self._fds.clear()
+
+
+def in_use() -> int | None:
+    """Descriptors the process holds now (for `fusetrace stats`; None if /proc cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    except OSError:
+        return None
+
+
+class BudgetStats(TypedDict):
+    """The descriptor budget, for `fusetrace stats`: the split of the limit and what each user holds."""
+
+    limit: int
+    reserve: int
+    table_most: int
+    open: int
+    open_most: int
+    share: int
+    open_by_user: dict[int, int]
+    refused: int
+
+
+class Descriptors(BudgetStats):
+    """The descriptor budget, with what the inode table, the process and FLUSH's spares hold."""
+
+    inode_table: int
+    in_use: int | None
+    flush_spares_used: int

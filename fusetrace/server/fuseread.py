@@ -6,14 +6,9 @@ descriptor in epoll (EPOLL_CTL_MOD, one-shot) and wakes it on a later turn of it
 even when a request is already queued: as one is whenever callers keep many in flight,
 and often even for a caller with one, whose next request, sent from another core as the
 reply reaches it, is there before the server is back to wait for it.  A poll(2) that does
-not wait answers the same question in one system call (about 0.4 µs) and the reader
-reads the request at once; with nothing queued it waits in trio as before.
-
-Measured on this 2-core host, 10 s fio runs alternating with the code before (4 KiB, a
-plain mount unless said): libaio queue depth 1,024 randread 22,900-25,600 → 38,900-40,100
-IOPS; psync randread 19,900-28,200 → 35,200-42,600; psync randwrite 11,500-12,700 →
-17,200-19,600; --emulate efs-2016 at queue depth 1,024 with one core kept busy, server
-CPU per operation 91-115 → 87-96 µs (docs/BENCHMARKS.md has the figures of record).
+not wait answers the same question in one system call and the reader reads the request
+at once; with nothing queued it waits in trio as before.  It raised IOPS by half to
+three quarters (see docs/BENCHMARKS.md, "Figures behind design choices: server/").
 
 The task still yields once per request, when it takes pyfuse3's read lock (trio's
 Lock.acquire is a checkpoint), so the loop's other tasks and its I/O are not starved.
@@ -43,7 +38,7 @@ class ReadWaits:
         self.at_once = 0
         self.in_trio = 0
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         return {"at_once": self.at_once, "in_trio": self.in_trio}
 
 

@@ -1,90 +1,46 @@
-"""The FUSE operations: a passthrough to a source directory, traced and shaped.
+"""The FUSE surface: a passthrough to a source directory, each operation one handler.
 
-Every handler goes the same way (Operations._call): it names its request (a
-Request: fusetrace/request.py) and where the trace should place it; the
-shaper says when the operation may complete (emulation only); the real syscall
-is placed on the loop or in a worker thread (fusetrace/server/inline.py); the
-reply waits out the shaper's deadline; the trace record is queued.  Only
-pyfuse3.FUSEError leaves a handler; an OSError from below becomes the same
-errno.
+A handler names its request (a Request: fusetrace/request.py), where the trace should
+place it (pipeline.at) and the no-follow call that does it (nofollow.py), and hands
+them to the one request pipeline (pipeline.py: admit, fault, place, hold, trace,
+reply); around that call it keeps the kernel's view: node ids (inodes.py), open files
+and hidden names (openfiles.py).  A new operation is a handler here, named in HANDLED
+(docs/ARCHITECTURE.md, "The request pipeline").
 """
 
-import contextlib
 import errno as E
 import functools
 import logging
 import os
 import resource
 import stat
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Sequence
 from time import monotonic_ns, time_ns
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyfuse3
-import trio
 from pyfuse3 import FUSEError
 
-from ..faults.injector import Firing, Injector
-from ..faults.rules import RuleTable
-from ..request import Kind, Request, WriteMode
-from . import syscalls
-from .fdbudget import Budget, Spares
-from .inline import InlinePolicy
+from ..request import Kind, Request
+from . import nofollow, syscalls
+from .callers import Caller
+from .fdbudget import Budget, Descriptors, Spares, in_use
+from .holds import HeldReport
+from .inline import InlinePolicy, Placement
 from .inodes import ROOT, Inode, InodeTable, version
-from .kills import Kills
+from .openfiles import NO_TRUNCATION, DirHandle, Handle, OpenFiles
+from .pipeline import IN_WORKER, Call, Pipeline, Site, T, at, guarded, join
+from .setattrs import Change
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
-    from ..shaping.shaper import Shaper, Ticket
+    from ..shaping.shaper import Shaper
     from ..trace.writer import TraceWriter
 
 log = logging.getLogger(__name__)
 
 # Flags the kernel sends that must not reach the backing open(2) of an existing file.
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
-# Not a flag of open(2): marks an O_RDWR that Operations._backing_flags made of an O_WRONLY,
-# which _as_asked tries, then the O_WRONLY asked for if the source refuses reading (EACCES:
-# root squashed on an NFS source).  Bit 30: no open flag of Linux uses it, and _as_asked
-# takes it off before any open(2).
-_WRONLY_ASKED = 1 << 30
-_O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-_SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
-_AS_ROOT = os.geteuid() == 0
-# how far before (and after) the server's clock a setattr's two times may be and still
-# mean "now" (see _Change): the kernel's own clock, read before the request was queued
-_NOW_BEHIND, _NOW_AHEAD = 10_000_000_000, 1_000_000_000
-
-
-class Handle:
-    """An open file: its own backing descriptor with the caller's flags."""
-
-    __slots__ = ("closed", "dentry", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
-
-    def __init__(self, fd: int, inode: Inode, flags: int, ctx):
-        self.fd = fd
-        self.inode = inode
-        # the entry (directory's node id, name) it was opened by, as far as the server knows
-        # (FUSE's open names no file: Inode.dentry), moved by renames as the kernel's dentry is
-        self.dentry = inode.dentry
-        self.flags = flags
-        self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
-        self.dirty = False  # written since the last commit (flush/fsync)
-        self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
-        # how its writes reach the server (worked out once: every write asks)
-        self.write_mode = (WriteMode.DIRECT if flags & os.O_DIRECT else
-                           WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED)
-
-
-class DirHandle:
-    __slots__ = ("fd", "fit", "gid", "inode", "names", "pid", "uid")
-
-    def __init__(self, fd: int, inode: Inode, ctx):
-        self.fd = fd
-        self.inode = inode
-        self.names: list[str] | None = None  # the listing taken at offset 0
-        self.fit = 32  # entries per readdir call; learnt from the kernel's buffer size
-        self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
 
 
 class Operations(pyfuse3.Operations):
@@ -106,7 +62,7 @@ class Operations(pyfuse3.Operations):
         negative_timeout: float = 0.0,
         xattrs: bool = True,
         writeback_cache: bool = False,
-    ):
+    ) -> None:
         super().__init__()
         # FUSE's write-back cache (pyfuse3 asks the kernel for it when this is true): see
         # _backing_flags and setattr for what the server must then do differently
@@ -116,26 +72,17 @@ class Operations(pyfuse3.Operations):
         # and a reserve for the server's own (fdbudget.py)
         self.fds = Budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.spares = Spares()  # for FLUSH's duplicate when no descriptor is free
-        self.inodes = InodeTable(self.root_fd, max_open=self.fds.table, by_handle=_AS_ROOT)
+        self.inodes = InodeTable(self.root_fd, max_open=self.fds.table, by_handle=nofollow.AS_ROOT)
         self.inodes.kernel_keeps_size = writeback_cache
-        self.resized_beside = 0  # opens that found a file resized beside the mount (_resized_beside)
-        self.rmdirs_nfs_refuses = 0  # rmdirs of a directory holding a hidden name (_kept_hidden)
-        self._truncations = _Truncations()  # an open that overlaps one does not judge the size (_open_reply)
-        self._said_resized: set[tuple[int, int]] = set()  # the files it was logged for
         self._said_rename_flags = False  # an emulated rename with flags NFS refuses was logged
-        self.xattrs = xattrs and _has_xattrs(self.root_fd)
+        self.xattrs = xattrs and nofollow.has_xattrs(self.root_fd)
         # The kernel enforces POSIX ACLs (default_permissions alone checks mode bits, and
         # the server acts as root) and checks who may set them, where there are any.
         self.enable_acl = self.xattrs
-        self.proc_reaches_links = _proc_reaches_links()
-        self.handles: dict[int, Handle] = {}
-        self._open_names: dict[tuple[int, str], dict[int, Handle]] = {}  # open files by Handle.dentry (_open_at)
-        # files whose name went while they were open (NFS renames them away: Request.busy):
-        # node id: the directory of the hidden name their last release removes
-        self._hidden: dict[int, int] = {}
-        self.dirs: dict[int, DirHandle] = {}
-        self.workers = workers
-        self.inline = inline
+        self.proc_reaches_links = nofollow.proc_reaches_links()
+        self.files = OpenFiles(self.inodes)
+        self.pipeline = Pipeline(inodes=self.inodes, files=self.files, fds=self.fds, workers=workers, inline=inline,
+                                 tracer=tracer, shaper=shaper, writeback_cache=writeback_cache)
         self._cached_pread: Callable[[int, int, int], bytes | None] | None = self._nowait_pread
         self.tracer = tracer
         self.shaper = shaper
@@ -143,353 +90,28 @@ class Operations(pyfuse3.Operations):
         self.dir_attr_timeout = attr_timeout if dir_attr_timeout is None else dir_attr_timeout
         self.entry_timeout = entry_timeout
         self.negative_timeout = negative_timeout  # how long the kernel may trust an absent name (0: not at all)
-        self._tgids: dict[int, tuple[int, str, int]] = {}  # thread id: (process id, its name, when read)
-        self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
-        self.faults = Injector(write_back=writeback_cache)
-        self.faults_changed = trio.Event()  # set when rules are cleared: stalled requests look again
-        self.stopping = False
         # requests being handled: read from the kernel and not yet answered (see _guarded;
         # shaping/kernelqueue.py tells from it how many the kernel holds unread)
         self.serving = 0
-        self.holding: dict[object, _Held] = {}  # requests held long (_holding), for stats and umount
-        self.kills = Kills()  # held requests whose caller is killed go at once (_holding); main.py runs it
 
-    # ---- the common path of every request -------------------------------------------
-
-    async def _call(self, req: Request, site: "_Site", who, fn, *args, nowait=None, reply=None):
-        """Run fn(*args) for `req`: admitted by the shaper, placed on the loop or in a
-        worker, held until the shaper's deadline, traced at `site` on behalf of `who`
-        (a request context or an open handle).  An OSError from fn answers its errno.
-        `nowait(*args)`, if given, is tried first on the loop (see _place).  `reply(out)`,
-        if given, turns fn's result into the handler's answer before the record is made
-        (so the record can name the handle or node id the kernel is given).  While fault
-        rules or what they left behind are in force, _faulted takes the request."""
-        start = monotonic_ns()
-        # (NFS sends nothing for the kernel's own; fusetrace's probe at mount is not the application's)
-        if self.faults.active and not req.kernel_only and who.pid != self.untraced_pid:
-            return await self._faulted(req, site, who, fn, args, nowait, reply, start)
-        ticket = None if self.shaper is None else self.shaper.admit(req, start, who.uid)
-        done = self._now(req, fn, args, nowait)  # _place, without a coroutine of its own when it can
-        if done is _IN_WORKER or done is _CLOSED:
-            done = await self._elsewhere(done, req, fn, args, nowait)
-        out, err = done
-        try:
-            held = 0 if self.shaper is None else await self._hold(req, ticket, start, site, who, reply)
-        except _Killed as killed:
-            held, err = killed.held, E.EINTR
-        if reply is not None and not err:
-            out = reply(out)
-        if self.tracer is not None and who.pid != self.untraced_pid:
-            self._trace(self.tracer, req, site, who, start, out, err, held, ticket)
-        if err:
-            raise FUSEError(err)
-        return out
-
-    async def _faulted(self, req: Request, site: "_Site", who, fn, args: tuple, nowait, reply, start: int):
-        """_call with the fault rules applied (fusetrace/faults/): the request may wait out
-        a stall, fail without reaching the source, carry fewer bytes, or leave a write-back
-        error for the file's next fsync and close; its record names the rule."""
-        faults = self.faults
-        firing = _NO_FIRING
-        if req.op not in _CLOSES:
-            rid = faults.stale_rule(req.file, req.directory) if faults.stale else None
-            if rid is not None:
-                firing = Firing(rid, "stale", E.ESTALE)
-            elif faults.rules:
-                firing = faults.check(req.op, req.kind, req.file, req.directory, site.path, req.size,
-                                      functools.partial(self._who, who.pid, start), start) or _NO_FIRING
-        effect = firing.effect
-        err = 0
-        if effect == "stall":
-            until = min(firing.until_ns, firing.fail_ns) if firing.fail_ns else firing.until_ns
-            with self._holding(req, site, who, start, f"fault rule {firing.rule} (a stall)", until, rule=True,
-                               killable=self._waited_on(req, who)) as scope:
-                err = await self._stalled(firing)
-            if scope is not None and scope.cancelled_caught:  # its caller is being killed: nothing is sent
-                if self.tracer is not None:
-                    self._trace(self.tracer, req, site, who, start, None, E.EINTR, 0, None, firing.rule)
-                raise FUSEError(E.EINTR)
-        now = monotonic_ns()
-        ticket = None if self.shaper is None else self.shaper.admit(req, now, who.uid)
-        out = None
-        if err:
-            pass
-        elif effect in ("errno", "stale") or (effect == "write_error" and req.write_mode is not WriteMode.BUFFERED):
-            err = firing.errno  # the server answered with it: nothing reaches the source
-        else:
-            if effect == "short":
-                args, nowait = _shortened(req.op, args, firing.short), None
-            out, err = await self._place(req, fn, args, nowait)
-            if effect == "write_error" and not err:  # NFS: the write-back fails later, the write does not
-                faults.write_failed(req.file, firing.rule, firing.errno,
-                                    {fh for fh, h in self.handles.items() if h.inode.id == req.file})
-            elif faults.pending and not err and req.op in _REPORTS:
-                late = faults.reported(req.file, site.fh)
-                if late is not None:
-                    err, firing = late[0], Firing(late[1], "write_error", late[0])
-        try:
-            held = 0 if self.shaper is None else await self._hold(req, ticket, now, site, who, reply)
-        except _Killed as killed:
-            held, err = killed.held, E.EINTR
-        if reply is not None and not err:
-            out = reply(out)
-        if self.tracer is not None and who.pid != self.untraced_pid:
-            self._trace(self.tracer, req, site, who, start, out, err, held, ticket, firing.rule or None)
-        if err:
-            raise FUSEError(err)
-        return out
-
-    def _hold(self, req: Request, ticket: "Ticket | None", since: int, site: "_Site", who,
-              reply=None) -> Awaitable[int]:
-        """The shaper's hold of the request admitted at `since` (Shaper.hold), listed as
-        held long (_holding) when its deadline is over a second away.  (A plain call that
-        returns the coroutine to await: no frame of its own on the hot path.)"""
-        assert self.shaper is not None
-        if ticket is None or ticket.deadline_ns is None or ticket.deadline_ns - since < _LONG_HOLD_NS:
-            return self.shaper.hold(req, ticket, since)
-        return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns, reply)
-
-    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: "_Site", who, until: int,
-                           reply) -> int:
-        """_hold's long case: raises _Killed if the caller is being killed meanwhile.  The
-        call has run on the source by now, so one whose answer the server or the kernel
-        must act on is not let go: one whose `reply` hands the kernel something new (a
-        handle, a node id), and a namespace or attribute change (its handler then moves
-        its own tables: open files by name, hidden names)."""
-        assert self.shaper is not None
-        entered = monotonic_ns()
-        killable = reply is None and req.kind is not Kind.META_WRITE and self._waited_on(req, who)
-        with self._holding(req, site, who, since, f"the emulated file system ({ticket.gate})", until,
-                           killable=killable):
-            return await self.shaper.hold(req, ticket, since)
-        raise _Killed(monotonic_ns() - entered)  # reached only when the caller's kill let it go
-
-    def _waited_on(self, req: Request, who) -> bool:
-        """Whether a caller waits on `req` and so may be killed out of its wait: not the
-        kernel's own requests (its page fills; a release, which nobody awaits), nor the
-        write-back cache's WRITEs (the kernel sends them for data already written, and
-        they must complete, as an NFS client's write-back does), nor a request the kernel
-        names no process for (pid 0)."""
-        return not (req.kernel_only or who.pid <= 0 or req.op in _CLOSES
-                    or (req.op == "write" and self.enable_writeback_cache and req.write_mode is not WriteMode.DIRECT))
-
-    @contextlib.contextmanager
-    def _holding(self, req: Request, site: "_Site", who, start: int, why: str, until: int,
-                 rule: bool = False, killable: bool = False) -> Iterator["trio.CancelScope | None"]:
-        """While inside: the request is listed as held long, by `why` (a fault rule's stall
-        when `rule`), until `until` at the latest (monotonic ns).  A caller waiting in one holds no descriptor in the
-        mount yet keeps it busy (its path walk holds the mount): `fusetrace umount` and
-        `stats` name it from this list.  When `killable`, the block is left early if the
-        caller is being killed (fusetrace/server/kills.py): the scope given, its
-        `cancelled_caught` true then."""
-        token = object()
-        pid, name, _ = self._who(who.pid, start)
-        self.holding[token] = _Held(pid, name, req.op, site.path, why, start, until, rule)
-        try:
-            if not killable:
-                yield None
-                return
-            # the calling thread itself; for an open file's request (no context), the process
-            # that opened it, which outlives the thread that did
-            itself = isinstance(who, pyfuse3.RequestContext)
-            with self.kills.watched(who.pid if itself else pid, itself, start) as scope:
-                yield scope
-        finally:
-            del self.holding[token]
-
-    def held_long(self, now: int, most: int = 20) -> list[dict]:
-        """The requests held long (see _holding), the longest held first, up to `most`:
-        who waits, in what, on what, for how many seconds so far and at most how many more
-        (a fault rule cleared lets its own go at once)."""
-        held = sorted(self.holding.values(), key=lambda h: h.since)[:most]
-        return [{"pid": h.pid, "name": h.name, "op": h.op, "path": h.path, "why": h.why,
-                 "for_s": round((now - h.since) / 1e9, 1), "left_s": round(max(0, h.until - now) / 1e9, 1),
-                 "rule": h.rule} for h in held]
-
-    async def _stalled(self, firing: Firing) -> int:
-        """Wait out a stall: until the outage ends (0), or, on a soft mount, until the
-        call times out first (its errno); at once when the rule is cleared."""
-        end, fail = firing.until_ns, firing.fail_ns
-        limit = min(end, fail) if fail else end
-        while not self.stopping and self.faults.in_force(firing.rule):
-            now = monotonic_ns()
-            if now >= limit:
-                return firing.errno if fail and fail < end else 0
-            changed = self.faults_changed
-            with trio.move_on_after((limit - now) / 1e9):
-                await changed.wait()
-        return 0
-
-    def add_fault(self, raw: dict, where: str = "fault add") -> RuleTable:
-        return self.faults.add(raw, monotonic_ns(), where)
-
-    def end_stalls(self) -> None:
-        """The server is stopping: every stalled request goes on now, those a fault rule
-        holds and those the emulated file system holds (pyfuse3's main loop returns only
-        once every request it started has been answered)."""
-        self.stopping = True
-        self.faults_changed.set()
-        if self.shaper is not None and self.shaper.timer is not None:
-            self.shaper.timer.release_all()
-
-    def clear_faults(self, ids: list[str] | None = None) -> list[str]:
-        """Remove fault rules; requests their stalls hold go on at once."""
-        removed = self.faults.clear(ids)
-        self.faults_changed.set()
-        self.faults_changed = trio.Event()
-        return removed
-
-    async def _place(self, req: Request, fn, args: tuple, nowait=None) -> tuple[Any, int]:
-        """Run fn(*args) where it belongs: on the loop while the inline policy finds
-        `req`'s calls quick, else in a worker thread.  Returns (result, errno).  An
-        Inode among args reaches fn as its O_PATH descriptor, opened again if it was
-        closed.  `nowait(*args)`, if given, is tried first on the loop: it must not
-        block, and returns None when it cannot answer at once (the call then always
-        goes to a worker)."""
-        done = self._now(req, fn, args, nowait)
-        if done is _IN_WORKER or done is _CLOSED:
-            done = await self._elsewhere(done, req, fn, args, nowait)
-        return done
-
-    def _now(self, req: Request, fn, args: tuple, nowait) -> tuple[Any, int]:
-        """_place's first half, on the loop: (result, errno) when fn (or nowait) ran
-        here; _CLOSED when an Inode among args has no descriptor open; _IN_WORKER when
-        the call belongs in a worker.  Nothing can close a descriptor while this runs
-        (no await), so no Inode needs pinning."""
-        fds = self._descriptors(args)
-        return _CLOSED if fds is None else self._here(req, fn, fds, nowait)
-
-    def _here(self, req: Request, fn, fds: tuple, nowait) -> tuple[Any, int]:
-        """fn(*fds) (or nowait) on the loop, if the inline policy lets it: (result,
-        errno), or _IN_WORKER."""
-        try:
-            if nowait is not None:
-                out = nowait(*fds)
-                return _IN_WORKER if out is None else (out, 0)
-            out = self._timed((req.op, req.label), req.size if req.kind is Kind.WRITE else 0, fn, fds)
-            return out if out is _IN_WORKER else (out, 0)
-        except OSError as exc:
-            return None, exc.errno or E.EIO
-
-    def _timed(self, key: tuple[str, str], size: int, fn, args: tuple) -> Any:
-        """fn(*args) on the loop, timed for the inline policy under `key` (`size`: the
-        bytes a write carries), if the policy lets it; else _IN_WORKER.  A calm key's
-        call (see InlinePolicy.calm) asks the policy nothing unless it took longer than
-        the threshold."""
-        inline = self.inline
-        calm = key in inline.calm
-        if not calm and not inline.inline(key):
-            return _IN_WORKER
-        t0 = monotonic_ns()
-        try:
-            return fn(*args)
-        finally:
-            ns = monotonic_ns() - t0
-            if not calm or ns > inline.threshold_ns:
-                inline.observe(key, ns, size)
-
-    async def _elsewhere(self, why: tuple, req: Request, fn, args: tuple, nowait) -> tuple[Any, int]:
-        """_place's second half: every Inode among args pinned (so attach's trim cannot
-        close it) and opened again if it was closed; then the call runs as _now decides
-        (why is _CLOSED) or in a worker thread (_IN_WORKER)."""
-        held: list[Inode] = []
-        try:
-            for node in args:
-                if type(node) is Inode:
-                    self.inodes.pin(node)  # first, so attach's trim cannot take it
-                    held.append(node)
-                    if node.fd < 0:
-                        self.inodes.attach(node, await self.workers.run(self.inodes.reopen, node))
-            fds = self._descriptors(args)
-            if fds is None:  # one was forgotten while it was reopened: attach did not keep it
-                return None, E.ESTALE
-            if why is _CLOSED:
-                done = self._here(req, fn, fds, nowait)
-                if done is not _IN_WORKER:
-                    return done
-            return await self.workers.run(fn, *fds), 0
-        except OSError as exc:
-            return None, exc.errno or E.EIO
-        finally:
-            for node in held:
-                self.inodes.unpin(node)
-
-    def _descriptors(self, args: tuple) -> tuple | None:
-        """args with each Inode replaced by its descriptor, and marked as just used (the
-        table closes the least recently used first); None if one has none open."""
-        out = []
-        for a in args:
-            if type(a) is Inode:
-                if a.fd < 0:
-                    return None
-                self.inodes.touch(a)
-                a = a.fd
-            out.append(a)
-        return tuple(out)
-
-    def _trace(self, tracer: "TraceWriter", req: Request, site: "_Site", who, start: int, out, err: int,
-               held: int, ticket: "Ticket | None", fault: str | None = None) -> None:
-        """Queue the request's trace record, with the model's account of it if it was shaped."""
-        fh, mode, entry, result = site.fh, 0, 0, 0
-        flags = site.flags if req.op == "rename" else 0  # renameat2's, whatever the outcome (replay issues them)
-        if req.busy:  # unlink, rename: the open file whose name goes (NFS renames it away), charged
-            entry = req.busy  # at admission, so named even if the call then fails
-        elif err:
-            pass
-        elif req.op in _OPENS:  # the handle: open, opendir (an int), create (with its entry)
-            fh, flags = _new_handle(out), site.flags
-            if req.op == "create":
-                mode, entry = out[1].st_mode, out[1].st_ino
-        else:
-            kind = type(out)
-            if kind is bytes or kind is str or kind is list or kind is _Listing:
-                result = len(out)  # bytes read, link length, xattr names, entries
-            elif kind is int:
-                result = out  # bytes written
-            elif kind is pyfuse3.EntryAttributes:  # lookup, mknod, mkdir, symlink, link
-                mode, entry = out.st_mode, out.st_ino
-            elif kind is os.stat_result:  # getattr, setattr
-                mode = out.st_mode
-        t = _UNSHAPED if ticket is None else ticket
-        who_is = self._who(who.pid, start)
-        tracer.add(start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh, site.offset,
-                   req.size, result, err, who_is[0], who.uid, who.gid, held, t.gate, t.wait_ns, t.latency_ns,
-                   t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault)
-
-    def stats(self) -> dict:
+    def stats(self) -> "ServerStats":
         """For `fusetrace stats`: the inode table, the open files, the requests being
         handled and where calls run."""
+        p = self.pipeline
         table = self.inodes.stats()
-        return {"inodes": table.pop("known"), "open_files": len(self.handles), "inode_fds": table,
-                "descriptors": {**self.fds.stats(), "inode_table": table["held"], "in_use": _in_use(),
+        return {"inodes": table.pop("known"), "open_files": len(self.files.handles), "inode_fds": table,
+                "descriptors": {**self.fds.stats(), "inode_table": table["held"], "in_use": in_use(),
                                 "flush_spares_used": self.spares.used},
-                "serving": self.serving, "inline": self.inline.describe(), "resized_beside": self.resized_beside,
-                "rmdirs_nfs_refuses": self.rmdirs_nfs_refuses, "killed_released": self.kills.released,
-                "held_long": self.held_long(monotonic_ns())}
+                "serving": self.serving, "inline": p.inline.describe(), "resized_beside": self.files.resized_beside,
+                "rmdirs_nfs_refuses": self.files.rmdirs_nfs_refuses, "killed_released": p.holds.kills.released,
+                "held_long": p.holds.held_long(monotonic_ns())}
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
-            return _cached_pread(fd, size, offset)
-        except _NowaitUnsupported:
+            return nofollow.cached_pread(fd, size, offset)
+        except nofollow.NowaitUnsupported:
             self._cached_pread = None  # tmpfs, for one: reads follow the inline policy from now on
             return None
-
-    def _who(self, tid: int, now: int) -> tuple[int, str, int]:
-        """The process and its name of thread `tid` (see _process_of), from the cache."""
-        who_is = self._tgids.get(tid)
-        if who_is is None or now - who_is[2] > _WHO_FOR_NS:
-            who_is = self._process_of(tid, now)
-        return who_is
-
-    def _process_of(self, tid: int, now: int) -> tuple[int, str, int]:
-        """FUSE names the calling thread; traces name its process (thread group) and
-        the process's name, read from /proc at most once a second per thread (a name
-        changes at exec, and a shell's child opens its redirections before it): (pid,
-        name, when read)."""
-        if len(self._tgids) > 4096:
-            self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
-        known = self._tgids[tid] = (*_thread_group(tid), now)
-        return known
 
     def _inode(self, node_id: int) -> Inode:
         inode = self.inodes.get(node_id)
@@ -497,11 +119,9 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(E.ESTALE)
         return inode
 
-    def _handle(self, fh: int) -> Handle:
-        h = self.handles.get(fh)
-        if h is None:
-            raise FUSEError(E.EBADF)
-        return h
+    def _busy(self, parent: Inode, name: str) -> int:
+        """OpenFiles.open_at, when the name's going is shaped or traced (Request.busy)."""
+        return 0 if self.shaper is None and self.tracer is None else self.files.open_at(parent, name)
 
     def _entry(self, st: os.stat_result, node_id: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -522,7 +142,7 @@ class Operations(pyfuse3.Operations):
         a.st_ctime_ns = st.st_ctime_ns
         return a
 
-    def _new_entry(self, parent: Inode, name: str, found) -> pyfuse3.EntryAttributes:
+    def _new_entry(self, parent: Inode, name: str, found: tuple[os.stat_result, int]) -> pyfuse3.EntryAttributes:
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
         return self._entry(st, self._remember(parent, name, st, fd).id)
@@ -530,20 +150,21 @@ class Operations(pyfuse3.Operations):
     def _remember(self, parent: Inode, name: str, st: os.stat_result, fd: int, node_id: int | None = None) -> Inode:
         """InodeTable.remember of the object at `name` in `parent`, which is then its
         best known path and the entry an open of it holds (Inode.dentry)."""
-        inode = self.inodes.remember(st, fd, _join(parent.path, name), node_id)
+        inode = self.inodes.remember(st, fd, join(parent.path, name), node_id)
         inode.dentry = (parent.id, name)
         return inode
 
     # ---- names --------------------------------------------------------------------
 
-    async def lookup(self, parent_inode, name, ctx):
+    async def lookup(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> pyfuse3.EntryAttributes:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
+        name = os.fsdecode(raw_name)
         if name in (".", ".."):
             raise FUSEError(E.EINVAL)  # never sent without export support
         try:
-            return await self._call(Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
-                                    _at(parent, name), ctx, _open_path, parent, name,
+            return await self.pipeline.call(
+                Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
+                                    at(parent, name), ctx, nofollow.open_path, parent, name,
                                     reply=functools.partial(self._new_entry, parent, name))
         except FUSEError as exc:
             if exc.errno != E.ENOENT or not self.negative_timeout:
@@ -552,13 +173,14 @@ class Operations(pyfuse3.Operations):
             absent.entry_timeout = self.negative_timeout
             return absent
 
-    async def forget(self, inode_list):
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for node_id, nlookup in inode_list:
             self.inodes.forget(node_id, nlookup)
 
-    async def getattr(self, inode, ctx=None):
+    async def getattr(self, inode: int, ctx: Caller | None = None) -> pyfuse3.EntryAttributes:
         node = self._inode(inode)
-        st = await self._call(Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), _at(node),
+        st = await self.pipeline.call(
+            Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), at(node),
                               ctx or _NOBODY, os.stat, node)
         node.seen = version(st)
         if not self._kernel_keeps_size(node):
@@ -571,7 +193,8 @@ class Operations(pyfuse3.Operations):
         (fs/fuse: fuse_get_cache_mask), so replies do not change the size it holds."""
         return self.enable_writeback_cache and stat.S_ISREG(node.mode)
 
-    async def setattr(self, inode, attr, fields, fh, ctx):
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields, fh: int | None,
+                      ctx: Caller) -> pyfuse3.EntryAttributes:
         """With the write-back cache, the kernel keeps a regular file's mtime and ctime
         itself and hands them over in a setattr of those two alone (fs/fuse:
         fuse_flush_times), which an NFS client never sends: the emulated client charges
@@ -581,11 +204,11 @@ class Operations(pyfuse3.Operations):
         Inode.handovers), with the mtime the kernel holds (Inode.kernel_mtime).  A
         caller's own change of times (touch -m, futimens) comes with no handle, and is
         taken for the kernel's only when one is owed and it carries that same mtime.
-        Anything else is made as the caller (_Change.apply): the kernel checked the
+        Anything else is made as the caller (Change.apply): the kernel checked the
         attributes it holds, the source checks what it holds now."""
         node = self._inode(inode)
-        h = self.handles.get(fh) if fh is not None else None
-        change = _Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
+        h = self.files.handles.get(fh) if fh is not None else None
+        change = Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
         kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
                   and stat.S_ISREG(node.mode)
                   and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
@@ -596,9 +219,9 @@ class Operations(pyfuse3.Operations):
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
         req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
                       is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
-        call = (change.hand_over, node) if kernel else (change.apply, node, _owner_for(ctx))
-        with self._truncations if fields.update_size and self.enable_writeback_cache else _NO_TRUNCATION:
-            st = await self._call(req, _at(node, path2=change.names, fh=fh or 0), ctx, *call)
+        call = (change.hand_over, node) if kernel else (change.apply, node, nofollow.owner_for(ctx))
+        with self.files.truncations if fields.update_size and self.enable_writeback_cache else NO_TRUNCATION:
+            st = await self.pipeline.call(req, at(node, path2=change.names, fh=fh or 0), ctx, *call)
             if change.mtime is not None:
                 node.kernel_mtime = change.mtime
             node.seen = version(st)
@@ -606,130 +229,79 @@ class Operations(pyfuse3.Operations):
                 node.size = st.st_size
         return self._entry(st, node.id)
 
-    async def readlink(self, inode, ctx):
+    async def readlink(self, inode: int, ctx: Caller) -> bytes:
         node = self._inode(inode)
-        target = await self._call(Request("readlink", Kind.META_READ, node.id), _at(node), ctx, _readlink, node)
+        target = await self.pipeline.call(
+            Request("readlink", Kind.META_READ, node.id), at(node), ctx, nofollow.readlink, node)
         return os.fsencode(target)
 
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        return await self._make("mknod", parent_inode, name, ctx, _mknod, mode, rdev)
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Caller) -> pyfuse3.EntryAttributes:
+        return await self._make("mknod", parent_inode, name, ctx, nofollow.mknod, mode, rdev)
 
-    async def mkdir(self, parent_inode, name, mode, ctx):
-        return await self._make("mkdir", parent_inode, name, ctx, _mkdir, mode | stat.S_IFDIR)
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Caller) -> pyfuse3.EntryAttributes:
+        return await self._make("mkdir", parent_inode, name, ctx, nofollow.mkdir, mode | stat.S_IFDIR)
 
-    async def symlink(self, parent_inode, name, target, ctx):
-        target = os.fsdecode(target)
-        return await self._make("symlink", parent_inode, name, ctx, _symlink, target, path2=target)
+    async def symlink(self, parent_inode: int, name: bytes, raw_target: bytes, ctx: Caller) -> pyfuse3.EntryAttributes:
+        target = os.fsdecode(raw_target)
+        return await self._make("symlink", parent_inode, name, ctx, nofollow.symlink, target, path2=target)
 
-    async def _make(self, op, parent_inode, name, ctx, fn, *args, path2=None):
+    async def _make(self, op: str, parent_inode: int, raw_name: bytes, ctx: Caller, fn: Call, *args: Any,
+                    path2: str | None = None) -> pyfuse3.EntryAttributes:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
-        return await self._call(Request(op, Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, path2),
-                                ctx, fn, parent, name, *args, _owner_for(ctx),
+        name = os.fsdecode(raw_name)
+        return await self.pipeline.call(
+            Request(op, Kind.META_WRITE, directory=parent.id, name=name), at(parent, name, path2),
+                                ctx, fn, parent, name, *args, nofollow.owner_for(ctx),
                                 reply=functools.partial(self._new_entry, parent, name))
 
-    async def unlink(self, parent_inode, name, ctx):
+    async def unlink(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> None:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
-        busy = self._open_at(parent, name)
+        name = os.fsdecode(raw_name)
+        busy = self._busy(parent, name)
         if busy:  # before the call's wait: a release during it (munmap, exit) must find it
-            self._hidden[busy] = parent.id
+            self.files.hidden[busy] = parent.id
         try:
-            gone = await self._call(Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
-                                    _at(parent, name), ctx, _unlink_known if self.enable_writeback_cache else _unlink,
-                                    name, parent, _owner_for(ctx))
+            gone = await self.pipeline.call(
+                Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
+                                    at(parent, name), ctx,
+                                    nofollow.unlink_known if self.enable_writeback_cache else nofollow.unlink,
+                                    name, parent, nofollow.owner_for(ctx))
         except FUSEError:
             if busy:  # NFS's failed RENAME left no hidden name
-                self._hidden.pop(busy, None)
+                self.files.hidden.pop(busy, None)
             raise
         self._times_owed(gone)
 
-    def _open_at(self, parent: Inode, name: str) -> int:
-        """The node id of the file at `name` in `parent` while a handle opened by that entry
-        is open here and the file's name has not gone before (Request.busy), else 0: NFS
-        hides a name still in use (its dentry held by an open file), so a file open only
-        through another hard link is removed plainly.  Only when shaped or traced.  Entries
-        are keyed by their directory's node id, which no rename of a directory changes."""
-        if not self._open_names or (self.shaper is None and self.tracer is None):
-            return 0
-        for h in self._open_names.get((parent.id, name), {}).values():
-            if h.inode.id not in self._hidden:
-                return h.inode.id
-        return 0
-
-    async def rmdir(self, parent_inode, name, ctx):
+    async def rmdir(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> None:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
-        await self._call(Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name), ctx,
-                         _rmdir, name, parent, _owner_for(ctx))
-        if self._hidden and self.shaper is not None:
-            self._kept_hidden(_join(parent.path, name))
+        name = os.fsdecode(raw_name)
+        await self.pipeline.call(
+            Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), at(parent, name), ctx,
+                         nofollow.rmdir, name, parent, nofollow.owner_for(ctx))
+        if self.files.hidden and self.shaper is not None:
+            self.files.kept_hidden(join(parent.path, name))
 
-    def _kept_hidden(self, path: str) -> None:
-        """An emulated mount removed the directory at `path` while it held the hidden name
-        of a file unlinked or renamed over while open (Request.busy).  NFS keeps that name
-        (.nfsXXXX) until the file's last close and refuses the rmdir (ENOTEMPTY; `rm -rf`
-        also fails to unlink the name, EBUSY); the mount cannot show a name the source does
-        not have, so it is counted, and said once a directory."""
-        for directory in set(self._hidden.values()):
-            node = self.inodes.get(directory)
-            if node is not None and node.path == path:
-                self.rmdirs_nfs_refuses += 1
-                log.warning("%r: removed, where NFS would refuse (ENOTEMPTY): a file in it was unlinked while "
-                            "open, and NFS keeps it there as .nfsXXXX until its last close", path)
-                return
-
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int,
+                     ctx: Caller) -> None:
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
-        old_path, new_path = _join(old_dir.path, old), _join(new_dir.path, new)
+        old_path, new_path = join(old_dir.path, old), join(new_dir.path, new)
         exchange = flags & syscalls.RENAME_EXCHANGE
         if flags and self.shaper is not None and not self._said_rename_flags:
             self._said_rename_flags = True
             log.warning("%r: renamed with renameat2 flags (%#x), which an NFS client refuses (EINVAL, nothing sent): "
                         "done here as the source does; a program relying on them fails on EFS", old_path, flags)
-        busy = 0 if exchange or new_path == old_path else self._open_at(new_dir, new)
+        busy = 0 if exchange or new_path == old_path else self._busy(new_dir, new)
         if busy:  # before the call's wait, as unlink's; kept if the RENAME fails: NFS hid the target first
-            self._hidden[busy] = new_dir.id
+            self.files.hidden[busy] = new_dir.id
         # charged to the directory the entry leaves, as the trace names it
-        moved, owed = await self._call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
+        moved, owed = await self.pipeline.call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
                                          new_directory=new_dir.id, new_name=new, busy=busy),
-                                 _Site(old_dir.id, old_path, new_path, flags=flags), ctx,
-                                 _rename, old_dir, old, new_dir, new, flags, _owner_for(ctx),
+                                 Site(old_dir.id, old_path, new_path, flags=flags), ctx,
+                                 nofollow.rename, old_dir, old, new_dir, new, flags, nofollow.owner_for(ctx),
                                  self.enable_writeback_cache)
-        # Keep the best known paths of the objects that moved (for traces), and the entries
-        # they and their open files hold, as the kernel moves its dentries (d_move).
-        old_entry, new_entry = (old_dir.id, old), (new_dir.id, new)
-        if moved[0] is None or moved[0] != moved[1]:  # (equal: a rename onto another link of its file does nothing)
-            at_old, at_new = self._open_names.pop(old_entry, {}), self._open_names.pop(new_entry, {})
-            self._enter_open(at_old, new_entry)
-            if exchange:
-                self._enter_open(at_new, old_entry)
-            # (else what was at the new name has gone: hidden, if open there (busy), or removed)
-            for key, path, entry in zip(moved, (new_path, old_path), (new_entry, old_entry)):
-                known = self.inodes.by_key(key)
-                if known is not None:
-                    known.path, known.dentry = path, entry
-                    if not exchange and stat.S_ISDIR(known.mode):
-                        self._moved_below(old_path, new_path)
+        self.files.renamed(moved, (old_dir.id, old), (new_dir.id, new), old_path, new_path, bool(exchange))
         self._times_owed(*owed)
-
-    def _enter_open(self, handles: dict[int, Handle], entry: tuple[int, str]) -> None:
-        """Index these open files as open by `entry` (_open_at)."""
-        if handles:
-            for h in handles.values():
-                h.dentry = entry
-            self._open_names.setdefault(entry, {}).update(handles)
-
-    def _moved_below(self, old: str, new: str) -> None:
-        """A directory moved from `old` to `new`: the open files and directories below it
-        are there now (for their traces).  Other objects below it keep
-        the path they were last looked up by until the kernel looks them up again."""
-        below = old + "/"
-        opened: list[Inode] = [h.inode for h in self.handles.values()]
-        for node in opened + [d.inode for d in self.dirs.values()]:
-            if node.path.startswith(below):
-                node.path = new + node.path[len(old):]
 
     def _times_owed(self, *keys: tuple[int, int] | None) -> None:
         """With the write-back cache, the kernel hands over the times of a regular file
@@ -741,49 +313,36 @@ class Operations(pyfuse3.Operations):
             if node is not None and stat.S_ISREG(node.mode):
                 node.handovers += 1
 
-    async def link(self, inode, new_parent_inode, new_name, ctx):
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Caller) -> pyfuse3.EntryAttributes:
         node = self._inode(inode)
         parent = self._inode(new_parent_inode)
         name = os.fsdecode(new_name)
-        owner = _owner_for(ctx)
-        if node.is_symlink and (owner is not None or not _AS_ROOT) and not self.proc_reaches_links:
+        owner = nofollow.owner_for(ctx)
+        if node.is_symlink and (owner is not None or not nofollow.AS_ROOT) and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
-        entry = await self._call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
-                                 _at(node, path2=_join(parent.path, name)), ctx, _link, node, parent, name, owner,
+        entry = await self.pipeline.call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
+                                 at(node, path2=join(parent.path, name)), ctx,
+                                 nofollow.link, node, parent, name, owner,
                                  reply=functools.partial(self._new_entry, parent, name))
         self._times_owed(node.key)
         return entry
 
     # ---- files --------------------------------------------------------------------
 
-    async def open(self, inode, flags, ctx):
+    async def open(self, inode: int, flags: int, ctx: Caller) -> pyfuse3.FileInfo:
         node = self._inode(inode)
         if node.is_symlink:
             raise FUSEError(E.ELOOP)  # the kernel follows links itself; never open one below
-        epoch = self._truncations.ended
-        with self._truncations if flags & os.O_TRUNC and self.enable_writeback_cache else _NO_TRUNCATION:
+        epoch = self.files.truncations.ended
+        with self.files.truncations if flags & os.O_TRUNC and self.enable_writeback_cache else NO_TRUNCATION:
             # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
             cut = node.size if flags & os.O_TRUNC else 0
-            return await self._opening(Request("open", Kind.META_READ, node.id, size=cut), _at(node, flags=flags), ctx,
+            return await self.pipeline.opening(
+                Request("open", Kind.META_READ, node.id, size=cut), at(node, flags=flags), ctx,
                                        functools.partial(self._open_reply, node, flags, ctx, epoch),
-                                       _open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP), ctx.uid != 0,
-                                       _owner_for(ctx))
-
-    async def _opening(self, req: Request, site: "_Site", ctx, reply, fn, *args):
-        """_call for a request that makes a handle (open, create, opendir): one of the
-        caller's share of descriptors is taken first (fdbudget.py), and given back if no
-        handle is made.  Beyond the share or the budget: EMFILE, traced, nothing placed
-        below or charged by the model."""
-        if not self.fds.take(ctx.uid):
-            if self.tracer is not None and ctx.pid != self.untraced_pid:
-                self._trace(self.tracer, req, site, ctx, monotonic_ns(), None, E.EMFILE, 0, None)
-            raise FUSEError(E.EMFILE)
-        try:
-            return await self._call(req, site, ctx, fn, *args, reply=reply)
-        except BaseException:
-            self.fds.give(ctx.uid)  # no handle was made
-            raise
+                                       nofollow.open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP),
+                                       ctx.uid != 0, nofollow.owner_for(ctx))
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -791,17 +350,17 @@ class Operations(pyfuse3.Operations):
         in part through whichever handle wrote it, and places appends itself (at the
         end of the file as it knows it): so a write-only file is opened for reading too
         (the kernel has checked the caller's permission; the descriptor is the
-        server's alone, and _as_asked falls back to the caller's mode where the
+        server's alone, and nofollow.as_asked falls back to the caller's mode where the
         source refuses it), and O_APPEND is left to the kernel.  (The kernel also
         keeps the file's modified time while its data is cached, and hands it over in
         a setattr of mtime and ctime alone: see setattr.)"""
         if not self.enable_writeback_cache:
             return flags
         if flags & os.O_ACCMODE == os.O_WRONLY:
-            flags = flags & ~os.O_ACCMODE | os.O_RDWR | _WRONLY_ASKED
+            flags = flags & ~os.O_ACCMODE | os.O_RDWR | nofollow.WRONLY_ASKED
         return flags & ~os.O_APPEND
 
-    def _open_reply(self, node: Inode, flags: int, ctx, epoch: int,
+    def _open_reply(self, node: Inode, flags: int, ctx: Caller, epoch: int,
                     opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
         fd, st = opened
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
@@ -813,48 +372,27 @@ class Operations(pyfuse3.Operations):
             node.size = st.st_size
         # (with a handle open, unwritten data may differ; a truncation through the mount under way,
         # or over since this open began, may have changed the size before node.size follows it)
-        elif st.st_size != node.size and not node.pins and self._truncations.none_since(epoch):
-            self._resized_beside(node, st.st_size)
+        elif st.st_size != node.size and not node.pins and self.files.truncations.none_since(epoch):
+            self.files.resized(node, st.st_size)
         if changed:
             try:
                 pyfuse3.invalidate_inode(node.id, attr_only=True)
             except OSError as exc:
                 log.warning("cannot invalidate the attributes of inode %d: %s", node.id, exc)
-        self._opened(Handle(fd, node, flags, ctx))
+        self.files.opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
 
-    def _resized_beside(self, node: Inode, size: int) -> None:
-        """An open found a file resized beside the mount (in the source, or through another
-        mount of it) while the kernel holds its inode: with the write-back cache the kernel
-        keeps the size it holds (fs/fuse: fuse_get_cache_mask), so reads stop at it or are
-        padded with zeros, and writes and appends land at its end, the padding with them.
-        NFS would see the new size at open.  No server can make the kernel take it without
-        retiring the inode under whoever else holds it (an O_PATH descriptor, a bind mount,
-        an open in flight: they would get EIO), so it is counted, and said once a file."""
-        self.resized_beside += 1
-        if node.key not in self._said_resized:
-            self._said_resized.add(node.key)
-            log.warning("%r: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
-                        "the kernel keeps its own size; mount with --no-writeback-cache if the source changes beside "
-                        "the mount", node.path, size, node.size)  # (%r: a writer of the source names files)
-            if len(self._said_resized) > 100_000:
-                self._said_resized.clear()
-
-    def _opened(self, h: Handle) -> None:
-        """Register an open file; its inode's descriptor stays open while it is."""
-        self.handles[h.fd] = h
-        self._open_names.setdefault(h.dentry, {})[h.fd] = h
-        self.inodes.pin(h.inode)
-
-    async def create(self, parent_inode, name, mode, flags, ctx):
+    async def create(self, parent_inode: int, raw_name: bytes, mode: int, flags: int,
+                     ctx: Caller) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._inode(parent_inode)
-        name = os.fsdecode(name)
-        return await self._opening(
-            Request("create", Kind.META_WRITE, directory=parent.id, name=name), _at(parent, name, flags=flags), ctx,
+        name = os.fsdecode(raw_name)
+        return await self.pipeline.opening(
+            Request("create", Kind.META_WRITE, directory=parent.id, name=name), at(parent, name, flags=flags), ctx,
             functools.partial(self._create_reply, parent, name, flags, ctx),
-            _create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode, _owner_for(ctx))
+            nofollow.create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode,
+            nofollow.owner_for(ctx))
 
-    def _create_reply(self, parent: Inode, name: str, flags: int, ctx,
+    def _create_reply(self, parent: Inode, name: str, flags: int, ctx: Caller,
                       made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         fd, st, path_fd = made
         try:
@@ -862,99 +400,89 @@ class Operations(pyfuse3.Operations):
         except BaseException:
             os.close(fd)
             raise
-        self._opened(Handle(fd, inode, flags, ctx))
+        self.files.opened(Handle(fd, inode, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
 
-    async def read(self, fh, off, size):
+    async def read(self, fh: int, off: int, size: int) -> bytes:
         """A read on a handle the caller opened write-only is the write-back cache's
         page fill (see _backing_flags), which an NFS client does not send: it writes
         the part of the page written (nfs_want_read_modify_write asks a descriptor open
         for reading), so the emulated client charges it nothing (`kernel_only`)."""
-        h = self._handle(fh)
+        h = self.files.file(fh)
         req = Request("read", Kind.READ, h.inode.id, size=size,
                       kernel_only=self.enable_writeback_cache and h.flags & os.O_ACCMODE == os.O_WRONLY)
-        return await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off,
+        return await self.pipeline.call(req, at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off,
                                 nowait=self._cached_pread)
 
-    async def write(self, fh, off, buf):
-        h = self._handle(fh)
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        h = self.files.file(fh)
         h.dirty = True
         node = h.inode
-        if self.shaper is None and self.tracer is None and not self.faults.active:
-            # Nothing to shape, record or inject: no Request or site is made for it (that
-            # took a fifth of a 4 KiB write's time through the mount), only the placement.
+        p = self.pipeline
+        if not p.watched and not p.faults.active:
+            # Every stage but placement off: no Request or Site is made (see docs/BENCHMARKS.md,
+            # "Figures behind design choices: server/"), the call placed as Pipeline.call would.
             args = (fh, buf, off)
             try:
-                written = self._timed(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
-                if written is _IN_WORKER:
-                    written = await self.workers.run(os.pwrite, *args)
+                written: int = p.timed(("write", h.write_mode), len(buf), os.pwrite, args)  # (op, label)
+                if written is IN_WORKER:
+                    written = await p.workers.run(os.pwrite, *args)
             except OSError as exc:
                 raise FUSEError(exc.errno or E.EIO) from None
         else:
             if off + len(buf) > node.size and h.flags & os.O_DIRECT and self.shaper is not None:
                 self.shaper.extending_writes += 1  # the kernel sent it alone: see Shaper.extending_writes
             req = Request("write", Kind.WRITE, h.inode.id, size=len(buf), write_mode=h.write_mode)
-            written = await self._call(req, _at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
+            written = await self.pipeline.call(req, at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
         node.size = max(node.size, off + written)  # as the kernel extends it on this reply
         return written
 
-    async def flush(self, fh):
-        h = self._handle(fh)
+    async def flush(self, fh: int) -> None:
+        h = self.files.file(fh)
         commit, h.dirty = h.dirty, False
         first, h.closed = not h.closed, True
         req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first,
                       writable=h.flags & os.O_ACCMODE != os.O_RDONLY)
-        await self._call(req, _at(h.inode, fh=fh), h, self.spares.close_dup, fh)
+        await self.pipeline.call(req, at(h.inode, fh=fh), h, self.spares.close_dup, fh)
 
-    async def release(self, fh):
-        h = self.handles.pop(fh, None)
-        if h is None:
-            raise FUSEError(E.EBADF)
-        named = self._open_names.get(h.dentry)
-        if named is not None and named.pop(fh, None) is not None and not named:
-            del self._open_names[h.dentry]
-        node = h.inode
-        hidden = 0  # the file's last release after its name went: NFS removes its hidden name
-        if self._hidden and node.id in self._hidden and all(o.inode is not node for o in self.handles.values()):
-            hidden = self._hidden.pop(node.id)
+    async def release(self, fh: int) -> None:
+        h, hidden = self.files.released(fh)
         try:
-            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, node.id, directory=hidden)
-            await self._call(req, _at(h.inode, fh=fh), h, os.close, fh)
+            req = Request("release", Kind.COMMIT if h.dirty else Kind.NONE, h.inode.id, directory=hidden)
+            await self.pipeline.call(req, at(h.inode, fh=fh), h, os.close, fh)
         finally:
             self.inodes.unpin(h.inode)
             self.fds.give(h.uid)
 
-    async def fsync(self, fh, datasync):
-        h = self._handle(fh)
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        h = self.files.file(fh)
         commit, h.dirty = h.dirty, False  # NFS sends no COMMIT for a handle with nothing written
         req = Request("fsync", Kind.COMMIT if commit else Kind.NONE, h.inode.id)
-        await self._call(req, _at(h.inode, fh=fh), h, os.fdatasync if datasync else os.fsync, fh)
+        await self.pipeline.call(req, at(h.inode, fh=fh), h, os.fdatasync if datasync else os.fsync, fh)
 
     # ---- directories ----------------------------------------------------------------
 
-    async def opendir(self, inode, ctx):
+    async def opendir(self, inode: int, ctx: Caller) -> int:
         node = self._inode(inode)
-        return await self._opening(Request("opendir", Kind.META_READ, node.id), _at(node), ctx,
+        return await self.pipeline.opening(Request("opendir", Kind.META_READ, node.id), at(node), ctx,
                                    functools.partial(self._opendir_reply, node, ctx),
-                                   _reopen, node, os.O_RDONLY | os.O_DIRECTORY, _owner_for(ctx))
+                                   nofollow.reopen, node, os.O_RDONLY | os.O_DIRECTORY, nofollow.owner_for(ctx))
 
-    def _opendir_reply(self, node: Inode, ctx, fd: int) -> int:
-        self.dirs[fd] = DirHandle(fd, node, ctx)
-        self.inodes.pin(node)
+    def _opendir_reply(self, node: Inode, ctx: Caller, fd: int) -> int:
+        self.files.opened_dir(DirHandle(fd, node, ctx))
         return fd
 
-    async def readdir(self, fh, start_id, token):
-        d = self.dirs.get(fh)
-        if d is None:
-            raise FUSEError(E.EBADF)
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        d = self.files.dir(fh)
         # Offset 0 (opendir or rewinddir) takes a fresh listing; later calls go on
         # through the same one by index, so no entry is skipped or repeated.
         names = None if start_id == 0 else d.names
         # the entries this call can return (the kernel asks once more at the end, for none)
         asked = d.fit if names is None else max(0, min(d.fit, len(names) - start_id))
-        listing = await self._call(Request("readdir", Kind.META_READ, d.inode.id, size=asked, offset=start_id,
+        listing = await self.pipeline.call(Request("readdir", Kind.META_READ, d.inode.id, size=asked, offset=start_id,
                                            handle=fh),
-                                   _at(d.inode, fh=fh, offset=start_id), d, _list_chunk, d.fd, names, start_id, d.fit)
+                                   at(d.inode, fh=fh, offset=start_id), d,
+                                   nofollow.list_chunk, d.fd, names, start_id, d.fit)
         d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
             if fd is None:  # "." or "..": the kernel takes no lookup of these
@@ -974,64 +502,62 @@ class Operations(pyfuse3.Operations):
                 # id on every call for an object on another device
                 self._remember(d.inode, name, st, fd, node_id)
 
-    async def releasedir(self, fh):
-        d = self.dirs.pop(fh, None)
-        if d is None:
-            raise FUSEError(E.EBADF)
+    async def releasedir(self, fh: int) -> None:
+        d = self.files.released_dir(fh)
         try:
-            await self._call(Request("releasedir", Kind.NONE, d.inode.id), _at(d.inode, fh=fh), d, os.close, fh)
+            await self.pipeline.call(Request("releasedir", Kind.NONE, d.inode.id), at(d.inode, fh=fh), d, os.close, fh)
         finally:
             self.inodes.unpin(d.inode)
             self.fds.give(d.uid)
 
-    async def fsyncdir(self, fh, datasync):
-        d = self.dirs.get(fh)
-        if d is None:
-            raise FUSEError(E.EBADF)
-        await self._call(Request("fsyncdir", Kind.COMMIT, d.inode.id), _at(d.inode, fh=fh), d, os.fsync, fh)
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        d = self.files.dir(fh)
+        await self.pipeline.call(Request("fsyncdir", Kind.COMMIT, d.inode.id), at(d.inode, fh=fh), d, os.fsync, fh)
 
     # ---- everything else -------------------------------------------------------------
 
-    async def statfs(self, ctx):
+    async def statfs(self, ctx: Caller) -> pyfuse3.StatvfsData:
         root = self._inode(ROOT)
-        sv = await self._call(Request("statfs", Kind.META_READ, root.id), _at(root), ctx, os.statvfs, root)
+        sv = await self.pipeline.call(Request("statfs", Kind.META_READ, root.id), at(root), ctx, os.statvfs, root)
         out = pyfuse3.StatvfsData()
         for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail",
                       "f_namemax"):
             setattr(out, field, getattr(sv, field))
         return out
 
-    async def access(self, inode, mode, ctx):
+    async def access(self, inode: int, mode: int, ctx: Caller) -> bool:
         node = self._inode(inode)
         if node.is_symlink:
             return True  # a link itself is rwx for all; the kernel follows links before asking
-        return await self._call(Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), _at(node),
-                                ctx, _access, node, mode)
+        return await self.pipeline.call(
+            Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), at(node),
+                                ctx, nofollow.access, node, mode)
 
-    async def setxattr(self, inode, name, value, ctx):
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Caller) -> None:
         node = self._inode(inode)
-        await self._call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
-                         _at(node, path2=os.fsdecode(name)), ctx, self._xattr_fn(node, _setxattr), node, name, value)
+        await self.pipeline.call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
+                         at(node, path2=os.fsdecode(name)), ctx,
+                         self._xattr_fn(node, nofollow.setxattr), node, name, value)
         self._times_owed(node.key)
 
-    async def getxattr(self, inode, name, ctx):
+    async def getxattr(self, inode: int, name: bytes, ctx: Caller) -> bytes:
         node = self._inode(inode)
-        return await self._call(Request("getxattr", Kind.META_READ, node.id), _at(node, path2=os.fsdecode(name)),
-                                ctx, self._xattr_fn(node, _getxattr), node, name)
+        return await self.pipeline.call(Request("getxattr", Kind.META_READ, node.id), at(node, path2=os.fsdecode(name)),
+                                ctx, self._xattr_fn(node, nofollow.getxattr), node, name)
 
-    async def listxattr(self, inode, ctx):
+    async def listxattr(self, inode: int, ctx: Caller) -> list[bytes]:
         node = self._inode(inode)
-        names = await self._call(Request("listxattr", Kind.META_READ, node.id), _at(node), ctx,
-                                 _listxattr if self._xattrs_at(node) else _no_xattr_names, node)
+        names = await self.pipeline.call(Request("listxattr", Kind.META_READ, node.id), at(node), ctx,
+                                 nofollow.listxattr if self._xattrs_at(node) else nofollow.no_xattr_names, node)
         return [os.fsencode(n) for n in names]
 
-    async def removexattr(self, inode, name, ctx):
+    async def removexattr(self, inode: int, name: bytes, ctx: Caller) -> None:
         node = self._inode(inode)
-        await self._call(Request("removexattr", Kind.META_WRITE, node.id), _at(node, path2=os.fsdecode(name)),
-                         ctx, self._xattr_fn(node, _removexattr), node, name)
+        await self.pipeline.call(Request("removexattr", Kind.META_WRITE, node.id), at(node, path2=os.fsdecode(name)),
+                         ctx, self._xattr_fn(node, nofollow.removexattr), node, name)
         self._times_owed(node.key)
 
-    def _xattr_fn(self, node: Inode, fn):
+    def _xattr_fn(self, node: Inode, fn: Callable[..., T]) -> Callable[..., T]:
         """What answers an extended attribute request on `node`: `fn`, or, below a file
         system with no extended attributes at all (NFS without RFC 8276 support, so
         EFS) or with --no-xattrs, ENOSYS: the kernel then stops asking (ls -l asks
@@ -1039,9 +565,9 @@ class Operations(pyfuse3.Operations):
         itself, as the file system below would.  listxattr is always passed through:
         such file systems may list no names rather than fail."""
         if not self.xattrs:
-            return _no_xattrs
+            return nofollow.no_xattrs
         if not self._xattrs_at(node):
-            return _link_xattrs_unsupported
+            return nofollow.link_xattrs_unsupported
         return fn
 
     def _xattrs_at(self, node: Inode) -> bool:
@@ -1051,37 +577,9 @@ class Operations(pyfuse3.Operations):
         return self.proc_reaches_links or not node.is_symlink
 
     def close(self) -> None:
-        for fd in list(self.handles) + list(self.dirs):
-            os.close(fd)
-        self.handles.clear()
-        self._open_names.clear()
-        self._hidden.clear()
-        self.dirs.clear()
+        self.files.close()
         self.inodes.close_all()
         self.spares.close()
-
-
-def _guarded(handler):
-    """The last line of defence: a bug in a handler answers EIO and is logged,
-    rather than taking the whole mount down with it.  Also counts the requests the
-    server holds (Operations.serving)."""
-
-    @functools.wraps(handler)
-    async def guarded(ops, *args):
-        ops.serving += 1
-        try:
-            return await handler(ops, *args)
-        except FUSEError:
-            raise
-        except Exception:
-            log.exception("%s failed", handler.__name__)
-            if handler.__name__ == "forget":
-                return None  # forget has no reply: pyfuse3 would end the session on any exception
-            raise FUSEError(E.EIO) from None
-        finally:
-            ops.serving -= 1
-
-    return guarded
 
 
 HANDLED = ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink",
@@ -1089,555 +587,26 @@ HANDLED = ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir
            "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs",
            "access", "setxattr", "getxattr", "listxattr", "removexattr")  # each one's Request is named so
 for _name in HANDLED:
-    setattr(Operations, _name, _guarded(getattr(Operations, _name)))
-
-
-class _Site(NamedTuple):
-    """Where a request is, as its trace record names it: the inode (the directory, for
-    an entry in it), the path, a second name, the file handle, the offset and the open
-    flags (open, create) or renameat2's (rename)."""
-
-    inode: int
-    path: str
-    path2: str | None = None
-    fh: int = 0
-    offset: int = 0
-    flags: int = 0
-
-
-def _at(node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0,
-        flags: int = 0) -> _Site:
-    """The site of a request on `node`, or on the entry `name` in directory `node`
-    (made as a plain tuple is: the named tuple's own __new__ costs twice as much)."""
-    return _new_tuple(_Site, (node.id, node.path if name is None else _join(node.path, name), path2, fh, offset,
-                              flags))
+    setattr(Operations, _name, guarded(getattr(Operations, _name)))
 
 
 class _Nobody:
     pid = uid = gid = 0
 
 
-class _Truncations:
-    """Truncations through a mount with the write-back cache (a setattr of a size, an
-    O_TRUNC open), as a context around each: they change the source's size before the
-    size the kernel holds (Inode.size) follows, so an open that overlaps one, or began
-    before one ended, cannot tell a size changed beside the mount from them."""
-
-    __slots__ = ("ended", "under_way")
-
-    def __init__(self) -> None:
-        self.under_way = 0
-        self.ended = 0
-
-    def __enter__(self) -> None:
-        self.under_way += 1
-
-    def __exit__(self, *exc) -> None:
-        self.under_way -= 1
-        self.ended += 1
-
-    def none_since(self, ended: int) -> bool:
-        """No truncation is under way, and none has ended since `ended` was read."""
-        return not self.under_way and self.ended == ended
-
-
-_NO_TRUNCATION = contextlib.nullcontext()
-
-
 _NOBODY = _Nobody()
 
 
-class _Held(NamedTuple):
-    """A request held long (Operations._holding): the caller's process and its name,
-    the operation, its path, what holds it and since when (monotonic ns)."""
-
-    pid: int
-    name: str
-    op: str
-    path: str
-    why: str
-    since: int
-    until: int  # when it goes on at the latest
-    rule: bool  # held by a fault rule's stall (fault clear lets it go)
-
-
-class _Killed(Exception):
-    """A hold let go because its caller is being killed (Operations._hold_listed):
-    `held`, the time it was held after its real completion."""
-
-    def __init__(self, held: int) -> None:
-        super().__init__(held)
-        self.held = held
-
-
-# a reply held this long by the model is listed (Operations._holding): a stall event, a
-# cliff, a long queue; a fault rule's stall is listed however long
-_LONG_HOLD_NS = 1_000_000_000
-
-
-class _Unshaped:
-    """The model's account of an operation it was not shown (trace mode, calibrating)."""
-
-    gate = nfs = None
-    wait_ns = latency_ns = transfer_ns = 0
-
-
-_UNSHAPED = _Unshaped()
-
-
-_new_tuple = tuple.__new__
-_WHO_FOR_NS = 1_000_000_000  # how long a thread's process and name are trusted
-_OPENS = frozenset(("open", "opendir", "create"))
-_CLOSES = frozenset(("release", "releasedir"))  # always run: no rule takes them
-_REPORTS = frozenset(("fsync", "flush"))  # where a write-back error reaches the application
-_NO_FIRING = Firing("", "")
-_IN_WORKER: Any = ("worker",)  # _now's answers when the call must leave the loop
-_CLOSED: Any = ("closed",)
-
-
-def _shortened(op: str, args: tuple, most: int) -> tuple:
-    """The arguments of a read (fh, size, offset) or write (fh, buffer, offset) that
-    carries at most `most` bytes."""
-    fh, what, offset = args
-    return (fh, min(what, most), offset) if op == "read" else (fh, what[:most], offset)
-
-
-def _new_handle(out) -> int:
-    """The handle an open (FileInfo), opendir (int) or create ((FileInfo, entry)) gave."""
-    if type(out) is int:
-        return out
-    return (out[0] if type(out) is tuple else out).fh
-
-
-def _thread_group(tid: int) -> tuple[int, str]:
-    """(process id, process name) of thread `tid`; (tid, "") when it is gone."""
-    try:
-        with open(f"/proc/{tid}/status", "rb") as f:  # procfs: answered from memory
-            name = tgid = None
-            for line in f:
-                if line.startswith(b"Name:"):
-                    name = line[5:].strip()
-                elif line.startswith(b"Tgid:"):
-                    tgid = int(line.split()[1])
-                    break
-        if tgid is None:
-            return tid, ""
-        if tgid != tid:  # a thread's Name is its own; the process's is its leader's
-            with open(f"/proc/{tgid}/comm", "rb") as f:
-                name = f.read().rstrip(b"\n")
-        return tgid, os.fsdecode(name or b"")
-    except (OSError, ValueError):
-        return tid, ""
-
-
-def _join(parent: str, name: str) -> str:
-    return parent + name if parent == "/" else f"{parent}/{name}"
-
-
-def _owner_for(ctx):
-    """Who a new object must be made as, where that is not the server's own user: the
-    caller with their supplementary groups, as the kernel would make it natively."""
-    if not _AS_ROOT or (ctx.uid == 0 and ctx.gid == 0):
-        return None
-    try:
-        groups = tuple(pyfuse3.get_sup_groups(ctx.pid))  # /proc/PID/status: from memory
-    except OSError:
-        groups = ()  # the caller is gone: its own uid and gid decide
-    return ctx.uid, ctx.gid, groups
-
-
-# ---- the blocking halves, run in worker threads ---------------------------------------
-#
-# None of them follows a symbolic link planted in the source (docs/SECURITY.md lists
-# every call): an existing object is reached through its own O_PATH descriptor (or,
-# where a call takes only a path, /proc/self/fd/N of it, which resolves to that very
-# object, and only for objects that are not links); a name is only ever looked up in
-# its parent's descriptor with O_NOFOLLOW or by a call that does not follow the last
-# component (mkdirat, mknodat, symlinkat, unlinkat, renameat, linkat); an object made
-# for another user is made as that user, so nothing is changed by name after it.
-
-
-def _open_path(dirfd: int, name: str):
-    fd = os.open(name, _O_PATH, dir_fd=dirfd)
-    try:
-        return os.stat(fd), fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _mknod(dirfd, name, mode, rdev, owner):
-    with syscalls.credentials(owner):
-        os.mknod(name, mode, rdev, dir_fd=dirfd)
-    return _open_path(dirfd, name)
-
-
-def _mkdir(dirfd, name, mode, owner):
-    with syscalls.credentials(owner):
-        os.mkdir(name, stat.S_IMODE(mode), dir_fd=dirfd)
-    return _open_path(dirfd, name)
-
-
-def _symlink(dirfd, name, target, owner):
-    with syscalls.credentials(owner):
-        os.symlink(target, name, dir_fd=dirfd)
-    return _open_path(dirfd, name)
-
-
-def _create(dirfd, name, flags, mode, owner):
-    if owner is not None:
-        # Created for another user: only a file made here may be given to them.  If one
-        # appeared since the kernel's lookup, opening it as root would skip the caller's
-        # permission check, so that race answers EEXIST.
-        flags |= os.O_EXCL
-    with syscalls.credentials(owner):
-        # O_NONBLOCK: a FIFO planted at the name since the kernel's lookup must not block
-        # the server; anything but a regular file is refused.
-        fd = _as_asked(flags, lambda f: os.open(name, f | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                                                 stat.S_IMODE(mode), dir_fd=dirfd))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(E.EEXIST, "not a regular file")
-        if not flags & os.O_NONBLOCK:
-            os.set_blocking(fd, True)
-        path_fd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
-        return fd, os.stat(path_fd), path_fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _reopen(path_fd: int, flags: int, owner=None) -> int:
-    """A descriptor with `flags` on the object path_fd holds (never a link: callers check),
-    opened as `owner` (the caller: the source checks their access to what it holds now,
-    which may be newer than the attributes the kernel checked; None: as the server)."""
-    path = f"/proc/self/fd/{path_fd}"
-    with syscalls.credentials(owner):
-        return _as_asked(flags, lambda f: os.open(path, f | os.O_CLOEXEC))
-
-
-def _as_asked(flags: int, opener: Callable[[int], int]) -> int:
-    """opener(flags); with _WRONLY_ASKED, first for reading and writing, then, where the
-    source refuses reading, for writing only, as the caller asked."""
-    if flags & _WRONLY_ASKED:
-        flags &= ~_WRONLY_ASKED
-        try:
-            return opener(flags)
-        except PermissionError:
-            flags = flags & ~os.O_ACCMODE | os.O_WRONLY
-    return opener(flags)
-
-
-def _open_checked(path_fd: int, flags: int, unprivileged: bool, owner) -> tuple[int, os.stat_result]:
-    """Open the object path_fd holds with `flags`, as `owner` (_reopen).  The kernel
-    hands O_TRUNC to the server (atomic_o_trunc); a truncation by a caller without
-    CAP_FSETID (`unprivileged`: not root) drops the set-user-ID bit, and the
-    set-group-ID bit of a group-executable file, as the kernel does natively (and, the
-    open made as the caller, as the kernel below already has)."""
-    fd = _reopen(path_fd, flags, owner)
-    try:
-        st = os.stat(fd)
-        if flags & os.O_TRUNC and unprivileged and stat.S_ISREG(st.st_mode):
-            drop = stat.S_ISUID | (stat.S_ISGID if st.st_mode & stat.S_IXGRP else 0)
-            if st.st_mode & drop:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~drop)
-                st = os.stat(fd)
-        return fd, st
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _readlink(fd: int) -> str:
-    return os.readlink("", dir_fd=fd)
-
-
-def _access(fd: int, mode: int) -> bool:
-    if not os.access(f"/proc/self/fd/{fd}", mode):
-        raise OSError(E.EACCES, "permission denied")
-    return True
-
-
-def _has_xattrs(root_fd: int) -> bool:
-    """False when the file system of the source supports no extended attribute
-    namespace (each probe answers EOPNOTSUPP)."""
-    for name in ("user.fusetrace.probe", "security.capability"):
-        try:
-            os.getxattr(f"/proc/self/fd/{root_fd}", name)
-        except OSError as exc:
-            if exc.errno != E.EOPNOTSUPP:
-                return True
-        else:
-            return True
-    return False
-
-
-def _proc_reaches_links() -> bool:
-    """Whether a path call through /proc/self/fd/N, N an O_PATH descriptor of a
-    symbolic link, acts on the link itself (as Linux 6 does) rather than following it:
-    probed on a dangling link, whose target would answer ENOENT."""
-    with tempfile.TemporaryDirectory(prefix="fusetrace-probe-") as tmp:
-        os.symlink("no-such-target", os.path.join(tmp, "link"))
-        fd = os.open(os.path.join(tmp, "link"), _O_PATH)
-        try:
-            os.getxattr(f"/proc/self/fd/{fd}", "user.fusetrace.probe")
-        except OSError as exc:
-            return exc.errno != E.ENOENT
-        finally:
-            os.close(fd)
-    return True
-
-
-def _no_xattrs(*_args):
-    raise OSError(E.ENOSYS, "no extended attributes below")
-
-
-def _link_xattrs_unsupported(*_args):
-    raise OSError(E.EOPNOTSUPP, "extended attributes of a symbolic link cannot be reached safely here")
-
-
-def _no_xattr_names(_fd):
-    return []
-
-
-# Through /proc/self/fd/N: the object N holds itself (for a link, only where
-# _proc_reaches_links() said so).
-def _setxattr(fd, name, value):
-    os.setxattr(f"/proc/self/fd/{fd}", name, value)
-
-
-def _getxattr(fd, name):
-    return os.getxattr(f"/proc/self/fd/{fd}", name)
-
-
-def _listxattr(fd):
-    return os.listxattr(f"/proc/self/fd/{fd}")
-
-
-def _removexattr(fd, name):
-    os.removexattr(f"/proc/self/fd/{fd}", name)
-
-
-# Removals run as the caller too: the kernel checked the sticky bit against the owner it
-# holds, which may be older than the source's (a file chowned below since), and the
-# source checks again, as natively.
-def _unlink(name, dirfd, owner):
-    with syscalls.credentials(owner):
-        os.unlink(name, dir_fd=dirfd)
-
-
-def _unlink_known(name, dirfd, owner) -> tuple[int, int]:
-    """Unlink; return the key of what it unlinked (whose times the write-back cache's
-    kernel then hands over)."""
-    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    _unlink(name, dirfd, owner)
-    return st.st_dev, st.st_ino
-
-
-def _rmdir(name, dirfd, owner):
-    with syscalls.credentials(owner):
-        os.rmdir(name, dir_fd=dirfd)
-
-
-def _rename(olddir, old, newdir, new, flags, owner, owed=False):
-    """Rename as `owner` (the caller: the sticky bit, permissions and the owner of a
-    whiteout are the source's, as natively); return the (st_dev, st_ino) keys now at the
-    new and the old name, and, if `owed`, those of the regular files whose times the
-    kernel's write-back cache then hands over (fs/fuse: fuse_rename_common): what moved,
-    and what it replaced or swapped with."""
-    replaced = None
-    if owed and not flags & syscalls.RENAME_EXCHANGE:
-        try:
-            st = os.stat(new, dir_fd=newdir, follow_symlinks=False)
-            replaced = (st.st_dev, st.st_ino)
-        except OSError:
-            pass
-    with syscalls.credentials(owner):
-        if flags:
-            syscalls.renameat2(olddir, os.fsencode(old), newdir, os.fsencode(new), flags)
-        else:
-            os.rename(old, new, src_dir_fd=olddir, dst_dir_fd=newdir)
-    keys: list[tuple[int, int] | None] = []
-    for d, n in ((newdir, new), (olddir, old)):
-        try:
-            st = os.stat(n, dir_fd=d, follow_symlinks=False)
-            keys.append((st.st_dev, st.st_ino))
-        except OSError:
-            keys.append(None)
-    if not owed:
-        return keys, []
-    return keys, keys if flags & syscalls.RENAME_EXCHANGE else [keys[0], replaced]
-
-
-def _link(fd: int, newdir: int, name: str, owner):
-    """A new name for the object fd holds, made as `owner` (the caller: the source then
-    checks the directory's permissions and protected_hardlinks as natively)."""
-    if owner is None and _AS_ROOT:
-        syscalls.link_empty(fd, newdir, os.fsencode(name))
-    else:
-        # the magic link resolves to the object fd holds (linkat with AT_EMPTY_PATH needs
-        # CAP_DAC_READ_SEARCH, which acting as the caller gives up)
-        with syscalls.credentials(owner):
-            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=newdir, follow_symlinks=True)
-    return _open_path(newdir, name)
-
-
-class _NowaitUnsupported(Exception):
-    """The file system below has no RWF_NOWAIT read path."""
-
-
-def _cached_pread(fd: int, size: int, offset: int) -> bytes | None:
-    """pread that never blocks: preadv2(RWF_NOWAIT) answers from the page cache below,
-    or says it cannot (EAGAIN) and the read goes to a worker; where the file system has
-    no such path (EOPNOTSUPP) _NowaitUnsupported is raised.  A short answer may be a
-    partly cached range rather than the end of the file, so only a whole one is taken."""
-    buf = bytearray(size)
-    try:
-        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except OSError as exc:
-        if exc.errno == E.EOPNOTSUPP:
-            raise _NowaitUnsupported from None
-        return None
-    if n == size:
-        return bytes(buf)
-    return b"" if n == 0 else None
-
-
-def _in_use() -> int | None:
-    """Descriptors the process holds now (for `fusetrace stats`; None if /proc cannot say)."""
-    try:
-        return len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
-    except OSError:
-        return None
-
-
-def _list_chunk(dirfd: int, names, start: int, count: int):
-    """Up to `count` entries from index `start` of the listing, with attributes
-    and an O_PATH descriptor each ("." and ".." get none: they are not looked up);
-    fewer when descriptors run short.  The listing is taken once per pass (offset 0)."""
-    if names is None:
-        names = [".", "..", *os.listdir(dirfd)]
-    entries: list[tuple[int, str, os.stat_result, int | None]] = []
-    index = start
-    try:
-        while index < len(names) and len(entries) < count:
-            name = names[index]
-            try:
-                if index < 2:
-                    entries.append((index, name, os.stat(name, dir_fd=dirfd, follow_symlinks=False), None))
-                else:
-                    entries.append((index, name, *_open_path(dirfd, name)))
-            except FileNotFoundError:
-                pass  # removed since the listing was taken
-            except OSError as exc:
-                if exc.errno not in (E.EMFILE, E.ENFILE) or not entries:
-                    raise
-                break  # no descriptor free: a shorter chunk, and the kernel asks on from this entry
-            index += 1
-    except BaseException:
-        for *_, fd in entries:
-            if fd is not None:
-                os.close(fd)
-        raise
-    return _Listing(names, entries)
-
-
-class _Listing:
-    """A readdir chunk; its length (for the trace) is the entries it carries."""
-
-    __slots__ = ("entries", "names")
-
-    def __init__(self, names, entries):
-        self.names, self.entries = names, entries
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-class _Change:
-    """A setattr request: size, mode, owner, times, in that order, then fresh attributes.
-
-    Applied to the object's O_PATH descriptor (or the open file's own), never by a
-    name, and as the caller (`owner`; None: as the server), so the source decides with
-    the caller's own credentials what the kernel allowed on the attributes it holds,
-    which may be older than the source's.  A symbolic link's size and mode cannot
-    change (Linux has no lchmod), so those answer as the kernel would natively rather
-    than reach the link's target."""
-
-    def __init__(self, is_link: bool, fh: int | None, attr, fields, now: int):
-        self.is_link, self.fh = is_link, fh
-        self.size = attr.st_size if fields.update_size else None
-        self.mode = stat.S_IMODE(attr.st_mode) if fields.update_mode else None
-        self.uid = attr.st_uid if fields.update_uid else -1
-        self.gid = attr.st_gid if fields.update_gid else -1
-        self.atime = attr.st_atime_ns if fields.update_atime else None
-        self.mtime = attr.st_mtime_ns if fields.update_mtime else None
-        # pyfuse3 gives "now" (utimensat(UTIME_NOW), touch) as an explicit time, its
-        # clock's when the request reached it: both times, and lately, may mean now
-        self.touch = all(t is not None and -_NOW_AHEAD <= now - t <= _NOW_BEHIND for t in (self.atime, self.mtime))
-        # for the trace: what it sets, in the order it sets them
-        self.names = ",".join(n for n, on in (("size", self.size is not None), ("mode", self.mode is not None),
-                                              ("uid", self.uid != -1), ("gid", self.gid != -1),
-                                              ("atime", self.atime is not None),
-                                              ("mtime", self.mtime is not None)) if on)
-
-    def hand_over(self, path_fd: int) -> os.stat_result:
-        """apply() for the kernel's hand-over of a file's times: where the source refuses
-        to take them (a server not the file's owner, a root-squashed NFS source), it keeps
-        the times the write-back gave it, and the hand-over, which no call made, does not
-        fail a later fsync or close."""
-        try:
-            return self.apply(path_fd, None)
-        except PermissionError:
-            return os.stat(path_fd)
-
-    def apply(self, path_fd: int, owner) -> os.stat_result:
-        """Make the change as `owner`, but for what the kernel itself does on a caller's
-        behalf after its own checks, which natively needs no ownership: the times a
-        truncation sets, and the clearing of set-user-ID and set-group-ID bits when
-        someone else writes or truncates (see _kills_set_id)."""
-        fh = self.fh
-        if self.is_link and (self.size is not None or self.mode is not None):
-            raise OSError(E.EINVAL if self.size is not None else E.EOPNOTSUPP, "not on a symbolic link")
-        target = fh if fh is not None else f"/proc/self/fd/{path_fd}"
-        # before the truncation, which as the caller clears them itself
-        kills = self.mode is not None and owner is not None and self._kills_set_id(path_fd)
-        if self.size is not None:
-            with syscalls.credentials(owner):
-                os.truncate(target, self.size)
-        if self.mode is not None:
-            with syscalls.credentials(None if kills else owner):
-                os.chmod(target, self.mode)
-        if self.uid != -1 or self.gid != -1:
-            with syscalls.credentials(owner):
-                syscalls.fchown_empty(path_fd, self.uid, self.gid)
-        if self.atime is not None or self.mtime is not None:
-            # a truncation's times are the kernel's now, for a truncation the source allowed
-            self._times(path_fd, owner if self.size is None else None)
-        return os.stat(path_fd)
-
-    def _kills_set_id(self, path_fd: int) -> bool:
-        """Whether the mode asked for is the source's but for set-user-ID and set-group-ID
-        bits, cleared: the kernel's own, when someone not the owner writes or truncates
-        (fs/fuse: fuse_setattr turns ATTR_KILL_SUID into a mode, with the writer's
-        credentials and no check of its own), which natively needs no ownership.  It
-        only ever takes privileges away."""
-        assert self.mode is not None
-        st = os.stat(path_fd)
-        now = stat.S_IMODE(st.st_mode)
-        cleared = now & ~self.mode
-        return (stat.S_ISREG(st.st_mode) and self.mode & ~now == 0 and cleared != 0
-                and not cleared & ~(stat.S_ISUID | stat.S_ISGID))
-
-    def _times(self, path_fd: int, owner) -> None:
-        # a link itself (AT_EMPTY_PATH here needs Linux 5.8); anything else by its magic link
-        at = ((path_fd, b"", syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW) if self.is_link
-              else (syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), 0))
-        with syscalls.credentials(owner):
-            try:
-                syscalls.utimensat(at[0], at[1], self.atime, self.mtime, at[2])
-            except PermissionError as exc:
-                # explicit times need ownership; "now" needs only write permission
-                if owner is None or exc.errno != E.EPERM or not self.touch:
-                    raise
-                syscalls.utimensat_now(*at)
+class ServerStats(TypedDict):
+    """Operations.stats: the server's part of `fusetrace stats` (main.py adds the rest)."""
+
+    inodes: int
+    open_files: int
+    inode_fds: dict[str, int]
+    descriptors: Descriptors
+    serving: int
+    inline: Placement
+    resized_beside: int
+    rmdirs_nfs_refuses: int
+    killed_released: int
+    held_long: list[HeldReport]

@@ -1,9 +1,8 @@
 """Which system calls may run on the trio loop itself.
 
-Handing a call to a worker thread and back costs ~150-300 us on a small VM when the
-call comes alone (a CPU is woken for it) and ~55-85 us back to back, far more than a
-getattr, a lookup or a buffered 4 KiB write takes on a local file system (5-30 us),
-and more than a create on ext4 (50-100 us).  So each operation keeps the share of its
+Handing a call to a worker thread and back costs far more than a getattr, a lookup or a
+buffered 4 KiB write takes on a local file system, and more than a create on ext4 (see
+docs/BENCHMARKS.md, "Figures behind design choices: server/").  So each operation keeps the share of its
 recent calls that took longer than a threshold (100 us: under the cheapest hand-off,
 so a call that takes less is quicker on the loop for its caller whatever the load);
 while that share is small the operation runs on the loop, else in the workers.  One
@@ -15,8 +14,8 @@ so a slow spell (a cold cache, a busy disk) does not exile it for good.
 A data call is judged by its speed rather than its time: a write of `size` bytes is
 slow when it takes longer than the threshold plus PER_BYTE_NS for each byte (a
 write below 500 MB/s).  So a 1 MiB write that copies into the page cache below in
-about a millisecond stays on the loop, where a hand-off would add a fifth to a
-third of its time, while a disk that has become slow sends it to the workers.  One
+about a millisecond stays on the loop, where a hand-off would add to its time, while a
+disk that has become slow sends it to the workers.  One
 call over EVICT_FACTOR thresholds plus its bytes' allowance (4 ms for 1 MiB) moves
 it at once, as for any call.
 
@@ -25,6 +24,8 @@ network file systems (and FUSE ones) nothing runs inline unless asked for
 (`--inline always`); commits (fsync, close after writes) and synchronous writes
 never do.
 """
+
+from typing import TypedDict
 
 from ..request import Kind, WriteMode
 
@@ -55,7 +56,7 @@ class InlinePolicy:
         self._skipped: dict[tuple[str, str], int] = {}
         # The keys with no slow call lately (share 0): each runs inline, and a call of it
         # that took at most threshold_ns changes nothing, so the caller may skip both
-        # inline() and observe() for it (Operations._timed: about 0.5 us of a 4 KiB write).
+        # inline() and observe() for it (Pipeline.timed).
         self.calm: set[tuple[str, str]] = set()
 
     def _may_run_inline(self, key: tuple[str, str]) -> bool:
@@ -92,9 +93,17 @@ class InlinePolicy:
         else:
             self.calm.discard(key)
 
-    def describe(self) -> dict:
+    def describe(self) -> "Placement":
         """For `fusetrace stats`: the threshold, and which operations run where."""
-        where: dict[str, list[str]] = {"loop": [], "workers": []}
+        where: Placement = {"threshold_us": self.threshold_ns / 1000.0, "loop": [], "workers": []}
         for (op, kind), share in sorted(self._slow.items()):
-            where["loop" if share < SLOW_SHARE else "workers"].append(f"{op}/{kind}")
-        return {"threshold_us": self.threshold_ns / 1000.0, **where}
+            (where["loop"] if share < SLOW_SHARE else where["workers"]).append(f"{op}/{kind}")
+        return where
+
+
+class Placement(TypedDict):
+    """Where calls run, for `fusetrace stats`: the threshold, and the operations (op/kind) on each side."""
+
+    threshold_us: float
+    loop: list[str]
+    workers: list[str]

@@ -56,7 +56,7 @@ class Inode:
         self.nlookup = 0
         self.path = path  # best known path below the mount root: traces, and reopening
         # (directory's node id, name) it was last looked up, listed or made by: the entry
-        # an open of it then holds, as far as the server knows (handlers.py, _open_at)
+        # an open of it then holds, as far as the server knows (openfiles.py, OpenFiles.open_at)
         self.dentry: tuple[int, str] = (0, "")
         self.mode = st.st_mode
         self.handle: bytes | None = None  # file handle, taken when the descriptor is closed
@@ -117,7 +117,7 @@ class InodeTable:
     def get(self, node_id: int) -> Inode | None:
         return self._by_id.get(node_id)
 
-    def by_key(self, key) -> Inode | None:
+    def by_key(self, key: tuple[int, int]) -> Inode | None:
         return self._by_key.get(key)
 
     def identify(self, st: os.stat_result, fd: int) -> int:

@@ -27,9 +27,9 @@ another process may share the open file and be the one waiting.
 Cost: the /proc reads happen on the loop, at most `MOST_READS` a round every
 `EVERY_S`, each thread once a round, and only for requests held longer than
 `AFTER_NS`: nothing on the path of a request, and nothing at all while none is held
-long.  One read took 54-100 µs on this 2-core host at a load of 12 (16-22 µs for a
-thread that is gone), so a round with 32 or more callers held costs at most about
-3 ms of the loop's 200 (1.5 %); with more, each is read less often than every round.
+long; with more callers held than MOST_READS, each is read less often than every
+round, which bounds a round's cost to a small share of the loop (see
+docs/BENCHMARKS.md, "Figures behind design choices: server/").
 """
 
 import os

@@ -9,9 +9,10 @@ import re
 import resource
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import monotonic_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyfuse3
 import trio
@@ -27,6 +28,9 @@ from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
     from ..shaping.emulation import Emulation
+    from ..trace.writer import TraceWriter
+
+Json = dict[str, Any]  # a control request or answer, as JSON has it
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class MountOptions:
     fs_id: str | None = None  # which shared file system
     host: str | None = None  # --host: the host the trace names (trace_host)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.source = os.path.realpath(self.source)
         self.mountpoint = mounts.canonical(self.mountpoint)
         if self.writeback_cache is None:
@@ -232,7 +236,7 @@ def _fuse_options(opts: MountOptions) -> set[str]:
     return out
 
 
-def _metadata(opts: MountOptions) -> dict:
+def _metadata(opts: MountOptions) -> Json:
     return {
         "source": opts.source,
         "mountpoint": opts.mountpoint,
@@ -317,7 +321,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
                      xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
                      writeback_cache=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
-        ops.add_fault(raw, f"--faults {opts.faults}: rule {i}")
+        ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
@@ -356,8 +360,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
             tracer.update_metadata(**emulation.final_metadata())
         if emulation is not None and emulation.sharing is not None:
             emulation.sharing.close()
-        if tracer is not None and (ops.faults.fired or ops.faults.rules):
-            tracer.update_metadata(faults=ops.faults.listing())
+        if tracer is not None and (ops.pipeline.faults.fired or ops.pipeline.faults.rules):
+            tracer.update_metadata(faults=ops.pipeline.faults.listing())
         _close(ops, workers, tracer)
         runstate.remove(opts.mountpoint)
         log.info("%s: server (pid %d) stopped", opts.mountpoint, os.getpid())
@@ -382,7 +386,7 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
     return emulation
 
 
-def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[dict]:
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[Json]:
     """The faults file's rules (for the handlers), its events scheduled on the emulation's
     timeline from now."""
     if opts.faults is None:
@@ -396,7 +400,7 @@ def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list
     return rules
 
 
-def _open_tracer(opts: MountOptions, emulation):
+def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWriter | None":
     if opts.trace_dir is None:
         return None
     from ..trace.writer import TraceDirError, TraceWriter
@@ -414,50 +418,52 @@ def _open_tracer(opts: MountOptions, emulation):
 class _Status:
     """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
 
-    def __init__(self, ops: Operations, tracer, emulation, reads: fuseread.ReadWaits | None):
+    def __init__(self, ops: Operations, tracer: "TraceWriter | None", emulation: "Emulation | None",
+                 reads: fuseread.ReadWaits | None) -> None:
         self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
 
-    def stats(self, _request) -> dict:
-        out = self.ops.stats()  # inodes, open files, inode descriptors, where calls run
+    def stats(self, _request: Json) -> Json:
+        out: Json = dict(self.ops.stats())  # inodes, open files, inode descriptors, where calls run
         out["fuse_reads"] = self.reads.stats() if self.reads is not None else None
         if self.tracer is not None:
             out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
         if self.emulation is not None:
             out.update(self.emulation.stats())
-        out["faults"] = {"rules": self.ops.faults.listing(), **self.ops.faults.counters()}
+        faults = self.ops.pipeline.faults
+        out["faults"] = {"rules": faults.listing(), **faults.counters()}
         return out
 
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, int]:
         """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
         ops = self.ops
-        return {"faults_fired": ops.faults.fired, "open_descriptors": ops.fds.open,
+        return {"faults_fired": ops.pipeline.faults.fired, "open_descriptors": ops.fds.open,
                 "inode_descriptors": ops.inodes.stats()["held"], "opens_refused": ops.fds.refused}
 
-    def set(self, request) -> dict:
+    def set(self, request: Json) -> Json:
         if self.emulation is None:
             raise ControlError("this mount does not emulate: nothing to set")
         return self.emulation.set(request["key"], request["value"])
 
-    def fault_add(self, request) -> dict:
+    def fault_add(self, request: Json) -> Json:
         try:
-            return {"rule": self.ops.add_fault(request["rule"])}
+            return {"rule": self.ops.pipeline.fault_stage.add(request["rule"])}
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
-    def fault_list(self, _request) -> dict:
+    def fault_list(self, _request: Json) -> Json:
         events = self.emulation.events() if self.emulation is not None else []
-        return {"rules": self.ops.faults.listing(), "events": events, **self.ops.faults.counters()}
+        return {"rules": self.ops.pipeline.faults.listing(), "events": events, **self.ops.pipeline.faults.counters()}
 
-    def fault_clear(self, request) -> dict:
+    def fault_clear(self, request: Json) -> Json:
         ids = request.get("ids")
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
             raise ControlError("fault clear: ids must be a list of rule ids")
         try:
-            return {"removed": self.ops.clear_faults(ids)}
+            return {"removed": self.ops.pipeline.fault_stage.clear(ids)}
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
-    def event_add(self, request) -> dict:
+    def event_add(self, request: Json) -> Json:
         if self.emulation is None:
             raise ControlError("this mount does not emulate: events script the emulated file system's timeline")
         try:
@@ -465,7 +471,7 @@ class _Status:
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
-    def event_clear(self, request) -> dict:
+    def event_clear(self, request: Json) -> Json:
         ids = request.get("ids")
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
             raise ControlError("fault clear: ids must be a list of event ids")
@@ -476,10 +482,10 @@ class _Status:
         except UserError as exc:
             raise ControlError(f"fault clear: {exc}") from None
 
-    def held(self, _request) -> dict:
-        return {"held": self.ops.held_long(monotonic_ns())}
+    def held(self, _request: Json) -> Json:
+        return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
 
-    def handlers(self) -> dict:
+    def handlers(self) -> dict[str, Callable[[Json], Json]]:
         return {"stats": self.stats, "held": self.held, "set": self.set, "fault_add": self.fault_add,
                 "fault_list": self.fault_list, "fault_clear": self.fault_clear, "event_add": self.event_add,
                 "event_clear": self.event_clear}
@@ -489,7 +495,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
-        nursery.start_soon(status.ops.kills.run)  # held requests of killed callers go at once
+        nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port,
                                          status.counters)
@@ -507,7 +513,7 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
         return
 
     def started(pid: int) -> None:
-        status.ops.untraced_pid = pid
+        status.ops.pipeline.untraced_pid = pid
 
     try:
         if status.emulation is not None:
@@ -515,7 +521,7 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
         else:
             whole = roundtrip.typical(await roundtrip.probe(mountpoint, 40, started))
     finally:
-        status.ops.untraced_pid = -1
+        status.ops.pipeline.untraced_pid = -1
     if whole is None:
         log.warning("%s: FUSE's round trip could not be measured (statfs through the mount failed): "
                     "the trace does not record it, and the emulator does not reply early by it", mountpoint)
@@ -532,13 +538,11 @@ def _kept_tasks(opts: MountOptions) -> int:
     """How many idle request tasks pyfuse3 keeps.  It starts a task whenever a request
     arrives with none waiting to read, and ends one that finds more than this many
     waiting.  Requests an emulated mount holds come and go in bursts, so with a few kept
-    it starts and ends a task per request: at queue depth 1,024 through --emulate
-    efs-2016, about 20 µs of the server's CPU per operation (a sixth), which an emulation
-    pays in fidelity once the host binds; 64 or 128 kept still left about 10 µs.  But each
+    it starts and ends a task per request, a sixth of the server's CPU per operation at
+    high queue depths, which an emulation pays in fidelity once the host binds.  But each
     task keeps libfuse's request buffer (up to 1 MiB as written into), so a mount that
-    keeps them all keeps the memory of its busiest moment: three seconds after fio's
-    1 MiB random writes, six jobs at queue depth 256 through --emulate efs-2016, 1.5 GB
-    resident, against 386 MB with four kept.  So an emulated mount keeps them all (a
+    keeps them all keeps the memory of its busiest moment (figures: see
+    docs/BENCHMARKS.md, "Figures behind design choices: server/").  So an emulated mount keeps them all (a
     rehearsal on a test machine, whose figures are the point), any other a few (a
     production client, whose memory is the point: its requests wait milliseconds on the
     network, where a task's start is noise)."""
@@ -548,7 +552,7 @@ def _kept_tasks(opts: MountOptions) -> int:
 async def _stop_on_signals(ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for _ in signals:
-            ops.end_stalls()
+            ops.pipeline.end_stalls()
             pyfuse3.terminate()
             return
 
@@ -563,7 +567,7 @@ def _say(fd: int | None, line: str) -> None:
         pass
 
 
-def _close(ops: Operations, workers: Workers, tracer) -> None:
+def _close(ops: Operations, workers: Workers, tracer: "TraceWriter | None") -> None:
     ops.close()
     workers.close()
     if tracer is not None:

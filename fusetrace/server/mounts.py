@@ -114,7 +114,7 @@ def probe(path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     return STALE if code == 3 else None
 
 
-def _drop(child: subprocess.Popen) -> None:
+def _drop(child: subprocess.Popen[bytes]) -> None:
     child.kill()
     try:
         child.wait(0.5)
@@ -236,7 +236,7 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
     program, an open descriptor or a mapped file lies in it, as 'name (pid N)'.  Read from /proc's links,
     which the kernel writes out without asking the mount, so a hung server stops nothing
     here.  (A process waiting inside a request holds no descriptor there yet: the server
-    names those it holds long, Operations.held_long.)"""
+    names those it holds long, Holds.held_long, server/holds.py.)"""
     inside = mountpoint.rstrip("/") + "/"
     found = []
     for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):

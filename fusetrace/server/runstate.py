@@ -14,6 +14,8 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import UserError
 from ..private import NotPrivate, check_own_file, open_own_log, open_private_dir
@@ -28,7 +30,7 @@ def state_dir() -> str:
 
 
 @contextlib.contextmanager
-def _state(create: bool = True):
+def _state(create: bool = True) -> Iterator[int | None]:
     """The checked state directory's descriptor (None when it is missing and not `create`)."""
     path = state_dir()
     try:
@@ -69,7 +71,7 @@ def open_log(mountpoint: str) -> tuple[str, int]:
         return path, open_own_log(name, f"log {path}", dir_fd=d)
 
 
-def write(mountpoint: str, **state) -> None:
+def write(mountpoint: str, **state: Any) -> None:
     """Write this mountpoint's state, atomically: a new file under a unique name
     (O_EXCL, never following a link), renamed over the old one."""
     name = _name(mountpoint, ".json")
@@ -88,7 +90,7 @@ def write(mountpoint: str, **state) -> None:
             raise
 
 
-def read(mountpoint: str) -> dict | None:
+def read(mountpoint: str) -> dict[str, Any] | None:
     """The state a server wrote, or None (none, unreadable, or not a file of ours).
     UserError when the state directory exists but is not private."""
     with _state(create=False) as d:
@@ -102,7 +104,8 @@ def read(mountpoint: str) -> dict | None:
         with os.fdopen(fd, "rb") as f:
             try:
                 check_own_file(f.fileno(), "state")
-                return json.load(f)
+                state: dict[str, Any] = json.load(f)
+                return state
             except (OSError, ValueError, NotPrivate):
                 return None
 

@@ -11,6 +11,7 @@ import ctypes.util
 import errno
 import os
 import platform
+from collections.abc import Sequence
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
@@ -25,7 +26,7 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-def _check(ret: int, *names) -> None:
+def _check(ret: int, *names: bytes | None) -> None:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), *names)
@@ -77,7 +78,7 @@ def utimensat_now(dirfd: int, path: bytes, flags: int = 0) -> None:
 _SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}.get(platform.machine())
 
 
-def _set_thread_groups(groups) -> None:
+def _set_thread_groups(groups: Sequence[int]) -> None:
     if _SYS_SETGROUPS is None:
         raise OSError(errno.ENOSYS, f"setgroups: no system call number known for {platform.machine()}")
     array = (ctypes.c_uint32 * max(len(groups), 1))(*groups)
@@ -111,7 +112,7 @@ class credentials:
             self.__exit__()
             raise
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.saved is None:
             return
         uid, gid, groups = self.saved
@@ -143,7 +144,7 @@ def name_to_handle(fd: int) -> tuple[bytes, int]:
 def open_by_handle(mount_fd: int, handle: bytes, flags: int) -> int:
     """open_by_handle_at(2): needs CAP_DAC_READ_SEARCH; ESTALE when the object is gone."""
     buf = ctypes.create_string_buffer(handle, len(handle))
-    fd = _libc.open_by_handle_at(mount_fd, buf, flags)
+    fd: int = _libc.open_by_handle_at(mount_fd, buf, flags)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

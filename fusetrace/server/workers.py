@@ -21,9 +21,13 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import outcome
 import trio
+
+T = TypeVar("T")
+Job = tuple[Callable[..., Any], tuple[Any, ...], trio.lowlevel.Task, "_Run"]
 
 
 class _Run:
@@ -35,7 +39,8 @@ class _Run:
     __slots__ = ("done", "owed", "ready")
 
     def __init__(self) -> None:
-        self.done: collections.deque = collections.deque()  # (task, outcome), appended by the threads
+        # (task, outcome), appended by the threads
+        self.done: collections.deque[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = collections.deque()
         self.ready = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # written once per result
         self.owed = 0  # jobs submitted whose result has not been handed back (the loop's)
 
@@ -44,7 +49,7 @@ class Workers:
     def __init__(self, nthreads: int):
         if nthreads < 1:
             raise ValueError("need at least one worker thread")
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._runs: dict[trio.lowlevel.TrioToken, _Run] = {}
         self._closed = False
         self._threads = [
@@ -74,7 +79,7 @@ class Workers:
         os.eventfd_write(run.ready, 1)
         return True
 
-    async def run(self, fn, *args):
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run fn(*args) in a worker thread; return its result or raise its exception.
 
         Not cancellable once submitted: a syscall in flight cannot be taken back,
@@ -83,7 +88,8 @@ class Workers:
         run = self._current_run()
         run.owed += 1
         self._jobs.put((fn, args, trio.lowlevel.current_task(), run))
-        return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        result: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        return result
 
     def _current_run(self) -> _Run:
         """This trio run's results, and the task that hands them out, started with the

@@ -210,20 +210,20 @@ def test_a_listing_short_of_descriptors_returns_a_shorter_chunk(tmp_path):
     for i in range(40):
         (tmp_path / f"f{i:02d}").write_bytes(b"")
     out = _in_a_full_process("""
-from fusetrace.server.handlers import _list_chunk
+from fusetrace.server.nofollow import list_chunk
 d = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 names = [".", "..", *os.listdir(d)]
 held = fill()
 for fd in held[:5]:
     os.close(fd)
-chunk = _list_chunk(d, names, 0, 32)
+chunk = list_chunk(d, names, 0, 32)
 got = [name for _, name, _, _ in chunk.entries]
 for *_, fd in chunk.entries:
     if fd is not None:
         os.close(fd)
 held = fill()
 try:
-    _list_chunk(d, names, 2, 32)
+    list_chunk(d, names, 2, 32)
     none = 0
 except OSError as e:
     none = e.errno

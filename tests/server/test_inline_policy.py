@@ -99,7 +99,7 @@ KEYS = [KEY, ("write", "buffered"), ("fsync", "commit"), ("write", "sync")]
                           st.booleans(), st.integers(1, 60)), max_size=40),
        st.sampled_from([0, 50]))
 def test_a_calm_key_is_exactly_one_whose_quick_calls_the_policy_would_ignore(calls, threshold_us):
-    """Operations._timed asks the policy nothing for a calm key's call within the
+    """Pipeline.timed asks the policy nothing for a calm key's call within the
     threshold: so a calm key must be one inline() lets run and such a call's observe()
     leaves as it was, and every key with no slow call lately that may run inline is
     calm.  Calls come as the handlers make them (observed when inline() let them run)

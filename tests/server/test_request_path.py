@@ -16,9 +16,10 @@ from support.inprocess import CTX, serve
 
 from fusetrace.request import Kind, Request, WriteMode
 from fusetrace.server import syscalls
-from fusetrace.server.handlers import _IN_WORKER, Operations
+from fusetrace.server.handlers import Operations
 from fusetrace.server.inline import InlinePolicy
 from fusetrace.server.inodes import ROOT
+from fusetrace.server.pipeline import IN_WORKER
 from fusetrace.server.workers import Workers
 
 
@@ -118,11 +119,11 @@ def test_placement_on_the_loop_or_in_a_worker(tmp_path, threshold_us):
     async def body(ops):
         loop = threading.get_ident()
         getattr_req = Request("getattr", Kind.META_READ, ROOT)
-        seen["getattr"] = await ops._place(getattr_req, threading.get_ident, ()) == (loop, 0)
-        seen["commit"] = await ops._place(Request("fsync", Kind.COMMIT, ROOT), threading.get_ident, ()) == (loop, 0)
-        seen["error"] = await ops._place(getattr_req, os.stat, ("/no/such/path",))
+        seen["getattr"] = await ops.pipeline.place(getattr_req, threading.get_ident, ()) == (loop, 0)
+        seen["commit"] = await ops.pipeline.place(Request("fsync", Kind.COMMIT, ROOT), threading.get_ident, ()) == (loop, 0)
+        seen["error"] = await ops.pipeline.place(getattr_req, os.stat, ("/no/such/path",))
         root = ops.inodes.get(ROOT)
-        out, err = await ops._place(getattr_req, os.fstat, (root,))  # an Inode reaches fn as its descriptor
+        out, err = await ops.pipeline.place(getattr_req, os.fstat, (root,))  # an Inode reaches fn as its descriptor
         seen["inode"] = (err, out.st_ino)
 
     serve(tmp_path, body, threshold_us=threshold_us)
@@ -147,7 +148,7 @@ def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
     async def main():
         workers = Workers(2)
         ops = Operations(str(source), workers=workers, inline=InlinePolicy(threshold_us))
-        call, run = ops._call, workers.run
+        call, run = ops.pipeline.call, workers.run
 
         async def described(req, *args, **kwargs):
             seen["described"].append(req.op)
@@ -157,7 +158,7 @@ def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
             seen["in_workers"] += fn is os.pwrite
             return await run(fn, *args)
 
-        ops._call, workers.run = described, in_worker
+        ops.pipeline.call, workers.run = described, in_worker
         try:
             info, f = await ops.create(ROOT, b"f", 0o644, os.O_RDWR, CTX)
             seen["written"] = await ops.write(info.fh, 8192, b"y" * 100)
@@ -172,7 +173,7 @@ def test_a_plain_write_is_placed_and_keeps_its_errno(tmp_path, threshold_us):
             seen["workers_before_sync"] = seen["in_workers"]
             await ops.write(synced.fh, 0, b"s")
             await ops.release(synced.fh)
-            seen["where"] = ops.inline.describe()
+            seen["where"] = ops.pipeline.inline.describe()
         finally:
             ops.close()
             workers.close()
@@ -194,11 +195,11 @@ def test_a_calm_operation_s_slow_call_still_moves_it_to_the_workers(tmp_path):
     ops = Operations(str(tmp_path), workers=workers, inline=InlinePolicy(5_000.0))
     key = ("getattr", Kind.META_READ)
     try:
-        assert ops._timed(key, 0, abs, (-1,)) == 1  # quick: the key is calm from now on
-        assert key in ops.inline.calm
-        ops._timed(key, 0, time.sleep, (0.12,))  # a call that takes 120 ms, over 20 x 5 ms
-        assert key not in ops.inline.calm
-        assert ops._timed(key, 0, abs, (-1,)) is _IN_WORKER
+        assert ops.pipeline.timed(key, 0, abs, (-1,)) == 1  # quick: the key is calm from now on
+        assert key in ops.pipeline.inline.calm
+        ops.pipeline.timed(key, 0, time.sleep, (0.12,))  # a call that takes 120 ms, over 20 x 5 ms
+        assert key not in ops.pipeline.inline.calm
+        assert ops.pipeline.timed(key, 0, abs, (-1,)) is IN_WORKER
     finally:
         ops.close()
         workers.close()
@@ -242,7 +243,7 @@ def test_a_closed_descriptor_is_reopened_for_the_call(tmp_path, forgotten):
         _closed(ops, node)
         if forgotten:
             node.nlookup = 0  # as forget() leaves a node still in use
-        seen["out"] = await ops._place(Request("getattr", Kind.META_READ, node.id), os.fstat, (node,))
+        seen["out"] = await ops.pipeline.place(Request("getattr", Kind.META_READ, node.id), os.fstat, (node,))
         seen["fd"] = node.fd
 
     serve(tmp_path, body)

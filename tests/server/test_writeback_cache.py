@@ -15,7 +15,7 @@ import pytest
 from support import Mount, fusetrace, is_mounted, poll
 
 from fusetrace.rehearse.requests import COLUMNS, Rebuilder
-from fusetrace.server import handlers, syscalls
+from fusetrace.server import nofollow, syscalls
 from fusetrace.server.main import MountOptions
 from fusetrace.trace import metadata as meta
 
@@ -274,7 +274,7 @@ def test_a_write_only_open_is_tried_for_reading_first_then_as_asked(refused):
         return 3
 
     asked = os.O_WRONLY | os.O_TRUNC
-    assert handlers._as_asked(asked & ~os.O_ACCMODE | os.O_RDWR | handlers._WRONLY_ASKED, opener) == 3
+    assert nofollow.as_asked(asked & ~os.O_ACCMODE | os.O_RDWR | nofollow.WRONLY_ASKED, opener) == 3
     reading = asked & ~os.O_ACCMODE | os.O_RDWR
     assert tried == ([reading, asked] if refused else [reading])  # the marker never reaches open(2)
 

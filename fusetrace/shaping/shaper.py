@@ -167,12 +167,7 @@ class Shaper:
         An operation the client answers without waiting on the server gets no deadline."""
         if self._samples is not None:
             return None
-        r = request
-        adm = self.client.admit(r.op, start_ns / _NS, file=r.file, directory=r.directory, name=r.name, size=r.size,
-                                offset=r.offset, write_mode=r.write_mode or "buffered", is_dir=r.is_dir,
-                                closes=r.closes, writable=r.writable, handle=r.handle,
-                                new_directory=r.new_directory, new_name=r.new_name, kernel_only=r.kernel_only,
-                                busy=r.busy != 0, uid=uid)
+        adm = self.client.admit(request.call(uid), start_ns / _NS)
         if adm.gate is _CACHE or adm.gate is _KERNEL:
             return Ticket(None, adm)
         self.ops += 1

@@ -36,16 +36,23 @@ import pyarrow.parquet as pq
 from ..errors import UserError
 from ..texttable import printable
 from . import metadata as meta
-from .schema import COLUMNS, SCHEMA
+from .schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
 
 log = logging.getLogger(__name__)
 
-# What a column missing from an older format reads as.
-_DEFAULTS = {"gate": "null::varchar", "wait_ns": "0::bigint", "latency_ns": "0::bigint",
-             "transfer_ns": "0::bigint", "nfs": "null::varchar", "comm": "''", "kind": "null::varchar",
-             "flags": "0::integer", "mode": "0::uinteger", "entry": "0::ubigint",
-             "fault": "null::varchar", "path_raw": "null::blob",
-             "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
+# What a column missing from an older format reads as: what a record leaves it at (its
+# default in TraceRecord), as a DuckDB literal of its type.
+_SQL_TYPES = {pa.int64(): "bigint", pa.uint64(): "ubigint", pa.int32(): "integer", pa.uint32(): "uinteger"}
+
+
+def _literal(value: int | str | None, field: pa.Field) -> str:
+    sql = _SQL_TYPES.get(field.type, "varchar")
+    return "''" if value == "" else f"{'null' if value is None else value}::{sql}"
+
+
+_DEFAULTS = {**{f.name: _literal(TraceRecord._field_defaults[f.name], f) for f in RECORD_SCHEMA
+                if f.name in TraceRecord._field_defaults},
+             "path_raw": "null::blob", "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
 MEMORY_LIMIT = "512MB"
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 
 # A plain slotted dataclass, made only for a shaped or simulated request: a frozen one
-# costs about twice as much to make (docs/BENCHMARKS.md, "Figures behind design choices
-# in the model and the shaper").  Treat it as a value all the same.
+# costs more to make (docs/BENCHMARKS.md, "Figures behind design choices in the model and
+# the shaper").  Treat it as a value all the same.
 @dataclass(slots=True)
 class Call:
     """One VFS operation (NfsClient's VFS_OPS), made by user `uid`.

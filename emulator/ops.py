@@ -15,8 +15,8 @@ class OpClass(enum.Enum):
 
 
 # Op and Admission are made for every RPC, so they are plain slotted dataclasses: a frozen one
-# costs three times as much to make (about 1.1 µs against 0.4 µs each, here).  Treat them as
-# values all the same.
+# costs far more to make (docs/BENCHMARKS.md, "Figures behind design choices in the model and
+# the shaper").  Treat them as values all the same.
 
 
 @dataclass(slots=True)

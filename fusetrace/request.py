@@ -41,9 +41,10 @@ class Request:
     and `writable` for a flush only, `write_mode` for a write only.
 
     One is built for every request on the loop (a write on a mount that neither shapes
-    nor traces excepted: Operations.write), so it is cheap to make: a plain class
-    (a frozen dataclass costs three times as much) whose fields default to class
-    attributes and are set only when given, as most requests give three or four.
+    nor traces excepted: Operations.write), so it is cheap to make: a plain class (not a
+    frozen dataclass: docs/BENCHMARKS.md, "Figures behind design choices in the model and
+    the shaper") whose fields default to class attributes and are set only when given,
+    as most requests give three or four.
     """
 
     file = directory = size = offset = handle = new_directory = busy = 0

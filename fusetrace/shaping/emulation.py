@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 CALIBRATE_WAIT = 5.0  # seconds the first walk waits for calibrate() to finish, at most
-MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (about 40 µs here)
+MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (docs/BENCHMARKS.md)
 
 
 def _now() -> float:

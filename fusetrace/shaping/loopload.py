@@ -5,7 +5,8 @@ that wait in the kernel because the loop is busy with others: a saturated loop
 admits requests late and meets every deadline it is given.  So the loop's thread
 CPU time is read beside the clock: the loop is busy while its thread runs, idle
 while it waits in epoll.  (A trio instrument timing each wait in epoll says the
-same, but costs two calls on every turn of the loop: 4 % of a busy loop's time.)
+same, but costs two calls on every turn of the loop: docs/BENCHMARKS.md, "Figures
+behind design choices in the model and the shaper".)
 Read it on the loop's own thread.
 """
 

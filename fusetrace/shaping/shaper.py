@@ -21,10 +21,8 @@ while every one of its writes is "late").  Its modelled time counts all the same
 the time requests wait unread in the kernel (shaping/kernelqueue.py), also added,
 includes such writes', and a share taken over a modelled time without theirs
 measured nothing.  A workload of small buffered writes that the host slows shows
-there, as requests waiting unread: dd bs=4k of 78 MiB through efs-bursting on a
-fresh mount took 1.4-1.5 s where the model takes 0.78 (emulator/simulate.py's
-dd_write), and the host added 144-276 % (2,769-9,209 % when these writes' modelled
-time was left out).
+there, as requests waiting unread (dd bs=4k through efs-bursting: docs/BENCHMARKS.md,
+"Figures behind design choices in the model and the shaper").
 """
 
 from collections.abc import Iterator
@@ -38,8 +36,8 @@ from ..request import Request, WriteMode
 from .timer import PreciseTimer
 
 _NS = 1_000_000_000
-# enum members the hot path names, as plain globals: a member's lookup on its class
-# costs a tenth of a microsecond
+# enum members the hot path names, as plain globals: a member's lookup on its class costs
+# more per request (docs/BENCHMARKS.md, "Figures behind design choices in the model and the shaper")
 _CACHE = Gate.CACHE
 _KERNEL = Gate.KERNEL
 _BUFFERED, _SYNC = WriteMode.BUFFERED, WriteMode.SYNC

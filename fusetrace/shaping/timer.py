@@ -8,8 +8,8 @@ land near their times rather than always after them.
 
 A sleeper may say how far from its deadline it can bear to wake, before or after
 (slack), so that deadlines falling close together cost one wake-up, not one each:
-a wake-up of the loop costs far more CPU than a sleeper does (on a virtual
-machine, about 100 us against a few).  Sleepers are kept in the order of the
+a wake-up of the loop costs far more CPU than a sleeper does (docs/BENCHMARKS.md,
+"Figures behind design choices in the model and the shaper").  Sleepers are kept in the order of the
 latest time each may wake (deadline + slack).  The timer is armed for the first
 one's latest time when the next one in that order can go with it then (its slack
 reaches back to then), else for its deadline, so a sleeper alone wakes on time

@@ -36,7 +36,9 @@ VFS_OPS.  Pure and clock-free, like the model.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from .call import Call
 from .model import Model
@@ -52,6 +54,8 @@ _ABSORB_S = 0.002
 # namespace changes: the RPC each sends
 _NAMESPACE = {"create": "OPEN(create)", "mknod": "CREATE", "mkdir": "CREATE", "symlink": "CREATE",
               "link": "LINK", "unlink": "REMOVE", "rmdir": "REMOVE", "rename": "RENAME"}
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _MAKES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))
 
 
@@ -340,7 +344,7 @@ class NfsClient:
     def _statfs(self, now: float, c: Call) -> Admission:
         return self._rpc(_META_READ, "STATFS", now, c.file)
 
-    def _asked_once(self, now, file, op: str, rpc: str, is_dir: bool) -> Admission:
+    def _asked_once(self, now: float, file: int, op: str, rpc: str, is_dir: bool) -> Admission:
         """ACCESS and READLINK: answered from the client's cache while the file's attributes are trusted."""
         key = self._answer(file, op)
         if key in self._asked and self._fresh(file, now):
@@ -350,7 +354,7 @@ class NfsClient:
         self._fetched(file, a.done_at, is_dir)
         return a
 
-    def _xattr(self, now, file, op: str) -> Admission:
+    def _xattr(self, now: float, file: int, op: str) -> Admission:
         """NFS 4.1 has no extended attributes: the client answers alone (the profile's `xattrs`)."""
         if not self.model.params.xattrs:
             return self._none(now)
@@ -361,7 +365,7 @@ class NfsClient:
         return self._none(now)
 
 
-def _room(cache: dict, cap: int = _CAP) -> dict:
+def _room(cache: dict[_K, _V], cap: int = _CAP) -> dict[_K, _V]:
     if len(cache) >= cap:
         cache.clear()
     return cache
@@ -399,25 +403,29 @@ def _earlier(a: Admission, now: float, by: float) -> Admission:
     return Admission(done, a.gate, latency, transfer, max(total - latency - transfer, 0.0), a.rpcs)
 
 
-def _namespace_op(op: str):
+# how _SERVE serves an operation
+_Serve = Callable[[NfsClient, float, Call], Admission]
+
+
+def _namespace_op(op: str) -> _Serve:
     def serve(client: NfsClient, now: float, c: Call) -> Admission:
         return client._namespace(now, c.file, c.directory, c.name, op)
     return serve
 
 
-def _asked_op(op: str, rpc: str):
+def _asked_op(op: str, rpc: str) -> _Serve:
     def serve(client: NfsClient, now: float, c: Call) -> Admission:
         return client._asked_once(now, c.file, op, rpc, c.is_dir)
     return serve
 
 
-def _xattr_op(op: str):
+def _xattr_op(op: str) -> _Serve:
     def serve(client: NfsClient, now: float, c: Call) -> Admission:
         return client._xattr(now, c.file, op)
     return serve
 
 
-_SERVE = {
+_SERVE: dict[str, _Serve] = {
     "lookup": NfsClient._lookup,
     "getattr": NfsClient._getattr_op,
     "setattr": NfsClient._setattr,

@@ -30,7 +30,7 @@ class Op:
     # flush of buffered data (emulator/nfsclient.py)
     write_mode: str = "buffered"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.nbytes < 0:
             raise ValueError(f"Op.nbytes must not be negative, got {self.nbytes}")
         if self.write_mode not in WRITE_MODES:

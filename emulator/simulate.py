@@ -50,7 +50,7 @@ def closed_loop(model: Model, op_factory: Callable[[int], Op], depth: int, *,
     if (duration is None) == (count is None):
         raise ValueError("give one of duration and count")
     end = start + duration if duration is not None else float("inf")
-    heap: list = []
+    heap: list[tuple[float, int, float, int]] = []
     issued = 0
 
     def issue(now: float) -> None:
@@ -163,7 +163,8 @@ def shared_closed_loop(clients: list[tuple[SharedClient, Callable[[int], Op], in
     depth) on its own model, exchanging with `hub` every `every` seconds (staggered, as
     clients on several hosts would be): the Stats of each."""
     end = start + duration
-    heap: list = []  # (time, seq, client, admitted or None for an exchange, bytes)
+    # (time, seq, client, admitted or None for an exchange, bytes)
+    heap: list[tuple[float, int, int, float | None, int]] = []
     seq = itertools.count()
     issued = [0] * len(clients)
     done_ops, done_bytes, latency = [0] * len(clients), [0] * len(clients), [0.0] * len(clients)

@@ -275,9 +275,10 @@ class Emulation:
             number = self.model.schedule(event, _now())
         except (ValueError, ProfileError) as exc:
             raise UserError(f"{where}: {exc}" if isinstance(exc, ProfileError) else str(exc)) from None
-        described = {"id": f"e{len(self._events) + 1}", **event.describe(), "wall_time": time.time() + event.at}
+        event_id = f"e{len(self._events) + 1}"
+        described = {"id": event_id, **event.describe(), "wall_time": time.time() + event.at}
         self._events.append(described)
-        self._numbers[described["id"]] = number
+        self._numbers[event_id] = number
         return described
 
     def cancel_events(self, ids: list[str] | None) -> list[str]:

@@ -11,14 +11,22 @@ Read it on the loop's own thread.
 """
 
 from time import monotonic_ns, thread_time_ns
+from typing import TypedDict
+
+
+class LoopReading(TypedDict):
+    """Since the loop started (ns): time passed, and time its thread was not running."""
+
+    elapsed_ns: int
+    idle_ns: int
 
 
 class LoopLoad:
-    def __init__(self):
+    def __init__(self) -> None:
         self.started_ns = monotonic_ns()
         self.cpu_at_start_ns = thread_time_ns()
 
-    def reading(self) -> dict:
+    def reading(self) -> LoopReading:
         """Cumulative counters (ns); busy share between two readings is
         1 - d(idle_ns) / d(elapsed_ns)."""
         elapsed = monotonic_ns() - self.started_ns

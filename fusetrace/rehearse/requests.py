@@ -1,4 +1,5 @@
-"""A trace's records back into the Requests the mount's handlers made of them.
+"""A trace's records back into the Requests the mount's handlers made of them (whose
+`call(uid)` is the NFS client's `Call`, as the shaper asked it: `fusetrace simulate`).
 
 A record names what its handler's `Request` (fusetrace/request.py) held, but some of it
 only through the records before it, so the rebuilding is stateful over the stream, in

@@ -235,8 +235,8 @@ class Emulation:
         """How the host keeps up with the model since mounting: its counters, and
         host_load() over them."""
         loop = self.loop.reading()
-        counters = {**self.shaper.counters(),
-                    "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
+        counters: Json = {**self.shaper.counters(),
+                          "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
         queue = self.kernel_queue
         if queue is not None and queue.failed is None:
             counters["queued_ns"] = queue.wait.queued_ns

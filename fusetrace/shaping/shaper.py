@@ -28,6 +28,7 @@ there, as requests waiting unread (dd bs=4k through efs-bursting: docs/BENCHMARK
 from collections.abc import Iterator
 from contextlib import contextmanager
 from time import monotonic_ns
+from typing import TypedDict
 
 from ..emulator.model import Model
 from ..emulator.nfsclient import NfsClient
@@ -84,6 +85,26 @@ class Ticket:
                 f"latency_ns={self.latency_ns}, transfer_ns={self.transfer_ns}, nfs={self.nfs!r})")
 
 
+class ShaperCounters(TypedDict):
+    """Shaper.counters(): how the host kept up since the mount (see there)."""
+
+    ops: int
+    late: int
+    late_ns: int
+    modelled_ns: int
+    compensation_us: float
+    extending_writes: int
+
+
+class GateTotals(TypedDict):
+    """One gate's line in Shaper.gates(): operations, and their modelled time split (ns)."""
+
+    ops: int
+    wait_ns: int
+    latency_ns: int
+    transfer_ns: int
+
+
 class _Tally:
     """One gate's count in Shaper.gates(): added to in place, once per operation (in
     seconds, as the model gives them; gates() converts)."""
@@ -137,7 +158,7 @@ class Shaper:
         finally:
             self._samples = None
 
-    def counters(self) -> dict[str, float]:
+    def counters(self) -> ShaperCounters:
         """How the host kept up, since the mount: operations shaped, replies late past
         their share, their lateness and the modelled time in all (hostload.host_load()
         compares two readings), the FUSE round trip share replies leave early, and the
@@ -145,7 +166,7 @@ class Shaper:
         return {"ops": self.ops, "late": self.late, "late_ns": self.late_ns, "modelled_ns": self.modelled_ns,
                 "compensation_us": self.compensation_ns / 1e3, "extending_writes": self.extending_writes}
 
-    def gates(self) -> dict[str, dict[str, int]]:
+    def gates(self) -> dict[str, GateTotals]:
         """Since the mount, per gate (the model's Gate values): the operations it held
         (`ops`: those answered at once are counted under theirs) and their modelled
         time in all, split into `wait_ns`, `latency_ns` and `transfer_ns`; most

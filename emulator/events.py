@@ -7,14 +7,14 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .params import coerce
+from .params import ParamValue, coerce
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 LONGEST = 366 * 86400.0  # a year: the most an event's `at` or `stall` may be
 
 
-def seconds(value) -> float:
+def seconds(value: object) -> float:
     """Seconds from a number or text such as "250ms", "40s", "2m"; ValueError if neither,
     or negative."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -34,11 +34,11 @@ class Event:
     that many seconds (exactly one of the two)."""
 
     at: float
-    set: dict = field(default_factory=dict)
+    set: dict[str, ParamValue] = field(default_factory=dict)
     stall: float = 0.0
 
-    def describe(self) -> dict:
-        out: dict = {"at": self.at}
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"at": self.at}
         if self.stall:
             out["stall"] = self.stall
         else:
@@ -46,7 +46,7 @@ class Event:
         return out
 
 
-def parse_event(raw, where: str) -> Event:
+def parse_event(raw: object, where: str) -> Event:
     """An Event from a table (a faults file's [[event]], a scenario's [[events]], a control
     request); ValueError naming `where` and the key on any mistake."""
     if not isinstance(raw, dict):

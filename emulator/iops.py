@@ -6,6 +6,8 @@ burst tolerance of b seconds, the cost granted in any window of W seconds is
 at most rate x (W + b) + one operation's cost.
 """
 
+from collections.abc import Sequence
+
 _WINDOW_S = 60  # PercentIOLimit looks back one CloudWatch period
 
 
@@ -44,7 +46,7 @@ class IopsLimit:
         return 100.0 * used / (self.rate * _WINDOW_S)
 
 
-def grant(limits, now: float, cost: float) -> float:
+def grant(limits: Sequence[IopsLimit], now: float, cost: float) -> float:
     """Book `cost` operations on every limit in `limits`; the time they allow it."""
     if len(limits) == 1:  # the common case (one limit applies), without the loops
         limit = limits[0]

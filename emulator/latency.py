@@ -1,6 +1,7 @@
 """Per-operation latency: a lognormal distribution fixed by its median and 99th percentile."""
 
 import math
+import random
 
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
@@ -15,7 +16,7 @@ class Lognormal:
         self.sigma = math.log(p99_ms / median_ms) / _Z99 if median_ms > 0 else 0.0
         self.mean = self.median * math.exp(self.sigma**2 / 2)
 
-    def sample(self, rng) -> float:
+    def sample(self, rng: random.Random) -> float:
         if self.sigma == 0.0:
             return self.median
         return self.median * math.exp(self.sigma * rng.gauss(0.0, 1.0))

@@ -13,7 +13,7 @@ class Counters:
 
     __slots__ = ("metered", "nbytes", "ops")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ops = [0] * len(CLASSES)
         self.nbytes = [0.0] * len(CLASSES)
         self.metered = 0.0

@@ -28,6 +28,8 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Mapping
+from typing import Any
 
 from .credits import CreditPipe
 from .events import Event
@@ -35,7 +37,7 @@ from .iops import IopsLimit, grant
 from .latency import Lognormal
 from .metrics import CLASSES, Counters
 from .ops import Admission, Gate, Op, OpClass
-from .params import LATENCY_CLASSES, MiB, Params, ProfileError
+from .params import LATENCY_CLASSES, MiB, Params, ParamValue, ProfileError
 from .profiles import replace_keys
 from .slots import SlotPools
 from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
@@ -104,13 +106,13 @@ class Model:
         self._files: SlotPools | None = None
         self._dirs: SlotPools | None = None
         self._writeback = Writeback(params.client_dirty_limit)
-        self._sets: list[tuple[float, int, dict]] = []  # scheduled `set` events: a heap by time, then order
+        self._sets: list[tuple[float, int, dict[str, ParamValue]]] = []  # scheduled `set` events: by time, order
         self._scheduled = itertools.count()  # the order of events scheduled for one instant
         self._stalls: list[tuple[float, float]] = []  # scheduled stalls: (from, to), apart, in time order
         self._stall_events: dict[int, tuple[float, float]] = {}  # each scheduled stall, by its number
         self.refused_events: dict[int, str] = {}  # scheduled sets inconsistent at their instant: number -> why
         self.clients = 1  # clients of the file system (ClientConnections); emulator/shared.py sets it
-        self._usage: dict[tuple[int, int], list] | None = None  # when shared: what went through the shared gates
+        self._usage: dict[tuple[int, int], list[Any]] | None = None  # when shared: what went through the shared gates
         # the gates the last request served went through (busy()): its route, and its slot pool and key
         self._last: tuple[_Route, SlotPools | None, int, bool] | None = None
         self._configure(now)
@@ -230,14 +232,15 @@ class Model:
         """When all of the file's buffered data will have reached the server (-inf: none written)."""
         return self._writeback.drained_at(file)
 
-    def set(self, key: str, value, now: float):
+    def set(self, key: str, value: object, now: float) -> ParamValue:
         """Change a parameter now; `value` may be text as typed (--set).  Work
         already admitted keeps its times.  Returns the value as stored."""
         self._advance(now)
         self._set_keys({key: value}, self._now)
-        return getattr(self.params, key)
+        stored: ParamValue = getattr(self.params, key)
+        return stored
 
-    def _set_keys(self, keys: dict, now: float) -> None:
+    def _set_keys(self, keys: Mapping[str, object], now: float) -> None:
         """Change several parameters at one instant, all or none (ProfileError)."""
         self.params = replace_keys(self.params, keys, "set ")
         if "seed" in keys:

@@ -36,8 +36,11 @@ VFS_OPS.  Pure and clock-free, like the model.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
+from .call import Call
 from .model import Model
 from .ops import Admission, Gate, Op, OpClass
 
@@ -51,6 +54,8 @@ _ABSORB_S = 0.002
 # namespace changes: the RPC each sends
 _NAMESPACE = {"create": "OPEN(create)", "mknod": "CREATE", "mkdir": "CREATE", "symlink": "CREATE",
               "link": "LINK", "unlink": "REMOVE", "rmdir": "REMOVE", "rename": "RENAME"}
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _MAKES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))
 
 
@@ -69,58 +74,38 @@ class NfsClient:
         self._staged: dict[int, tuple[float, int]] = {}  # file: (first at, bytes) of O_SYNC data its flush sends
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
 
-    def admit(self, op: str, now: float, *, file: int = 0, directory: int = 0, name: str = "", size: int = 0,
-              offset: int = 0, write_mode: str = "buffered", is_dir: bool = False,
-              closes: bool = True, writable: bool = True, handle: int = 0, new_directory: int = 0,
-              new_name: str = "", kernel_only: bool = False, busy: bool = False, uid: int = 0) -> Admission:
-        """What the VFS operation `op` (VFS_OPS), made at `now`, costs the caller.
-        `file`: the inode it is on (the directory, for opendir, readdir, fsyncdir);
-        `directory` and `name`: the entry a lookup or namespace change is about
-        (rename: where the entry leaves); `size`: bytes (readdir: entries asked
-        for, from index `offset`); `write_mode`: buffered, sync (O_SYNC/O_DSYNC)
-        or direct; `is_dir`: whether `file` is a directory; for a flush (close(2)),
-        `closes`: whether it ends its open file's NFS open, and so sends CLOSE (FUSE
-        flushes at every close(2) of every duplicate; NFS sends one CLOSE per open
-        file), and `writable`: whether the file was opened for writing (a read-only
-        close flushes nothing); for readdir, `handle`: the open directory, whose
-        pass it continues; for rename, `new_directory` and `new_name`: where the
-        entry goes; for unlink and rename, `busy`: the name removed (rename: replaced) is a
-        regular file open here, which NFS renames to a hidden name instead (see _silly); for
-        release, `directory`: that hidden name's, which the file's last release removes;
-        `kernel_only`: the kernel's FUSE path sent it for its own write-back
-        cache and an NFS client would send nothing for the call (the times of written
-        data, which NFS takes from the WRITE replies; a page read in before part of it
-        is written through a write-only descriptor, where NFS writes the part alone),
-        so it costs nothing; `uid`: the caller's user, whose ACCESS answers the client
-        keeps apart from other users' (nfs_access_get_cached keys them by credential).
-        The answer's `rpcs` names what was sent."""
-        self._uid = uid
-        if kernel_only:
+    def admit(self, call: Call, now: float) -> Admission:
+        """What `call` (emulator/call.py says what each field means), made at `now`, costs
+        the caller.  The answer's `rpcs` names what was sent."""
+        self._uid = call.uid
+        if call.kernel_only:  # the times of written data NFS takes from the WRITE replies, a page fill
             return Admission(now, Gate.KERNEL, 0.0, 0.0, 0.0)
+        op, file, directory = call.op, call.file, call.directory
         if op == "flush":
-            flushed = self._flush_data(now, file) if writable else self._none(now)
-            if not closes:
+            flushed = self._flush_data(now, file) if call.writable else self._none(now)
+            if not call.closes:
                 return flushed
             return _joined(flushed, self._rpc(_META_READ, "CLOSE", now, file, after=flushed.done_at), now)
         if op == "readdir":
-            return self._readdir(now, file, handle, size, offset)
-        if busy and op == "unlink":
-            self._names.pop((directory, name), None)  # the name moved to the hidden one (d_move)
+            return self._readdir(now, file, call.handle, call.size, call.offset)
+        if call.busy and op == "unlink":
+            self._names.pop((directory, call.name), None)  # the name moved to the hidden one (d_move)
             return self._silly(now, directory)
         if op == "release" and directory:
             return self._remove_hidden(now, directory)
         if op == "rename":
-            hidden = self._silly(now, new_directory or directory) if busy else None
-            a = self._namespace(now, file, directory, name, op, after=-math.inf if hidden is None else hidden.done_at)
-            if new_directory:
-                _room(self._names)[(new_directory, new_name)] = None
-                self._dir_changed(new_directory, a.done_at)
+            hidden = self._silly(now, call.new_directory or directory) if call.busy else None
+            a = self._namespace(now, file, directory, call.name, op,
+                                after=-math.inf if hidden is None else hidden.done_at)
+            if call.new_directory:
+                _room(self._names)[(call.new_directory, call.new_name)] = None
+                self._dir_changed(call.new_directory, a.done_at)
             return a if hidden is None else _joined(hidden, a, now)
         try:
             serve = _SERVE[op]
         except KeyError:
             raise ValueError(f"unknown VFS operation {op!r}") from None
-        return serve(self, now, file, directory, name, size, offset, write_mode, is_dir)
+        return serve(self, now, call)
 
     # ---- the caches --------------------------------------------------------------
 
@@ -189,10 +174,11 @@ class NfsClient:
         self._fetched(directory, a.done_at, True)
         return a
 
-    def _lookup(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _lookup(self, now: float, c: Call) -> Admission:
+        directory = c.directory
         searched = self._searched(now, directory)
         then = now if searched is None else searched.done_at  # what follows waits for the ACCESS
-        key = (directory, name)
+        key = (directory, c.name)
         if key in self._names:
             if self._fresh(directory, then):
                 return self._none(now) if searched is None else searched
@@ -203,7 +189,8 @@ class NfsClient:
             _room(self._lookups, 4096)[key] = (then, found.done_at - then)  # only the last moments' (_ABSORB_S)
         return found if searched is None else _joined(searched, found, now)
 
-    def _getattr_op(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _getattr_op(self, now: float, c: Call) -> Admission:
+        file = c.file
         drained = self.model.drained_at(file)
         if drained > now:  # nfs_getattr flushes first; the WRITEs' replies bring the attributes
             if self._unstable.get(file, 0) <= self.model.params.nfs_io_size:
@@ -213,22 +200,23 @@ class NfsClient:
             return _until_drained(now, drained, "")
         if self._fresh(file, now):
             return self._none(now)
-        return self._getattr(now, file, is_dir)
+        return self._getattr(now, file, c.is_dir)
 
-    def _setattr(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _setattr(self, now: float, c: Call) -> Admission:
         # nfs_setattr syncs the file first (its WRITEs and a COMMIT); SETATTR brings attributes
-        flushed = self._flush_data(now, file)
-        a = self._rpc(_META_WRITE, "SETATTR", now, file, after=flushed.done_at)
-        self._refreshed(file, a.done_at, is_dir)
+        flushed = self._flush_data(now, c.file)
+        a = self._rpc(_META_WRITE, "SETATTR", now, c.file, after=flushed.done_at)
+        self._refreshed(c.file, a.done_at, c.is_dir)
         return _joined(flushed, a, now)
 
-    def _open(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _open(self, now: float, c: Call) -> Admission:
         """OPEN; `size`: the bytes an O_TRUNC of the file cuts, which NFS cuts with a SETATTR
         after the OPEN (FUSE hands the truncation to the server inside its open)."""
+        file = c.file
         a = self._rpc(_META_READ, "OPEN", now, file)
         self._fetched(file, a.done_at, False)
         _room(self._asked)[self._answer(file, "access")] = None  # OPEN asks ACCESS in the same compound
-        if size <= 0:  # nothing to cut (nfs_setattr sends nothing for an unchanged size)
+        if c.size <= 0:  # nothing to cut (nfs_setattr sends nothing for an unchanged size)
             return a
         cut = self._rpc(_META_WRITE, "SETATTR", now, file, after=a.done_at)
         self._refreshed(file, cut.done_at, False)
@@ -266,10 +254,11 @@ class NfsClient:
         self._dir_changed(directory, a.done_at)
         return self._none(now, a.rpcs)
 
-    def _read(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return self._rpc(_READ, "READ", now, file, nbytes=size)
+    def _read(self, now: float, c: Call) -> Admission:
+        return self._rpc(_READ, "READ", now, c.file, nbytes=c.size)
 
-    def _write(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _write(self, now: float, c: Call) -> Admission:
+        file, size, write_mode = c.file, c.size, c.write_mode
         self._refreshed(file, now, False)  # the WRITE replies bring the attributes
         if write_mode == "direct":
             return self._rpc(_WRITE, "WRITE", now, file, nbytes=size, write_mode="direct")
@@ -281,9 +270,9 @@ class NfsClient:
         self._unstable[file] = self._unstable.get(file, 0) + size
         return self._rpc(_WRITE, "WRITE(write-back)", now, file, nbytes=size)
 
-    def _fsync(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _fsync(self, now: float, c: Call) -> Admission:
         """fsync, fdatasync, msync, and the flush the kernel makes after an O_SYNC write."""
-        return self._flush_data(now, file)
+        return self._flush_data(now, c.file)
 
     def _flush_data(self, now: float, file: int) -> Admission:
         """Send what was written since the last commit and wait for it: nothing, one WRITE
@@ -316,7 +305,8 @@ class NfsClient:
         # NFS client would have started its WRITEs when the write began.
         return a if staged is None else _earlier(a, now, now - staged[0])
 
-    def _opendir(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _opendir(self, now: float, c: Call) -> Admission:
+        file = c.file
         searched = self._searched(now, file)  # the open's permission check (MAY_READ), as a search's
         if searched is None:
             return self._getattr(now, file, True)  # close-to-open holds for directories too
@@ -351,10 +341,10 @@ class NfsClient:
         return Admission(a.done_at, a.gate, min(latency, total), 0.0, max(total - latency, 0.0),
                          "READDIRPLUS" if rpcs == 1 else f"READDIRPLUS x{rpcs}")
 
-    def _statfs(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return self._rpc(_META_READ, "STATFS", now, file)
+    def _statfs(self, now: float, c: Call) -> Admission:
+        return self._rpc(_META_READ, "STATFS", now, c.file)
 
-    def _asked_once(self, now, file, op: str, rpc: str, is_dir: bool) -> Admission:
+    def _asked_once(self, now: float, file: int, op: str, rpc: str, is_dir: bool) -> Admission:
         """ACCESS and READLINK: answered from the client's cache while the file's attributes are trusted."""
         key = self._answer(file, op)
         if key in self._asked and self._fresh(file, now):
@@ -364,18 +354,18 @@ class NfsClient:
         self._fetched(file, a.done_at, is_dir)
         return a
 
-    def _xattr(self, now, file, op: str) -> Admission:
+    def _xattr(self, now: float, file: int, op: str) -> Admission:
         """NFS 4.1 has no extended attributes: the client answers alone (the profile's `xattrs`)."""
         if not self.model.params.xattrs:
             return self._none(now)
         cls = _META_WRITE if op in ("setxattr", "removexattr") else _META_READ
         return self._rpc(cls, op.upper(), now, file)
 
-    def _nothing(self, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
+    def _nothing(self, now: float, c: Call) -> Admission:
         return self._none(now)
 
 
-def _room(cache: dict, cap: int = _CAP) -> dict:
+def _room(cache: dict[_K, _V], cap: int = _CAP) -> dict[_K, _V]:
     if len(cache) >= cap:
         cache.clear()
     return cache
@@ -413,25 +403,29 @@ def _earlier(a: Admission, now: float, by: float) -> Admission:
     return Admission(done, a.gate, latency, transfer, max(total - latency - transfer, 0.0), a.rpcs)
 
 
-def _namespace_op(op: str):
-    def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return client._namespace(now, file, directory, name, op)
+# how _SERVE serves an operation
+_Serve = Callable[[NfsClient, float, Call], Admission]
+
+
+def _namespace_op(op: str) -> _Serve:
+    def serve(client: NfsClient, now: float, c: Call) -> Admission:
+        return client._namespace(now, c.file, c.directory, c.name, op)
     return serve
 
 
-def _asked_op(op: str, rpc: str):
-    def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return client._asked_once(now, file, op, rpc, is_dir)
+def _asked_op(op: str, rpc: str) -> _Serve:
+    def serve(client: NfsClient, now: float, c: Call) -> Admission:
+        return client._asked_once(now, c.file, op, rpc, c.is_dir)
     return serve
 
 
-def _xattr_op(op: str):
-    def serve(client: NfsClient, now, file, directory, name, size, offset, write_mode, is_dir) -> Admission:
-        return client._xattr(now, file, op)
+def _xattr_op(op: str) -> _Serve:
+    def serve(client: NfsClient, now: float, c: Call) -> Admission:
+        return client._xattr(now, c.file, op)
     return serve
 
 
-_SERVE = {
+_SERVE: dict[str, _Serve] = {
     "lookup": NfsClient._lookup,
     "getattr": NfsClient._getattr_op,
     "setattr": NfsClient._setattr,

@@ -15,8 +15,8 @@ class OpClass(enum.Enum):
 
 
 # Op and Admission are made for every RPC, so they are plain slotted dataclasses: a frozen one
-# costs three times as much to make (about 1.1 µs against 0.4 µs each, here).  Treat them as
-# values all the same.
+# costs far more to make (docs/BENCHMARKS.md, "Figures behind design choices: emulator/,
+# shaping/ and request.py").  Treat them as values all the same.
 
 
 @dataclass(slots=True)
@@ -30,7 +30,7 @@ class Op:
     # flush of buffered data (emulator/nfsclient.py)
     write_mode: str = "buffered"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.nbytes < 0:
             raise ValueError(f"Op.nbytes must not be negative, got {self.nbytes}")
         if self.write_mode not in WRITE_MODES:

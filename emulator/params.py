@@ -16,12 +16,18 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 MB = 1_000_000
 
 MODES = ("bursting", "provisioned", "elastic")
 LATENCY_CLASSES = ("read", "write", "meta_read", "meta_write", "commit")  # keys <class>_latency_ms, _p99_ms
+
+
+ParamValue = str | int | float | bool  # a parameter's value, as Params holds it
 
 
 class ProfileError(Exception):
@@ -56,8 +62,8 @@ LEAST_KIBPS = 1.0  # KiB/s per GiB: MIN_RATE at 1 GiB stored
 LEAST_WHY = "slower, one request would be modelled to take longer than the hour a latency may"
 
 
-def _param(default, kind: str, doc: str, most: float | None = None, unit: str = "", *,
-           least: float | None = None, floor: float | None = None):
+def _param(default: ParamValue, kind: str, doc: str, most: float | None = None, unit: str = "", *,
+           least: float | None = None, floor: float | None = None) -> Any:
     """A parameter.  A number must lie within [0, most]; with `least`, be 0 (no
     limit, or instant) or at least `least`; with `floor`, be at least `floor`.
     `unit` is shown with the bounds (sizes in bytes)."""
@@ -172,7 +178,7 @@ def check_key(key: str) -> None:
         raise ValueError(f"{key}: unknown parameter" + (f" (did you mean {near[0]}?)" if near else ""))
 
 
-def coerce(key: str, value, *, from_text: bool = False):
+def coerce(key: str, value: object, *, from_text: bool = False) -> ParamValue:
     """The checked value of parameter `key`; ValueError with a one-line message
     (starting with the key) if it will not do.  With from_text, `value` is text
     typed by a user (--set, `fusetrace set`) and is parsed by the key's kind."""
@@ -233,7 +239,7 @@ def check_consistent(params: Params) -> None:
         raise ValueError("provisioned_mibps: provisioned mode needs a rate above 0")
 
 
-def _check_bounds(key: str, number: float, value) -> None:
+def _check_bounds(key: str, number: float, value: object) -> None:
     spec = SPECS[key]
     most, least, floor = spec.get("most"), spec.get("least"), spec.get("floor")
     got = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "..."
@@ -258,7 +264,7 @@ def _show(key: str, bound: float) -> str:
     return f"{text} {spec['unit']}".rstrip()
 
 
-def _expect(key, value, typ, what):
+def _expect(key: str, value: object, typ: type[_T], what: str) -> _T:
     if not isinstance(value, typ):
         raise ValueError(f"{key}: expected {what}, got {value!r}")
     return value
@@ -271,7 +277,7 @@ def _number_text(key: str, text: str) -> float:
         raise ValueError(f"{key}: expected a number, got {text!r}") from None
 
 
-def _size(key: str, value) -> float:
+def _size(key: str, value: object) -> float:
     """Bytes from a number or from text such as "2.1 TiB" or "40MB"."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{key}: expected a size (bytes, or text such as '4 KiB'), got {value!r}")

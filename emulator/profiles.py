@@ -8,9 +8,13 @@ the file and line of the offending key, or `--set` for command-line overrides.
 import dataclasses
 import re
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from .params import Params, ProfileError, check_consistent, coerce
+
+_Setting = tuple[str, object, str, bool]  # (key, value, origin, from text)
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 _MAX_BASES = 8
@@ -38,19 +42,20 @@ def apply_overrides(params: Params, items: list[str]) -> Params:
     return _apply(params, settings)
 
 
-def replace_checked(params: Params, key: str, value, origin: str) -> Params:
+def replace_checked(params: Params, key: str, value: object, origin: str) -> Params:
     """params with one key changed at run time; `value` may be text as typed."""
     return replace_keys(params, {key: value}, origin)
 
 
-def replace_keys(params: Params, keys: dict, origin: str) -> Params:
+def replace_keys(params: Params, keys: Mapping[str, object], origin: str) -> Params:
     """params with several keys changed at one instant, checked together."""
     return _apply(params, [(key, value, origin, isinstance(value, str)) for key, value in keys.items()])
 
 
-def _apply(params: Params, settings) -> Params:
+def _apply(params: Params, settings: Iterable[_Setting]) -> Params:
     """Check and apply (key, value, origin, from_text) settings in order."""
-    changes, where = {}, {}
+    changes: dict[str, Any] = {}  # dataclasses.replace takes each key at its own type
+    where: dict[str, str] = {}
     for key, value, origin, from_text in settings:
         try:
             changes[key] = coerce(key, value, from_text=from_text)
@@ -106,7 +111,7 @@ def _read(path: Path, label: str) -> str:
                            f"profiles are TOML, which is UTF-8") from None
 
 
-def _settings(path: Path, depth: int) -> list:
+def _settings(path: Path, depth: int) -> list[_Setting]:
     """The file's settings after those of its base, each with its file:line."""
     label = path.name if path.parent == PROFILE_DIR else str(path)
     text = _read(path, label)

@@ -24,11 +24,14 @@ for clients on several hosts.  Pure and clock-free, like the model.
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 from .model import Model, Usage
-from .params import Params, ProfileError
+from .params import Params, ParamValue, ProfileError
+
+_Sum = list[Any]  # [operations, bytes, IOPS cost] added up (scaled, they need not stay whole)
 
 Totals = list[tuple[int, int, int, float]]  # per class index: operations, bytes, IOPS cost, ever reported
 
@@ -42,13 +45,13 @@ class Report:
     usage: list[Usage] = field(default_factory=list)
     totals: Totals = field(default_factory=list)  # all the usage this client has ever reported, this included
     announce: bool = False  # to be passed on even without usage or sets: its totals (once a second)
-    sets: list[tuple[str, object]] = field(default_factory=list)  # parameters changed here (fusetrace set)
+    sets: list[tuple[str, ParamValue]] = field(default_factory=list)  # parameters changed here (fusetrace set)
     source: str = ""  # which backing directory the client measures, so that one measured twice counts once
     stored: float = -1.0  # its measured bytes (-1: not measured since the last exchange)
     balance: float = math.nan  # the burst credit balance as this client sees it
     # with an announce: every file system parameter set so far as this client knows it, for a hub
     # that lost them (a Redis restarted without persistence) to take back
-    params: dict | None = None
+    params: dict[str, ParamValue] | None = None
 
 
 @dataclass
@@ -56,7 +59,8 @@ class Reply:
     """What the hub answers: the other clients' reports since this client's last."""
 
     reports: list[tuple[str, list[Usage], Totals]] = field(default_factory=list)  # (client, usage, totals)
-    params: dict = field(default_factory=dict)  # every file system parameter set on any client: its last value
+    # every file system parameter set on any client: its last value
+    params: dict[str, ParamValue] = field(default_factory=dict)
     known: dict[str, Totals] | None = None  # on joining: every client's totals so far (its history, not taken in)
     more: bool = False  # the hub has more reports for this client than one answer holds: exchange again now
     clients: int = 1  # live clients, this one included
@@ -77,7 +81,7 @@ def clients_own(key: str) -> bool:
     return key in _CLIENTS_OWN or key.startswith(("client_", "nfs_"))
 
 
-def file_system_base(params: Params) -> dict:
+def file_system_base(params: Params) -> dict[str, ParamValue]:
     """The file system's own parameters a client mounts with (its profile and --set),
     which every client of one file system must agree on: the burst credit balance, a
     state a joining client takes from the others, left out."""
@@ -85,7 +89,7 @@ def file_system_base(params: Params) -> dict:
             if not clients_own(f.name) and f.name != "burst_credit_balance"}
 
 
-def base_differences(ours: dict, theirs: dict, most: int = 3) -> list[str]:
+def base_differences(ours: Mapping[str, object], theirs: Mapping[str, object], most: int = 3) -> list[str]:
     """Where two clients' file_system_base differ, as 'key: VALUE here, VALUE there'."""
     keys = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
     return [f"{k} {ours.get(k)!r} here, {theirs.get(k)!r} on its clients" for k in keys[:most]]
@@ -100,17 +104,17 @@ class SharedClient:
         model.share()
         self.model, self.client, self.source = model, client, source
         self.joined = False  # False until the first reply: a new client takes the file system's balance
-        self._params: dict = {}  # the file system's parameters as last heard from the hub
-        self._sets: list[tuple[str, object]] = []
+        self._params: dict[str, ParamValue] = {}  # the file system's parameters as last heard from the hub
+        self._sets: list[tuple[str, ParamValue]] = []
         self._stored = -1.0
         self._pending: list[Usage] = []  # what the hub did not take yet
-        self._totals: dict[int, list] = {}  # per class: all this client has put in reports
-        self._absorbed: dict[str, dict[int, list]] = {}  # per other client and class: what was taken in
+        self._totals: dict[int, _Sum] = {}  # per class: all this client has put in reports
+        self._absorbed: dict[str, dict[int, _Sum]] = {}  # per other client and class: what was taken in
         self._announced = -math.inf  # when a report last went with the totals alone
         # other clients' sets this client's parameters could not take, by key: until one of it is taken
         self.refused: dict[str, str] = {}
 
-    def changed(self, key: str, value) -> None:
+    def changed(self, key: str, value: ParamValue) -> None:
         """A parameter set on this client (already applied here), for the others if it is
         the file system's."""
         if not clients_own(key):
@@ -174,7 +178,7 @@ class SharedClient:
         if reply.stored >= 0:
             model.set_stored_bytes(reply.stored, now)
 
-    def _take(self, key: str, value, now: float) -> None:
+    def _take(self, key: str, value: ParamValue, now: float) -> None:
         """Another client's value of `key` set here, or refused and listed where this client's
         own overrides make it inconsistent."""
         try:
@@ -191,7 +195,7 @@ class SharedClient:
         A report sent twice (its answer was lost, so it went again) leaves them behind: each
         of operations, bytes and cost is scaled down to what the totals allow.  A client
         unknown when this one joined joined later: everything it reported counts."""
-        sums: dict[int, list] = {}
+        sums: dict[int, _Sum] = {}
         for i, _, n, nbytes, cost in usage:
             _add(sums.setdefault(i, [0, 0, 0.0]), n, nbytes, cost)
         seen = self._absorbed.setdefault(client, {})
@@ -228,7 +232,7 @@ def _fit(values: list[int], total: int) -> list[int]:
     return out
 
 
-def _add(total: list, n: int, nbytes: int, cost: float) -> None:
+def _add(total: _Sum, n: int, nbytes: int, cost: float) -> None:
     total[0] += n
     total[1] += nbytes
     total[2] += cost
@@ -236,7 +240,7 @@ def _add(total: list, n: int, nbytes: int, cost: float) -> None:
 
 def _merged(usage: list[Usage]) -> list[Usage]:
     """Usage with the entries for one class and key added up."""
-    out: dict[tuple[int, int], list] = {}
+    out: dict[tuple[int, int], _Sum] = {}
     for i, key, n, nbytes, cost in usage:
         _add(out.setdefault((i, key), [0, 0, 0.0]), n, nbytes, cost)
     return [(i, key, n, nbytes, cost) for (i, key), (n, nbytes, cost) in out.items()]
@@ -259,7 +263,7 @@ class LocalHub:
         self._read: dict[str, int] = {}
         self._seen: dict[str, float] = {}
         self._stored: dict[str, tuple[float, float]] = {}  # source: (bytes, when reported)
-        self._params: dict = {}
+        self._params: dict[str, ParamValue] = {}
         self._totals: dict[str, Totals] = {}
         self._balance = math.nan
 

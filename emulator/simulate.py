@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .call import Call
 from .model import Model
 from .nfsclient import NfsClient
 from .ops import Op, OpClass
@@ -49,7 +50,7 @@ def closed_loop(model: Model, op_factory: Callable[[int], Op], depth: int, *,
     if (duration is None) == (count is None):
         raise ValueError("give one of duration and count")
     end = start + duration if duration is not None else float("inf")
-    heap: list = []
+    heap: list[tuple[float, int, float, int]] = []
     issued = 0
 
     def issue(now: float) -> None:
@@ -127,14 +128,14 @@ def dd_writers(model: Model, writers: int, block: int, count: int, *, sync: bool
     chunks = [max_write] * (block // max_write) + ([block % max_write] if block % max_write else [])
     mode = "sync" if sync else "buffered"
 
-    def calls(f: int) -> Iterator[tuple[str, int, int]]:  # (op, file, bytes)
+    def calls(f: int) -> Iterator[Call]:
         for _ in range(count):
             for size in chunks:
-                yield "write", f, size
+                yield Call("write", f, size=size, write_mode=mode)
             if sync:
-                yield "fsync", f, 0  # the flush the kernel makes after each O_SYNC write
-        yield "fsync", f, 0  # conv=fsync; with oflag=sync there is nothing left to flush
-        yield "flush", f, 0  # close
+                yield Call("fsync", f)  # the flush the kernel makes after each O_SYNC write
+        yield Call("fsync", f)  # conv=fsync; with oflag=sync there is nothing left to flush
+        yield Call("flush", f)  # close
 
     heap = [(start, f, calls(f)) for f in range(file, file + writers)]
     end = start
@@ -144,8 +145,7 @@ def dd_writers(model: Model, writers: int, block: int, count: int, *, sync: bool
         if step is None:
             end = max(end, now)
             continue
-        op, target, size = step
-        heapq.heappush(heap, (client.admit(op, now, file=target, size=size, write_mode=mode).done_at, f, it))
+        heapq.heappush(heap, (client.admit(step, now).done_at, f, it))
     ops = writers * count * len(chunks)
     return Stats(ops, writers * block * count, end - start, (end - start) / ops)
 
@@ -164,7 +164,8 @@ def shared_closed_loop(clients: list[tuple[SharedClient, Callable[[int], Op], in
     depth) on its own model, exchanging with `hub` every `every` seconds (staggered, as
     clients on several hosts would be): the Stats of each."""
     end = start + duration
-    heap: list = []  # (time, seq, client, admitted or None for an exchange, bytes)
+    # (time, seq, client, admitted or None for an exchange, bytes)
+    heap: list[tuple[float, int, int, float | None, int]] = []
     seq = itertools.count()
     issued = [0] * len(clients)
     done_ops, done_bytes, latency = [0] * len(clients), [0] * len(clients), [0.0] * len(clients)

@@ -3,13 +3,15 @@ the time it is next free.  An operation takes the slot that frees first and
 holds it for a given time; with every slot busy it waits.
 """
 
+from .ops import Gate
+
 _SWEEP_AT = 4096  # tidy idle entries away once this many keys are kept
 
 
 class SlotPools:
     __slots__ = ("_free", "_sweep_at", "label", "slots")
 
-    def __init__(self, slots: int, label):
+    def __init__(self, slots: int, label: Gate):
         self.slots = slots
         self.label = label  # names the pools in what the model reports as holding an operation
         self._free: dict[int, list[float]] = {}

@@ -49,8 +49,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import NamedTuple
 
+from .call import Call
 from .model import Model
 from .nfsclient import NfsClient
 from .ops import Admission, Gate
@@ -64,26 +64,8 @@ _CACHE = Gate.CACHE
 _KERNEL = Gate.KERNEL
 
 
-class Call(NamedTuple):
-    """One VFS operation at time `t` (s), with NfsClient.admit's keywords."""
-
-    t: float
-    op: str
-    file: int = 0
-    directory: int = 0
-    name: str = ""
-    size: int = 0
-    offset: int = 0
-    write_mode: str = "buffered"
-    is_dir: bool = False
-    closes: bool = True
-    writable: bool = True
-    handle: int = 0
-    new_directory: int = 0
-    new_name: str = ""
-    kernel_only: bool = False
-    busy: bool = False
-    uid: int = 0
+# A workload's operation: the time (s) it is made at, and the call.
+Timed = tuple[float, Call]
 
 
 @dataclass
@@ -164,13 +146,13 @@ class _Rep:
 
 
 class TraceSim:
-    """`calls()` gives one pass of the workload (its operations in time order, at their
-    own times) each time it is called; the first is at `first`.  The model starts at
+    """`calls()` gives one pass of the workload (its operations as (time, call), in time order)
+    each time it is called; the first is at `first`.  The model starts at
     `origin` (<= first); repetition r is shifted by r x `span`.  A sample is taken every
     `every` seconds.  `admitted(call, t, admission)`, if given, sees each operation
     simulated op by op."""
 
-    def __init__(self, model: Model, calls: Callable[[], Iterable[Call]], *, origin: float, first: float,
+    def __init__(self, model: Model, calls: Callable[[], Iterable[Timed]], *, origin: float, first: float,
                  span: float, every: float, admitted: Callable[[Call, float, Admission], None] | None = None):
         if span <= 0 or every <= 0 or first < origin:
             raise ValueError("span and every must be above 0, and the origin not after the first call")
@@ -251,16 +233,13 @@ class TraceSim:
         fall = hi - earn if self.model.params.throughput_mode != "elastic" else 0.0
         low, before = rep.balance, begin
         look = begin + rep.balance / fall if fall > 0 else math.inf
-        for c in self.calls():
-            t = c.t + shift
+        for at, c in self.calls():
+            t = at + shift
             if t >= stop:
                 break
             if t >= self._next:
                 self._sample_until(t)
-            a = admit(c.op, t, file=c.file, directory=c.directory, name=c.name, size=c.size, offset=c.offset,
-                      write_mode=c.write_mode, is_dir=c.is_dir, closes=c.closes, writable=c.writable,
-                      handle=c.handle, new_directory=c.new_directory, new_name=c.new_name,
-                      kernel_only=c.kernel_only, busy=c.busy, uid=c.uid)
+            a = admit(c, t)
             w = a.wait
             rep.ops += 1
             rep.waited += w

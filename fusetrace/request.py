@@ -4,11 +4,14 @@ both speak it.
 
 `Kind` is every kind of operation the shaper, the inline policy and the trace tell
 apart, in one place; `Request` is the value a handler hands the shaper (and the
-inline policy keys on).  The model's own vocabulary (`OpClass`, `Op` in
-emulator/ops.py) stays the model's: the shaper translates.
+inline policy keys on).  What the emulated NFS client is asked is the model's own
+type, `Call` (emulator/call.py, which says what each field means): `Request.call`
+builds it.
 """
 
 import enum
+
+from .emulator.call import Call
 
 
 class Kind(enum.StrEnum):
@@ -31,32 +34,17 @@ class WriteMode(enum.StrEnum):
 
 
 class Request:
-    """One operation, as the shaper sees it.
-
-    `op` is the FUSE request's name, which is the VFS operation's (the emulated NFS
-    client keys on it); `file` the FUSE inode the operation is on (0 for a namespace
-    change whose object is not known yet); `directory` and `name` the entry a lookup
-    or namespace change is about (create, mknod, mkdir, symlink, link, unlink,
-    rmdir; rename: the directory the entry leaves), else 0 and ""; `size` the bytes
-    asked for (readdir: the entries, from index `offset`); `write_mode` given for
-    writes only; `is_dir` whether `file` is a directory; for a flush, `closes` whether
-    it is the open file's first close(2), which the emulated NFS client charges its
-    CLOSE to (one per open file, as NFS sends; later flushes close duplicates), and
-    `writable` whether the file was opened for writing; for readdir, `handle` the
-    open directory; for rename, `new_directory` and `new_name` where the entry goes;
-    for unlink and rename, `busy` the node id of the regular file the name removed
-    (rename: replaced) while a handle of it was open here, which an NFS client renames to
-    a hidden name instead ("silly rename"; 0: none); for the release that closes such a
-    file's last handle, `directory` the directory of that hidden name, which NFS then
-    removes; `kernel_only` whether it is a request the kernel's FUSE path makes for its own
-    write-back cache, which an NFS client would not send (a page filled before part of
-    it is written through a write-only handle, a file's times handed over: see
-    Operations.read and Operations.setattr).
+    """One operation, as the shaper sees it: its `kind` (and `label`, the kind as the
+    inline policy and `fusetrace stats` name it) and the fields of the NFS client's
+    `Call` (emulator/call.py says what each means; `op` is the FUSE request's name,
+    which is the VFS operation's), which `call` hands on.  A handler gives `closes`
+    and `writable` for a flush only, `write_mode` for a write only.
 
     One is built for every request on the loop (a write on a mount that neither shapes
-    nor traces excepted: Operations.write), so it is cheap to make: a plain class
-    (a frozen dataclass costs three times as much) whose fields default to class
-    attributes and are set only when given, as most requests give three or four.
+    nor traces excepted: Operations.write), so it is cheap to make: a plain class (not a
+    frozen dataclass: docs/BENCHMARKS.md, "Figures behind design choices: emulator/,
+    shaping/ and request.py") whose fields default to class attributes and are set only
+    when given, as most requests give three or four.
     """
 
     file = directory = size = offset = handle = new_directory = busy = 0
@@ -104,6 +92,13 @@ class Request:
             self.kernel_only = kernel_only
         if busy:
             self.busy = busy
+
+    def call(self, uid: int) -> Call:
+        """What the emulated NFS client is asked for this request made by user `uid`: built
+        only when it is (a shaped mount, a simulated trace), so a trace-only mount pays nothing."""
+        return Call(self.op, self.file, self.directory, self.name, self.size, self.offset, self.write_mode,
+                    self.is_dir, self.closes, self.writable, self.handle, self.new_directory, self.new_name,
+                    self.kernel_only, self.busy, uid)
 
     def __repr__(self) -> str:
         return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "

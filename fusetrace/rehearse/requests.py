@@ -1,4 +1,5 @@
-"""A trace's records back into the Requests the mount's handlers made of them.
+"""A trace's records back into the Requests the mount's handlers made of them (whose
+`call(uid)` is the NFS client's `Call`, as the shaper asked it: `fusetrace simulate`).
 
 A record names what its handler's `Request` (fusetrace/request.py) held, but some of it
 only through the records before it, so the rebuilding is stateful over the stream, in
@@ -35,7 +36,6 @@ import stat
 from dataclasses import dataclass
 
 from ..emulator.ops import Gate
-from ..emulator.tracesim import Call
 from ..request import Kind, Request, WriteMode
 
 # The columns a Rebuilder reads, in the order rebuild() takes them.
@@ -214,11 +214,3 @@ class Rebuilder:
     def _kind(label: str | None, default: Kind) -> Kind:
         """The Kind a record's label names (format 3), else `default`."""
         return _LABELS.get(label, default) if label is not None else default
-
-
-def client_call(request: Request, t: float, uid: int = 0) -> Call:
-    """The emulated NFS client's view of `request` at time `t`, made by user `uid` (the
-    record's), as the shaper asks it (fusetrace/shaping/shaper.py, Shaper.admit)."""
-    r = request
-    return Call(t, r.op, r.file, r.directory, r.name, r.size, r.offset, r.write_mode or "buffered", r.is_dir,
-                r.closes, r.writable, r.handle, r.new_directory, r.new_name, r.kernel_only, r.busy != 0, uid)

@@ -18,7 +18,7 @@ import duckdb
 
 from ..emulator.model import Model
 from ..emulator.throughput import credit_cap
-from ..emulator.tracesim import Call, Result, TraceSim
+from ..emulator.tracesim import Result, Timed, TraceSim
 from ..errors import UserError
 from ..report.query import Trace
 from ..shaping.profile import load_params
@@ -26,7 +26,7 @@ from ..stats_view import _human_bytes
 from ..texttable import ns_text, table
 from ..trace import metadata as meta
 from ..trace import reader
-from .requests import COLUMNS, Gaps, Rebuilder, client_call
+from .requests import COLUMNS, Gaps, Rebuilder
 from .rows import records
 
 CACHE_CALLS = 200_000  # a trace of at most this many records is kept in memory (about 250 bytes a call)
@@ -45,20 +45,20 @@ class _Calls:
     def __init__(self, directory: str, count: int):
         self.directory = directory
         self.keep = count <= CACHE_CALLS
-        self.cached: list[Call] | None = None
+        self.cached: list[Timed] | None = None
         self.gaps = Gaps()
 
-    def __call__(self) -> Iterable[Call]:
+    def __call__(self) -> Iterable[Timed]:
         return self.cached if self.cached is not None else self._read()
 
-    def _read(self) -> Iterator[Call]:
+    def _read(self) -> Iterator[Timed]:
         rebuilder = Rebuilder()
-        kept: list[Call] | None = [] if self.keep else None
+        kept: list[Timed] | None = [] if self.keep else None
         for start_ns, uid, *record in records(self.directory, ["start_ns", "uid", *COLUMNS]):
             request = rebuilder.rebuild(*record)
             if request is None:
                 continue
-            call = client_call(request, start_ns / 1e9, uid)
+            call = (start_ns / 1e9, request.call(uid))
             if kept is not None:
                 kept.append(call)
             yield call

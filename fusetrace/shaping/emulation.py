@@ -12,13 +12,13 @@ import statistics
 import time
 from collections.abc import Callable
 from time import monotonic_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from ..emulator.events import parse_event
 from ..emulator.model import Model
-from ..emulator.params import ProfileError
+from ..emulator.params import Params, ProfileError
 from ..errors import ControlError, UserError
 from ..hostload import NO_LOAD, extending_writes_note, host_load
 from . import prometheus, roundtrip
@@ -31,10 +31,20 @@ from .timer import PreciseTimer
 if TYPE_CHECKING:
     from .sharing import Sharing
 
+
+class _Tracer(Protocol):
+    """The trace writer, as the emulation sees it: where its per-minute metrics go."""
+
+    def update_metadata(self, **extra: Any) -> None: ...
+
+
+# What the control socket and the trace's metadata carry of the emulation: JSON objects
+Json = dict[str, Any]
+
 SAMPLE_EVERY = 60.0  # seconds: CloudWatch's period
 MEASURE_EVERY = 60.0  # seconds between walks of the source for its stored size
 CALIBRATE_WAIT = 5.0  # seconds the first walk waits for calibrate() to finish, at most
-MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (about 40 µs here)
+MAX_COMPENSATION_NS = 200_000  # a bound on the measured FUSE round-trip share (docs/BENCHMARKS.md)
 
 
 def _now() -> float:
@@ -104,7 +114,7 @@ def _fixed_at_mount(key: str) -> str:
 
 
 class Emulation:
-    def __init__(self, name: str, params, source: str):
+    def __init__(self, name: str, params: Params, source: str):
         self.name, self.source = name, source
         self.started_ns = monotonic_ns()  # the model's time 0, which the trace's metadata keeps for simulate
         self.model = Model(params, self.started_ns / 1e9)  # latency samples seeded by the `seed` parameter
@@ -112,13 +122,13 @@ class Emulation:
         self.shaper = Shaper(self.model, self.timer)
         self.loop = LoopLoad()
         self.kernel_queue: KernelQueue | None = None  # watch_kernel_queue(); None: not measured
-        self.series: list[dict] = []
-        self._tracer = None
+        self.series: list[Json] = []
+        self._tracer: _Tracer | None = None
         self._calibrated = trio.Event()
         self.measured = False  # whether a walk of the source has given its size yet
-        self._events: list[dict] = []  # scheduled on the model's timeline, for `fault list`
+        self._events: list[Json] = []  # scheduled on the model's timeline, for `fault list`
         self._numbers: dict[str, int] = {}  # an event's id: its number in the model (cancel_events)
-        self._counters: Callable[[], dict] = _no_counters  # more counters for Prometheus (the server's)
+        self._counters: Callable[[], dict[str, int]] = _no_counters  # more counters for Prometheus (the server's)
         self.sharing: Sharing | None = None  # --shared: the file system's state shared with other mounts
 
     def share(self, url: str, fs_id: str) -> None:
@@ -153,12 +163,12 @@ class Emulation:
     def open(cls, profile: str, overrides: list[str], source: str) -> "Emulation":
         return cls(profile, load_params(profile, overrides), source)
 
-    def describe(self) -> dict:
+    def describe(self) -> Json:
         return {"profile": self.name, "params": dataclasses.asdict(self.model.params),
                 "started_monotonic_ns": self.started_ns}
 
-    async def start(self, nursery: trio.Nursery, tracer, metrics_port: int | None,
-                    counters: Callable[[], dict] | None = None) -> None:
+    async def start(self, nursery: trio.Nursery, tracer: _Tracer | None, metrics_port: int | None,
+                    counters: Callable[[], dict[str, int]] | None = None) -> None:
         """Run the timer and the samplers; serve the metrics (the model's, the host's and
         `counters()`) on metrics_port."""
         self._tracer = tracer
@@ -221,19 +231,19 @@ class Emulation:
             self.measured = True
             await trio.sleep(MEASURE_EVERY)
 
-    def host(self) -> dict:
+    def host(self) -> Json:
         """How the host keeps up with the model since mounting: its counters, and
         host_load() over them."""
         loop = self.loop.reading()
-        counters = {**self.shaper.counters(),
-                    "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
+        counters: Json = {**self.shaper.counters(),
+                          "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
         queue = self.kernel_queue
         if queue is not None and queue.failed is None:
             counters["queued_ns"] = queue.wait.queued_ns
             counters["queue_samples"] = queue.samples
         return {**counters, **host_load(NO_LOAD, counters)}
 
-    def _warnings(self, host: dict) -> list[str]:
+    def _warnings(self, host: Json) -> list[str]:
         """What a run's readers must be told of, beside its figures (`host`, a reading of
         Emulation.host()): extending writes, a kernel queue that is no longer measured."""
         out = [note] if (note := extending_writes_note(host)) else []
@@ -242,7 +252,7 @@ class Emulation:
             out.append(f"the FUSE kernel's queue is no longer measured ({queue.failed}): {LOOP_STANDS_IN}")
         return out
 
-    def stats(self) -> dict:
+    def stats(self) -> Json:
         """For `fusetrace stats`: the metrics, how the host keeps up, what held the
         operations (Shaper.gates) and what the run should be warned of."""
         host = self.host()
@@ -252,7 +262,7 @@ class Emulation:
             out["shared"] = self.sharing.describe()
         return out
 
-    def set(self, key: str, value: str) -> dict:
+    def set(self, key: str, value: str) -> Json:
         fixed = _fixed_at_mount(key)
         if fixed:
             raise ControlError(fixed)
@@ -264,7 +274,7 @@ class Emulation:
             self.sharing.client.changed(key, stored)
         return {"key": key, "value": stored}
 
-    def add_event(self, raw: dict, where: str = "event") -> dict:
+    def add_event(self, raw: object, where: str = "event") -> Json:
         """Schedule an event (emulator/events.py) `at` seconds from now on the model's
         timeline; a mistake is one line naming `where`."""
         try:
@@ -275,9 +285,10 @@ class Emulation:
             number = self.model.schedule(event, _now())
         except (ValueError, ProfileError) as exc:
             raise UserError(f"{where}: {exc}" if isinstance(exc, ProfileError) else str(exc)) from None
-        described = {"id": f"e{len(self._events) + 1}", **event.describe(), "wall_time": time.time() + event.at}
+        event_id = f"e{len(self._events) + 1}"
+        described = {"id": event_id, **event.describe(), "wall_time": time.time() + event.at}
         self._events.append(described)
-        self._numbers[described["id"]] = number
+        self._numbers[event_id] = number
         return described
 
     def cancel_events(self, ids: list[str] | None) -> list[str]:
@@ -295,7 +306,7 @@ class Emulation:
                 off.append(e["id"])
         return off
 
-    def events(self) -> list[dict]:
+    def events(self) -> list[Json]:
         """The events scheduled since mounting, each with the wall time it happens at, and a
         `set` that a later change made inconsistent at its instant (not applied) with why
         ("refused")."""
@@ -309,7 +320,7 @@ class Emulation:
         return {**self.model.metrics(_now()), **host, "loop_busy_ns": host["loop_elapsed_ns"] - host["loop_idle_ns"],
                 **self._counters()}
 
-    def final_metadata(self) -> dict:
+    def final_metadata(self) -> Json:
         self._sample()
         host = self.host()
         out = {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
@@ -319,6 +330,6 @@ class Emulation:
         return out
 
 
-def _no_counters() -> dict:
+def _no_counters() -> dict[str, int]:
     """The server's own counters for Prometheus, until it hands them in (Emulation.start)."""
     return {"faults_fired": 0, "open_descriptors": 0, "inode_descriptors": 0, "opens_refused": 0}

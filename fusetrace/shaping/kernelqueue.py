@@ -16,9 +16,9 @@ While one is, answered requests whose callers have not run yet still count.
 
 It is sampled every EVERY_S seconds from a thread of its own, at instants that have
 nothing to do with the loop's work.  A task on the loop would sample only while the
-loop runs, right after a wake-up, when the requests that woke it are still unread:
-through a mixed workload with the loop 25 % busy, that read 5.5-7.6 % of the modelled
-time unread, against 0.0-3.9 % from a thread.  (A request is also unread for a moment
+loop runs, right after a wake-up, when the requests that woke it are still unread, and
+reads more of the modelled time unread than there was (docs/BENCHMARKS.md, "Figures
+behind design choices: emulator/, shaping/ and request.py").  (A request is also unread for a moment
 on every round trip, between the kernel's queue and the handler: a few tens of
 microseconds each, which the samples count too.)
 

@@ -1,8 +1,8 @@
 """A profile named on the command line, with its --set overrides: checked before anything
 is mounted, by the CLI, the server and the scenario runner alike."""
 
-from ..emulator.params import Params
-from ..emulator.profiles import ProfileError, apply_overrides, load_profile
+from ..emulator.params import Params, ProfileError
+from ..emulator.profiles import apply_overrides, load_profile
 from ..errors import UserError
 
 

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
 
+from ..emulator.params import ParamValue
 from ..emulator.shared import CLIENT_TTL, SOURCE_TTL, Reply, Report
 from ..errors import UserError
 
@@ -34,7 +35,7 @@ BATCH = 1000  # reports one answer holds at most: a client catching up exchanges
 KEEP_MS = 86_400_000  # a file system's keys go a day after its last exchange
 
 
-def _text(value) -> str:
+def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 _EXCHANGE = """
@@ -167,7 +168,7 @@ class RedisHub:
         self._cursors: dict[str, str] = {}  # per client: the last report it read (none: joining)
         self.round_trips = 0
 
-    def join(self, client: str, base: dict) -> dict | None:
+    def join(self, client: str, base: dict[str, ParamValue]) -> dict[str, ParamValue] | None:
         """The file system's base parameters as its live clients have them (`base` itself
         when none is live); None when they are live but Redis lost it (ask again after
         their next announce); redis.RedisError if Redis does not answer."""

@@ -10,9 +10,10 @@ starts, so the server can leave its requests out of the trace first.
 Between calls the child pauses (PAUSE_S), so that each statfs finds the server waiting for
 a request, as a caller that does anything between its calls does.  One sent the moment
 the reply arrives is often already queued when the server looks for its next request,
-and is read without a turn of trio's loop (server/fuseread.py): without the pause the
-probes measured 21-31 µs on a 2-core VM, with it 55-83 (the trip a caller with think time
-meets, an idle CPU woken for it), and emulated qd1 latencies came nearer the profile.
+and is read without a turn of trio's loop (server/fuseread.py): with the pause the probes
+measure the trip a caller with think time meets, an idle CPU woken for it, and emulated
+qd1 latencies came nearer the profile (docs/BENCHMARKS.md, "Figures behind design choices:
+emulator/, shaping/ and request.py").
 """
 
 import statistics

@@ -21,15 +21,14 @@ while every one of its writes is "late").  Its modelled time counts all the same
 the time requests wait unread in the kernel (shaping/kernelqueue.py), also added,
 includes such writes', and a share taken over a modelled time without theirs
 measured nothing.  A workload of small buffered writes that the host slows shows
-there, as requests waiting unread: dd bs=4k of 78 MiB through efs-bursting on a
-fresh mount took 1.4-1.5 s where the model takes 0.78 (emulator/simulate.py's
-dd_write), and the host added 144-276 % (2,769-9,209 % when these writes' modelled
-time was left out).
+there, as requests waiting unread (dd bs=4k through efs-bursting: docs/BENCHMARKS.md,
+"Figures behind design choices: emulator/, shaping/ and request.py").
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from time import monotonic_ns
+from typing import TypedDict
 
 from ..emulator.model import Model
 from ..emulator.nfsclient import NfsClient
@@ -38,8 +37,8 @@ from ..request import Request, WriteMode
 from .timer import PreciseTimer
 
 _NS = 1_000_000_000
-# enum members the hot path names, as plain globals: a member's lookup on its class
-# costs a tenth of a microsecond
+# enum members the hot path names, as plain globals: a member's lookup on its class costs
+# more per request (docs/BENCHMARKS.md, "Figures behind design choices: emulator/, shaping/ and request.py")
 _CACHE = Gate.CACHE
 _KERNEL = Gate.KERNEL
 _BUFFERED, _SYNC = WriteMode.BUFFERED, WriteMode.SYNC
@@ -84,6 +83,26 @@ class Ticket:
     def __repr__(self) -> str:
         return (f"Ticket(deadline_ns={self.deadline_ns}, gate={self.gate!r}, wait_ns={self.wait_ns}, "
                 f"latency_ns={self.latency_ns}, transfer_ns={self.transfer_ns}, nfs={self.nfs!r})")
+
+
+class ShaperCounters(TypedDict):
+    """Shaper.counters(): how the host kept up since the mount (see there)."""
+
+    ops: int
+    late: int
+    late_ns: int
+    modelled_ns: int
+    compensation_us: float
+    extending_writes: int
+
+
+class GateTotals(TypedDict):
+    """One gate's line in Shaper.gates(): operations, and their modelled time split (ns)."""
+
+    ops: int
+    wait_ns: int
+    latency_ns: int
+    transfer_ns: int
 
 
 class _Tally:
@@ -139,7 +158,7 @@ class Shaper:
         finally:
             self._samples = None
 
-    def counters(self) -> dict[str, float]:
+    def counters(self) -> ShaperCounters:
         """How the host kept up, since the mount: operations shaped, replies late past
         their share, their lateness and the modelled time in all (hostload.host_load()
         compares two readings), the FUSE round trip share replies leave early, and the
@@ -147,7 +166,7 @@ class Shaper:
         return {"ops": self.ops, "late": self.late, "late_ns": self.late_ns, "modelled_ns": self.modelled_ns,
                 "compensation_us": self.compensation_ns / 1e3, "extending_writes": self.extending_writes}
 
-    def gates(self) -> dict[str, dict[str, int]]:
+    def gates(self) -> dict[str, GateTotals]:
         """Since the mount, per gate (the model's Gate values): the operations it held
         (`ops`: those answered at once are counted under theirs) and their modelled
         time in all, split into `wait_ns`, `latency_ns` and `transfer_ns`; most
@@ -167,12 +186,7 @@ class Shaper:
         An operation the client answers without waiting on the server gets no deadline."""
         if self._samples is not None:
             return None
-        r = request
-        adm = self.client.admit(r.op, start_ns / _NS, file=r.file, directory=r.directory, name=r.name, size=r.size,
-                                offset=r.offset, write_mode=r.write_mode or "buffered", is_dir=r.is_dir,
-                                closes=r.closes, writable=r.writable, handle=r.handle,
-                                new_directory=r.new_directory, new_name=r.new_name, kernel_only=r.kernel_only,
-                                busy=r.busy != 0, uid=uid)
+        adm = self.client.admit(request.call(uid), start_ns / _NS)
         if adm.gate is _CACHE or adm.gate is _KERNEL:
             return Ticket(None, adm)
         self.ops += 1

@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -62,7 +63,7 @@ class Sharing:
         self.state = "starting"
         self.since = time.time()
         self.exchanges = self.failed = 0
-        self.outages: list[dict] = []  # {from, to (None: still), error}: wall times
+        self.outages: list[dict[str, Any]] = []  # {from, to (None: still), error}: wall times
 
     def join(self) -> None:
         """Before mounting: Redis answers, and this mount emulates the file system with the
@@ -137,7 +138,7 @@ class Sharing:
                         "to the others", shown(self.url), time.time() - self.since)
         self.state, self.since = "ok", time.time()
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """For stats and the trace's metadata."""
         return {"url": shown(self.url), "fs_id": self.fs_id, "client": self.client.client,
                 "state": self.state, "since": self.since, "exchanges": self.exchanges, "failed": self.failed,

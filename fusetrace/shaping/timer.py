@@ -8,8 +8,8 @@ land near their times rather than always after them.
 
 A sleeper may say how far from its deadline it can bear to wake, before or after
 (slack), so that deadlines falling close together cost one wake-up, not one each:
-a wake-up of the loop costs far more CPU than a sleeper does (on a virtual
-machine, about 100 us against a few).  Sleepers are kept in the order of the
+a wake-up of the loop costs far more CPU than a sleeper does (docs/BENCHMARKS.md,
+"Figures behind design choices: emulator/, shaping/ and request.py").  Sleepers are kept in the order of the
 latest time each may wake (deadline + slack).  The timer is armed for the first
 one's latest time when the next one in that order can go with it then (its slack
 reaches back to then), else for its deadline, so a sleeper alone wakes on time
@@ -69,7 +69,7 @@ class _Itimerspec(ctypes.Structure):
 
 
 class PreciseTimer:
-    def __init__(self):
+    def __init__(self) -> None:
         fd = _libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
@@ -131,13 +131,14 @@ class PreciseTimer:
             self._defer_to, target = -1, self._defer_to  # the lone first sleeper if that one waits
             self._arm(target)
 
-        def abort(_):
+        def abort(_: object) -> trio.lowlevel.Abort:
             sleepers.pop(key, None)  # its key is dropped when it reaches the top of the heap
             if key in heap[:3]:  # it may be what the timer is armed for, or why
                 self._plan()
             return _SUCCEEDED
 
-        return await _wait_task_rescheduled(abort)
+        woke_for: int = await _wait_task_rescheduled(abort)  # what the timer wakes it with
+        return woke_for
 
     async def run(self) -> None:
         """The background task that wakes sleepers; start it in a nursery."""

@@ -11,7 +11,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..private import read_regular
 
@@ -38,12 +38,15 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+# What _metadata.json holds: a JSON object, its keys as docs/TRACE_FORMAT.md lists them (a
+# trace's options and counts, and for an emulated mount its metrics: open-ended by design).
+Metadata = dict[str, Any]
 MAX_BYTES = 64 << 20  # a month's metrics_per_minute is a few MB; more is no trace's
 MAX_INT = 2**63  # every integer key is a count, an id or ns below int64's limit
 _MOST = {"fuse_round_trip_ns": 2**53}  # a duration, bounded as the records' (reader.MAX_DURATION_NS)
 
 
-def _checked(data: object) -> dict:
+def _checked(data: object) -> Metadata:
     """`data` as read from the file, if each known key has its type (ValueError if not)."""
     if not isinstance(data, dict):
         raise ValueError(f"{NAME} is not a JSON object")
@@ -71,9 +74,10 @@ def clock_pair() -> tuple[int, int]:
     return wall, (before + after) // 2
 
 
-def to_wall_ns(metadata: dict, monotonic_ns: int) -> int:
+def to_wall_ns(metadata: Metadata, monotonic_ns: int) -> int:
     """Wall-clock ns (since the Unix epoch) of a trace time such as start_ns."""
-    return metadata["start_wall_ns"] + (monotonic_ns - metadata["start_monotonic_ns"])
+    wall: int = metadata["start_wall_ns"] + (monotonic_ns - metadata["start_monotonic_ns"])
+    return wall
 
 
 def atomic_write(path: str, fill: Callable[[BinaryIO], object], dir_fd: int | None = None) -> None:
@@ -105,14 +109,14 @@ def atomic_write(path: str, fill: Callable[[BinaryIO], object], dir_fd: int | No
         raise
 
 
-def write(directory: str, metadata: dict, dir_fd: int | None = None) -> None:
+def write(directory: str, metadata: Metadata, dir_fd: int | None = None) -> None:
     """Write the metadata into `directory` (or, given `dir_fd`, the directory it opens)."""
     data = json.dumps(metadata, indent=2, default=str).encode() + b"\n"
     atomic_write(NAME if dir_fd is not None else os.path.join(directory, NAME), lambda f: _write_all(f, data),
                  dir_fd=dir_fd)
 
 
-def read(directory: str) -> dict:
+def read(directory: str) -> Metadata:
     """The trace's metadata; {} if it has none. A corrupt file raises ValueError: not JSON,
     nested too deep for the parser, over MAX_BYTES, or a known key of the wrong type or
     range."""
@@ -128,7 +132,7 @@ def read(directory: str) -> dict:
         raise ValueError(f"{NAME}: nested too deep") from None
 
 
-def loss_summary(directory: str | os.PathLike) -> str | None:
+def loss_summary(directory: str | os.PathLike[str]) -> str | None:
     """One line on what a finished trace lost (dropped, lost, failed writes, and whether
     its final metadata was written), from its _metadata.json; None when it lost nothing
     and was closed.  For `fusetrace umount`, once the server has exited.  Imports no

@@ -12,6 +12,7 @@ for one that held other bytes).  docs/TRACE_FORMAT.md, *Names that are not UTF-8
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -48,7 +49,7 @@ def with_raw(columns: list[str]) -> list[str]:
     return columns + [RAW[c] for c in columns if c in RAW and RAW[c] not in columns]
 
 
-def rows(batch: pa.RecordBatch, columns: list[str]) -> Iterator[tuple]:
+def rows(batch: pa.RecordBatch, columns: list[str]) -> Iterator[tuple[Any, ...]]:
     """The batch's rows, `columns` of each, its names exact (a batch read with
     with_raw(columns): each name's raw value, when there is one, replaces its text)."""
     lists = {}

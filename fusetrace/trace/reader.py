@@ -36,16 +36,23 @@ import pyarrow.parquet as pq
 from ..errors import UserError
 from ..texttable import printable
 from . import metadata as meta
-from .schema import COLUMNS, SCHEMA
+from .schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
 
 log = logging.getLogger(__name__)
 
-# What a column missing from an older format reads as.
-_DEFAULTS = {"gate": "null::varchar", "wait_ns": "0::bigint", "latency_ns": "0::bigint",
-             "transfer_ns": "0::bigint", "nfs": "null::varchar", "comm": "''", "kind": "null::varchar",
-             "flags": "0::integer", "mode": "0::uinteger", "entry": "0::ubigint",
-             "fault": "null::varchar", "path_raw": "null::blob",
-             "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
+# What a column missing from an older format reads as: what a record leaves it at (its
+# default in TraceRecord), as a DuckDB literal of its type.
+_SQL_TYPES = {pa.int64(): "bigint", pa.uint64(): "ubigint", pa.int32(): "integer", pa.uint32(): "uinteger"}
+
+
+def _literal(value: int | str | None, field: pa.Field) -> str:
+    sql = _SQL_TYPES.get(field.type, "varchar")
+    return "''" if value == "" else f"{'null' if value is None else value}::{sql}"
+
+
+_DEFAULTS = {**{f.name: _literal(TraceRecord._field_defaults[f.name], f) for f in RECORD_SCHEMA
+                if f.name in TraceRecord._field_defaults},
+             "path_raw": "null::blob", "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
 MEMORY_LIMIT = "512MB"
 
 
@@ -77,7 +84,7 @@ RANGES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("pid", "uid", "gid", "mode"), (0, 2**32 - 1)),
     "errno": (0, 4095), "flags": (-(2**31), 2**31 - 1),
 }
-_checked: dict[tuple, list[str]] = {}  # what checked_parts found, by the parts' names, sizes and times
+_checked: dict[tuple[object, ...], list[str]] = {}  # what checked_parts found, by the parts' names, sizes and times
 _unreadable: set[str] = set()  # directories whose metadata was warned of
 _rows: dict[str, int] = {}  # each checked part's records, from its footer
 
@@ -276,7 +283,7 @@ def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]
     return list(out.values())
 
 
-def metadata(directory: str) -> dict:
+def metadata(directory: str) -> meta.Metadata:
     """The trace's _metadata.json ({} when it has none or it cannot be read: a warning
     says why, once per directory)."""
     try:
@@ -319,7 +326,7 @@ def ordered_batches(directory: str, columns: list[str] | None = None, *, where: 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def host_literal(metadata: dict) -> str:
+def host_literal(metadata: meta.Metadata) -> str:
     """The host a trace from before format 5 (no host column) reads as, as a DuckDB
     literal: the one its metadata names, else ""."""
     host = metadata.get("host")
@@ -332,7 +339,7 @@ class Member:
 
     directory: str  # absolute
     files: list[str]
-    metadata: dict  # {} when it has none or it cannot be read
+    metadata: meta.Metadata  # {} when it has none or it cannot be read
     metadata_error: str | None  # why there is no metadata, in a few words; None when there is
     offset_ns: int  # added to its start_ns to put its records on the set's clock
     columns: frozenset[str] = frozenset()  # its parts' columns, once TraceSet.create_view has read them
@@ -364,7 +371,7 @@ class TraceSet:
         self.members: list[Member] = []
         for given in directories:
             directory = os.path.abspath(given)
-            data: dict = {}
+            data: meta.Metadata = {}
             error: str | None = None
             try:
                 data = meta.read(directory)
@@ -375,7 +382,7 @@ class TraceSet:
                     error = f"no {meta.NAME}: source, start time and drops unknown"
             self.members.append(Member(directory, checked_parts(given), data, error, 0))
         clocked = [m for m in self.members if _has_clock(m.metadata)]
-        self.base: dict = min((m.metadata for m in clocked), key=lambda d: d["start_wall_ns"], default={})
+        self.base: meta.Metadata = min((m.metadata for m in clocked), key=lambda d: d["start_wall_ns"], default={})
         if len(self.members) > 1:
             for m in clocked:
                 m.offset_ns = ((m.metadata["start_wall_ns"] - m.metadata["start_monotonic_ns"])
@@ -411,5 +418,5 @@ class TraceSet:
         return {row[0] for row in db.execute(f"describe {name}").fetchall()}
 
 
-def _has_clock(metadata: dict) -> bool:
+def _has_clock(metadata: meta.Metadata) -> bool:
     return all(isinstance(metadata.get(k), int) for k in ("start_wall_ns", "start_monotonic_ns"))

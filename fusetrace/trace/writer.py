@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any, BinaryIO, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +91,7 @@ _RECORD_BYTES = (_PACK.size + 8 * _WIDTH) * 9 // 8 + _STR_BYTES
 _SHAPED_BYTES = 2 * _STR_BYTES + 32
 
 
-def _cost(strs: list) -> int:
+def _cost(strs: list[str | None]) -> int:
     """Estimated bytes of the queued records whose references are `strs` (see _RECORD_BYTES)."""
     path2s = strs[_PATH2::_WIDTH]
     gates = strs[_GATE::_WIDTH]
@@ -99,12 +100,33 @@ def _cost(strs: list) -> int:
             + (len(gates) - gates.count(None)) * _SHAPED_BYTES)
 
 
+class Counters(TypedDict):
+    """What a writer did: records written, dropped and lost, parts, failed writes."""
+
+    records: int
+    dropped: int
+    lost: int
+    files: int
+    write_errors: int
+    last_error: str | None
+
+
+class WriterStats(Counters):
+    """Counters, and the queue now, for `fusetrace stats`."""
+
+    queued: int
+    recorded: int
+    queued_bytes: int
+    max_pending_bytes: int | None
+    deferred: int
+
+
 class TraceDirError(UserError):
     """The trace directory cannot be used; the message is one line naming it and why."""
 
 
 class TraceWriter:
-    def __init__(self, directory: str | os.PathLike, metadata: dict, *, flush_interval: float = 0.5,
+    def __init__(self, directory: str | os.PathLike[str], metadata: meta.Metadata, *, flush_interval: float = 0.5,
                  max_pending: int | None = None, max_pending_bytes: int | None = MAX_PENDING_BYTES):
         """metadata: what _metadata.json says of the trace; its `host` is also every
         record's host column.  max_pending: at most this many records wait (None: no count
@@ -119,7 +141,7 @@ class TraceWriter:
         # on).  The loop counts a record in `_added` once all of it is in place, and the
         # writer reads only records counted there.
         self._ints = bytearray()
-        self._strs: list = []
+        self._strs: list[str | None] = []
         self._blocks = collections.deque([(self._ints, self._strs)])
         self._read = 0
         self._added = 0  # records queued so far (the loop's)
@@ -139,7 +161,7 @@ class TraceWriter:
         self.last_error: str | None = None
         self.final_metadata_written: bool | None = None  # known at close
         self._closed = False
-        self._summary: dict = {}
+        self._summary: Counters | None = None
 
         self._dirfd = _prepare(self.directory)
         # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
@@ -197,7 +219,7 @@ class TraceWriter:
         else:
             self.dropped += 1
 
-    def _next_block(self) -> list:
+    def _next_block(self) -> list[str | None]:
         """Start a new block for the records to come (the loop's); its references."""
         self._ints, self._strs = bytearray(), []
         self._blocks.append((self._ints, self._strs))
@@ -230,7 +252,7 @@ class TraceWriter:
         """Records given so far (and not dropped): written, being written or queued."""
         return self._added
 
-    def stats(self) -> dict:
+    def stats(self) -> WriterStats:
         """The counters, for `fusetrace stats`."""
         return {"records": self.records, "queued": self.queued, "recorded": self.recorded,
                 "queued_bytes": self.queued_bytes,
@@ -238,13 +260,13 @@ class TraceWriter:
                 "dropped": self.dropped, "lost": self.lost, "files": self.files,
                 "write_errors": self.write_errors, "deferred": self.deferred, "last_error": self.last_error}
 
-    def update_metadata(self, **extra) -> None:
+    def update_metadata(self, **extra: Any) -> None:
         """Add keys to _metadata.json; they are written at the next flush or at close."""
         with self._meta_lock:
             self._meta.update(extra)
             self._meta_dirty = True
 
-    def close(self) -> dict:
+    def close(self) -> Counters:
         """Write everything pending, stop the thread, and write the final metadata.
         Returns the counters (records, dropped, lost, files, write_errors, last_error).
         Records given after close are counted as dropped."""
@@ -261,6 +283,7 @@ class TraceWriter:
             os.close(self._dirfd)
             self._summary = self._counters()
             log.info("%s", self.closing_line())
+        assert self._summary is not None
         return self._summary
 
     def closing_line(self) -> str:
@@ -273,10 +296,10 @@ class TraceWriter:
             line += f"; its final {meta.NAME} could not be written: it holds the counts of an earlier flush"
         return line
 
-    def __enter__(self):
+    def __enter__(self) -> "TraceWriter":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- the writer thread -----------------------------------------------------------
@@ -297,7 +320,7 @@ class TraceWriter:
             self._write_part(n, last)
         self._flush_metadata()
 
-    def _take(self, n: int) -> tuple[bytes, list]:
+    def _take(self, n: int) -> tuple[bytes, list[str | None]]:
         """The next `n` queued records, taken off the queue: their packed integers and
         their references.  Their references in the block are cleared (the same number of
         Nones: the loop may be extending the list), so that what they alone kept alive goes
@@ -321,7 +344,7 @@ class TraceWriter:
         self._bytes_out += _cost(strs)
         return b"".join(ints), strs
 
-    def _row_groups(self, n: int) -> Iterator[tuple[int, bytes, list]]:
+    def _row_groups(self, n: int) -> Iterator[tuple[int, bytes, list[str | None]]]:
         """The next `n` queued records, taken `_ROW_GROUP` at a time as they are asked for:
         (how many, their packed integers, their references)."""
         while n:
@@ -337,7 +360,7 @@ class TraceWriter:
         unless this is the `last`."""
         taken = 0
 
-        def fill(f) -> None:
+        def fill(f: BinaryIO) -> None:
             nonlocal taken
             with pq.ParquetWriter(f, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY) as out:
                 for count, rows, strs in self._row_groups(n):
@@ -375,7 +398,7 @@ class TraceWriter:
             log.warning("trace %s: cannot write %s: %s", self.directory, what, text)
         self.last_error = text
 
-    def _counters(self) -> dict:
+    def _counters(self) -> Counters:
         return {"records": self.records, "dropped": self.dropped, "lost": self.lost,
                 "files": self.files, "write_errors": self.write_errors, "last_error": self.last_error}
 
@@ -456,7 +479,7 @@ def _reserve(dirfd: int) -> bool:
         os.close(fd)
 
 
-def _table(rows: bytes, strs: list, host: pa.Array) -> pa.Table:
+def _table(rows: bytes, strs: list[str | None], host: pa.Array) -> pa.Table:
     """Queued records to a Table: the integer columns read from the packed rows by numpy,
     the others converted a column at a time, with the trace's `host` (a one-value
     array) as every row's host column.  A text that is not UTF-8 is stored with U+FFFD

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Each part of the package, lowest first, with the parts it may import besides itself.
 LAYERS = {
     "emulator": set(),
-    "base": set(),  # errors, private files, logging, text tables
+    "base": {"emulator"},  # errors, private files, logging, text tables; request.py builds the model's Call
     "trace": {"base"},
     "shaping": {"base", "emulator"},
     "faults": {"base", "emulator"},  # fault rules and the injector's state: pure, asked by the server

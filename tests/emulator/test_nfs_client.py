@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import VFS_OPS, NfsClient
 from fusetrace.emulator.ops import Gate
@@ -31,78 +32,78 @@ def took(adm, now: float) -> float:
 
 def test_a_lookup_is_sent_once_then_trusted_while_its_directory_is():
     c = client()
-    first = c.admit("lookup", 0.0, directory=1, name="a")
+    first = c.admit(Call("lookup", directory=1, name="a"), 0.0)
     # the walk's first search of the directory asks ACCESS (default_permissions: FUSE sends none)
     assert first.rpcs == "ACCESS,LOOKUP" and took(first, 0.0) == pytest.approx(2 * MS)
-    assert c.admit("lookup", 0.5, directory=1, name="b").rpcs == "LOOKUP"  # the answer is kept
+    assert c.admit(Call("lookup", directory=1, name="b"), 0.5).rpcs == "LOOKUP"  # the answer is kept
     # the name (positive or negative), while the directory's attributes are trusted: acdirmin, 30 s
-    assert c.admit("lookup", 1.0, directory=1, name="a").gate is Gate.CACHE
-    assert c.admit("lookup", 20.0, directory=1, name="a").gate is Gate.CACHE
-    stale = c.admit("lookup", 40.0, directory=1, name="a")
+    assert c.admit(Call("lookup", directory=1, name="a"), 1.0).gate is Gate.CACHE
+    assert c.admit(Call("lookup", directory=1, name="a"), 20.0).gate is Gate.CACHE
+    stale = c.admit(Call("lookup", directory=1, name="a"), 40.0)
     assert stale.rpcs == "GETATTR"  # revalidates the directory, not the name
-    assert c.admit("lookup", 41.0, directory=1, name="a").gate is Gate.CACHE
-    c.admit("create", 42.0, directory=1, name="b")  # its reply brings the directory's attributes
-    assert c.admit("lookup", 43.0, directory=1, name="a").gate is Gate.CACHE
+    assert c.admit(Call("lookup", directory=1, name="a"), 41.0).gate is Gate.CACHE
+    c.admit(Call("create", directory=1, name="b"), 42.0)  # its reply brings the directory's attributes
+    assert c.admit(Call("lookup", directory=1, name="a"), 43.0).gate is Gate.CACHE
 
 
 def test_attributes_are_trusted_for_acregmin_doubling_while_unchanged():
     c = client()
-    assert c.admit("getattr", 0.0, file=7).rpcs == "GETATTR"
-    assert c.admit("getattr", 2.0, file=7).gate is Gate.CACHE  # within 3 s
-    assert c.admit("getattr", 3.5, file=7).rpcs == "GETATTR"  # fetched again, unchanged: trusted 6 s
-    assert c.admit("getattr", 9.0, file=7).gate is Gate.CACHE
-    assert c.admit("getattr", 10.0, file=7).rpcs == "GETATTR"
+    assert c.admit(Call("getattr", file=7), 0.0).rpcs == "GETATTR"
+    assert c.admit(Call("getattr", file=7), 2.0).gate is Gate.CACHE  # within 3 s
+    assert c.admit(Call("getattr", file=7), 3.5).rpcs == "GETATTR"  # fetched again, unchanged: trusted 6 s
+    assert c.admit(Call("getattr", file=7), 9.0).gate is Gate.CACHE
+    assert c.admit(Call("getattr", file=7), 10.0).rpcs == "GETATTR"
 
 
 def test_open_always_sends_open_close_to_open():
     c = client()
-    c.admit("getattr", 0.0, file=7)
-    again = c.admit("open", 0.5, file=7)
+    c.admit(Call("getattr", file=7), 0.0)
+    again = c.admit(Call("open", file=7), 0.5)
     assert again.rpcs == "OPEN" and took(again, 0.5) == pytest.approx(MS)
-    assert c.admit("getattr", 1.0, file=7).gate is Gate.CACHE  # OPEN brought the attributes
-    assert c.admit("access", 1.0, file=7).gate is Gate.CACHE  # and the access rights
+    assert c.admit(Call("getattr", file=7), 1.0).gate is Gate.CACHE  # OPEN brought the attributes
+    assert c.admit(Call("access", file=7), 1.0).gate is Gate.CACHE  # and the access rights
 
 
 def test_a_stat_of_a_file_being_written_waits_for_its_data():
     c = client("burst_mibps=1000000")
-    c.admit("write", 0.0, file=7, size=MiB)  # buffered: its WRITE takes 10 ms
-    stat = c.admit("getattr", 0.001, file=7)
+    c.admit(Call("write", file=7, size=MiB), 0.0)  # buffered: its WRITE takes 10 ms
+    stat = c.admit(Call("getattr", file=7), 0.001)
     assert stat.gate is Gate.WRITEBACK and stat.done_at == pytest.approx(0.010)  # flushed first
     assert stat.rpcs == "WRITE(FILE_SYNC)"  # one wsize, sent stable; its reply brought the attributes: no GETATTR
-    assert c.admit("getattr", 0.02, file=7).gate is Gate.CACHE
-    assert took(c.admit("getattr", 0.001, file=8), 0.001) == pytest.approx(MS)  # another file does not wait
+    assert c.admit(Call("getattr", file=7), 0.02).gate is Gate.CACHE
+    assert took(c.admit(Call("getattr", file=8), 0.001), 0.001) == pytest.approx(MS)  # another file does not wait
 
 
 def test_after_the_cliff_a_stat_waits_behind_the_data_queued_before_it():
     c = client("burst_credit_balance=0", "stored_size=1 GiB", "baseline_floor_mibps=1")  # 1 MiB/s
     for _ in range(4):
-        c.admit("write", 0.0, file=7, size=MiB)  # 4 MiB queued at 1 MiB/s
-    assert all(took(c.admit("getattr", 0.1, file=f), 0.1) > 3.5 for f in (7, 8))  # `ls` froze
+        c.admit(Call("write", file=7, size=MiB), 0.0)  # 4 MiB queued at 1 MiB/s
+    assert all(took(c.admit(Call("getattr", file=f), 0.1), 0.1) > 3.5 for f in (7, 8))  # `ls` froze
 
 
 def test_setattr_syncs_the_file_then_sends_setattr():
     c = client("burst_mibps=1000000")
-    c.admit("write", 0.0, file=7, size=MiB)
-    adm = c.admit("setattr", 0.0, file=7)
+    c.admit(Call("write", file=7, size=MiB), 0.0)
+    adm = c.admit(Call("setattr", file=7), 0.0)
     assert adm.rpcs == "WRITE(FILE_SYNC),SETATTR" and took(adm, 0.0) == pytest.approx(20 * MS)
-    assert c.admit("setattr", 1.0, file=7).rpcs == "SETATTR"  # nothing left to write
+    assert c.admit(Call("setattr", file=7), 1.0).rpcs == "SETATTR"  # nothing left to write
 
 
 def test_the_write_back_caches_times_cost_nothing_and_leave_the_data_to_the_close():
     # FUSE's write-back cache hands the kernel's mtime and ctime over in a setattr of
     # their own, which NFS never sends: no RPC, no flush; close(2) then sends the data
     c = client("burst_mibps=1000000")
-    c.admit("write", 0.0, file=7, size=MiB)
-    times = c.admit("setattr", 0.0, file=7, kernel_only=True)
+    c.admit(Call("write", file=7, size=MiB), 0.0)
+    times = c.admit(Call("setattr", file=7, kernel_only=True), 0.0)
     assert times.gate is Gate.KERNEL and times.rpcs == "" and took(times, 0.0) == 0
-    close = c.admit("flush", 0.0, file=7)
+    close = c.admit(Call("flush", file=7), 0.0)
     assert close.rpcs == "WRITE(FILE_SYNC),CLOSE" and took(close, 0.0) == pytest.approx(11 * MS)
 
 
 def test_a_create_long_after_a_lookup_of_its_name_pays_its_own_round_trip():
     c = client()
-    c.admit("lookup", 0.0, directory=1, name="f")  # [ -e f ] ...
-    create = c.admit("create", 0.5, directory=1, name="f")  # ... || touch f: two calls, two round trips
+    c.admit(Call("lookup", directory=1, name="f"), 0.0)  # [ -e f ] ...
+    create = c.admit(Call("create", directory=1, name="f"), 0.5)  # ... || touch f: two calls, two round trips
     assert took(create, 0.5) == pytest.approx(10 * MS)
 
 
@@ -110,45 +111,45 @@ def test_an_open_that_truncates_a_non_empty_file_sends_a_setattr_after_the_open(
     """`cp` over an existing file, `>` in a shell: NFS 4 opens, then cuts the size with a
     SETATTR the caller waits for; an empty file's size is left alone."""
     c = client()
-    cut = c.admit("open", 0.0, file=7, size=4096)
+    cut = c.admit(Call("open", file=7, size=4096), 0.0)
     assert cut.rpcs == "OPEN,SETATTR" and took(cut, 0.0) == pytest.approx(MS + 10 * MS)
-    assert c.admit("open", 1.0, file=8, size=0).rpcs == "OPEN"
+    assert c.admit(Call("open", file=8, size=0), 1.0).rpcs == "OPEN"
 
 
 def test_touch_is_open_create_setattr_and_close():
     c = client()
-    lookup = c.admit("lookup", 0.0, directory=1, name="new")  # FUSE asks first; NFS would not
-    create = c.admit("create", lookup.done_at, directory=1, name="new")
+    lookup = c.admit(Call("lookup", directory=1, name="new"), 0.0)  # FUSE asks first; NFS would not
+    create = c.admit(Call("create", directory=1, name="new"), lookup.done_at)
     assert create.rpcs == "OPEN(create)"
     assert create.done_at == pytest.approx(11 * MS)  # ACCESS, then from the LOOKUP's start: one OPEN
-    setattr_ = c.admit("setattr", create.done_at, file=9)
-    close = c.admit("flush", setattr_.done_at, file=9)  # close(2): FUSE's flush
-    release = c.admit("release", close.done_at, file=9)
+    setattr_ = c.admit(Call("setattr", file=9), create.done_at)
+    close = c.admit(Call("flush", file=9), setattr_.done_at)  # close(2): FUSE's flush
+    release = c.admit(Call("release", file=9), close.done_at)
     assert setattr_.rpcs == "SETATTR"
     assert close.rpcs == "CLOSE" and took(close, setattr_.done_at) == pytest.approx(MS)  # nothing to write
     assert release.gate is Gate.CACHE and release.rpcs == ""  # FUSE's release: nobody waits for it
-    again = c.admit("flush", 2.0, file=9, closes=False)  # a duplicate's close(2): no CLOSE of its own
+    again = c.admit(Call("flush", file=9, closes=False), 2.0)  # a duplicate's close(2): no CLOSE of its own
     assert again.gate is Gate.CACHE and again.rpcs == ""
     assert c.model.metrics(1.0)["MetadataReadOps"] == 3  # ACCESS, the LOOKUP FUSE sent, and the CLOSE
 
 
 def test_a_read_is_a_read():
-    adm = client().admit("read", 0.0, file=7, size=4096)
+    adm = client().admit(Call("read", file=7, size=4096), 0.0)
     assert adm.rpcs == "READ" and took(adm, 0.0) == pytest.approx(MS)
 
 
 def test_a_flush_of_one_wsize_goes_file_sync_a_larger_one_commits_nothing_sends_nothing():
     c = client("burst_mibps=1000000")  # no throughput limit to speak of
-    c.admit("write", 0.0, file=7, size=4096)
-    small = c.admit("fsync", 0.0, file=7)
+    c.admit(Call("write", file=7, size=4096), 0.0)
+    small = c.admit(Call("fsync", file=7), 0.0)
     assert small.rpcs == "WRITE(FILE_SYNC)" and took(small, 0.0) == pytest.approx(10 * MS)  # one round trip
     for _ in range(3):
-        c.admit("write", 1.0, file=7, size=MiB)
-    large = c.admit("fsync", 1.0, file=7)
+        c.admit(Call("write", file=7, size=MiB), 1.0)
+    large = c.admit(Call("fsync", file=7), 1.0)
     assert large.rpcs == "COMMIT" and took(large, 1.0) == pytest.approx(20 * MS)  # parallel WRITEs, a COMMIT
-    assert c.admit("fsync", 2.0, file=7).gate is Gate.CACHE  # nothing written since: nothing sent
-    c.admit("write", 3.0, file=7, size=4096)
-    late = c.admit("fsync", 4.0, file=7)  # the eager write-back went UNSTABLE long ago: its COMMIT
+    assert c.admit(Call("fsync", file=7), 2.0).gate is Gate.CACHE  # nothing written since: nothing sent
+    c.admit(Call("write", file=7, size=4096), 3.0)
+    late = c.admit(Call("fsync", file=7), 4.0)  # the eager write-back went UNSTABLE long ago: its COMMIT
     assert late.rpcs == "COMMIT" and took(late, 4.0) == pytest.approx(10 * MS)
 
 
@@ -156,124 +157,124 @@ def test_a_stat_of_a_file_whose_data_is_on_its_way_flushes_it_file_sync_so_its_c
     """nfs_getattr writes the file back first (FLUSH_COND_STABLE): what fits one WRITE goes
     FILE_SYNC, and the close after owes no COMMIT; more than that still owes one."""
     c = client("burst_mibps=1000000")
-    c.admit("write", 0.0, file=7, size=4096)
-    stat = c.admit("getattr", 0.0, file=7)
+    c.admit(Call("write", file=7, size=4096), 0.0)
+    stat = c.admit(Call("getattr", file=7), 0.0)
     assert stat.gate is Gate.WRITEBACK and stat.rpcs == "WRITE(FILE_SYNC)"
-    assert c.admit("flush", 1.0, file=7).rpcs == "CLOSE"
+    assert c.admit(Call("flush", file=7), 1.0).rpcs == "CLOSE"
     for _ in range(3):
-        c.admit("write", 2.0, file=8, size=MiB)
-    assert c.admit("getattr", 2.0, file=8).gate is Gate.WRITEBACK
-    assert c.admit("flush", 3.0, file=8).rpcs == "COMMIT,CLOSE"
+        c.admit(Call("write", file=8, size=MiB), 2.0)
+    assert c.admit(Call("getattr", file=8), 2.0).gate is Gate.WRITEBACK
+    assert c.admit(Call("flush", file=8), 3.0).rpcs == "COMMIT,CLOSE"
 
 
 def test_a_read_only_close_flushes_nothing_and_leaves_a_writers_data_to_its_own_flush():
     c = client("burst_mibps=1000000")
-    c.admit("write", 0.0, file=7, size=MiB, write_mode="sync")
-    reader = c.admit("flush", 0.0, file=7, writable=False)
+    c.admit(Call("write", file=7, size=MiB, write_mode="sync"), 0.0)
+    reader = c.admit(Call("flush", file=7, writable=False), 0.0)
     assert reader.rpcs == "CLOSE" and took(reader, 0.0) == pytest.approx(MS)
-    assert c.admit("fsync", 0.0, file=7).rpcs == "WRITE(FILE_SYNC)"  # the writer's data, still its own
+    assert c.admit(Call("fsync", file=7), 0.0).rpcs == "WRITE(FILE_SYNC)"  # the writer's data, still its own
 
 
 def test_a_direct_write_is_sent_as_it_comes_stable():
     c = client()
-    adm = c.admit("write", 0.0, file=7, size=4096, write_mode="direct")
+    adm = c.admit(Call("write", file=7, size=4096, write_mode="direct"), 0.0)
     assert adm.rpcs == "WRITE" and took(adm, 0.0) == pytest.approx(10 * MS)
-    assert c.admit("fsync", 0.1, file=7).rpcs == ""  # nothing unstable to commit
+    assert c.admit(Call("fsync", file=7), 0.1).rpcs == ""  # nothing unstable to commit
 
 
 def test_a_listing_is_one_readdirplus_per_batch_and_kept_until_the_directory_changes():
     c = client("nfs_readdir_entries=100")
-    rpcs = [c.admit("readdir", 0.0, file=3, offset=i, size=50).rpcs for i in range(0, 700, 50)]
+    rpcs = [c.admit(Call("readdir", file=3, offset=i, size=50), 0.0).rpcs for i in range(0, 700, 50)]
     assert sum(r.startswith("READDIRPLUS") for r in rpcs) == 3  # replies of 100, 200 and 400 entries
-    c.admit("getattr", 0.0, file=3, is_dir=True)
-    again = [c.admit("readdir", 1.0, file=3, offset=i, size=50).gate for i in range(0, 700, 50)]
+    c.admit(Call("getattr", file=3, is_dir=True), 0.0)
+    again = [c.admit(Call("readdir", file=3, offset=i, size=50), 1.0).gate for i in range(0, 700, 50)]
     assert set(again) == {Gate.CACHE}
-    c.admit("create", 2.0, directory=3, name="x")
-    assert c.admit("readdir", 3.0, file=3, offset=0, size=32).rpcs == "READDIRPLUS"
-    assert c.admit("readdir", 70.0, file=3, offset=0, size=32).rpcs == "READDIRPLUS"  # attributes stale (acdirmax)
+    c.admit(Call("create", directory=3, name="x"), 2.0)
+    assert c.admit(Call("readdir", file=3, offset=0, size=32), 3.0).rpcs == "READDIRPLUS"
+    assert c.admit(Call("readdir", file=3, offset=0, size=32), 70.0).rpcs == "READDIRPLUS"  # attributes stale (acdirmax)
 
 
 def test_two_listings_of_one_directory_at_once_are_each_charged():
     c = client("nfs_readdir_entries=100")
-    assert c.admit("readdir", 0.0, file=3, handle=1, offset=0, size=50).rpcs == "READDIRPLUS"
-    assert c.admit("readdir", 0.0, file=3, handle=2, offset=0, size=50).gate is Gate.CACHE  # the listing, cached
-    assert c.admit("readdir", 0.0, file=3, handle=1, offset=100, size=50).rpcs == "READDIRPLUS"  # still handle 1's
+    assert c.admit(Call("readdir", file=3, handle=1, offset=0, size=50), 0.0).rpcs == "READDIRPLUS"
+    assert c.admit(Call("readdir", file=3, handle=2, offset=0, size=50), 0.0).gate is Gate.CACHE  # the listing, cached
+    assert c.admit(Call("readdir", file=3, handle=1, offset=100, size=50), 0.0).rpcs == "READDIRPLUS"  # still handle 1's
 
 
 def test_a_rename_changes_both_directories_and_names_the_new_entry():
     c = client()
     for d in (3, 4):
-        c.admit("readdir", 0.0, file=d, offset=0, size=10)
-    c.admit("rename", 1.0, directory=3, name="x", new_directory=4, new_name="y")
-    assert [c.admit("readdir", 2.0, file=d, offset=0, size=10).rpcs for d in (3, 4)] == ["READDIRPLUS"] * 2
-    assert c.admit("lookup", 2.0, directory=4, name="y").gate is Gate.CACHE
+        c.admit(Call("readdir", file=d, offset=0, size=10), 0.0)
+    c.admit(Call("rename", directory=3, name="x", new_directory=4, new_name="y"), 1.0)
+    assert [c.admit(Call("readdir", file=d, offset=0, size=10), 2.0).rpcs for d in (3, 4)] == ["READDIRPLUS"] * 2
+    assert c.admit(Call("lookup", directory=4, name="y"), 2.0).gate is Gate.CACHE
 
 
 def test_opendir_revalidates_the_directory_close_to_open():
     c = client()
     # the open's permission check asks ACCESS the first time (kept after)
-    assert [c.admit("opendir", t, file=3).rpcs for t in (0.0, 10.0)] == ["ACCESS,GETATTR", "GETATTR"]
+    assert [c.admit(Call("opendir", file=3), t).rpcs for t in (0.0, 10.0)] == ["ACCESS,GETATTR", "GETATTR"]
 
 
 def test_access_answers_are_kept_per_user_readlinks_for_all():
     """nfs_access_get_cached keys ACCESS answers by credential: another user's first search
     of a directory asks again, however recently the first user's was answered."""
     c = client()
-    assert c.admit("lookup", 0.0, directory=1, name="a", uid=1000).rpcs == "ACCESS,LOOKUP"
-    assert c.admit("lookup", 0.1, directory=1, name="b", uid=1001).rpcs == "ACCESS,LOOKUP"
-    assert c.admit("lookup", 0.2, directory=1, name="c", uid=1000).rpcs == "LOOKUP"
-    assert c.admit("opendir", 0.3, file=1, uid=0).rpcs == "ACCESS,GETATTR"
-    c.admit("mkdir", 0.4, directory=1, name="d", uid=1000)  # the change's walk searched 1 as 1000 only
-    c.admit("open", 0.5, file=7, uid=1000)  # OPEN asks ACCESS in its compound, for its caller
-    assert [c.admit("access", 0.6, file=f, uid=1002).rpcs for f in (1, 7)] == ["ACCESS", "ACCESS"]
-    assert [c.admit("access", 0.6, file=f, uid=1000).gate for f in (1, 7)] == [Gate.CACHE, Gate.CACHE]
-    assert c.admit("readlink", 0.7, file=9, uid=1000).rpcs == "READLINK"
-    assert c.admit("readlink", 0.8, file=9, uid=1001).gate is Gate.CACHE
+    assert c.admit(Call("lookup", directory=1, name="a", uid=1000), 0.0).rpcs == "ACCESS,LOOKUP"
+    assert c.admit(Call("lookup", directory=1, name="b", uid=1001), 0.1).rpcs == "ACCESS,LOOKUP"
+    assert c.admit(Call("lookup", directory=1, name="c", uid=1000), 0.2).rpcs == "LOOKUP"
+    assert c.admit(Call("opendir", file=1, uid=0), 0.3).rpcs == "ACCESS,GETATTR"
+    c.admit(Call("mkdir", directory=1, name="d", uid=1000), 0.4)  # the change's walk searched 1 as 1000 only
+    c.admit(Call("open", file=7, uid=1000), 0.5)  # OPEN asks ACCESS in its compound, for its caller
+    assert [c.admit(Call("access", file=f, uid=1002), 0.6).rpcs for f in (1, 7)] == ["ACCESS", "ACCESS"]
+    assert [c.admit(Call("access", file=f, uid=1000), 0.6).gate for f in (1, 7)] == [Gate.CACHE, Gate.CACHE]
+    assert c.admit(Call("readlink", file=9, uid=1000), 0.7).rpcs == "READLINK"
+    assert c.admit(Call("readlink", file=9, uid=1001), 0.8).gate is Gate.CACHE
 
 
 def test_statfs_is_always_sent_access_and_readlink_are_cached_with_the_attributes():
     c = client()
-    assert [c.admit("statfs", t, file=1).rpcs for t in (0.0, 0.1)] == ["STATFS", "STATFS"]
+    assert [c.admit(Call("statfs", file=1), t).rpcs for t in (0.0, 0.1)] == ["STATFS", "STATFS"]
     for op, rpc in (("access", "ACCESS"), ("readlink", "READLINK")):
-        assert c.admit(op, 0.0, file=5).rpcs == rpc
-        assert c.admit(op, 1.0, file=5).gate is Gate.CACHE
+        assert c.admit(Call(op, file=5), 0.0).rpcs == rpc
+        assert c.admit(Call(op, file=5), 1.0).gate is Gate.CACHE
 
 
 def test_extended_attributes_are_answered_by_the_client_unless_the_profile_has_them():
-    assert client().admit("getxattr", 0.0, file=5).gate is Gate.CACHE
-    assert client("xattrs=true").admit("setxattr", 0.0, file=5).rpcs == "SETXATTR"
+    assert client().admit(Call("getxattr", file=5), 0.0).gate is Gate.CACHE
+    assert client("xattrs=true").admit(Call("setxattr", file=5), 0.0).rpcs == "SETXATTR"
 
 
 def test_namespace_changes_send_their_rpc_and_a_removed_name_is_known_absent():
     c = client()
     for op, rpc in (("mkdir", "CREATE"), ("symlink", "CREATE"), ("mknod", "CREATE"), ("link", "LINK"),
                     ("rename", "RENAME"), ("unlink", "REMOVE"), ("rmdir", "REMOVE")):
-        adm = c.admit(op, 0.0, directory=2, name=op)
+        adm = c.admit(Call(op, directory=2, name=op), 0.0)
         assert adm.rpcs == rpc and took(adm, 0.0) == pytest.approx(10 * MS)
-    c.admit("getattr", 1.0, file=2, is_dir=True)
-    assert c.admit("lookup", 1.0, directory=2, name="unlink").gate is Gate.CACHE
-    assert [c.admit(op, 1.0, file=2).gate for op in ("fsyncdir", "releasedir", "forget")] == [Gate.CACHE] * 3
+    c.admit(Call("getattr", file=2, is_dir=True), 1.0)
+    assert c.admit(Call("lookup", directory=2, name="unlink"), 1.0).gate is Gate.CACHE
+    assert [c.admit(Call(op, file=2), 1.0).gate for op in ("fsyncdir", "releasedir", "forget")] == [Gate.CACHE] * 3
 
 
 def test_a_name_of_a_file_open_here_is_renamed_away_and_its_last_close_removes_it():
     """nfs_unlink and nfs_rename: a file still open keeps its data under a hidden name (a
     LOOKUP that the name is free, then RENAME); the last close's REMOVE is not waited for."""
     c = client("dir_write_slots=1", "dir_write_hold_ms=5")
-    gone = c.admit("unlink", 0.0, directory=2, name="a", busy=True)
+    gone = c.admit(Call("unlink", directory=2, name="a", busy=True), 0.0)
     assert gone.rpcs == "LOOKUP,RENAME" and took(gone, 0.0) == pytest.approx(11 * MS)
-    assert c.admit("unlink", 1.0, directory=2, name="b").rpcs == "REMOVE"
+    assert c.admit(Call("unlink", directory=2, name="b"), 1.0).rpcs == "REMOVE"
     # the name went to the hidden one: a lookup of it asks again (a removed one is known absent)
-    assert c.admit("lookup", 1.5, directory=2, name="a").rpcs == "LOOKUP"
-    assert c.admit("lookup", 1.5, directory=2, name="b").gate is Gate.CACHE
-    over = c.admit("rename", 2.0, directory=2, name="c", new_directory=3, new_name="d", busy=True)
+    assert c.admit(Call("lookup", directory=2, name="a"), 1.5).rpcs == "LOOKUP"
+    assert c.admit(Call("lookup", directory=2, name="b"), 1.5).gate is Gate.CACHE
+    over = c.admit(Call("rename", directory=2, name="c", new_directory=3, new_name="d", busy=True), 2.0)
     assert over.rpcs == "LOOKUP,RENAME,RENAME" and took(over, 2.0) == pytest.approx(21 * MS)
-    c.admit("readdir", 3.0, file=2, offset=0, size=10)
-    closed = c.admit("release", 4.0, file=9, directory=2)
+    c.admit(Call("readdir", file=2, offset=0, size=10), 3.0)
+    closed = c.admit(Call("release", file=9, directory=2), 4.0)
     assert closed.rpcs == "REMOVE" and closed.gate is Gate.CACHE and took(closed, 4.0) == 0
     # the REMOVE holds the directory's one slot for changes for 5 ms, and the cached listing is stale
-    assert took(c.admit("mkdir", 4.0, directory=2, name="e"), 4.0) == pytest.approx(15 * MS)
-    assert c.admit("readdir", 5.0, file=2, offset=0, size=10).rpcs == "READDIRPLUS"
-    assert c.admit("release", 6.0, file=9).gate is Gate.CACHE  # any other release sends nothing
+    assert took(c.admit(Call("mkdir", directory=2, name="e"), 4.0), 4.0) == pytest.approx(15 * MS)
+    assert c.admit(Call("readdir", file=2, offset=0, size=10), 5.0).rpcs == "READDIRPLUS"
+    assert c.admit(Call("release", file=9), 6.0).gate is Gate.CACHE  # any other release sends nothing
 
 
 # ---- synchronous writes as NFS sends them ----------------------------------------------------
@@ -315,8 +316,9 @@ def test_any_sequence_completes_no_sooner_than_asked_and_its_time_adds_up(seq):
     now = 0.0
     for op, inode, size, gap, mode in seq:
         now += gap
-        adm = c.admit(op, now, file=inode, directory=inode, name=str(size % 3), size=size % 200 if op == "readdir"
-                      else size, offset=size % 300, write_mode=mode if op == "write" else "buffered")
+        adm = c.admit(Call(op, file=inode, directory=inode, name=str(size % 3),
+                           size=size % 200 if op == "readdir" else size, offset=size % 300,
+                           write_mode=mode if op == "write" else "buffered"), now)
         assert adm.done_at >= now
         assert adm.wait >= 0 and adm.latency >= 0 and adm.transfer >= 0
         if adm.gate is not Gate.BUFFERED:  # a buffered write's ack is its client cost, not a split
@@ -336,15 +338,15 @@ def test_the_kernels_own_requests_cost_nothing_and_change_nothing(seq, kernels):
         now, out = 0.0, []
         for i in range(len(seq) + 1):
             for _, kop, kinode in (k for k in extra if min(k[0], len(seq)) == i):
-                own = c.admit(kop, now, file=kinode, size=4096, kernel_only=True)
+                own = c.admit(Call(kop, file=kinode, size=4096, kernel_only=True), now)
                 assert (own.gate, own.done_at, own.rpcs) == (Gate.KERNEL, now, "")
             if i == len(seq):
                 break
             op, inode, size, gap, mode = seq[i]
             now += gap
-            out.append(c.admit(op, now, file=inode, directory=inode, name=str(size % 3),
-                               size=size % 200 if op == "readdir" else size, offset=size % 300,
-                               write_mode=mode if op == "write" else "buffered"))
+            out.append(c.admit(Call(op, file=inode, directory=inode, name=str(size % 3),
+                                    size=size % 200 if op == "readdir" else size, offset=size % 300,
+                                    write_mode=mode if op == "write" else "buffered"), now))
         return out
 
     assert run(kernels) == run([])

@@ -21,12 +21,13 @@ from pyfuse3 import FUSEError
 from support import fusetrace, one_line_error
 from support.inprocess import CTX, QUICK, serve
 
+from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import NfsClient
 from fusetrace.emulator.params import GiB, KiB, MiB
-from fusetrace.emulator.tracesim import Call, TraceSim
+from fusetrace.emulator.tracesim import Timed, TraceSim
 from fusetrace.rehearse import simulate
-from fusetrace.rehearse.requests import COLUMNS, UNKNOWN_DIRECTORY, Rebuilder, client_call
+from fusetrace.rehearse.requests import COLUMNS, UNKNOWN_DIRECTORY, Rebuilder
 from fusetrace.request import Request
 from fusetrace.server.inodes import ROOT
 from fusetrace.shaping.profile import load_params
@@ -212,8 +213,8 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
     direct = Model(params, origin)
     client = NfsClient(direct)
     for (request, row), t in zip(served, times):
-        _admit(client, client_call(request, t, row["uid"]))
-    calls = [client_call(r, t, row["uid"]) for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
+        client.admit(request.call(row["uid"]), t)
+    calls = [(t, r.call(row["uid"])) for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
              if r is not None]
     seen: list[tuple[str, str, int, int, int]] = []
     model = Model(params, origin)
@@ -225,50 +226,47 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
                     for _, row in served]
 
 
-def _admit(client: NfsClient, c: Call):
-    return client.admit(c.op, c.t, **{k: getattr(c, k) for k in Call._fields[2:]})
-
-
 # ---- repetition in virtual time: fast-forward against every operation simulated -----------
 
 def _workload(rounds: int = 50, writes: int = 4, size: int = 64 * 1024, start: float = 1000.0,
-              gap: float = 0.1) -> list[Call]:
+              gap: float = 0.1) -> list[Timed]:
     """A small job, round after round: look a file up, open it, write it, close it, stat it."""
     calls, t = [], start
     for i in range(rounds):
         f = 100 + i % 10
-        calls += [Call(t, "lookup", file=ROOT, directory=ROOT, name=f"f{f}"), Call(t + 0.001, "open", file=f)]
-        calls += [Call(t + 0.002 + k * 0.001, "write", file=f, size=size) for k in range(writes)]
+        calls += [(t, Call("lookup", file=ROOT, directory=ROOT, name=f"f{f}")), (t + 0.001, Call("open", file=f))]
+        calls += [(t + 0.002 + k * 0.001, Call("write", file=f, size=size)) for k in range(writes)]
         t += 0.003 + writes * 0.001
-        calls += [Call(t, "flush", file=f), Call(t + 0.02, "release", file=f), Call(t + 0.021, "getattr", file=f)]
+        calls += [(t, Call("flush", file=f)), (t + 0.02, Call("release", file=f)), (t + 0.021, Call("getattr", file=f))]
         t += 0.022 + gap
     return calls
 
 
-def _span(calls: list[Call]) -> float:
-    return calls[-1].t - calls[0].t + 0.01
+def _span(calls: list[Timed]) -> float:
+    return calls[-1][0] - calls[0][0] + 0.01
 
 
-def _simulated(overrides: list[str], calls: list[Call], reps: float, profile: str = "efs-bursting"):
+def _simulated(overrides: list[str], calls: list[Timed], reps: float, profile: str = "efs-bursting"):
     span = _span(calls)
-    model = Model(load_params(profile, overrides), calls[0].t)
-    return TraceSim(model, lambda: calls, origin=calls[0].t, first=calls[0].t, span=span,
+    first = calls[0][0]
+    model = Model(load_params(profile, overrides), first)
+    return TraceSim(model, lambda: calls, origin=first, first=first, span=span,
                     every=span / 4).run(reps * span)
 
 
-def _every_operation(overrides: list[str], calls: list[Call], reps: float, profile: str = "efs-bursting") -> dict:
+def _every_operation(overrides: list[str], calls: list[Timed], reps: float, profile: str = "efs-bursting") -> dict:
     """The same repetitions, every operation simulated, the balance looked at after each
     until it first reaches zero."""
-    span, origin = _span(calls), calls[0].t
+    span, origin = _span(calls), calls[0][0]
     model = Model(load_params(profile, overrides), origin)
     client = NfsClient(model)
     stop, cliff, waited, longest, ops = origin + reps * span, None, 0.0, 0.0, 0
     for r in range(math.ceil(reps)):
-        for c in calls:
-            t = c.t + r * span
+        for at, c in calls:
+            t = at + r * span
             if t >= stop:
                 break
-            a = _admit(client, c._replace(t=t))
+            a = client.admit(c, t)
             ops += 1
             waited, longest = waited + a.wait, max(longest, a.wait)
             if cliff is None and model.metrics(t)["BurstCreditBalance"] <= 0:
@@ -335,17 +333,17 @@ def test_elastic_throughput_has_no_cliff():
     assert [s.simulated for s in res.spans] == [True, False]
 
 
-def _read_twice(gaps: list[float]) -> list[Call]:
+def _read_twice(gaps: list[float]) -> list[Timed]:
     """A file looked up, opened, read and closed, twice: a trace of a few milliseconds, hardly
     longer than its operations' latencies, asking a thousandth of what is permitted."""
-    once = [Call(0, "open", file=100), Call(0, "read", file=100, size=4096),
-            Call(0, "flush", file=100, writable=False), Call(0, "release", file=100)]
-    look = Call(0, "lookup", file=ROOT, directory=ROOT, name="f")
-    kinds = [Call(0, "getattr", file=ROOT, is_dir=True), look, *once, look, look, *once]
+    once = [Call("open", file=100), Call("read", file=100, size=4096),
+            Call("flush", file=100, writable=False), Call("release", file=100)]
+    look = Call("lookup", file=ROOT, directory=ROOT, name="f")
+    kinds = [Call("getattr", file=ROOT, is_dir=True), look, *once, look, look, *once]
     t, calls = 1000.0, []
     for c, gap in zip(kinds, gaps, strict=True):
         t += gap
-        calls.append(c._replace(t=t))
+        calls.append((t, c))
     return calls
 
 
@@ -362,9 +360,10 @@ def test_latencies_are_not_a_growing_queue(gaps):
     their latencies, more in one repetition than the one before by chance: not a queue.
     Whatever is extrapolated, the waits' total is never below the longest of them."""
     calls = _read_twice(gaps)
-    span = calls[-1].t - calls[0].t
-    model = Model(load_params("efs-bursting", []), calls[0].t)
-    res = TraceSim(model, lambda: calls, origin=calls[0].t, first=calls[0].t, span=span, every=180).run(86400)
+    first = calls[0][0]
+    span = calls[-1][0] - first
+    model = Model(load_params("efs-bursting", []), first)
+    res = TraceSim(model, lambda: calls, origin=first, first=first, span=span, every=180).run(86400)
     assert not res.saturated
     assert res.waited >= res.max_wait
     assert res.max_wait < 0.1  # as every repetition simulated op by op finds: a few milliseconds
@@ -374,7 +373,7 @@ def test_write_back_nobody_waits_for_grows_no_wait():
     """Buffered writes at more than the burst rate, never flushed: the write-back queue grows
     without end (saturated) but no operation waits for it until the client's dirty limit,
     as every operation simulated says; once it is reached the writers do."""
-    calls = [Call(1000.0 + i * 0.01, "write", file=100, size=32 * 1024) for i in range(100)]
+    calls = [(1000.0 + i * 0.01, Call("write", file=100, size=32 * 1024)) for i in range(100)]
     settings = ["burst_mibps=2", "burst_mibps_per_tib=0", "burst_credit_balance=600 MiB"]
     res = _simulated(settings, calls, 60)
     full = _every_operation(settings, calls, 60)
@@ -570,7 +569,7 @@ def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, wor
     final = metadata["metrics_per_minute"][-1]  # taken as the server stopped
     at = (metadata["start_monotonic_ns"] + final["wall_time"] * 1e9 - metadata["start_wall_ns"]) / 1e9
     rows = sorted(pq.read_table(m.trace).to_pylist(), key=lambda row: row["start_ns"])
-    calls = [client_call(request, row["start_ns"] / 1e9, row["uid"])
+    calls = [(row["start_ns"] / 1e9, request.call(row["uid"]))
              for request, row in zip(_rebuilt(rows), rows) if request is not None]
     assert len(calls) == len(rows)
     params = load_params("efs-bursting", [f"burst_credit_balance={BALANCE}"])

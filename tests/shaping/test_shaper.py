@@ -6,6 +6,7 @@ from time import monotonic_ns
 import pytest
 import trio
 
+from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import VFS_OPS, NfsClient
 from fusetrace.emulator.ops import Gate
@@ -30,7 +31,7 @@ def shaper(*overrides: str, timer=None) -> Shaper:
 def test_every_request_a_handler_makes_is_an_operation_the_nfs_client_knows():
     assert set(HANDLED) <= VFS_OPS
     with pytest.raises(ValueError, match="unknown VFS operation"):
-        NfsClient(Model(load_params("efs-bursting", STEADY), 0.0)).admit("ioctl", 0.0)
+        NfsClient(Model(load_params("efs-bursting", STEADY), 0.0)).admit(Call("ioctl"), 0.0)
 
 
 def test_what_the_client_answers_alone_is_not_held():

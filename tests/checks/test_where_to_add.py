@@ -1,0 +1,62 @@
+"""docs/ARCHITECTURE.md names one place to add a trace column and one to add a profile
+key; these fail when that place is no longer the only one needed."""
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pyarrow as pa
+
+from fusetrace.emulator.params import SPECS, Params
+from fusetrace.emulator.profiles import apply_overrides, load_profile
+from fusetrace.trace import reader
+from fusetrace.trace.schema import COLUMNS, RECORD_SCHEMA, TraceRecord
+from fusetrace.trace.writer import TraceWriter
+
+DOCS = next(p for p in Path(__file__).resolve().parents if (p / "docs").is_dir()) / "docs"  # wherever tests/ groups it
+
+
+def _value(i: int, field: pa.Field) -> object:
+    """A value of the column's type that no other column is given."""
+    if pa.types.is_integer(field.type):
+        return 10**12 + i if field.name == "start_ns" else 1000 + i
+    return f"/v{i}" if field.name.startswith("path") else f"v{i}"
+
+
+def test_a_trace_column_is_a_field_of_trace_record_and_nothing_else(tmp_path):
+    """Each field of TraceRecord, given by name, comes back in its own column through the
+    writer (whose `add`, the loop's form, takes the same fields) and the reader; an older
+    trace without it reads as its default; TRACE_FORMAT.md has its row."""
+    assert list(inspect.signature(TraceWriter.add).parameters)[1:] == list(TraceRecord._fields)
+    given = {f.name: _value(i, f) for i, f in enumerate(RECORD_SCHEMA)}
+    with TraceWriter(tmp_path / "t", {"host": "h"}) as w:
+        w.record(TraceRecord(**given))  # type: ignore[arg-type]
+    batches = list(reader.ordered_batches(str(tmp_path / "t")))
+    back = pa.Table.from_batches(batches).to_pylist()
+    assert back == [{**given, "host": "h", "path_raw": None, "path2_raw": None}]
+    later = [c for c in COLUMNS if c not in reader.REQUIRED and c != "host"]
+    assert sorted(reader._DEFAULTS) == sorted(later)
+    documented = set(re.findall(r"^\| `(\w+)` \|", (DOCS / "TRACE_FORMAT.md").read_text(), re.MULTILINE))
+    assert set(COLUMNS) <= documented
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def test_a_profile_key_is_a_field_of_params_and_nothing_else(tmp_path):
+    """Each field of Params has its description and kind, a row in EMULATOR.md's parameter
+    table, and is taken from a profile file and from --set with nothing else to change."""
+    table = "\n".join(line for line in (DOCS / "EMULATOR.md").read_text().splitlines() if line.startswith("| `"))
+    profile = tmp_path / "every-key.toml"
+    lines = []
+    for f in dataclasses.fields(Params):
+        spec = SPECS[f.name]
+        assert spec["doc"] and spec["kind"], f.name
+        assert f"`{f.name}`" in table, f"{f.name}: no row in docs/EMULATOR.md's parameter table"
+        value = f.default
+        lines.append(f"{f.name} = {_text(value) if isinstance(value, (bool, int, float)) else repr(value)}")
+        assert getattr(apply_overrides(Params(), [f"{f.name}={_text(value)}"]), f.name) == value
+    profile.write_text("\n".join(lines) + "\n")
+    assert load_profile(profile) == Params()

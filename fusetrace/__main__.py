@@ -1,3 +1,5 @@
+"""`python -m fusetrace`: the command line, as the background server is started."""
+
 import sys
 
 from .cli import main

@@ -151,7 +151,6 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "last part empty": extra_part(lambda b: b""),
     "last part magic only": extra_part(lambda b: b"PAR1"),
     "last part spoiled inside": extra_part(_flip_middle),
-    "last part named not utf-8": extra_part(lambda b: b, os.fsdecode(b"part-\xff.parquet")),
     "only part truncated": only_part(lambda b: b[: len(b) // 2]),
     "only part random": only_part(lambda b: _random(4096)),
     "only part empty": only_part(lambda b: b""),

@@ -47,3 +47,14 @@ def test_a_trace_directory_whose_name_is_not_utf8_reads_as_any(tmp_path, good, n
     expected = output(name, plain, good, tmp_path)
     assert expected[0] == 0 and expected[2] == "", expected
     assert output(name, bad, good, tmp_path) == expected
+
+
+@pytest.mark.parametrize("name", READERS)
+def test_a_part_whose_own_name_is_not_utf8_is_skipped_with_a_warning(tmp_path, good, name):
+    """No writer names a part so: it is met as a part that cannot be read."""
+    t = tmp_path / "t"
+    shutil.copytree(good, t)
+    shutil.copy(t / "part-000000.parquet", t / "part-\udcff.parquet")
+    code, _, err = run_in_process(READERS[name](t, good, scratch(tmp_path, "s")))
+    assert code == 0 and err.count("\n") == 1, err
+    assert f"warning: {t}/part-?.parquet: not a readable trace part (its name is not UTF-8" in err

@@ -58,3 +58,9 @@ def test_a_part_whose_own_name_is_not_utf8_is_skipped_with_a_warning(tmp_path, g
     code, _, err = run_in_process(READERS[name](t, good, scratch(tmp_path, "s")))
     assert code == 0 and err.count("\n") == 1, err
     assert f"warning: {t}/part-?.parquet: not a readable trace part (its name is not UTF-8" in err
+
+
+@pytest.mark.parametrize("name", READERS)
+def test_no_trace_under_such_a_name_is_one_line(tmp_path, good, name):
+    code, _, err = run_in_process(READERS[name](tmp_path / BAD, good, scratch(tmp_path, "s")))
+    assert code == 2 and err == f"fusetrace: {printable(str(tmp_path / BAD))}: no such trace directory\n", err

@@ -16,6 +16,7 @@ from typing import BinaryIO
 import duckdb
 
 from ..errors import UserError
+from ..texttable import printable
 from ..trace import metadata as meta
 from ..trace import reader
 from . import iolog, nfscsv, perfetto
@@ -41,7 +42,7 @@ def run(args) -> int:
     try:
         meta.atomic_write(output, fill)
     except duckdb.Error as exc:
-        raise UserError(f"{trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"{printable(trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     except OSError as exc:
         raise UserError(f"{output}: cannot write it: {exc.strerror or exc}") from None
     for line in done[0].notes:

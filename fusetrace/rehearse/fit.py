@@ -25,6 +25,7 @@ above them.  Everything else comes from `--base`.  Each key's comment says how i
 derived and from how many records.
 """
 
+import json
 import os
 import statistics
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ import duckdb
 from ..emulator.params import LATENCY_CLASSES, MiB, Params, ProfileError
 from ..emulator.profiles import load_profile
 from ..errors import UserError
-from ..texttable import count, int_text
+from ..texttable import count, int_text, printable
 from ..trace import reader
 from ..trace.metadata import atomic_write
 
@@ -106,10 +107,13 @@ def run(args) -> int:
 
 
 def render(trace_dir: str, base: str, fitted: list[Key]) -> str:
-    lines = [f"# Fitted by `fusetrace fit` to the trace {os.path.abspath(trace_dir)}.",
+    # The trace's name as TOML takes it: printable (any bytes, a newline even, may be in a
+    # directory's name), and quoted as JSON, whose escapes TOML's basic strings share.
+    shown = printable(os.path.abspath(trace_dir))
+    lines = [f"# Fitted by `fusetrace fit` to the trace {shown}.",
              "# Each key says how it was derived; keys not here come from the base profile.",
              f'base = "{base}"',
-             f'description = "fitted to the trace {os.path.basename(os.path.abspath(trace_dir))}"']
+             f"description = {json.dumps('fitted to the trace ' + os.path.basename(shown))}"]
     for k in fitted:
         lines.append(k.how if k.key.startswith("#") else k.line())
     return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
-from ..texttable import count, int_text, ns_text, table
+from ..texttable import count, int_text, ns_text, printable, table
 from ..trace import names, reader
 from .lanes import Lanes
 from .progress import counted
@@ -307,11 +307,12 @@ def check_trace(trace_dir: str) -> None:
         try:
             version = FORMAT if "entry" in pq.read_schema(files[0]).names else 2
         except (OSError, pa.ArrowException) as exc:
-            raise UserError(f"{files[0]}: not a readable trace part: {exc}") from None
+            part = os.path.join(trace_dir, os.path.basename(files[0]))  # files[0] may be /proc/self/fd/N/...
+            raise UserError(f"{printable(part)}: not a readable trace part: {exc}") from None
     if version < FORMAT:
-        raise UserError(f"{trace_dir}: a format {version} trace: replay needs format {FORMAT} or later (earlier "
-                        f"ones do not keep open handles, open flags or what a setattr set); trace again with "
-                        f"this fusetrace")
+        raise UserError(f"{printable(trace_dir)}: a format {version} trace: replay needs format {FORMAT} or later "
+                        f"(earlier ones do not keep open handles, open flags or what a setattr set); trace again "
+                        f"with this fusetrace")
 
 
 def run(args) -> int:
@@ -329,7 +330,7 @@ def run(args) -> int:
         replay.stop()
     except duckdb.Error as exc:
         replay.stop()
-        raise UserError(f"{args.trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     finally:
         os.umask(umask)
         replay.note(target.close())

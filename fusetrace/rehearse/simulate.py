@@ -23,7 +23,7 @@ from ..errors import UserError
 from ..report.query import Trace
 from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
-from ..texttable import ns_text, table
+from ..texttable import ns_text, printable, table
 from ..trace import metadata as meta
 from ..trace import reader
 from .requests import COLUMNS, Gaps, Rebuilder
@@ -74,7 +74,7 @@ def run(args) -> int:
     try:
         summary = simulate(args.trace_dir, params, args.days)
     except duckdb.Error as exc:
-        raise UserError(f"{args.trace_dir}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     summary.update(profile=args.profile, overrides=args.overrides)
     if args.plot:
         try:

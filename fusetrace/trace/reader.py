@@ -87,33 +87,37 @@ RANGES: dict[str, tuple[int, int]] = {
 _checked: dict[tuple[object, ...], list[str]] = {}  # what checked_parts found, by the parts' names, sizes and times
 _unreadable: set[str] = set()  # directories whose metadata was warned of
 _rows: dict[str, int] = {}  # each checked part's records, from its footer
+_held_dirs: dict[tuple[int, int], int] = {}  # descriptors of trace directories whose names are not UTF-8
 
 
 def parts(directory: str) -> list[str]:
-    """The trace's Parquet parts, in number order; NoTrace when there is no trace there."""
+    """The trace's Parquet parts, in number order; NoTrace when there is no trace there.
+    (Messages show each name printable: a directory's name may hold a newline, or bytes
+    that are not UTF-8.)"""
+    shown = printable(directory)
     if not os.path.isdir(directory):
         if os.path.exists(directory):
-            raise NoTrace(f"{directory}: not a trace directory (a trace is a directory of *.parquet parts)")
-        raise NoTrace(f"{directory}: no such trace directory")
+            raise NoTrace(f"{shown}: not a trace directory (a trace is a directory of *.parquet parts)")
+        raise NoTrace(f"{shown}: no such trace directory")
     files = sorted(glob.glob(os.path.join(glob.escape(os.path.abspath(directory)), "*.parquet")))
     if not files:
         below = sorted({os.path.dirname(f) for f in
                         glob.glob(os.path.join(glob.escape(directory), "*", "*.parquet"))})
         if below:  # a fleet's directory, one trace per host below it
-            raise NoTrace(f"{directory}: no trace files (*.parquet) in it, but {len(below)} trace directories "
-                          f"below it ({os.path.basename(below[0])}, ...): give "
-                          f"'{os.path.join(directory, '*')}' (quoted) to read them together")
+            raise NoTrace(f"{shown}: no trace files (*.parquet) in it, but {len(below)} trace directories "
+                          f"below it ({printable(os.path.basename(below[0]))}, ...): give "
+                          f"'{os.path.join(shown, '*')}' (quoted) to read them together")
         if os.path.exists(os.path.join(directory, "_metadata.json")):  # a mount's trace, with no record
-            raise EmptyTrace(f"{directory}: no trace files (*.parquet) in it: the mount recorded no operation "
+            raise EmptyTrace(f"{shown}: no trace files (*.parquet) in it: the mount recorded no operation "
                              f"(its _metadata.json is there)")
-        raise NoTrace(f"{directory}: no trace files (*.parquet) in it")
+        raise NoTrace(f"{shown}: no trace files (*.parquet) in it")
     for f in files:  # a FIFO among them would hold the reader for good
         try:
             regular = stat.S_ISREG(os.stat(f).st_mode)
         except OSError as exc:
-            raise NoTrace(f"{f}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
+            raise NoTrace(f"{printable(f)}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
         if not regular:
-            raise NoTrace(f"{f}: not a regular file, so not a trace part")
+            raise NoTrace(f"{printable(f)}: not a regular file, so not a trace part")
     return files
 
 
@@ -125,33 +129,74 @@ def checked_parts(directory: str) -> list[str]:
     files = parts(directory)
     try:
         key = tuple((f, st.st_size, st.st_mtime_ns) for f in files for st in [os.stat(f)])
+        opened = _openable(files)
     except OSError as exc:  # gone since parts() listed it
-        raise NoTrace(f"{exc.filename}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
+        why = (exc.strerror or str(exc)).lower()
+        raise NoTrace(f"{printable(str(exc.filename))}: cannot read it: {why}") from None
     if key in _checked:
         return _checked[key]
     readable: dict[str, pa.Schema] = {}
     damaged: dict[str, str] = {}
     for f in files:
+        if f not in opened:
+            damaged[f] = "its name is not UTF-8: no name the writer gives"
+            continue
         try:
-            footer = pq.read_metadata(f)
+            footer = pq.read_metadata(opened[f])
             schema = footer.schema.to_arrow_schema()
         except (OSError, pa.ArrowException) as exc:
             damaged[f] = _first_line(exc)
             continue
         _check_types(f, schema)
-        readable[f] = schema
-        _rows[f] = footer.num_rows
-    damaged.update(_check_values(readable))
-    good = [f for f in files if f not in damaged]
+        readable[opened[f]] = schema
+        _rows[opened[f]] = footer.num_rows
+    shown = {name: f for f, name in opened.items()}
+    damaged.update((shown[name], why) for name, why in _check_values(readable, shown).items())
+    good = [opened[f] for f in files if f not in damaged]
     if not good:
         f, why = next(iter(damaged.items()))
-        raise DamagedTrace(f"{f}: not a readable trace part ({why})" + (
+        raise DamagedTrace(f"{printable(f)}: not a readable trace part ({why})" + (
             f", nor are the other {len(damaged) - 1} parts" if len(damaged) > 1 else ""))
     for f, why in damaged.items():
-        log.warning("fusetrace: warning: %s: not a readable trace part (%s): skipped, %s read", f, why,
+        log.warning("fusetrace: warning: %s: not a readable trace part (%s): skipped, %s read", printable(f), why,
                     "the other part" if len(good) == 1 else f"the {len(good):,} others")
     _checked[key] = good
     return good
+
+
+def _openable(files: list[str]) -> dict[str, str]:
+    """{part: the name pyarrow and DuckDB open it by}: its path, unless that is not UTF-8
+    (they take only text that is; a trace directory's name may be any bytes): then
+    /proc/self/fd/N/<part>, N the directory held open for the rest of the process, since
+    the names outlive this call (DuckDB views, replays).  A part whose own name is not
+    UTF-8, which no writer made, is left out."""
+    opened, fd = {}, None
+    for f in files:  # all in one directory
+        name = os.path.basename(f)
+        if _utf8(f):
+            opened[f] = f
+        elif _utf8(name):
+            fd = _held(os.path.dirname(f)) if fd is None else fd
+            opened[f] = f"/proc/self/fd/{fd}/{name}"
+    return opened
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _held(directory: str) -> int:
+    """A descriptor of `directory`, opened once per directory (device and inode) per process."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    held = _held_dirs.setdefault((st.st_dev, st.st_ino), fd)
+    if held != fd:
+        os.close(fd)
+    return held
 
 
 def record_count(directory: str) -> int:
@@ -169,14 +214,14 @@ def _check_types(f: str, schema: pa.Schema) -> None:
     format 1's columns are all there."""
     missing = [c for c in REQUIRED if c not in schema.names]
     if missing:
-        raise DamagedTrace(f"{f}: no column {', '.join(missing)} (every format of trace has {len(REQUIRED)} "
+        raise DamagedTrace(f"{printable(f)}: no column {', '.join(missing)} (every format of trace has {len(REQUIRED)} "
                            f"columns, start_ns to shaped_ns)")
     for name in schema.names:
         want = SCHEMA.field(name).type if name in COLUMNS else None
         if want is None:
             continue  # a column of a later format: not ours to judge
         if schema.names.count(name) > 1:
-            raise DamagedTrace(f"{f}: column {name} given {schema.names.count(name)} times")
+            raise DamagedTrace(f"{printable(f)}: column {name} given {schema.names.count(name)} times")
         got = schema.field(name).type
         if pa.types.is_dictionary(got):
             got = got.value_type
@@ -187,10 +232,10 @@ def _check_types(f: str, schema: pa.Schema) -> None:
         else:
             ok, kind = pa.types.is_string(got) or pa.types.is_large_string(got), "a string"
         if not ok and not (pa.types.is_null(got) and name in NULLABLE):
-            raise DamagedTrace(f"{f}: column {name} is {printable(str(got))[:60]}, not {kind}")
+            raise DamagedTrace(f"{printable(f)}: column {name} is {printable(str(got))[:60]}, not {kind}")
 
 
-def _check_values(schemas: dict[str, pa.Schema]) -> dict[str, str]:
+def _check_values(schemas: dict[str, pa.Schema], shown: dict[str, str]) -> dict[str, str]:
     """DamagedTrace at the first record with a null where none may be or a value out of
     RANGES; {part: why} for the parts whose pages cannot be decoded.  One scan of every
     part (parts with the same columns in one query)."""
@@ -206,12 +251,12 @@ def _check_values(schemas: dict[str, pa.Schema]) -> dict[str, str]:
         try:
             db.execute("set enable_progress_bar = false")  # its bar would be a second line
             try:
-                found = _first_bad(db, files, names, tests)
+                found = _first_bad(db, files, names, tests, shown)
             except (duckdb.Error, _Undecodable):  # a page that cannot be decoded: which part?
                 found = None
                 for f in files:
                     try:
-                        found = found or _first_bad(db, [f], names, tests)
+                        found = found or _first_bad(db, [f], names, tests, shown)
                     except (duckdb.Error, _Undecodable) as exc:
                         damaged[f] = _first_line(exc)
         finally:
@@ -226,9 +271,10 @@ class _Undecodable(Exception):
 
 
 def _first_bad(db: duckdb.DuckDBPyConnection, files: list[str], names: tuple[str, ...],
-               tests: list[tuple[str, str, str]]) -> str | None:
+               tests: list[tuple[str, str, str]], shown: dict[str, str]) -> str | None:
     """'part: record N: column value: why' of the first record failing a test, else None.
-    Every column is counted, so that a page that cannot be decoded raises here."""
+    Every column is counted, so that a page that cannot be decoded raises here.  `shown`
+    gives each part's path for the name it is read by."""
     source = "read_parquet(?, filename=true, file_row_number=true, union_by_name=true)"
     failing = " or ".join(f"({sql})" for _, sql, _ in tests) or "false"
     counts = ", ".join(f'count("{c}")' for c in names)
@@ -245,9 +291,9 @@ def _first_bad(db: duckdb.DuckDBPyConnection, files: list[str], names: tuple[str
     value = db.execute(f'select "{column}"::varchar from read_parquet(?, file_row_number=true) '
                        f"where file_row_number = ?", [[f], number]).fetchone()
     if not why:
-        return f"{f}: record {number + 1:,}: {column} is null (every record of a trace has one)"
-    shown = printable(value[0][:40]) if value and value[0] is not None else "?"
-    return f"{f}: record {number + 1:,}: {column} {shown}: {why}"
+        return f"{printable(shown[f])}: record {number + 1:,}: {column} is null (every record of a trace has one)"
+    text = printable(value[0][:40]) if value and value[0] is not None else "?"
+    return f"{printable(shown[f])}: record {number + 1:,}: {column} {text}: {why}"
 
 
 def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]:
@@ -263,7 +309,7 @@ def expand(arguments: Sequence[str], idle: list[str] | None = None) -> list[str]
         if globbed:
             matches = sorted(glob.glob(argument))
             if not matches:
-                raise NoTrace(f"{argument}: matches nothing")
+                raise NoTrace(f"{printable(argument)}: matches nothing")
         else:
             matches = [argument]
         empty: dict[str, EmptyTrace] = {}
@@ -293,7 +339,7 @@ def metadata(directory: str) -> meta.Metadata:
             _unreadable.add(directory)
             why = _first_line(exc).removeprefix(f"{meta.NAME}: ").removeprefix(f"{meta.NAME} ")
             log.warning("fusetrace: warning: %s: unreadable (%s): the trace read without it (source, clock and "
-                        "host unknown)", os.path.join(directory, meta.NAME), why)
+                        "host unknown)", printable(os.path.join(directory, meta.NAME)), why)
         return {}
 
 

@@ -126,9 +126,6 @@ def test_queries_take_bytes_that_are_not_utf8_in_records(tmp_path):
     assert Trace(tmp_path / "t", Filters(path=f"/d/{name}")).matched == 1
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeEncodeError,
-                   reason="fusetrace/trace/reader.py hands the part's name to pyarrow and DuckDB as text, which "
-                          "must be UTF-8 (request's area, issue 38)")
 def test_trace_directory_whose_name_is_not_utf8(tmp_path):
     d = tmp_path / os.fsdecode(b"it's \\ \xff")
     write(d, [("read", 0, "/d/f", 0)])

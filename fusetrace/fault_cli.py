@@ -104,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def rule_of(args: argparse.Namespace) -> dict:
+def rule_of(args: argparse.Namespace) -> dict[str, object]:
     """The rule's table from `fault add`'s options: only those given."""
-    rule: dict = {}
+    rule: dict[str, object] = {}
     if args.id is not None:
         rule["id"] = args.id
     for _option, key, _metavar, _text in _MATCH:

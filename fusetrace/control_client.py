@@ -21,4 +21,5 @@ def request(path: str, *, timeout: float = 10.0, **req: object) -> dict[str, Any
             if not chunk:
                 break
             data += chunk
-    return json.loads(data)
+    answer: dict[str, Any] = json.loads(data)
+    return answer

@@ -12,6 +12,7 @@ and B per op (one PNG) and a self-contained index.html.
 Either side may be several traces read as one (a fleet's, one per host: reader.TraceSet).
 """
 
+import argparse
 import base64
 import html
 import io
@@ -210,7 +211,7 @@ def _judged(a: Side, b: Side, key: str, tolerance: float, tail: float, slack: fl
             for k in sorted(set(sa) | set(sb), key=lambda k: -max(s[k]["count"] if k in s else 0 for s in (sa, sb)))]
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     for flag, value in (("--tolerance", args.tolerance), ("--tail-tolerance", args.tail_tolerance)):
         if value >= 1000:
             raise CompareError(f"{flag} {value:g}: a percentage under 1000")

@@ -19,6 +19,7 @@ issued less when it was due; the replay's span, from the first record's due time
 last one's end, against the recording's span over speed, is its drift.
 """
 
+import argparse
 import collections
 import contextlib
 import errno
@@ -370,7 +371,7 @@ def check_trace(trace_dir: str) -> None:
                         f"this fusetrace")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     check_trace(args.trace_dir)
     target = Target(args.target)
     _room_for_descriptors()

@@ -9,6 +9,7 @@ read once and kept); emulator/tracesim.py runs them, simulating op by op around 
 change of regime and extrapolating the steady stretches between (it says which).
 """
 
+import argparse
 import json
 import os
 import time
@@ -18,6 +19,7 @@ from typing import NotRequired, TypedDict
 import duckdb
 
 from ..emulator.model import Model
+from ..emulator.params import Params
 from ..emulator.throughput import credit_cap
 from ..emulator.tracesim import Result, Timed, TraceSim
 from ..errors import UserError
@@ -153,7 +155,7 @@ class _Calls:
         self.cached = kept
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """The command: args has trace_dir, profile, overrides, days, plot and json."""
     params = load_params(args.profile, args.overrides)
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
@@ -173,7 +175,7 @@ def run(args) -> int:
     return 0
 
 
-def simulate(trace_dir: str, params, days: float | None) -> Simulation:
+def simulate(trace_dir: str, params: Params, days: float | None) -> Simulation:
     """The simulation of the trace at `trace_dir` under `params` (once, or back to back
     for `days`), as the command's --json gives it."""
     trace = Trace(trace_dir)
@@ -197,7 +199,7 @@ def simulate(trace_dir: str, params, days: float | None) -> Simulation:
     return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9)
 
 
-def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
+def _summary(trace: Trace, params: Params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
              step: float, wall: float, lead: float) -> Simulation:
     """`lead`: virtual seconds from the mount's start (time 0) to the first record's."""
     r = result

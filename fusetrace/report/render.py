@@ -3,6 +3,7 @@ header, the tables, the histograms, the timeline and the hints."""
 
 import math
 from datetime import datetime
+from typing import Any
 
 from ..hostload import load_words
 from ..texttable import int_text, ns_text, num_text, pct_text, printable, table
@@ -119,7 +120,7 @@ def _coverage(s: Summary) -> list[str]:
     return lines
 
 
-def _label(key: str, r: dict) -> str:
+def _label(key: str, r: dict[str, Any]) -> str:
     """A --by group as the text table names it."""
     if key == "pid":
         return " ".join([str(r["pid"]), ",".join(r["comms"][:3]) + ("…" if len(r["comms"]) > 3 else "")]).rstrip()
@@ -155,7 +156,7 @@ def _ops_table(s: Summary) -> str:
     return f"{text}\n({note})"
 
 
-def _emulation(m: dict, traces: list[dict]) -> list[str]:
+def _emulation(m: dict[str, Any], traces: list[dict[str, Any]]) -> list[str]:
     """The header's lines on an emulated trace: the profile, whether the host kept up
     with the model, whether the mount had FUSE's write-back cache, and what the run must
     be warned of (its metadata's `warnings`); over several traces, the hosts that did not
@@ -207,7 +208,7 @@ def _shaping(s: Summary) -> str:
             f"the operation; gates: what set it, with how many operations each)")
 
 
-def _histograms(hists: dict[str, list[dict]]) -> str:
+def _histograms(hists: dict[str, list[dict[str, Any]]]) -> str:
     blocks = []
     for op, buckets in hists.items():
         total = sum(b["count"] for b in buckets)
@@ -253,7 +254,7 @@ def bucket_width(ns: int) -> str:
     return f"{ns / 1e9:g} s"
 
 
-def _short(value, width: int = 48) -> str:
+def _short(value: object, width: int = 48) -> str:
     text = str(value)
     return text if len(text) <= width else "…" + text[-(width - 1):]
 

@@ -2,14 +2,16 @@
 and the pytest plugin ask it through its control socket (fusetrace/control_client.py)."""
 
 import os
+from typing import Any
 
 from .control_client import request
 from .errors import UserError
 
 
-def server_of(mountpoint: str) -> dict:
+def server_of(mountpoint: str) -> dict[str, Any]:
     """The run state of the fusetrace server mounted at `mountpoint` (pid, control socket,
-    trace directory...); UserError when there is none."""
+    trace directory...), as runstate.read has it: JSON from another process, checked by
+    its users; UserError when there is none."""
     from .server import mounts, runstate
 
     mnt = mounts.canonical(mountpoint)
@@ -33,7 +35,7 @@ def _running(pid: object) -> bool:
     return True
 
 
-def ask(mountpoint: str, **req) -> dict:
+def ask(mountpoint: str, **req: Any) -> dict[str, Any]:
     """Send one control request ({"cmd": ..., ...}) to the server at `mountpoint` and return
     its answer; an answer with an error, or a server that cannot be reached, is a UserError
     naming the mount."""

@@ -4,11 +4,13 @@ the pytest plugin and the scenarios ask a server without importing it."""
 
 import json
 import socket
+from typing import Any
 
 
-def request(path: str, *, timeout: float = 10.0, **req: object) -> dict:
+def request(path: str, *, timeout: float = 10.0, **req: object) -> dict[str, Any]:
     """Send one request to the server at `path` and return its answer (blocking, each
-    step at most `timeout` seconds)."""
+    step at most `timeout` seconds).  Any command's answer, so JSON as it came: the
+    shapes are the server's handlers' (fusetrace/server/main.py, `_Status`)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(path)
@@ -19,4 +21,5 @@ def request(path: str, *, timeout: float = 10.0, **req: object) -> dict:
             if not chunk:
                 break
             data += chunk
-    return json.loads(data)
+    answer: dict[str, Any] = json.loads(data)
+    return answer

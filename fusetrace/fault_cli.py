@@ -5,6 +5,7 @@ mistake); this only turns options into the rule's keys (docs/FAULTS.md)."""
 import argparse
 import json
 import time
+from typing import Any
 
 from .client import ask
 from .errors import UserError
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             removed = ask(mnt, cmd="fault_clear", **({"ids": rules} if rules else {}))["removed"]
             print(f"removed {', '.join(removed)}" if removed else "no rules were in force")
     else:
-        event: dict = {"at": args.at}
+        event: dict[str, object] = {"at": args.at}
         if args.stall:
             event["stall"] = args.stall
         else:
@@ -104,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def rule_of(args: argparse.Namespace) -> dict:
+def rule_of(args: argparse.Namespace) -> dict[str, object]:
     """The rule's table from `fault add`'s options: only those given."""
-    rule: dict = {}
+    rule: dict[str, object] = {}
     if args.id is not None:
         rule["id"] = args.id
     for _option, key, _metavar, _text in _MATCH:
@@ -134,7 +135,7 @@ def _assignment(item: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _event_line(ev: dict, now: float) -> str:
+def _event_line(ev: dict[str, Any], now: float) -> str:
     """A scheduled model event, with when it happens and whether it has."""
     what = f"stall {_span(ev['stall'])}" if "stall" in ev else \
         "set " + ", ".join(f"{k}={_value(v)}" for k, v in ev["set"].items())
@@ -174,7 +175,7 @@ def _span(seconds: float) -> str:
     return f"{h}h {m}m" if h else f"{m}m {sec}s" if m else f"{sec}s"
 
 
-def render(answer: dict) -> str:
+def render(answer: dict[str, Any]) -> str:
     """`fault list` for a terminal."""
     rules = answer.get("rules", [])
     lines = []

@@ -156,7 +156,7 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
     return result
 
 
-def _script(scenario: Scenario, m: ScratchMount, fast: bool) -> dict:
+def _script(scenario: Scenario, m: ScratchMount, fast: bool) -> dict[str, list[dict[str, Any]]]:
     """Put the scenario's fault rules in force and its events on the model's timeline,
     from now (the first step's start); what the server made of them."""
     rules = [m.ask(cmd="fault_add", rule=raw)["rule"] for raw in scenario.rules(fast)]
@@ -287,7 +287,8 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
 
 
 def _run_step(scenario: Scenario, step: Step, clients: list[ScratchMount], env: dict, fast: bool,
-              runtime: float | None, progress: Progress, t0: float) -> dict:
+              runtime: float | None, progress: Progress, t0: float) -> dict[str, Any]:
+    # the step's record, which the caller extends (name, kind, times, load): open keys
     m = clients[0]
     if step.kind == "fio":
         return {"metrics": fio_step(step, clients, fio_seconds(step, fast, runtime), progress), "series": []}

@@ -12,13 +12,14 @@ and B per op (one PNG) and a self-contained index.html.
 Either side may be several traces read as one (a fleet's, one per host: reader.TraceSet).
 """
 
+import argparse
 import base64
 import html
 import io
 import json
 import os
-from collections.abc import Sequence
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, NotRequired, TypedDict
 
 import duckdb
 
@@ -50,6 +51,55 @@ class Judgement(TypedDict):
     p50_ratio: float | None
     p99_ratio: float | None
     verdict: str
+
+
+class OpRow(Judgement):
+    """A row of the table by operation."""
+
+    op: str
+
+
+class KindRow(Judgement):
+    """A row of the table by kind of request (format 3 traces on)."""
+
+    kind: str
+
+
+class SideInfo(TypedDict):
+    """One side as Side.describe() gives it."""
+
+    directory: str | None
+    directories: list[str]
+    hosts: list[str]
+    records: int
+    span_ns: int
+    profile: str | None
+    fuse_round_trip_ns: float | None
+    writeback_cache: bool | None
+
+
+class OutFiles(TypedDict):
+    """What --out wrote."""
+
+    png: str
+    html: str
+
+
+class Comparison(TypedDict):
+    """compare()'s result, what --json prints; `out` with --out."""
+
+    a: SideInfo
+    b: SideInfo
+    tolerance: float
+    tail_tolerance: float
+    min_records: int
+    host_slack_ns: float
+    caution: str | None
+    ops: list[OpRow]
+    classes: list[KindRow]
+    judged: int
+    failed: int
+    out: NotRequired[OutFiles]
 
 
 class CompareError(UserError):
@@ -87,7 +137,7 @@ class Side:
         """FUSE's round trip as its traces measured it at mount (the largest; 0 if none did)."""
         return max((m.metadata.get("fuse_round_trip_ns") or 0 for m in self.traces.members), default=0)
 
-    def describe(self) -> dict:
+    def describe(self) -> SideInfo:
         """Its directory (None for several), directories, hosts, records, span, the profiles
         emulated (None when none), the round trip, and whether a mount had FUSE's
         write-back cache."""
@@ -129,35 +179,39 @@ def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail
     return row
 
 
-def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float, tail: float) -> dict:
-    """A's traces (read as one) against B's; see the module's docstring."""
+def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float,
+            tail: float) -> tuple[Comparison, tuple[Side, Side]]:
+    """A's traces (read as one) against B's, and the two sides (for --out's plots); see the
+    module's docstring."""
     a, b = Side(dirs_a), Side(dirs_b)
     slack = max(a.round_trip_ns(), b.round_trip_ns())
-    out: dict = {"a": a.describe(), "b": b.describe(), "tolerance": tolerance, "tail_tolerance": tail,
-                 "min_records": MIN_RECORDS, "host_slack_ns": slack, "caution": None}
-    had = (out["a"]["writeback_cache"], out["b"]["writeback_cache"])
+    described = a.describe(), b.describe()
+    caution = None
+    had = (described[0]["writeback_cache"], described[1]["writeback_cache"])
     if had[0] != had[1] or None in had:
         which = " and ".join(f"some of {s}'s" for s, h in zip("AB", had) if h is None) or \
             f"only {'A' if had[0] else 'B'}'s"
-        out["caution"] = (f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
-                          f"write-back of many write(2) calls, and reads of data written through them are missing; "
-                          f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them")
-    for key, name in (("op", "ops"), ("kind", "classes")):
-        if key == "kind" and not ("kind" in a.columns and "kind" in b.columns):
-            out[name] = []
-            continue
-        sa, sb = a.stats(key), b.stats(key)
-        rows = [{key if key == "op" else "kind": k, **judge(sa.get(k), sb.get(k), tolerance, tail, slack)}
-                for k in sorted(set(sa) | set(sb),
-                                key=lambda k: -max(s[k]["count"] if k in s else 0 for s in (sa, sb)))]
-        out[name] = rows
-    out["judged"] = sum(r["verdict"] in ("pass", "fail", HOST) for r in out["ops"])
-    out["failed"] = sum(r["verdict"] == "fail" for r in out["ops"])
-    out["_sides"] = (a, b)
-    return out
+        caution = (f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
+                   f"write-back of many write(2) calls, and reads of data written through them are missing; "
+                   f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them")
+    ops: list[OpRow] = [{"op": k, **row} for k, row in _judged(a, b, "op", tolerance, tail, slack)]
+    classes: list[KindRow] = [{"kind": k, **row} for k, row in _judged(a, b, "kind", tolerance, tail, slack)] \
+        if "kind" in a.columns and "kind" in b.columns else []
+    out: Comparison = {"a": described[0], "b": described[1], "tolerance": tolerance, "tail_tolerance": tail,
+                       "min_records": MIN_RECORDS, "host_slack_ns": slack, "caution": caution, "ops": ops,
+                       "classes": classes, "judged": sum(r["verdict"] in ("pass", "fail", HOST) for r in ops),
+                       "failed": sum(r["verdict"] == "fail" for r in ops)}
+    return out, (a, b)
 
 
-def run(args) -> int:
+def _judged(a: Side, b: Side, key: str, tolerance: float, tail: float, slack: float) -> list[tuple[str, Judgement]]:
+    """Each op (or kind) of either side, the most frequent first, with its judgement."""
+    sa, sb = a.stats(key), b.stats(key)
+    return [(k, judge(sa.get(k), sb.get(k), tolerance, tail, slack))
+            for k in sorted(set(sa) | set(sb), key=lambda k: -max(s[k]["count"] if k in s else 0 for s in (sa, sb)))]
+
+
+def run(args: argparse.Namespace) -> int:
     for flag, value in (("--tolerance", args.tolerance), ("--tail-tolerance", args.tail_tolerance)):
         if value >= 1000:
             raise CompareError(f"{flag} {value:g}: a percentage under 1000")
@@ -167,17 +221,16 @@ def run(args) -> int:
     sides = (args.traces, args.against) if args.against is not None else ([args.traces[0]], [args.traces[1]])
     dirs_a, dirs_b = expand_traces(*sides)
     try:
-        result = compare(dirs_a, dirs_b, args.tolerance, args.tail_tolerance)
+        result, opened = compare(dirs_a, dirs_b, args.tolerance, args.tail_tolerance)
     except duckdb.Error as exc:
         raise CompareError(f"cannot read the traces: {str(exc).splitlines()[0]}") from None
-    sides = result.pop("_sides")
     if args.out:
-        result["out"] = write_out(args.out, result, sides)
+        result["out"] = write_out(args.out, result, opened)
     print(json.dumps(result, indent=2) if args.json else render(result), flush=True)
     return 1 if result["failed"] else 0
 
 
-def render(r: dict) -> str:
+def render(r: Comparison) -> str:
     lines = []
     for side in ("a", "b"):
         d = r[side]
@@ -197,7 +250,7 @@ def render(r: dict) -> str:
     return "\n\n".join(blocks)
 
 
-def _names(d: dict) -> str:
+def _names(d: SideInfo) -> str:
     """A side as the text names it: its directory, or its traces' count, hosts and directories."""
     if d["directory"] is not None:
         return d["directory"]
@@ -205,7 +258,7 @@ def _names(d: dict) -> str:
     return f"{len(d['directories'])} traces (hosts {hosts}): {' '.join(d['directories'])}"
 
 
-def _table(rows: list[dict], key: str) -> str:
+def _table(rows: Sequence[Mapping[str, Any]], key: str) -> str:
     head = [key, "A n", "B n", "A p50", "B p50", "p50 B/A", "A p99", "B p99", "p99 B/A", "verdict"]
     body = []
     for r in rows:
@@ -224,7 +277,7 @@ def _ratio(x: float | None) -> str:
 
 # ---- --out: CDF plots and a page -----------------------------------------------------------
 
-def write_out(directory: str, r: dict, sides: tuple[Side, Side]) -> dict:
+def write_out(directory: str, r: Comparison, sides: tuple[Side, Side]) -> OutFiles:
     if os.path.islink(directory) or (os.path.exists(directory) and not os.path.isdir(directory)):
         raise CompareError(f"--out {directory}: not a directory")
     try:
@@ -248,7 +301,7 @@ def _write(path: str, data: bytes) -> None:
         raise CompareError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
-def _cdf_png(r: dict, sides: tuple[Side, Side]) -> bytes:
+def _cdf_png(r: Comparison, sides: tuple[Side, Side]) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -278,12 +331,13 @@ def _cdf_png(r: dict, sides: tuple[Side, Side]) -> bytes:
     return buf.getvalue()
 
 
-def _page(r: dict, png: bytes) -> str:
+def _page(r: Comparison, png: bytes) -> str:
     esc = html.escape
     heads = ["op", "A n", "B n", "A p50", "B p50", "p50 B/A", "A p99", "B p99", "p99 B/A", "verdict"]
     body = []
     for row in r["ops"]:
-        a, b = row["a"] or {}, row["b"] or {}
+        a: Mapping[str, Any] = row["a"] or {}
+        b: Mapping[str, Any] = row["b"] or {}
         cells = [row["op"], int_text(a.get("count", 0)), int_text(b.get("count", 0)),
                  ns_text(a["p50_ns"]) if a else "-", ns_text(b["p50_ns"]) if b else "-", _ratio(row["p50_ratio"]),
                  ns_text(a["p99_ns"]) if a else "-", ns_text(b["p99_ns"]) if b else "-", _ratio(row["p99_ratio"]),

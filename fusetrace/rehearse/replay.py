@@ -19,6 +19,7 @@ issued less when it was due; the replay's span, from the first record's due time
 last one's end, against the recording's span over speed, is its drift.
 """
 
+import argparse
 import collections
 import contextlib
 import errno
@@ -33,6 +34,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Generator, Iterable
+from typing import TypedDict
 
 import duckdb
 import pyarrow as pa
@@ -53,6 +55,61 @@ LOOKAHEAD = 64
 CREATES = frozenset(("create", "mkdir", "mknod", "symlink"))
 CREATE_LOOKUP = "lookup of a missing name: the kernel's, for the create that follows (replayed, it looks it up)"
 FORMAT = 3  # traces before it lack open handles, open flags and setattr's attributes
+
+
+class Late(TypedDict):
+    """How late operations were issued (ns)."""
+
+    p50: int
+    p99: int
+    max: int
+
+
+class DifferenceCount(TypedDict):
+    op: str
+    kind: str
+    count: int
+
+
+class DifferenceShown(TypedDict):
+    """One of the first outcomes that differed from the recording."""
+
+    at_ns: int
+    op: str
+    path: str
+    path2: str | None
+    kind: str
+    detail: str
+
+
+class Differences(TypedDict):
+    count: int
+    by_op: list[DifferenceCount]
+    first: list[DifferenceShown]
+
+
+class Summary(TypedDict):
+    """Replay.summary(): what the replay did, what --json prints."""
+
+    trace: str
+    target: str
+    stopped: bool
+    speed: float | None
+    as_fast_as_possible: bool
+    records: int
+    replayed: int
+    replayed_by_op: dict[str, int]
+    not_replayed: dict[str, int]
+    span_ns: int
+    recorded_span_ns: int
+    due_span_ns: int | None
+    drift: float | None
+    late_ns: Late | None
+    processes: int
+    streams: int
+    most_at_once: int
+    waited_for_a_worker: int
+    differences: Differences
 
 
 class Lateness:
@@ -253,7 +310,7 @@ class Replay:
 
     # ---- the summary ----------------------------------------------------------------
 
-    def summary(self, trace_dir: str, target: str, stopped: bool) -> dict:
+    def summary(self, trace_dir: str, target: str, stopped: bool) -> Summary:
         replayed = sum(self.replayed.values())
         recorded = self.last_end_ns - self.first_ns if self.first_ns is not None else 0
         span = max(0, self.done_ns - self.t0) if replayed else 0
@@ -315,7 +372,7 @@ def check_trace(trace_dir: str) -> None:
                         f"with this fusetrace")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     check_trace(args.trace_dir)
     target = Target(args.target)
     _room_for_descriptors()
@@ -347,18 +404,19 @@ def _room_for_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def render(s: dict) -> str:
+def render(s: Summary) -> str:
     lines = []
     if s["stopped"]:
         lines.append("stopped by Ctrl-C: what was replayed until then")
     head = (f"replayed {int_text(s['replayed'])} of {int_text(s['records'])} operations of {s['trace']} into "
             f"{s['target']} in {ns_text(s['span_ns'])}")
-    if s["as_fast_as_possible"]:
+    due = s["due_span_ns"]  # None as fast as possible
+    if s["as_fast_as_possible"] or due is None:
         ratio = s["recorded_span_ns"] / s["span_ns"] if s["span_ns"] else None
         head += (f", as fast as possible (recorded {ns_text(s['recorded_span_ns'])}"
                  + (f": {ratio:.1f}x as fast)" if ratio else ")"))
     else:
-        head += (f" (recorded {ns_text(s['recorded_span_ns'])}, due in {ns_text(s['due_span_ns'])} at speed "
+        head += (f" (recorded {ns_text(s['recorded_span_ns'])}, due in {ns_text(due)} at speed "
                  f"{s['speed']:g}" + (f": drift {100 * s['drift']:+.1f}%)" if s["drift"] is not None else ")"))
     lines.append(head)
     if s["late_ns"]:

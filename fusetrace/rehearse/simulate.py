@@ -9,14 +9,17 @@ read once and kept); emulator/tracesim.py runs them, simulating op by op around 
 change of regime and extrapolating the steady stretches between (it says which).
 """
 
+import argparse
 import json
 import os
 import time
 from collections.abc import Iterable, Iterator
+from typing import NotRequired, TypedDict
 
 import duckdb
 
 from ..emulator.model import Model
+from ..emulator.params import Params
 from ..emulator.throughput import credit_cap
 from ..emulator.tracesim import Result, Timed, TraceSim
 from ..errors import UserError
@@ -36,6 +39,92 @@ DAY = 86400.0
 # Steps a table row may take (s): the least that keeps the table within TABLE_ROWS.
 _STEPS = [k * 10.0**e for e in range(-3, 1) for k in (1, 2, 5)] + [
     15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, DAY]
+
+
+class Operations(TypedDict):
+    simulated: int  # op by op
+    total: float  # with the extrapolated ones
+
+
+class Credits(TypedDict):
+    """The burst credit balance: from, to, its least, its change, when it runs out."""
+
+    start_bytes: float
+    end_bytes: float
+    least_bytes: float
+    change_per_repetition_bytes: float | None
+    change_per_day_bytes: float | None
+    run_out_s: float | None
+    run_out_at: str | None
+    run_out_simulated: bool | None
+    projected_run_out_s: float | None
+    projected_run_out_at: str | None
+    after_run_out_bytes_per_s: float | None
+
+
+class Waited(TypedDict):
+    total_s: float
+    mean_s: float
+    max_s: float
+
+
+class SpanShown(TypedDict):
+    start_s: float
+    end_s: float
+    simulated: bool
+    repetitions: float
+
+
+class SampleShown(TypedDict):
+    t_s: float
+    balance_bytes: float
+    permitted_bytes_per_s: float
+    metered_bytes: float
+    ops: float
+    waited_s: float
+    max_wait_s: float
+    simulated: bool
+
+
+class Rebuilt(TypedDict):
+    """What rebuilding the requests from the records could not know (requests.Gaps)."""
+
+    new_directories: int
+    unknown_handles: int
+    unknown_ops: int
+
+
+class Simulation(TypedDict):
+    """simulate()'s result, what --json prints; `profile` and `overrides` the command's, `plot`
+    the PNG drawn."""
+
+    trace: str
+    records: int
+    format_version: int
+    throughput_mode: str
+    stored_size_bytes: float
+    credit_cap_bytes: float
+    span_s: float
+    duration_s: float
+    days: float | None
+    repetitions: float
+    operations: Operations
+    wall_s: float
+    credits: Credits
+    permitted_end_bytes_per_s: float
+    metered_bytes: float
+    metered_bytes_per_s: float
+    first_operation_s: float
+    waited: Waited
+    saturated: bool
+    row_s: float
+    spans: list[SpanShown]
+    samples: list[SampleShown]
+    rebuilt: Rebuilt
+    notes: list[str]
+    profile: NotRequired[str]
+    overrides: NotRequired[list[str]]
+    plot: NotRequired[str]
 
 
 class _Calls:
@@ -66,7 +155,7 @@ class _Calls:
         self.cached = kept
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """The command: args has trace_dir, profile, overrides, days, plot and json."""
     params = load_params(args.profile, args.overrides)
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
@@ -75,7 +164,7 @@ def run(args) -> int:
         summary = simulate(args.trace_dir, params, args.days)
     except duckdb.Error as exc:
         raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
-    summary.update(profile=args.profile, overrides=args.overrides)
+    summary["profile"], summary["overrides"] = args.profile, args.overrides
     if args.plot:
         try:
             plot(args.plot, summary)
@@ -86,7 +175,7 @@ def run(args) -> int:
     return 0
 
 
-def simulate(trace_dir: str, params, days: float | None) -> dict:
+def simulate(trace_dir: str, params: Params, days: float | None) -> Simulation:
     """The simulation of the trace at `trace_dir` under `params` (once, or back to back
     for `days`), as the command's --json gives it."""
     trace = Trace(trace_dir)
@@ -110,8 +199,8 @@ def simulate(trace_dir: str, params, days: float | None) -> dict:
     return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9)
 
 
-def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
-             step: float, wall: float, lead: float) -> dict:
+def _summary(trace: Trace, params: Params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
+             step: float, wall: float, lead: float) -> Simulation:
     """`lead`: virtual seconds from the mount's start (time 0) to the first record's."""
     r = result
     delta = r.delta
@@ -170,7 +259,7 @@ def _summary(trace: Trace, params, result: Result, gaps: Gaps, span: float, dura
 
 # ---- text ------------------------------------------------------------------------------
 
-def render(s: dict) -> str:
+def render(s: Simulation) -> str:
     w, ops = s["waited"], s["operations"]
     settings = ", ".join(s["overrides"])
     lines = [f"simulate: {s['trace']} ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
@@ -199,14 +288,14 @@ def render(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _credit_lines(s: dict) -> list[str]:
+def _credit_lines(s: Simulation) -> list[str]:
     c = s["credits"]
     if s["throughput_mode"] == "elastic":
         return ["elastic throughput: no burst credits to run out"]
     moving = ""
-    if c["change_per_repetition_bytes"] is not None:
-        change = c["change_per_day_bytes"]
-        if abs(c["change_per_repetition_bytes"]) < 1:
+    per_repetition, change = c["change_per_repetition_bytes"], c["change_per_day_bytes"]
+    if per_repetition is not None and change is not None:  # both or neither
+        if abs(per_repetition) < 1:
             moving = ", steady"
         elif change < 0:
             moving = f", falling {_human_bytes(-change)} a day"
@@ -216,10 +305,11 @@ def _credit_lines(s: dict) -> list[str]:
              f"the end, {_human_bytes(c['least_bytes'])} at the lowest{moving}; the workload meters "
              f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"
              + ("" if s["days"] else f" over its operations' {_seconds(s['span_s'])}")]
-    if c["run_out_s"] is not None:
+    after = c["after_run_out_bytes_per_s"]  # set with run_out_s
+    if c["run_out_s"] is not None and after is not None:
         how = "simulated op by op" if c["run_out_simulated"] else "extrapolated"
         lines.append(f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
-                     f"({how}); then {_human_bytes(c['after_run_out_bytes_per_s'])}/s is permitted (the baseline)")
+                     f"({how}); then {_human_bytes(after)}/s is permitted (the baseline)")
     elif c["projected_run_out_s"] is not None:
         lines.append(f"credits do not run out in the time simulated; at this rate they would at "
                      f"{c['projected_run_out_s']:,.0f} s, {c['projected_run_out_at']} from the trace's start")
@@ -229,7 +319,7 @@ def _credit_lines(s: dict) -> list[str]:
     return lines
 
 
-def _table(s: dict) -> str:
+def _table(s: Simulation) -> str:
     samples = s["samples"]
     head = ["time", "credits", "permitted", "metered/s", "ops/s", "mean wait", "max wait", "how"]
     rows = [[_when(0.0, s["row_s"]), _human_bytes(samples[0]["balance_bytes"]),
@@ -252,8 +342,8 @@ def _table(s: dict) -> str:
     return table(head, rows, "lrrrrrrl")
 
 
-def _spans(spans: list[dict], step: float) -> str:
-    def text(x: dict) -> str:
+def _spans(spans: list[SpanShown], step: float) -> str:
+    def text(x: SpanShown) -> str:
         return f"{_when(x['start_s'], step)} to {_when(x['end_s'], step)} ({x['repetitions']:,.1f}x)"
 
     simulated = [text(x) for x in spans if x["simulated"]]
@@ -288,7 +378,7 @@ def _count(n: float) -> str:
 
 # ---- the plot --------------------------------------------------------------------------
 
-def plot(path: str, s: dict) -> None:
+def plot(path: str, s: Simulation) -> None:
     """Credits, permitted throughput and the operations' waits over virtual time, the
     extrapolated stretches shaded, the moment credits run out marked."""
     import numpy as np

@@ -1,6 +1,7 @@
 """`fusetrace report DIR`: the command, from its checked arguments to the text or JSON on
 stdout (and the PNG of --plot)."""
 
+import argparse
 import json
 import os
 
@@ -12,7 +13,7 @@ from .query import Filters, Trace, expand_traces
 from .render import render
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """The `fusetrace report` command (its arguments: fusetrace/cli.py)."""
     if args.plot is not None:
         if not args.timeline:

@@ -1,15 +1,17 @@
 """The report's plot: its timeline (--timeline --plot FILE.png) drawn as a PNG."""
 
 from .render import bucket_width
+from .shapes import Summary
 
 
-def plot_timeline(path: str, s: dict) -> None:
+def plot_timeline(path: str, s: Summary) -> None:
     """The timeline as a PNG: operations per second above, MB/s read and written below."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    t = s["timeline"]
+    t = s.get("timeline")
+    assert t is not None, "drawn only for a report with a timeline"
     buckets = t["buckets"]
     width = t["width_ns"] / 1e9
     edges = np.array([b["t_s"] for b in buckets] + [buckets[-1]["t_s"] + width])

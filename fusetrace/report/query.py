@@ -30,6 +30,7 @@ from ..trace import metadata as meta
 from ..trace import reader
 from ..trace.names import readable
 from . import hints
+from .shapes import Coverage, FiltersShown, Summary, Timeline, TimelineBucket
 
 QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
 # Every FUSE operation a trace can hold (fusetrace/server/handlers.py; forget has no reply)
@@ -356,7 +357,7 @@ class Trace:
                      for b in range(min(counts), max(counts) + 1)]
                 for op, counts in out.items()}
 
-    def coverage(self) -> dict | None:
+    def coverage(self) -> Coverage | None:
         """How much of the records' span [first start, last reply) had at least one
         operation in flight (`busy_ns`: the union of their [start_ns, start_ns + dur_ns)),
         and with each operation widened by FUSE's round trip measured at mount
@@ -379,12 +380,13 @@ class Trace:
                                                       and 1 preceding) as m
                   from trace)""", {"rt": rt or 0})
         span = self.span_ns
-        out = {"span_ns": span, "busy_ns": int(busy), "busy_share": busy / span if span else None,
-               "summed_ns": self.total_ns, "round_trip_ns": rt, "round_trips_ns": None,
-               "busy_with_round_trip_ns": None, "busy_with_round_trip_share": None}
+        out: Coverage = {"span_ns": span, "busy_ns": int(busy), "busy_share": busy / span if span else None,
+                         "summed_ns": self.total_ns, "round_trip_ns": rt, "round_trips_ns": None,
+                         "busy_with_round_trip_ns": None, "busy_with_round_trip_share": None, "rest_share": None}
         if rt is not None:
-            out.update(round_trips_ns=rt * self.matched, busy_with_round_trip_ns=int(widened) - rt,
-                       busy_with_round_trip_share=(int(widened) - rt) / span if span else None)
+            out["round_trips_ns"] = rt * self.matched
+            out["busy_with_round_trip_ns"] = int(widened) - rt
+            out["busy_with_round_trip_share"] = (int(widened) - rt) / span if span else None
         busy_share = out["busy_with_round_trip_share"] if rt is not None else out["busy_share"]
         out["rest_share"] = None if busy_share is None else 1 - busy_share
         return out
@@ -394,7 +396,7 @@ class Trace:
         rules, in order).  `per_op`: ops()'s ungrouped rows by op, when the caller has them."""
         return hints.find(self, self.per_op() if per_op is None else per_op)
 
-    def timeline(self) -> dict | None:
+    def timeline(self) -> Timeline | None:
         """Operations and bytes over time: buckets of `width_ns` aligned on the trace's
         first record (time 0), from the first matched record's to the last's; per bucket
         the operations that started in it, their errors, and the bytes read and written
@@ -412,7 +414,7 @@ class Trace:
             from trace group by b""", {"origin": origin, "width": width})}
         first, last = (low - origin) // width, (high - origin) // width
         wall = "start_wall_ns" in self.metadata and "start_monotonic_ns" in self.metadata
-        buckets = []
+        buckets: list[TimelineBucket] = []
         for b in range(first, last + 1):
             n, errors, read, written = rows.get(b, (0, 0, 0, 0))
             start = origin + b * width
@@ -424,11 +426,11 @@ class Trace:
         return {"origin_ns": origin, "width_ns": width, "buckets": buckets}
 
     def summary(self, by: str | None = None, histogram: bool = False, top: int | None = None,
-                timeline: bool = False) -> dict:
+                timeline: bool = False) -> Summary:
         """Everything the report shows, as plain data (what --json prints)."""
         ops, groups = self.ops(by, top)
         m = self.metadata
-        out = {
+        out: Summary = {
             "directory": None if self.fleet else self.directory,
             "directories": self.directories,
             "traces": self.traces(),
@@ -480,7 +482,7 @@ class Trace:
                         "host_bound": load.get("host_bound") if "emulation" in m else None})
         return out
 
-    def _filters(self) -> dict | None:
+    def _filters(self) -> FiltersShown | None:
         f = self.filters
         if f == Filters():
             return None
@@ -493,12 +495,13 @@ class Trace:
 _ABSENT = object()
 
 
-def fleet_metadata(traces: reader.TraceSet) -> dict:
+def fleet_metadata(traces: reader.TraceSet) -> dict[str, Any]:
     """What a report over several traces says of them together, in a trace's metadata's
     keys: those every trace has with the same value (`options` key by key), the counters
     added up, the clock of the trace that started first (the records' clock), the mean of
     their FUSE round trips when each has one, the profiles emulated, every warning once.
-    What belongs to one run alone (its end, pid, host_load, metrics) is left out."""
+    What belongs to one run alone (its end, pid, host_load, metrics) is left out.  A dict:
+    metadata's keys are open (whatever the traces' writers put)."""
     each = [m.metadata for m in traces.members]
     first, rest = each[0], each[1:]
     out = {k: v for k, v in first.items() if all(o.get(k, _ABSENT) == v for o in rest)}

@@ -3,16 +3,18 @@ header, the tables, the histograms, the timeline and the hints."""
 
 import math
 from datetime import datetime
+from typing import Any
 
 from ..hostload import load_words
 from ..texttable import int_text, ns_text, num_text, pct_text, printable, table
 from ..trace import metadata as meta
 from .query import QUANTILES
+from .shapes import Summary, Timeline
 
 TOP_GROUPS = 20  # groups the text report shows with --by unless --top says; --json has them all
 
 
-def render(s: dict) -> str:
+def render(s: Summary) -> str:
     """The text report of a summary (Trace.summary())."""
     parts = ["\n".join(printable(line) for line in _header(s))]  # names a trace's makers chose
     if len(s["hosts"]) > 1:
@@ -23,14 +25,14 @@ def render(s: dict) -> str:
         parts.append(shaping)
     if s.get("histograms"):
         parts.append(_histograms(s["histograms"]))
-    if s.get("timeline"):
-        parts.append(_timeline(s["timeline"]))
+    if timeline := s.get("timeline"):
+        parts.append(_timeline(timeline))
     if s["hints"]:
         parts.append("\n".join(["hints", *(f"- {printable(h['text'])}" for h in s["hints"])]))
     return "\n\n".join(parts)
 
 
-def _header(s: dict) -> list[str]:
+def _header(s: Summary) -> list[str]:
     m = s["metadata"]
     counts = f"({int_text(s['records'])} records in {int_text(s['files'])} file{'' if s['files'] == 1 else 's'})"
     if s["directory"] is not None:
@@ -49,7 +51,8 @@ def _header(s: dict) -> list[str]:
         lines.append(f"started     {_wall(m['start_wall_ns'])}, records span {s['span_ns'] / 1e9:.3f} s")
     if s["filters"]:
         f = s["filters"]
-        times = [f"{k} {_at(s, f[k + '_ns'])}" for k in ("since", "until") if f[k] is not None]
+        times = [f"{k} {_at(s, ns)}" for k, ns in (("since", f["since_ns"]), ("until", f["until_ns"]))
+                 if ns is not None]
         lines.append(f"filters     {'  '.join(f['options'])}{' (' + '; '.join(times) + ')' if times else ''}: "
                      f"{int_text(s['matched'])} of {int_text(s['records'])} records")
     lines += _coverage(s)
@@ -62,9 +65,9 @@ def _header(s: dict) -> list[str]:
         lines.append(f"lost        {int_text(m.get('lost', 0))} records in {int_text(m['write_errors'])} failed "
                      f"writes; last: {m.get('last_error')}")
     lines += _emulation(m, s["traces"])
-    for f in s.get("faults", []):
-        said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {int_text(o['count'])}" for o in f["ops"])
-        lines.append(f"fault       rule {f['rule']} acted on {int_text(f['records'])} records: {said}")
+    for fault in s.get("faults", []):
+        said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {int_text(o['count'])}" for o in fault["ops"])
+        lines.append(f"fault       rule {fault['rule']} acted on {int_text(fault['records'])} records: {said}")
     if s["directory"] is not None:
         warning = s["traces"][0]["warning"]
         lines += [f"warning     {warning}"] if warning else []
@@ -75,7 +78,7 @@ def _header(s: dict) -> list[str]:
     return lines
 
 
-def _hosts_table(s: dict) -> str:
+def _hosts_table(s: Summary) -> str:
     """One line per host of a report over several traces."""
     head = ["host", "traces", "ops", "errors", "ops/s", "total", "%total", "span"]
     rows = [[h["host"] or "(no host)", int_text(h["traces"]), int_text(h["count"]), int_text(h["errors"]),
@@ -87,7 +90,7 @@ def _hosts_table(s: dict) -> str:
             f"host's first operation to its last reply)")
 
 
-def _at(s: dict, ns: int) -> str:
+def _at(s: Summary, ns: int) -> str:
     """A trace time as seconds since the first record, and its time of day when known."""
     m = s["metadata"]
     seconds = f"{(ns - (s['origin_ns'] or 0)) / 1e9:+.3f} s"
@@ -96,7 +99,7 @@ def _at(s: dict, ns: int) -> str:
     return f"{seconds}, {_clock(meta.to_wall_ns(m, ns), 3)}"
 
 
-def _coverage(s: dict) -> list[str]:
+def _coverage(s: Summary) -> list[str]:
     """The header's lines on how much of the span the operations account for."""
     c = s["coverage"]
     if c is None or not c["span_ns"]:
@@ -104,19 +107,20 @@ def _coverage(s: dict) -> list[str]:
     lines = [f"in flight   {c['busy_ns'] / 1e9:.3f} s of the records' {c['span_ns'] / 1e9:.3f} s span "
              f"({pct_text(c['busy_share'])}) had an operation in flight; their latencies sum to "
              f"{c['summed_ns'] / 1e9:.3f} s"]
-    if c["round_trip_ns"] is None:
+    widened = c["busy_with_round_trip_ns"]  # set with round_trip_ns
+    if c["round_trip_ns"] is None or widened is None:
         why = "a trace from before format 3" if s["format_version"] < 3 else f"not in its {meta.NAME}"
         lines.append(f"round trip  FUSE's own, before and after each operation: not measured ({why})")
     else:
         lines.append(f"round trip  with FUSE's ({ns_text(c['round_trip_ns'])} each, measured at mount) added to each "
-                     f"operation: {c['busy_with_round_trip_ns'] / 1e9:.3f} s "
+                     f"operation: {widened / 1e9:.3f} s "
                      f"({pct_text(c['busy_with_round_trip_share'])})")
     lines.append(f"the rest    {pct_text(c['rest_share'])} of the span: the application's own time (CPU, other I/O, "
                  f"waiting) and what the kernel answered from its caches")
     return lines
 
 
-def _label(key: str, r: dict) -> str:
+def _label(key: str, r: dict[str, Any]) -> str:
     """A --by group as the text table names it."""
     if key == "pid":
         return " ".join([str(r["pid"]), ",".join(r["comms"][:3]) + ("…" if len(r["comms"]) > 3 else "")]).rstrip()
@@ -125,7 +129,7 @@ def _label(key: str, r: dict) -> str:
     return _short(r[key])
 
 
-def _ops_table(s: dict) -> str:
+def _ops_table(s: Summary) -> str:
     if not s["ops"]:
         return "no records match the filters" if s["filters"] else "no records"
     key = s["by"]
@@ -152,7 +156,7 @@ def _ops_table(s: dict) -> str:
     return f"{text}\n({note})"
 
 
-def _emulation(m: dict, traces: list[dict]) -> list[str]:
+def _emulation(m: dict[str, Any], traces: list[dict[str, Any]]) -> list[str]:
     """The header's lines on an emulated trace: the profile, whether the host kept up
     with the model, whether the mount had FUSE's write-back cache, and what the run must
     be warned of (its metadata's `warnings`); over several traces, the hosts that did not
@@ -182,7 +186,7 @@ def _emulation(m: dict, traces: list[dict]) -> list[str]:
     return lines
 
 
-def _shaping(s: dict) -> str:
+def _shaping(s: Summary) -> str:
     """Where the modelled time went, per op; "" when nothing was shaped."""
     rows = s["shaping"]
     if rows is None:
@@ -204,7 +208,7 @@ def _shaping(s: dict) -> str:
             f"the operation; gates: what set it, with how many operations each)")
 
 
-def _histograms(hists: dict[str, list[dict]]) -> str:
+def _histograms(hists: dict[str, list[dict[str, Any]]]) -> str:
     blocks = []
     for op, buckets in hists.items():
         total = sum(b["count"] for b in buckets)
@@ -218,13 +222,14 @@ def _histograms(hists: dict[str, list[dict]]) -> str:
     return "\n\n".join(blocks)
 
 
-def _timeline(t: dict) -> str:
+def _timeline(t: Timeline) -> str:
     buckets = t["buckets"]
     wall = buckets[0]["wall_ns"] is not None
     peak = max(b["ops_per_s"] for b in buckets) or 1
     head = ["t (s)", *(["time"] if wall else []), "ops", "ops/s", "", "read MB/s", "write MB/s", "errors"]
     digits = max(0, -math.floor(math.log10(t["width_ns"] / 1e9)))
-    rows = [[f"{b['t_s']:.{digits}f}", *([_clock(b["wall_ns"], digits)] if wall else []), int_text(b["ops"]),
+    rows = [[f"{b['t_s']:.{digits}f}", *([_clock(w, digits)] if (w := b["wall_ns"]) is not None else []),
+             int_text(b["ops"]),
              _rate(b["ops_per_s"]), _bar(b["ops_per_s"] / peak, 20), _rate(b["read_mb_per_s"]),
              _rate(b["write_mb_per_s"]), int_text(b["errors"])] for b in buckets]
     text = table(head, rows, "r" * (len(head) - 4) + "lrrr")
@@ -249,7 +254,7 @@ def bucket_width(ns: int) -> str:
     return f"{ns / 1e9:g} s"
 
 
-def _short(value, width: int = 48) -> str:
+def _short(value: object, width: int = 48) -> str:
     text = str(value)
     return text if len(text) <= width else "…" + text[-(width - 1):]
 

@@ -205,10 +205,14 @@ def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float,
 
 
 def _judged(a: Side, b: Side, key: str, tolerance: float, tail: float, slack: float) -> list[tuple[str, Judgement]]:
-    """Each op (or kind) of either side, the most frequent first, with its judgement."""
+    """Each op (or kind) of either side, the most frequent first (ties by name, so a run's
+    output does not depend on the set's order), with its judgement."""
     sa, sb = a.stats(key), b.stats(key)
-    return [(k, judge(sa.get(k), sb.get(k), tolerance, tail, slack))
-            for k in sorted(set(sa) | set(sb), key=lambda k: -max(s[k]["count"] if k in s else 0 for s in (sa, sb)))]
+
+    def order(k: str) -> tuple[int, str]:
+        return -max(s[k]["count"] if k in s else 0 for s in (sa, sb)), k
+
+    return [(k, judge(sa.get(k), sb.get(k), tolerance, tail, slack)) for k in sorted(set(sa) | set(sb), key=order)]
 
 
 def run(args: argparse.Namespace) -> int:

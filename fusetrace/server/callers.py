@@ -1,7 +1,7 @@
 """Who made a request: the process and its name behind a FUSE caller's thread id, cached."""
 
 import os
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 _WHO_FOR_NS = 1_000_000_000  # how long a thread's process and name are trusted
 
@@ -18,25 +18,33 @@ class Caller(Protocol):
     def gid(self) -> int: ...
 
 
+class Process(NamedTuple):
+    """The process behind a thread, as traces name it, and when that was read (monotonic ns)."""
+
+    pid: int
+    comm: str
+    read_ns: int
+
+
 class Callers:
     """FUSE names the calling thread; traces name its process (thread group) and the
     process's name, read from /proc at most once a second per thread (a name changes at
     exec, and a shell's child opens its redirections before it)."""
 
     def __init__(self) -> None:
-        self._tgids: dict[int, tuple[int, str, int]] = {}  # thread id: (process id, its name, when read)
+        self._tgids: dict[int, Process] = {}  # by thread id
 
-    def who(self, tid: int, now: int) -> tuple[int, str, int]:
-        """(pid, name, when read) of thread `tid`, from the cache."""
+    def who(self, tid: int, now: int) -> Process:
+        """The process of thread `tid`, from the cache."""
         who_is = self._tgids.get(tid)
-        if who_is is None or now - who_is[2] > _WHO_FOR_NS:
+        if who_is is None or now - who_is.read_ns > _WHO_FOR_NS:
             who_is = self._process_of(tid, now)
         return who_is
 
-    def _process_of(self, tid: int, now: int) -> tuple[int, str, int]:
+    def _process_of(self, tid: int, now: int) -> Process:
         if len(self._tgids) > 4096:
             self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
-        known = self._tgids[tid] = (*thread_group(tid), now)
+        known = self._tgids[tid] = Process(*thread_group(tid), now)
         return known
 
 

@@ -334,14 +334,14 @@ class Pipeline:
 
     # ---- trace -----------------------------------------------------------------------
 
-    def _trace(self, tracer: "TraceWriter", req: Request, site: Site, who: Caller, start: int, out: Any, err: int,
-               held: int, ticket: "Ticket | None", fault: str | None = None) -> None:
+    def _trace(self, tracer: "TraceWriter", req: Request, site: Site, who: Caller, start: int, out: Any, errno: int,
+               shaped_ns: int, ticket: "Ticket | None", fault: str | None = None) -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
         fh, mode, entry, result = site.fh, 0, 0, 0
         flags = site.flags if req.op == "rename" else 0  # renameat2's, whatever the outcome (replay issues them)
         if req.busy:  # unlink, rename: the open file whose name goes (NFS renames it away), charged
             entry = req.busy  # at admission, so named even if the call then fails
-        elif err:
+        elif errno:
             pass
         elif req.op in _OPENS:  # the handle: open, opendir (an int), create (with its entry)
             fh, flags = _new_handle(out), site.flags
@@ -357,11 +357,9 @@ class Pipeline:
                 mode, entry = out.st_mode, out.st_ino
             elif kind is os.stat_result:  # getattr, setattr
                 mode = out.st_mode
-        t = _UNSHAPED if ticket is None else ticket
-        who_is = self.callers.who(who.pid, start)
-        tracer.add(start, monotonic_ns() - start, req.op, site.inode, site.path, site.path2, fh, site.offset,
-                   req.size, result, err, who_is[0], who.uid, who.gid, held, t.gate, t.wait_ns, t.latency_ns,
-                   t.transfer_ns, t.nfs, who_is[1], req.label, flags, mode, entry, fault)
+        process = self.callers.who(who.pid, start)
+        tracer.add(start, monotonic_ns() - start, req, site, who, process, _UNSHAPED if ticket is None else ticket,
+                   fh, result, errno, flags, mode, entry, shaped_ns, fault)  # each by add's name for it
 
 
 def _new_handle(out: Any) -> int:

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, BinaryIO, TypedDict
+from typing import Any, BinaryIO, NamedTuple, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,7 @@ from ..private import NotPrivate, open_private_dir
 from . import metadata as meta
 from . import names
 from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SCHEMA, TraceRecord
+from .sources import Account, Operation, Place, Process, User
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,14 @@ class WriterStats(Counters):
     deferred: int
 
 
+class _Labelled(NamedTuple):
+    """A TraceRecord's request, as add reads it (see record)."""
+
+    op: str
+    size: int
+    label: str | None
+
+
 class TraceDirError(UserError):
     """The trace directory cannot be used; the message is one line naming it and why."""
 
@@ -191,29 +200,34 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._run, name="fusetrace-trace-writer", daemon=True)
         self._thread.start()
 
-    def add(self, start_ns: int, dur_ns: int, op: str, inode: int, path: str, path2: str | None, fh: int,
-            offset: int, size: int, result: int, errno: int, pid: int, uid: int, gid: int, shaped_ns: int,
-            gate: str | None = None, wait_ns: int = 0, latency_ns: int = 0, transfer_ns: int = 0,
-            nfs: str | None = None, comm: str = "", kind: str | None = None, flags: int = 0, mode: int = 0,
-            entry: int = 0, fault: str | None = None) -> None:
-        """Queue one record, its fields those of TraceRecord in their order.  Never blocks:
-        when the queue is full (max_pending records or max_pending_bytes waiting), the
-        record is counted in `dropped` instead, as is one with a field its column cannot
-        hold (with a warning: that is a bug).  Called from one thread (the trio loop)."""
+    def add(self, start_ns: int, dur_ns: int, request: Operation, site: Place, user: User, process: Process,
+            model: Account, fh: int, result: int, errno: int, flags: int, mode: int, entry: int, shaped_ns: int,
+            fault: str | None) -> None:
+        """Queue one record, each column read from the attribute or the parameter of its name
+        (see sources.py).  Never blocks: when the queue is full (max_pending records or
+        max_pending_bytes waiting), the record is counted in `dropped` instead, as is one
+        with a field its column cannot hold (with a warning: that is a bug).  Called from
+        one thread (the trio loop).  What the caller works out (fh to fault) comes by
+        position, each given as a name of the same spelling (tests/checks/test_where_to_add.py):
+        as keywords they would cost every record about 100 ns more (docs/BENCHMARKS.md,
+        "Figures behind design choices: trace/writer.py")."""
+        path, path2, gate = site.path, site.path2, model.gate
         after = (self._bytes_in + _RECORD_BYTES + len(path or "")  # _cost, inline: this runs for every operation
                  + (0 if path2 is None else _STR_BYTES + len(path2)) + (0 if gate is None else _SHAPED_BYTES))
         if after - self._bytes_out <= self._max_bytes and self._added - self._taken < self._max_pending:
             try:
-                row = _PACK.pack(start_ns, dur_ns, inode, fh, offset, size, result, errno, pid, uid, gid, shaped_ns,
-                                 wait_ns, latency_ns, transfer_ns, flags, mode, entry)  # as _INT_COLUMNS
+                row = _PACK.pack(start_ns, dur_ns, site.inode, fh, site.offset, request.size, result, errno,
+                                 process.pid, user.uid, user.gid, shaped_ns, model.wait_ns, model.latency_ns,
+                                 model.transfer_ns, flags, mode, entry)  # as _INT_COLUMNS
             except struct.error as exc:
-                self._bad(op, exc)
+                self._bad(request.op, exc)
                 return
             strs = self._strs
             if len(strs) == _BLOCK_REFS:
                 strs = self._next_block()
             self._ints += row
-            strs.extend((op, path, path2, gate, nfs, comm, kind, fault))  # as _STR_COLUMNS
+            kind = request.label  # the kind column: the request's kind, a write's by its mode
+            strs.extend((request.op, path, path2, gate, model.nfs, process.comm, kind, fault))  # as _STR_COLUMNS
             self._bytes_in = after
             self._added += 1  # last: the writer may take it from now on
         else:
@@ -234,8 +248,10 @@ class TraceWriter:
             log.warning("trace %s: %s", self.directory, text)
 
     def record(self, rec: TraceRecord) -> None:
-        """Queue one record given as a TraceRecord (see add)."""
-        self.add(*rec)
+        """Queue one record given as a TraceRecord (tests, benchmarks): it is all of add's
+        parts itself, but that it names the request's kind `kind`."""
+        self.add(rec.start_ns, rec.dur_ns, _Labelled(rec.op, rec.size, rec.kind), rec, rec, rec, rec, rec.fh,
+                 rec.result, rec.errno, rec.flags, rec.mode, rec.entry, rec.shaped_ns, rec.fault)
 
     @property
     def queued(self) -> int:

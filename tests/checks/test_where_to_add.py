@@ -1,16 +1,20 @@
 """docs/ARCHITECTURE.md names one place to add a trace column and one to add a profile
 key; these fail when that place is no longer the only one needed."""
 
+import ast
 import dataclasses
 import inspect
 import re
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 
 from fusetrace.emulator.params import SPECS, Params
 from fusetrace.emulator.profiles import apply_overrides, load_profile
-from fusetrace.trace import reader
+from fusetrace.server.pipeline import Pipeline
+from fusetrace.trace import reader, writer
 from fusetrace.trace.schema import COLUMNS, RECORD_SCHEMA, TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
@@ -24,11 +28,41 @@ def _value(i: int, field: pa.Field) -> object:
     return f"/v{i}" if field.name.startswith("path") else f"v{i}"
 
 
+def _calls(fn: Callable[..., object], name: str) -> list[ast.Call]:
+    """The calls of a method called `name` in the source of `fn`."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == name]
+
+
+def _name(arg: ast.expr) -> str:
+    """What an argument is named by: a variable's name, or an attribute's (`site.path`: path)."""
+    return arg.attr if isinstance(arg, ast.Attribute) else arg.id if isinstance(arg, ast.Name) else ast.unparse(arg)
+
+
+def test_every_trace_column_is_filled_from_a_source_of_its_name():
+    """TraceWriter.add writes each of TraceRecord's fields from the attribute of its name
+    (`site.path`: checked by mypy against trace/sources.py) or a variable of its name, in
+    its place in the packed integers or the strings; and what the pipeline works out
+    itself reaches add's parameters by position (keywords cost too much on the loop),
+    each as a name spelt as the parameter is.  A column added to TraceRecord but not
+    filled, or two values swapped, fails here."""
+    (pack,) = _calls(TraceWriter.add, "pack")
+    (extend,) = _calls(TraceWriter.add, "extend")
+    assert [_name(a) for a in pack.args] == [f.name for f in writer._INT_COLUMNS]
+    assert isinstance(extend.args[0], ast.Tuple)
+    assert [_name(a) for a in extend.args[0].elts] == [f.name for f in writer._STR_COLUMNS]
+    params = list(inspect.signature(TraceWriter.add).parameters)
+    parts = params.index("model") + 1  # self, the times and the five parts (sources.py)
+    for fn in (Pipeline._trace, TraceWriter.record):
+        (add,) = _calls(fn, "add")
+        assert [_name(a) for a in add.args[parts - 1:]] == params[parts:], fn.__qualname__
+
+
 def test_a_trace_column_is_a_field_of_trace_record_and_nothing_else(tmp_path):
     """Each field of TraceRecord, given by name, comes back in its own column through the
-    writer (whose `add`, the loop's form, takes the same fields) and the reader; an older
-    trace without it reads as its default; TRACE_FORMAT.md has its row."""
-    assert list(inspect.signature(TraceWriter.add).parameters)[1:] == list(TraceRecord._fields)
+    writer and the reader; an older trace without it reads as its default;
+    TRACE_FORMAT.md has its row."""
     given = {f.name: _value(i, f) for i, f in enumerate(RECORD_SCHEMA)}
     with TraceWriter(tmp_path / "t", {"host": "h"}) as w:
         w.record(TraceRecord(**given))  # type: ignore[arg-type]

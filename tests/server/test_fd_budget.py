@@ -183,11 +183,12 @@ print(json.dumps({**seen, "used": kept.used}))
 
 def test_the_trace_writer_puts_off_a_write_with_no_descriptor_free_and_loses_nothing(tmp_path):
     out = _in_a_full_process("""
+from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 w = TraceWriter(sys.argv[1], {"source": "/src"}, flush_interval=0.01)
 held = fill()
 for i in range(100):
-    w.add(1000 + i, 10, "read", 2, "/f", None, 3, 0, 4096, 4096, 0, 100, 0, 0, 0)
+    w.record(TraceRecord(1000 + i, 10, "read", 2, "/f", None, 3, 0, 4096, 4096, 0, 100, 0, 0, 0))
 deadline = time.monotonic() + 30
 while w.deferred < 3 and time.monotonic() < deadline:
     time.sleep(0.01)

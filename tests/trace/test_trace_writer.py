@@ -80,7 +80,7 @@ def test_records_taken_while_the_loop_adds_stay_whole_and_in_order(tmp_path):
     try:
         with TraceWriter(d, {}, flush_interval=0.001) as w:
             for i in range(n):
-                w.add(*row(i, path=f"/f{i}"))
+                w.record(TraceRecord(*row(i, path=f"/f{i}")))
     finally:
         sys.setswitchinterval(interval)
     assert (w.records, w.dropped, w.lost, w.write_errors) == (n, 0, 0, 0)

@@ -48,8 +48,9 @@ MiB = 1 << 20
 
 
 def cli(*args) -> str:
-    return subprocess.run([sys.executable, "-m", "fusetrace", *args], check=True,
-                          capture_output=True, text=True, cwd=ROOT).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "fusetrace", *args], check=True, capture_output=True, text=True, cwd=ROOT
+    ).stdout
 
 
 def stats(mnt) -> dict:
@@ -57,10 +58,17 @@ def stats(mnt) -> dict:
 
 
 def fio_json(mnt, args, runtime):
-    cmd = ["fio", "--name=j", f"--filename={mnt}/f", *args, f"--runtime={runtime}", "--time_based",
-           "--output-format=json"]
+    cmd = [
+        "fio",
+        "--name=j",
+        f"--filename={mnt}/f",
+        *args,
+        f"--runtime={runtime}",
+        "--time_based",
+        "--output-format=json",
+    ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out[out.index("{"):])["jobs"][0]
+    return json.loads(out[out.index("{") :])["jobs"][0]
 
 
 class Mount:
@@ -88,13 +96,20 @@ def latency_rows(runtime):
     transfer_ms = 4096 / (p.stream_mibps * MiB) * 1e3
     rows = []
     with Mount("--emulate", "efs-2016") as m:
-        for rw, side, med, p99 in (("randread", "read", p.read_latency_ms, p.read_latency_p99_ms),
-                                   ("randwrite", "write", p.write_latency_ms, p.write_latency_p99_ms)):
-            job = fio_json(m.mnt, ["--direct=1", "--ioengine=libaio", "--iodepth=1", f"--rw={rw}",
-                                   "--bs=4k", "--size=256M"], runtime)
+        for rw, side, med, p99 in (
+            ("randread", "read", p.read_latency_ms, p.read_latency_p99_ms),
+            ("randwrite", "write", p.write_latency_ms, p.write_latency_p99_ms),
+        ):
+            job = fio_json(
+                m.mnt,
+                ["--direct=1", "--ioengine=libaio", "--iodepth=1", f"--rw={rw}", "--bs=4k", "--size=256M"],
+                runtime,
+            )
             pct = job[side]["clat_ns"]["percentile"]
-            for name, got, want, tol in (("p50", pct["50.000000"], med + transfer_ms, 0.05),
-                                         ("p99", pct["99.000000"], p99 + transfer_ms, 0.10)):
+            for name, got, want, tol in (
+                ("p50", pct["50.000000"], med + transfer_ms, 0.05),
+                ("p99", pct["99.000000"], p99 + transfer_ms, 0.10),
+            ):
                 rows.append((f"4k {side} qd1 latency {name} (ms)", got / 1e6, want, tol))
     return rows
 
@@ -102,8 +117,9 @@ def latency_rows(runtime):
 def cap_row(runtime):
     with Mount("--emulate", "efs-tiny", "--set", "client_dirty_limit=1 MiB") as m:
         cli("set", m.mnt, "burst_credit_balance=0")
-        job = fio_json(m.mnt, ["--direct=1", "--ioengine=libaio", "--iodepth=8", "--rw=write",
-                               "--bs=1M", "--size=256M"], runtime)
+        job = fio_json(
+            m.mnt, ["--direct=1", "--ioengine=libaio", "--iodepth=8", "--rw=write", "--bs=1M", "--size=256M"], runtime
+        )
         return [("baseline cap, 1M writes qd8 (MiB/s)", job["write"]["bw_bytes"] / MiB, 1.0, 0.05)]
 
 
@@ -111,14 +127,17 @@ def credit_row(runtime):
     p = load_profile("efs-tiny")
     baseline = max(p.baseline_floor_mibps * MiB, p.baseline_kibps_per_gib * 1024 * p.stored_size / (1 << 30))
     with Mount("--emulate", "efs-tiny") as m:
-        fio_json(m.mnt, ["--direct=1", "--ioengine=libaio", "--iodepth=8", "--rw=write", "--bs=1M",
-                         "--size=256M"], runtime / 5)
+        fio_json(
+            m.mnt,
+            ["--direct=1", "--ioengine=libaio", "--iodepth=8", "--rw=write", "--bs=1M", "--size=256M"],
+            runtime / 5,
+        )
         s = stats(m.mnt)["metrics"]
         elapsed = time.monotonic() - m.mounted_at
-        analytic = min(p.burst_credit_balance + baseline * elapsed - s["MeteredIOBytes"],
-                       max(p.burst_credit_cap_min, 0))
-        return [("credit balance after a burst (MiB)", s["BurstCreditBalance"] / MiB,
-                 max(analytic, 0) / MiB, 0.02)]
+        analytic = min(
+            p.burst_credit_balance + baseline * elapsed - s["MeteredIOBytes"], max(p.burst_credit_cap_min, 0)
+        )
+        return [("credit balance after a burst (MiB)", s["BurstCreditBalance"] / MiB, max(analytic, 0) / MiB, 0.02)]
 
 
 def _server_cpu_s(mnt) -> float:
@@ -129,8 +148,11 @@ def _server_cpu_s(mnt) -> float:
 def mount_cost(opts, runtime) -> dict:
     with Mount(*opts) as m:
         before = _server_cpu_s(m.mnt)
-        job = fio_json(m.mnt, ["--direct=1", "--ioengine=libaio", "--iodepth=1024", "--rw=randread",
-                               "--bs=4k", "--size=256M"], runtime)
+        job = fio_json(
+            m.mnt,
+            ["--direct=1", "--ioengine=libaio", "--iodepth=1024", "--rw=randread", "--bs=4k", "--size=256M"],
+            runtime,
+        )
         cpu = _server_cpu_s(m.mnt) - before
         ops = job["read"]["total_ios"]
         host = stats(m.mnt).get("host", {})
@@ -178,14 +200,30 @@ def cost_rows(runtime):
     verdict = _verdict(emulated, limit)
     return [
         ("plain mount", f"{plain['iops']:,.0f} IOPS", f"{plain['cpu_us_per_op']:.0f}", ""),
-        ("`--emulate efs-2016` (limit 7,400 IOPS)", f"{emulated['iops']:,.0f} IOPS",
-         f"{emulated['cpu_us_per_op']:.0f}", verdict),
-        ("the emulator's share (emulated - plain)", "",
-         f"{emulated['cpu_us_per_op'] - plain['cpu_us_per_op']:.0f}", ""),
-        ("model, shaper and timer alone (1,024 tasks, no FUSE)", f"{alone['ops_per_s']:,.0f} ops/s",
-         f"{alone['cpu_us_per_op']:.0f}", ""),
-        ("`--emulate efs-2016`, another process keeping one of the 2 cores busy", f"{loaded['iops']:,.0f} IOPS",
-         f"{loaded['cpu_us_per_op']:.0f}", _verdict(loaded, limit)),
+        (
+            "`--emulate efs-2016` (limit 7,400 IOPS)",
+            f"{emulated['iops']:,.0f} IOPS",
+            f"{emulated['cpu_us_per_op']:.0f}",
+            verdict,
+        ),
+        (
+            "the emulator's share (emulated - plain)",
+            "",
+            f"{emulated['cpu_us_per_op'] - plain['cpu_us_per_op']:.0f}",
+            "",
+        ),
+        (
+            "model, shaper and timer alone (1,024 tasks, no FUSE)",
+            f"{alone['ops_per_s']:,.0f} ops/s",
+            f"{alone['cpu_us_per_op']:.0f}",
+            "",
+        ),
+        (
+            "`--emulate efs-2016`, another process keeping one of the 2 cores busy",
+            f"{loaded['iops']:,.0f} IOPS",
+            f"{loaded['cpu_us_per_op']:.0f}",
+            _verdict(loaded, limit),
+        ),
     ]
 
 
@@ -201,27 +239,40 @@ def _verdict(run: dict, limit: float) -> str:
 
 
 def render(rows, costs, runtime) -> str:
-    lines = ["## Emulator accuracy", "",
-             f"Generated by `bench/accuracy.py --runtime {runtime:g}` on "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-             "measured through a real emulated mount against what the profile says.", "",
-             "| measure | measured | profile | ratio | target | met |", "|---|---|---|---|---|---|"]
+    lines = [
+        "## Emulator accuracy",
+        "",
+        f"Generated by `bench/accuracy.py --runtime {runtime:g}` on "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        "measured through a real emulated mount against what the profile says.",
+        "",
+        "| measure | measured | profile | ratio | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, got, want, tol in rows:
         ratio = got / want if want else float("inf")
-        lines.append(f"| {name} | {got:,.3f} | {want:,.3f} | {ratio:.3f} | ±{tol:.0%} | "
-                     f"{'✓' if abs(ratio - 1) <= tol else '✗'} |")
-    lines += ["", "### What the emulator costs the host", "",
-              "4k random reads at queue depth 1024 (fio, libaio, direct=1) through a mount over a "
-              "local directory; CPU is the server's user and system time over the run (all its "
-              "threads) divided by the operations. A loop that spends about 130 µs per operation "
-              "cannot pass about 7,500 operations/s on one core, so this is the figure that decides "
-              "whether the calibration's 7,449 ops/s row is within this host's reach. The host "
-              "column is `fusetrace stats`' verdict: host-bound when replies left late and requests "
-              "waited unread in the FUSE kernel while the model had room for them, together over "
-              "10 % of the modelled time (README, \"Know the host's limit\"); the loop's busy share "
-              "is shown beside it. fio keeps 1,024 requests in flight, so the limit binds: a run "
-              "short of it that the verdict missed would say so.", "",
-              "| run | rate | server CPU per op (µs) | host |", "|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {got:,.3f} | {want:,.3f} | {ratio:.3f} | ±{tol:.0%} | "
+            f"{'✓' if abs(ratio - 1) <= tol else '✗'} |"
+        )
+    lines += [
+        "",
+        "### What the emulator costs the host",
+        "",
+        "4k random reads at queue depth 1024 (fio, libaio, direct=1) through a mount over a "
+        "local directory; CPU is the server's user and system time over the run (all its "
+        "threads) divided by the operations. A loop that spends about 130 µs per operation "
+        "cannot pass about 7,500 operations/s on one core, so this is the figure that decides "
+        "whether the calibration's 7,449 ops/s row is within this host's reach. The host "
+        "column is `fusetrace stats`' verdict: host-bound when replies left late and requests "
+        "waited unread in the FUSE kernel while the model had room for them, together over "
+        "10 % of the modelled time (README, \"Know the host's limit\"); the loop's busy share "
+        "is shown beside it. fio keeps 1,024 requests in flight, so the limit binds: a run "
+        "short of it that the verdict missed would say so.",
+        "",
+        "| run | rate | server CPU per op (µs) | host |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {name} | {rate} | {cpu} | {note} |" for name, rate, cpu, note in costs]
     return "\n".join(lines) + "\n"
 

@@ -75,8 +75,12 @@ def prepare(spec: str, work: Path) -> Baseline:
         subprocess.run(["tar", "-x", "-f", str(tar), "-C", str(src)], check=True)
         tar.unlink()
         label = f"{spec} ({sha[:10]})" if not sha.startswith(spec) else sha[:10]
-    built = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py",
-                            "-d", str(site)], cwd=src, capture_output=True, text=True)
+    built = subprocess.run(
+        [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py", "-d", str(site)],
+        cwd=src,
+        capture_output=True,
+        text=True,
+    )
     if built.returncode != 0 or not (site / "fusetrace").is_dir():
         last = (built.stderr.strip().splitlines() or ["no fusetrace package built"])[-1]
         raise BaselineError(f"--baseline {spec}: build_py failed: {last}")
@@ -86,8 +90,13 @@ def prepare(spec: str, work: Path) -> Baseline:
 def check(site: Path) -> int:
     """How many modules load from `site` in its environment; BaselineError naming any that do
     not (from this checkout, or a fusetrace elsewhere)."""
-    done = subprocess.run([sys.executable, "-P", "-c", _CHECK, str(site), str(REPO)], cwd=site,
-                          env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", _CHECK, str(site), str(REPO)],
+        cwd=site,
+        env=dict(os.environ, PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+    )
     out = done.stdout.strip()
     if done.returncode != 0 or not out.startswith("ok "):
         raise BaselineError(f"baseline in {site} imports code from elsewhere: {out or done.stderr.strip()}")

@@ -1,6 +1,6 @@
 """Regenerate docs/CALIBRATION.md: the published fio figures against the emulator, now.
 
-    .venv/bin/python bench/calibration.py [--runtime S]
+.venv/bin/python bench/calibration.py [--runtime S]
 """
 
 import argparse
@@ -32,9 +32,14 @@ def fresh_file_row(runtime: float) -> dict:
         result = fio.collect(fio.start(m.mnt, args, runtime, "new.dat"), args)
         load = host_load(before, m.host())
     published = step.published["mbps"]
-    return {"step": f"{FRESH_STEP}, new file", "metric": "mbps", "emulated": result.write.mbps,
-            "published": published, "ratio": result.write.mbps / published,
-            "note": extending_writes_note(load) or "no extending writes counted"}
+    return {
+        "step": f"{FRESH_STEP}, new file",
+        "metric": "mbps",
+        "emulated": result.write.mbps,
+        "published": published,
+        "ratio": result.write.mbps / published,
+        "note": extending_writes_note(load) or "no extending writes counted",
+    }
 
 
 def main() -> None:
@@ -53,7 +58,7 @@ def main() -> None:
         "A row is *host-bound* when the emulated mount reported that it could not keep up with the "
         "model during the job (its replies went out late and its requests waited unread in the "
         "FUSE kernel while the model had room for them, together more than 10 % of the modelled "
-        "time; README, \"Know the host's limit\"): the published "
+        'time; README, "Know the host\'s limit"): the published '
         "figure is then beyond what this machine drives through Python FUSE, and the ceiling of a "
         "plain (not emulated) mount is measured beside it. Such rows are shown, never tuned around.\n",
     ]
@@ -69,7 +74,8 @@ def main() -> None:
         "all 16 in flight, and a FUSE server cannot tell that queue from a single writer's, so the model cannot "
         "charge the difference: the mount counts such writes and flags the run (`fusetrace stats`, the trace's "
         "metadata, the scenario tables). The row is shown, not checked.\n\n"
-        f"```\n{command.table([fresh_file_row(args.runtime)])}\n```\n")
+        f"```\n{command.table([fresh_file_row(args.runtime)])}\n```\n"
+    )
     Path(args.out).write_text("\n".join(parts))
     print(f"wrote {args.out}")
 

@@ -30,8 +30,7 @@ def memory_kib(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM of a process, in KiB ({} once it has gone)."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            return {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f)
-                    if k in ("VmRSS", "VmHWM")}
+            return {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f) if k in ("VmRSS", "VmHWM")}
     except (FileNotFoundError, ProcessLookupError):
         return {}
 

@@ -28,14 +28,14 @@ MARK = "<!-- faults-bench -->"
 TEN = [{"op": "write,fsync", "path": f"/never/{i}/*.db", "errno": "EIO"} for i in range(10)]
 
 
-
 def in_process() -> list[tuple[str, float]]:
     """µs per Injector.check for rule sets a user would have in force."""
     cases: dict[str, list[dict]] = {
         "1 rule, another op": [{"op": "fsync", "errno": "EIO"}],
         "10 rules, globs that do not match": TEN,
-        "1 rule with pid and name, matching, p = 0.01": [{"comm": "app", "pid": [1], "probability": 0.01,
-                                                         "errno": "EIO"}],
+        "1 rule with pid and name, matching, p = 0.01": [
+            {"comm": "app", "pid": [1], "probability": 0.01, "errno": "EIO"}
+        ],
         "1 rule firing (errno, no condition)": [{"errno": "EIO"}],
     }
     out = []
@@ -50,7 +50,6 @@ def in_process() -> list[tuple[str, float]]:
         n = 100_000
         out.append((name, min(timeit.repeat(one, number=n, repeat=5)) / n * 1e6))
     return out
-
 
 
 def stat_loop(path: Path, n: int, server: int) -> tuple[float, float]:
@@ -74,7 +73,7 @@ def on_mount(rounds: int, stats: int) -> dict[str, list[tuple[float, float]]]:
             stat_loop(mnt / "f", stats // 10, server)  # warm up
             plain, ruled = [], []
             for i in range(rounds):  # which goes first alternates: no order effect either way
-                for ruled_now in ((False, True) if i % 2 == 0 else (True, False)):
+                for ruled_now in (False, True) if i % 2 == 0 else (True, False):
                     if not ruled_now:
                         plain.append(stat_loop(mnt / "f", stats, server))
                         continue
@@ -91,23 +90,28 @@ def on_mount(rounds: int, stats: int) -> dict[str, list[tuple[float, float]]]:
 def render(process: list[tuple[str, float]], mount: dict, stats: int) -> str:
     lines = ["| the injector's decision (in process) | µs per request |", "|---|---|"]
     lines += [f"| {name} | {us:.2f} |" for name, us in process]
+
     def cells(runs: list[tuple[float, float]], i: int) -> str:
         return ", ".join(f"{r[i]:.1f}" for r in runs)
 
     plain, ruled = mount["plain"], mount["ruled"]
     cpu_plain, cpu_ruled = (statistics.median(r[1] for r in runs) for runs in (plain, ruled))
     wall_plain, wall_ruled = (min(r[0] for r in runs) for runs in (plain, ruled))
-    lines += ["", f"stat(2) through a trace-only mount, names and attributes not cached, so each is a lookup "
-                  f"and a getattr ({stats:,} per round, {len(plain)} rounds, which goes first alternating):", "",
-              "| rules in force | µs per stat, per round | best | server CPU µs per stat, per round | median |",
-              "|---|---|---|---|---|",
-              f"| none | {cells(plain, 0)} | {wall_plain:.1f} | {cells(plain, 1)} | {cpu_plain:.1f} |",
-              f"| ten that match nothing | {cells(ruled, 0)} | {wall_ruled:.1f} | {cells(ruled, 1)} | "
-              f"{cpu_ruled:.1f} |",
-              "", f"Ten rules in force cost the server {cpu_ruled - cpu_plain:+.1f} µs of CPU per stat "
-                  f"({100 * (cpu_ruled / cpu_plain - 1):+.1f} %, medians), two requests checked against ten "
-                  f"rules each; the caller's time per stat changed by {wall_ruled - wall_plain:+.1f} µs "
-                  f"(best against best)."]
+    lines += [
+        "",
+        f"stat(2) through a trace-only mount, names and attributes not cached, so each is a lookup "
+        f"and a getattr ({stats:,} per round, {len(plain)} rounds, which goes first alternating):",
+        "",
+        "| rules in force | µs per stat, per round | best | server CPU µs per stat, per round | median |",
+        "|---|---|---|---|---|",
+        f"| none | {cells(plain, 0)} | {wall_plain:.1f} | {cells(plain, 1)} | {cpu_plain:.1f} |",
+        f"| ten that match nothing | {cells(ruled, 0)} | {wall_ruled:.1f} | {cells(ruled, 1)} | {cpu_ruled:.1f} |",
+        "",
+        f"Ten rules in force cost the server {cpu_ruled - cpu_plain:+.1f} µs of CPU per stat "
+        f"({100 * (cpu_ruled / cpu_plain - 1):+.1f} %, medians), two requests checked against ten "
+        f"rules each; the caller's time per stat changed by {wall_ruled - wall_plain:+.1f} µs "
+        f"(best against best).",
+    ]
     return "\n".join(lines)
 
 

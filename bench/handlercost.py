@@ -59,7 +59,7 @@ async def _times(ops: Operations, n: int, repeats: int) -> dict[str, list[float]
     spent: dict[str, list[float]] = {name: [] for name in handlers}
     names = list(handlers)
     for turn in range(repeats):
-        for name in names[turn % len(names):] + names[:turn % len(names)]:  # each goes first in turn
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:  # each goes first in turn
             write = handlers[name]
             t0 = time.process_time()
             for off in offsets:

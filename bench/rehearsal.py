@@ -62,30 +62,48 @@ def run(rounds: int, profile: str, work: Path) -> dict:
     compared = ft("compare", str(trace_a), str(trace_b), "--json", check=False)
     result = json.loads(compared.stdout)
     meta = {k: json.loads((t / "_metadata.json").read_text()) for k, t in (("a", trace_a), ("b", trace_b))}
-    return {"rounds": rounds, "profile": profile, "recorded_s": recorded_s, "fit": fit_out,
-            "fitted": fitted.read_text(), "replay": replay, "compare": result, "exit": compared.returncode,
-            "meta": meta}
+    return {
+        "rounds": rounds,
+        "profile": profile,
+        "recorded_s": recorded_s,
+        "fit": fit_out,
+        "fitted": fitted.read_text(),
+        "replay": replay,
+        "compare": result,
+        "exit": compared.returncode,
+        "meta": meta,
+    }
 
 
 def render(r: dict) -> str:
     meta = r["meta"]
     rt = min(m.get("fuse_round_trip_ns") or 0 for m in meta.values())
-    lines = [MARK, "## The rehearsal loop: record, fit, emulate, replay, compare", "",
-             f"`bench/rehearsal.py --rounds {r['rounds']} --profile {r['profile']}` (about "
-             f"{r['recorded_s']:.0f} s of workload), run {time.strftime('%Y-%m-%d')} on this machine. "
-             f"`tests/workloads/mixed.sh` ran on a mount emulating `{r['profile']}`, traced (A); "
-             f"`fusetrace fit` fitted a profile to A; a second mount emulated the fitted profile while "
-             f"`fusetrace replay` re-issued A into it, traced (B); `fusetrace compare A B` set them side by side.", ""]
+    lines = [
+        MARK,
+        "## The rehearsal loop: record, fit, emulate, replay, compare",
+        "",
+        f"`bench/rehearsal.py --rounds {r['rounds']} --profile {r['profile']}` (about "
+        f"{r['recorded_s']:.0f} s of workload), run {time.strftime('%Y-%m-%d')} on this machine. "
+        f"`tests/workloads/mixed.sh` ran on a mount emulating `{r['profile']}`, traced (A); "
+        f"`fusetrace fit` fitted a profile to A; a second mount emulated the fitted profile while "
+        f"`fusetrace replay` re-issued A into it, traced (B); `fusetrace compare A B` set them side by side.",
+        "",
+    ]
     for side in ("a", "b"):
         host = meta[side].get("host_load") or {}
         verdict = "host-bound" if host.get("host_bound") else "the host kept up"
         words = load_words(host) if host else "no host figures"
-        lines.append(f"- {side.upper()}: {verdict} ({words}); FUSE round trip "
-                     f"{(meta[side].get('fuse_round_trip_ns') or 0) / 1e3:.0f} µs.")
+        lines.append(
+            f"- {side.upper()}: {verdict} ({words}); FUSE round trip "
+            f"{(meta[side].get('fuse_round_trip_ns') or 0) / 1e3:.0f} µs."
+        )
     rp = r["replay"]
-    lines += [f"- Replay: {_replay_line(rp)}", "",
-              "| op | A count | B count | A p50 | B p50 | p50 B/A | A p99 | B p99 | p99 B/A | verdict |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"- Replay: {_replay_line(rp)}",
+        "",
+        "| op | A count | B count | A p50 | B p50 | p50 B/A | A p99 | B p99 | p99 B/A | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     judged = passed = 0
     for row in r["compare"]["ops"]:
         a, b = row.get("a") or {}, row.get("b") or {}
@@ -96,23 +114,34 @@ def render(r: dict) -> str:
             passed += verdict.startswith("pass")
         elif verdict not in ("too few",) and not verdict.startswith("only"):
             verdict += " (host-set: not counted)"
-        lines.append(f"| {row['op']} | {a.get('count', 0):,} | {b.get('count', 0):,} | {_us(a.get('p50_ns'))} | "
-                     f"{_us(b.get('p50_ns'))} | {_ratio(row.get('p50_ratio'))} | {_us(a.get('p99_ns'))} | "
-                     f"{_us(b.get('p99_ns'))} | {_ratio(row.get('p99_ratio'))} | {verdict} |")
-    lines += ["", f"Of the {judged} operations whose median is at least {MODEL_SET} FUSE round trips "
-                  f"({MODEL_SET * rt / 1e3:.0f} µs: the model sets their time), {passed} are within the "
-                  f"tolerances (p50 {r['compare'].get('tolerance', 10):g} %, p99 "
-                  f"{r['compare'].get('tail_tolerance', 15):g} %). The fitted profile:", "", "```toml",
-              r["fitted"].rstrip(), "```", MARK]
+        lines.append(
+            f"| {row['op']} | {a.get('count', 0):,} | {b.get('count', 0):,} | {_us(a.get('p50_ns'))} | "
+            f"{_us(b.get('p50_ns'))} | {_ratio(row.get('p50_ratio'))} | {_us(a.get('p99_ns'))} | "
+            f"{_us(b.get('p99_ns'))} | {_ratio(row.get('p99_ratio'))} | {verdict} |"
+        )
+    lines += [
+        "",
+        f"Of the {judged} operations whose median is at least {MODEL_SET} FUSE round trips "
+        f"({MODEL_SET * rt / 1e3:.0f} µs: the model sets their time), {passed} are within the "
+        f"tolerances (p50 {r['compare'].get('tolerance', 10):g} %, p99 "
+        f"{r['compare'].get('tail_tolerance', 15):g} %). The fitted profile:",
+        "",
+        "```toml",
+        r["fitted"].rstrip(),
+        "```",
+        MARK,
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _replay_line(rp: dict) -> str:
     drift = "" if rp["drift"] is None else f", drift {100 * rp['drift']:+.1f} %"
     late = rp["late_ns"] or {}
-    return (f"{rp['replayed']:,} of {rp['records']:,} records re-issued in {rp['span_ns'] / 1e9:.2f} s against "
-            f"{rp['recorded_span_ns'] / 1e9:.2f} s recorded{drift}; issued late p50 {_us(late.get('p50'))}, "
-            f"p99 {_us(late.get('p99'))}; {rp['differences']['count']} outcomes differ.")
+    return (
+        f"{rp['replayed']:,} of {rp['records']:,} records re-issued in {rp['span_ns'] / 1e9:.2f} s against "
+        f"{rp['recorded_span_ns'] / 1e9:.2f} s recorded{drift}; issued late p50 {_us(late.get('p50'))}, "
+        f"p99 {_us(late.get('p99'))}; {rp['differences']['count']} outcomes differ."
+    )
 
 
 def _us(ns: float | None) -> str:

@@ -54,12 +54,13 @@ BLOCK = 4096
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_LARGEFILE
 RDONLY = os.O_RDONLY | os.O_LARGEFILE
 # one cycle on one file: (op, offset block, size, result, flags, mode, write handle or read handle)
-CYCLE = ([("create", 0, 0, 0, CREATE, stat.S_IFREG | 0o644, 0)]
-         + [("write", i, BLOCK, BLOCK, 0, 0, 0) for i in range(4)]
-         + [("flush", 0, 0, 0, 0, 0, 0), ("release", 0, 0, 0, 0, 0, 0), ("open", 0, 0, 0, RDONLY, 0, 1)]
-         + [("read", i, BLOCK, BLOCK, 0, 0, 1) for i in range(4)]
-         + [("flush", 0, 0, 0, 0, 0, 1), ("release", 0, 0, 0, 0, 0, 1),
-            ("getattr", 0, 0, 0, 0, stat.S_IFREG | 0o644, 0)])
+CYCLE = (
+    [("create", 0, 0, 0, CREATE, stat.S_IFREG | 0o644, 0)]
+    + [("write", i, BLOCK, BLOCK, 0, 0, 0) for i in range(4)]
+    + [("flush", 0, 0, 0, 0, 0, 0), ("release", 0, 0, 0, 0, 0, 0), ("open", 0, 0, 0, RDONLY, 0, 1)]
+    + [("read", i, BLOCK, BLOCK, 0, 0, 1) for i in range(4)]
+    + [("flush", 0, 0, 0, 0, 0, 1), ("release", 0, 0, 0, 0, 0, 1), ("getattr", 0, 0, 0, 0, stat.S_IFREG | 0o644, 0)]
+)
 PACED_STEP_NS = 1_000_000  # 16 processes: 16,000 operations a second
 PACED_RECORDS = 80_000  # 5 s of them
 PACED_SPEEDS = (1, 2, 4, 8)
@@ -74,10 +75,13 @@ def _table(cols: dict) -> pa.Table:
     for field in SCHEMA:
         values = cols.get(field.name)
         if values is None:
-            arrays.append(pa.nulls(n, field.type) if field.name in ("path2", "gate", "nfs", "kind", "fault",
-                                                                        "path_raw", "path2_raw")
-                          else pa.array(np.zeros(n), type=field.type) if field.name not in ("comm", "host")
-                          else pa.array(["bench"] * n, type=pa.string()).dictionary_encode().cast(field.type))
+            arrays.append(
+                pa.nulls(n, field.type)
+                if field.name in ("path2", "gate", "nfs", "kind", "fault", "path_raw", "path2_raw")
+                else pa.array(np.zeros(n), type=field.type)
+                if field.name not in ("comm", "host")
+                else pa.array(["bench"] * n, type=pa.string()).dictionary_encode().cast(field.type)
+            )
         elif pa.types.is_dictionary(field.type):
             arrays.append(pa.array(values, type=pa.string()).dictionary_encode().cast(field.type))
         else:
@@ -88,26 +92,42 @@ def _table(cols: dict) -> pa.Table:
 def _mkdirs(t0: int) -> pa.Table:
     """Each process's directory, before its first cycle."""
     pids = np.arange(PROCESSES)
-    return _table({"start_ns": t0 + pids * SKEW_NS, "dur_ns": np.full(PROCESSES, DUR_NS),
-                   "op": ["mkdir"] * PROCESSES, "path": [f"/p{i}" for i in pids], "pid": 1000 + pids,
-                   "mode": np.full(PROCESSES, stat.S_IFDIR | 0o755)})
+    return _table(
+        {
+            "start_ns": t0 + pids * SKEW_NS,
+            "dur_ns": np.full(PROCESSES, DUR_NS),
+            "op": ["mkdir"] * PROCESSES,
+            "path": [f"/p{i}" for i in pids],
+            "pid": 1000 + pids,
+            "mode": np.full(PROCESSES, stat.S_IFDIR | 0o755),
+        }
+    )
 
 
 def _cycles(pid_index: int, first_cycle: int, cycles: int, t0: int, step_ns: int) -> pa.Table:
     """`cycles` cycles of one process from `first_cycle` on, its operations step_ns apart."""
     idx = np.arange(cycles * len(CYCLE))
     cycle, step = first_cycle + idx // len(CYCLE), idx % len(CYCLE)
-    column = {k: np.array([c[i] for c in CYCLE])[step]
-              for i, k in enumerate(("op", "block", "size", "result", "flags", "mode", "reader"))}
+    column = {
+        k: np.array([c[i] for c in CYCLE])[step]
+        for i, k in enumerate(("op", "block", "size", "result", "flags", "mode", "reader"))
+    }
     op = column["op"]
-    return _table({
-        "start_ns": t0 + pid_index * SKEW_NS + (cycle * len(CYCLE) + step + 1) * step_ns,
-        "dur_ns": np.full(len(idx), DUR_NS), "op": op.tolist(),
-        "path": np.char.add(f"/p{pid_index}/f", (cycle % FILES).astype(str)).tolist(),
-        "fh": np.where(np.isin(op, list(HANDLED)), 1000 + 2 * pid_index + column["reader"], 0),
-        "offset": column["block"] * BLOCK, "size": column["size"], "result": column["result"],
-        "pid": np.full(len(idx), 1000 + pid_index), "flags": column["flags"], "mode": column["mode"],
-    })
+    return _table(
+        {
+            "start_ns": t0 + pid_index * SKEW_NS + (cycle * len(CYCLE) + step + 1) * step_ns,
+            "dur_ns": np.full(len(idx), DUR_NS),
+            "op": op.tolist(),
+            "path": np.char.add(f"/p{pid_index}/f", (cycle % FILES).astype(str)).tolist(),
+            "fh": np.where(np.isin(op, list(HANDLED)), 1000 + 2 * pid_index + column["reader"], 0),
+            "offset": column["block"] * BLOCK,
+            "size": column["size"],
+            "result": column["result"],
+            "pid": np.full(len(idx), 1000 + pid_index),
+            "flags": column["flags"],
+            "mode": column["mode"],
+        }
+    )
 
 
 def write_trace(directory: str, records: int, step_ns: int = STEP_NS) -> int:
@@ -117,16 +137,32 @@ def write_trace(directory: str, records: int, step_ns: int = STEP_NS) -> int:
     wall, mono = meta.clock_pair()
     per_part = PART // len(CYCLE)  # cycles a part holds
     cycles = max(1, (records - PROCESSES) // len(CYCLE) // PROCESSES)
-    tables = itertools.chain([_mkdirs(mono)], (_cycles(pid_index, first, min(per_part, cycles - first), mono, step_ns)
-                                               for pid_index in range(PROCESSES)
-                                               for first in range(0, cycles, per_part)))
+    tables = itertools.chain(
+        [_mkdirs(mono)],
+        (
+            _cycles(pid_index, first, min(per_part, cycles - first), mono, step_ns)
+            for pid_index in range(PROCESSES)
+            for first in range(0, cycles, per_part)
+        ),
+    )
     written = parts = 0
     for parts, table in enumerate(tables, 1):
         pq.write_table(table, os.path.join(directory, f"part-{parts - 1:06d}.parquet"), compression="zstd")
         written += table.num_rows
-    meta.write(directory, {"start_wall_ns": wall, "start_monotonic_ns": mono, "format_version": meta.FORMAT_VERSION,
-                           "source": "synthetic", "mountpoint": "-", "end_wall_ns": wall, "records": written,
-                           "dropped": 0, "files": parts})
+    meta.write(
+        directory,
+        {
+            "start_wall_ns": wall,
+            "start_monotonic_ns": mono,
+            "format_version": meta.FORMAT_VERSION,
+            "source": "synthetic",
+            "mountpoint": "-",
+            "end_wall_ns": wall,
+            "records": written,
+            "dropped": 0,
+            "files": parts,
+        },
+    )
     return written
 
 
@@ -135,8 +171,12 @@ def replay(trace: str, target: str, *options: str) -> dict:
     shutil.rmtree(target, ignore_errors=True)
     os.makedirs(target)
     began = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "fusetrace", "replay", trace, target, *options, "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fusetrace", "replay", trace, target, *options, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     samples: list[tuple[float, int]] = []
     peak = 0
     while p.poll() is None:
@@ -161,14 +201,18 @@ def _rss_at(samples: list[tuple[float, int]], share: float) -> int:
 
 
 def render(rows: list[dict], paced: list[dict]) -> str:
-    lines = [MARK, "",
-             f"`bench/replay_10m.py` ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, target on "
-             f"{rows[0]['fs']}): `fusetrace replay TRACE TARGET --as-fast-as-possible` of synthetic traces "
-             f"({PROCESSES} processes, each creating, writing, reading and closing its files; see the script), "
-             "resident memory sampled every 0.5 s:", "",
-             "| records | replayed | differences | run | replay's span | ops/s | RSS at 10 % / 50 % / 90 % of the run "
-             "| peak RSS | most at once |",
-             "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    lines = [
+        MARK,
+        "",
+        f"`bench/replay_10m.py` ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, target on "
+        f"{rows[0]['fs']}): `fusetrace replay TRACE TARGET --as-fast-as-possible` of synthetic traces "
+        f"({PROCESSES} processes, each creating, writing, reading and closing its files; see the script), "
+        "resident memory sampled every 0.5 s:",
+        "",
+        "| records | replayed | differences | run | replay's span | ops/s | RSS at 10 % / 50 % / 90 % of the run "
+        "| peak RSS | most at once |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
     for r in rows:
         s = r["summary"]
         rss = " / ".join(f"{_rss_at(r['samples'], q) / 1024:.0f}" for q in (0.1, 0.5, 0.9))
@@ -176,21 +220,28 @@ def render(rows: list[dict], paced: list[dict]) -> str:
             f"| {s['records']:,} | {s['replayed']:,} | {s['differences']['count']:,} | {r['elapsed_s']:.0f} s "
             f"| {s['span_ns'] / 1e9:.0f} s | {s['replayed'] / (s['span_ns'] / 1e9):,.0f} "
             f"| {rss} MiB "
-            f"| {r['peak_kib'] / 1024:.0f} MiB | {s['most_at_once']} |")
+            f"| {r['peak_kib'] / 1024:.0f} MiB | {s['most_at_once']} |"
+        )
     s = paced[0]["summary"]
-    lines += ["", f"The same kind of trace at {PROCESSES * 1e9 / PACED_STEP_NS:,.0f} operations a second "
-              f"({s['records']:,} records over {s['recorded_span_ns'] / 1e9:.1f} s), replayed with its timing "
-              "at each speed into the same tmpfs directory:", "",
-              "| speed | operations due a second | due in | replayed in | drift | issued late: p50 / p99 / max "
-              "| differences |",
-              "|---:|---:|---:|---:|---:|---|---:|"]
+    lines += [
+        "",
+        f"The same kind of trace at {PROCESSES * 1e9 / PACED_STEP_NS:,.0f} operations a second "
+        f"({s['records']:,} records over {s['recorded_span_ns'] / 1e9:.1f} s), replayed with its timing "
+        "at each speed into the same tmpfs directory:",
+        "",
+        "| speed | operations due a second | due in | replayed in | drift | issued late: p50 / p99 / max "
+        "| differences |",
+        "|---:|---:|---:|---:|---:|---|---:|",
+    ]
     for r in paced:
         s = r["summary"]
         late = s["late_ns"]
-        lines.append(f"| {s['speed']:g} | {s['records'] / (s['due_span_ns'] / 1e9):,.0f} | {ns_text(s['due_span_ns'])} "
-                     f"| {ns_text(s['span_ns'])} | {100 * s['drift']:+.1f} % "
-                     f"| {ns_text(late['p50'])} / {ns_text(late['p99'])} / {ns_text(late['max'])} "
-                     f"| {s['differences']['count']} |")
+        lines.append(
+            f"| {s['speed']:g} | {s['records'] / (s['due_span_ns'] / 1e9):,.0f} | {ns_text(s['due_span_ns'])} "
+            f"| {ns_text(s['span_ns'])} | {100 * s['drift']:+.1f} % "
+            f"| {ns_text(late['p50'])} / {ns_text(late['p99'])} / {ns_text(late['max'])} "
+            f"| {s['differences']['count']} |"
+        )
     lines += ["", MARK]
     return "\n".join(lines)
 
@@ -209,8 +260,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, nargs="+", default=[1_000_000, 10_000_000, 20_000_000])
     p.add_argument("--target", default="/dev/shm/fusetrace-replay-bench", help="replayed into (default: tmpfs)")
-    p.add_argument("--docs", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
-                                                  "REHEARSAL.md"), help="where the figures go (between markers)")
+    p.add_argument(
+        "--docs",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "REHEARSAL.md"),
+        help="where the figures go (between markers)",
+    )
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
@@ -223,8 +277,11 @@ def main() -> None:
             row["fs"] = _fs_type(os.path.abspath(args.target))
             rows.append(row)
             s = row["summary"]
-            print(f"{s['records']:,} records: replayed {s['replayed']:,} in {row['elapsed_s']:.0f} s, "
-                  f"{s['differences']['count']} differences, peak RSS {row['peak_kib'] / 1024:.0f} MiB", flush=True)
+            print(
+                f"{s['records']:,} records: replayed {s['replayed']:,} in {row['elapsed_s']:.0f} s, "
+                f"{s['differences']['count']} differences, peak RSS {row['peak_kib'] / 1024:.0f} MiB",
+                flush=True,
+            )
             shutil.rmtree(trace)
         trace = os.path.join(tmp, "paced")
         written = write_trace(trace, PACED_RECORDS, PACED_STEP_NS)

@@ -71,7 +71,8 @@ def synthetic(n: int, rng: np.random.Generator, t0: int, paths: pa.Array) -> pa.
         "entry": np.zeros(n, np.uint64),
         "fault": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),  # format 4: no fault rule fired
         "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array(["bench"])),  # format 5
-        "path_raw": pa.nulls(n, pa.binary()), "path2_raw": pa.nulls(n, pa.binary()),  # format 6: UTF-8 names
+        "path_raw": pa.nulls(n, pa.binary()),
+        "path2_raw": pa.nulls(n, pa.binary()),  # format 6: UTF-8 names
     }
     return pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA)
 
@@ -87,9 +88,20 @@ def write_trace(directory: str, records: int, parts: int, seed: int = 1) -> None
         table = synthetic(per + (records % parts if i == parts - 1 else 0), rng, t, paths)
         t = table["start_ns"][-1].as_py()
         pq.write_table(table, os.path.join(directory, f"part-{i:06d}.parquet"), compression="zstd")
-    meta.write(directory, {"start_wall_ns": wall, "start_monotonic_ns": mono, "format_version": meta.FORMAT_VERSION,
-                           "source": "synthetic", "mountpoint": "-", "end_wall_ns": wall,
-                           "records": records, "dropped": 0, "files": parts})
+    meta.write(
+        directory,
+        {
+            "start_wall_ns": wall,
+            "start_monotonic_ns": mono,
+            "format_version": meta.FORMAT_VERSION,
+            "source": "synthetic",
+            "mountpoint": "-",
+            "end_wall_ns": wall,
+            "records": records,
+            "dropped": 0,
+            "files": parts,
+        },
+    )
 
 
 def main() -> None:
@@ -106,12 +118,16 @@ def main() -> None:
             print(f"wrote {args.records:,} records in {args.parts} parts: {time.perf_counter() - t:.1f} s")
         filtered = Filters(ops=("read", "write"), path="/data/dir1*/**", since="100")
         runs: list[tuple[str, dict[str, Any], bool, Filters]] = [
-                ("report", {}, False, Filters()), ("--histogram", {"histogram": True}, False, Filters()),
-                ("--by pid", {"by": "pid"}, False, Filters()), ("--by path", {"by": "path"}, False, Filters()),
-                ("--by comm", {"by": "comm"}, False, Filters()), ("--by dir", {"by": "dir"}, False, Filters()),
-                ("--timeline", {"timeline": True}, False, Filters()),
-                ("--op, --path, --since", {}, False, filtered),
-                ("--json --histogram", {"histogram": True}, True, Filters())]
+            ("report", {}, False, Filters()),
+            ("--histogram", {"histogram": True}, False, Filters()),
+            ("--by pid", {"by": "pid"}, False, Filters()),
+            ("--by path", {"by": "path"}, False, Filters()),
+            ("--by comm", {"by": "comm"}, False, Filters()),
+            ("--by dir", {"by": "dir"}, False, Filters()),
+            ("--timeline", {"timeline": True}, False, Filters()),
+            ("--op, --path, --since", {}, False, filtered),
+            ("--json --histogram", {"histogram": True}, True, Filters()),
+        ]
         for label, kwargs, as_json, filters in runs:
             t = time.perf_counter()
             trace = Trace(directory, filters)

@@ -63,26 +63,42 @@ This file is generated; edit the generator (`bench/run.py`), not the file.
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes and short runs (a smoke test, < 2 min)")
-    p.add_argument("--passthrough-hp", metavar="PATH",
-                   help="libfuse's example/passthrough_hp binary, built by hand (not by this script)")
+    p.add_argument(
+        "--passthrough-hp",
+        metavar="PATH",
+        help="libfuse's example/passthrough_hp binary, built by hand (not by this script)",
+    )
     p.add_argument("--out", default="docs/BENCHMARKS.md", help="the Markdown report (default docs/BENCHMARKS.md)")
-    p.add_argument("--workdir", default=DEFAULT_WORKDIR,
-                   help=f"where the source directories and mount points go; must be on a local disk "
-                        f"(default {DEFAULT_WORKDIR})")
-    p.add_argument("--rounds", type=int, metavar="N",
-                   help="run every target N times, in alternating order, and report the best "
-                        "figure of each (default 2, 1 with --quick)")
-    p.add_argument("--baseline", metavar="REV|DIR",
-                   help="also run the code before a change (a revision of this repository, or another "
-                        "checkout) as targets baseline and baseline+trace, in the same rounds as fusetrace")
-    p.add_argument("--only", metavar="KEY[,KEY]",
-                   help=f"run only these targets ({', '.join(KEYS)}); for development, the report then lacks "
-                        "the other columns")
+    p.add_argument(
+        "--workdir",
+        default=DEFAULT_WORKDIR,
+        help=f"where the source directories and mount points go; must be on a local disk (default {DEFAULT_WORKDIR})",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="run every target N times, in alternating order, and report the best "
+        "figure of each (default 2, 1 with --quick)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="REV|DIR",
+        help="also run the code before a change (a revision of this repository, or another "
+        "checkout) as targets baseline and baseline+trace, in the same rounds as fusetrace",
+    )
+    p.add_argument(
+        "--only",
+        metavar="KEY[,KEY]",
+        help=f"run only these targets ({', '.join(KEYS)}); for development, the report then lacks the other columns",
+    )
     args = p.parse_args(argv)
     only = set(args.only.split(",")) if args.only else set(KEYS)
     if only - set(KEYS):
-        print(f"bench/run.py: --only: no target {', '.join(sorted(only - set(KEYS)))} (targets: {', '.join(KEYS)})",
-              file=sys.stderr)
+        print(
+            f"bench/run.py: --only: no target {', '.join(sorted(only - set(KEYS)))} (targets: {', '.join(KEYS)})",
+            file=sys.stderr,
+        )
         return 2
     if not args.baseline:
         if args.only and only & BASELINE_KEYS:
@@ -91,8 +107,10 @@ def main(argv=None) -> int:
         only -= BASELINE_KEYS
 
     if os.geteuid() != 0 or not W.can_drop_caches():
-        print("bench/run.py: must run as root (it mounts, and drops caches with /proc/sys/vm/drop_caches)",
-              file=sys.stderr)
+        print(
+            "bench/run.py: must run as root (it mounts, and drops caches with /proc/sys/vm/drop_caches)",
+            file=sys.stderr,
+        )
         return 2
     for tool in ("fio", "fusermount3", "ls"):
         if shutil.which(tool) is None:
@@ -121,15 +139,21 @@ def main(argv=None) -> int:
     if float(machine["load_start"].split()[1]) > 1.0:
         _say(f"warning: the machine is busy ({machine['load_start']}): figures will be skewed")
     t_start = time.monotonic()
-    _say(f"work directory {work} ({machine['workdir_fs']} on {machine['workdir_dev']}); "
-         f"{'quick' if args.quick else 'full'} run")
+    _say(
+        f"work directory {work} ({machine['workdir_fs']} on {machine['workdir_dev']}); "
+        f"{'quick' if args.quick else 'full'} run"
+    )
     pool = work / "pool"
     _make_pool(pool, sizes)
 
     rounds = args.rounds or sizes.rounds
-    results: dict = {"sizes": sizes.__dict__, "rounds": rounds, "machine": machine,
-                     "targets": {t.key: {"label": t.label, "rounds": []} for t in targets},
-                     "roundtrip_rounds": []}
+    results: dict = {
+        "sizes": sizes.__dict__,
+        "rounds": rounds,
+        "machine": machine,
+        "targets": {t.key: {"label": t.label, "rounds": []} for t in targets},
+        "roundtrip_rounds": [],
+    }
     for n in range(rounds):
         order = targets if n % 2 == 0 else targets[::-1]  # alternate, so drift hits all alike
         _say(f"round {n + 1} of {rounds}: " + ", ".join(t.label for t in order))
@@ -146,8 +170,10 @@ def main(argv=None) -> int:
         _say("the write handlers alone: fusetrace's, the pyfuse3 example's, a bare pwrite")
         results["write_handler_us"] = handlercost.write_us()
     if results["roundtrip_rounds"]:
-        results["roundtrip"] = {k: min((r[k] for r in results["roundtrip_rounds"]), key=lambda x: x["wall_us"])
-                                for k in results["roundtrip_rounds"][0]}
+        results["roundtrip"] = {
+            k: min((r[k] for r in results["roundtrip_rounds"]), key=lambda x: x["wall_us"])
+            for k in results["roundtrip_rounds"][0]
+        }
     for target in targets:
         _summarise(results["targets"][target.key], rows)
     results["elapsed_s"] = time.monotonic() - t_start
@@ -181,8 +207,16 @@ def main(argv=None) -> int:
 # ---- running -------------------------------------------------------------------------------
 
 
-KEYS = ("native", "fusetrace", "baseline", "fusetrace+trace", "baseline+trace", "fusetrace-noxattrs",
-        "pyfuse3-example", "passthrough_hp")
+KEYS = (
+    "native",
+    "fusetrace",
+    "baseline",
+    "fusetrace+trace",
+    "baseline+trace",
+    "fusetrace-noxattrs",
+    "pyfuse3-example",
+    "passthrough_hp",
+)
 BASELINE_KEYS = {"baseline", "baseline+trace"}
 
 
@@ -220,7 +254,7 @@ def _write_file(path: Path, size: int) -> None:
     with open(path, "wb") as f:
         left = size
         while left > 0:
-            left -= f.write(chunk[:min(left, len(chunk))])
+            left -= f.write(chunk[: min(left, len(chunk))])
 
 
 def _run_target(target: T.Target, rows, sizes, work: Path, pool: Path) -> dict:
@@ -273,8 +307,10 @@ def _run_target(target: T.Target, rows, sizes, work: Path, pool: Path) -> dict:
         out["load_after"] = _loadavg1()
         out.update(target.after())
         if target.key == "fusetrace+trace" and "trace_records" in out:
-            _say(f"{target.label}: trace: {out['trace_records']:,} records, "
-                 f"{out.get('trace_dropped', 0):,} dropped, {out['trace_bytes'] / 2**20:.1f} MiB")
+            _say(
+                f"{target.label}: trace: {out['trace_records']:,} records, "
+                f"{out.get('trace_dropped', 0):,} dropped, {out['trace_bytes'] / 2**20:.1f} MiB"
+            )
     if not out.get("stop_error"):
         shutil.rmtree(scratch, ignore_errors=True)
     return out
@@ -356,15 +392,20 @@ def _table(rows, targets, results):
         elif EX_COL in extra:
             ex = _value(results, "pyfuse3-example", row)
             parts = []
-            for label, key, miss in (("", "fusetrace", "ex"), ("traced ", "fusetrace+trace", "ex"),
-                                     ("--no-xattrs ", "fusetrace-noxattrs", "nox")):
+            for label, key, miss in (
+                ("", "fusetrace", "ex"),
+                ("traced ", "fusetrace+trace", "ex"),
+                ("--no-xattrs ", "fusetrace-noxattrs", "nox"),
+            ):
                 v = _value(results, key, row)
                 if v is not None and ex is not None:
                     r = row.speed(v) / row.speed(ex)
                     ok = r >= 1.0
                     paired = _paired_median(results, key, "pyfuse3-example", row)
-                    parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}"
-                                 + (f" (median {_ratio(paired)})" if paired is not None else ""))
+                    parts.append(
+                        f"{label}{_ratio(r)} {'✓' if ok else '✗'}"
+                        + (f" (median {_ratio(paired)})" if paired is not None else "")
+                    )
                     if not ok:
                         misses[miss].append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
             cells.append(" · ".join(parts) or "—")
@@ -401,19 +442,36 @@ def _table(rows, targets, results):
         if have & {"fusetrace", "fusetrace+trace"}:
             checks.append(_verdict("fusetrace ≥ pyfuse3 example on every row compared", misses["ex"]))
         if "fusetrace-noxattrs" in have:
-            checks.append(_verdict("with `--no-xattrs` (no extended attributes, like the example), "
-                                   "fusetrace ≥ pyfuse3 example on every row compared", misses["nox"]))
-        checks += [f"- † not compared with the example: {why}" for key, why in NOT_LIKE_THE_EXAMPLE.items()
-                   if any(r.key == key for r in rows)]
+            checks.append(
+                _verdict(
+                    "with `--no-xattrs` (no extended attributes, like the example), "
+                    "fusetrace ≥ pyfuse3 example on every row compared",
+                    misses["nox"],
+                )
+            )
+        checks += [
+            f"- † not compared with the example: {why}"
+            for key, why in NOT_LIKE_THE_EXAMPLE.items()
+            if any(r.key == key for r in rows)
+        ]
     if TRACE_COL in extra:
-        checks.append(_verdict("tracing costs ≤ 10% against no tracing on every row (in CPU per "
-                               "operation: see *The cost of tracing*)", misses["trace"]))
+        checks.append(
+            _verdict(
+                "tracing costs ≤ 10% against no tracing on every row (in CPU per operation: see *The cost of tracing*)",
+                misses["trace"],
+            )
+        )
     if "fusetrace ÷ passthrough_hp (target ≥ 0.5 on create, ls -l)" in extra:
         checks.append(_verdict("create and ls -l within 2x of passthrough_hp", misses["hp"]))
     if pairs:
-        checks.append(_verdict("no row slower than the baseline, best round against best round (the same code "
-                               "run against itself scatters around 1 by the host's noise: read the medians, "
-                               "and every round's figure below)", misses["base"]))
+        checks.append(
+            _verdict(
+                "no row slower than the baseline, best round against best round (the same code "
+                "run against itself scatters around 1 by the host's noise: read the medians, "
+                "and every round's figure below)",
+                misses["base"],
+            )
+        )
     return "\n".join(lines), checks
 
 
@@ -432,8 +490,9 @@ def _against_baseline(results, row, pairs, missed: list[str]) -> str:
         r = row.speed(v) / row.speed(b)
         ok = round(r, 2) >= 1.0  # as shown: 0.996 reads 1.00x
         paired = _paired_median(results, key, base, row, least=2)
-        parts.append(f"{label}{_ratio(r)} {'✓' if ok else '✗'}"
-                     + (f" ({_ratio(paired)})" if paired is not None else ""))
+        parts.append(
+            f"{label}{_ratio(r)} {'✓' if ok else '✗'}" + (f" ({_ratio(paired)})" if paired is not None else "")
+        )
         if not ok:
             missed.append(f"{row.key} ({label or 'untraced '}{_ratio(r)})")
     return " · ".join(parts) or "—"
@@ -441,8 +500,8 @@ def _against_baseline(results, row, pairs, missed: list[str]) -> str:
 
 NOT_LIKE_THE_EXAMPLE = {
     "seqwrite": "the pyfuse3 example implements no fsync, so the kernel, answered ENOSYS, skips it and its "
-                "figure has no fsync in it (fusetrace's has: the whole file written to disk); the row "
-                "without fsync compares the writes alone",
+    "figure has no fsync in it (fusetrace's has: the whole file written to disk); the row "
+    "without fsync compares the writes alone",
 }
 FLOOR_SHARE = 1.15  # create and ls -l: time above native per request, against the minimal server's round trip
 
@@ -466,15 +525,20 @@ def _floor(results, sizes) -> list[str]:
         per_unit = requests / units
         share = above_us / per_unit / rt["wall_us"]
         label = "create" if key == "create" else "`ls -l`"
-        parts.append(f"{label} {above_us / per_unit:.1f} µs per request ({per_unit:,.1f} requests per {unit}"
-                     f"{', the release the caller does not wait for among them' if key == 'create' else ''}), "
-                     f"{share:.2f}x {'✓' if share <= FLOOR_SHARE else '✗'}")
+        parts.append(
+            f"{label} {above_us / per_unit:.1f} µs per request ({per_unit:,.1f} requests per {unit}"
+            f"{', the release the caller does not wait for among them' if key == 'create' else ''}), "
+            f"{share:.2f}x {'✓' if share <= FLOOR_SHARE else '✗'}"
+        )
         if share > FLOOR_SHARE:
             missed.append(f"{key} ({share:.2f}x)")
     if not parts:
         return []
-    verdict = _verdict(f"create and ls -l within {FLOOR_SHARE - 1:.0%} of the minimal pyfuse3 server's round trip "
-                       f"({rt['wall_us']:.1f} µs) per request they take, counting their time above native", missed)
+    verdict = _verdict(
+        f"create and ls -l within {FLOOR_SHARE - 1:.0%} of the minimal pyfuse3 server's round trip "
+        f"({rt['wall_us']:.1f} µs) per request they take, counting their time above native",
+        missed,
+    )
     return [verdict + ": " + "; ".join(parts)]
 
 
@@ -524,8 +588,9 @@ def _machine(work: Path) -> dict:
             if line.startswith("MemTotal:"):
                 mem_kb = int(line.split()[1])
     real = str(work)
-    found = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--target", real],
-                           capture_output=True, text=True).stdout.split()  # the mount holding it
+    found = subprocess.run(
+        ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--target", real], capture_output=True, text=True
+    ).stdout.split()  # the mount holding it
     fs, dev = ([*found, "?", "?"])[:2]
     import pyfuse3
     import trio
@@ -579,66 +644,89 @@ def _tracing_part(rows, results) -> list[str]:
     if not added:
         return []
     traced = results["targets"].get("fusetrace+trace", {}).get("rows", {})
-    per_op = [f"{row.key} {traced[row.key]['server_cpu_us_per_op']:.0f} µs" for row in rows
-              if traced.get(row.key, {}).get("server_cpu_us_per_op")]
-    return ["## The cost of tracing", "",
-            "Two fusetrace servers differ in speed by up to ±20 % on this VM even when neither traces "
-            "(seen while this benchmark was written: two untraced mounts, run in alternating 1-second "
-            "slices, differed by a median of −29 % on one row and +9 % on another), so a 10 % cost "
-            "cannot be read from the traced and untraced columns; their difference is shown, as *wall*, "
-            "for what it is. "
-            "What tracing adds is CPU work, measured apart (`bench/tracecost.py`): "
-            f"{added['loop']:.2f} µs per operation on the event loop (the loop thread's CPU per `Operations.read` "
-            "of a cached block, with and without a tracer, in one process, the writer thread draining the "
-            "queue meanwhile as a mount's does; the median of 7 alternations) and "
-            f"{added['writer']:.2f} µs per record in the writer "
-            "thread (turning queued records into Parquet), against what an operation of each row cost "
-            "the traced server in CPU (all its threads, from /proc, over the row, per record queued): "
-            + ", ".join(per_op) + ". The count leaves out one effect: while the writer thread "
-            "converts a row group of 16,384 records it holds the interpreter lock in calls of up to "
-            "about 1 ms (a column of 16,384 paths), and a request that arrives then waits; over a "
-            "second that is the writer's CPU share again, not more.", ""]
+    per_op = [
+        f"{row.key} {traced[row.key]['server_cpu_us_per_op']:.0f} µs"
+        for row in rows
+        if traced.get(row.key, {}).get("server_cpu_us_per_op")
+    ]
+    return [
+        "## The cost of tracing",
+        "",
+        "Two fusetrace servers differ in speed by up to ±20 % on this VM even when neither traces "
+        "(seen while this benchmark was written: two untraced mounts, run in alternating 1-second "
+        "slices, differed by a median of −29 % on one row and +9 % on another), so a 10 % cost "
+        "cannot be read from the traced and untraced columns; their difference is shown, as *wall*, "
+        "for what it is. "
+        "What tracing adds is CPU work, measured apart (`bench/tracecost.py`): "
+        f"{added['loop']:.2f} µs per operation on the event loop (the loop thread's CPU per `Operations.read` "
+        "of a cached block, with and without a tracer, in one process, the writer thread draining the "
+        "queue meanwhile as a mount's does; the median of 7 alternations) and "
+        f"{added['writer']:.2f} µs per record in the writer "
+        "thread (turning queued records into Parquet), against what an operation of each row cost "
+        "the traced server in CPU (all its threads, from /proc, over the row, per record queued): "
+        + ", ".join(per_op)
+        + ". The count leaves out one effect: while the writer thread "
+        "converts a row group of 16,384 records it holds the interpreter lock in calls of up to "
+        "about 1 ms (a column of 16,384 paths), and a request that arrives then waits; over a "
+        "second that is the writer's CPU share again, not more.",
+        "",
+    ]
 
 
 def _where_time_goes(results, sizes) -> list[str]:
     L = ["## Where the time goes", ""]
     rt = results.get("roundtrip", {})
     if rt:
-        L += ["One request at a time (`bench/roundtrip.py`: `getxattr` of an attribute that is not "
-              "there, the request `ls -l` makes twice per file; the fastest of 3 passes of "
-              f"{roundtrip.REQUESTS:,}, after every round, the best round shown as for the rows), the "
-              "caller's wall time and the server's CPU per request:", "",
-              "| server | µs per request | server CPU, µs per request |", "|---|---|---|"]
+        L += [
+            "One request at a time (`bench/roundtrip.py`: `getxattr` of an attribute that is not "
+            "there, the request `ls -l` makes twice per file; the fastest of 3 passes of "
+            f"{roundtrip.REQUESTS:,}, after every round, the best round shown as for the rows), the "
+            "caller's wall time and the server's CPU per request:",
+            "",
+            "| server | µs per request | server CPU, µs per request |",
+            "|---|---|---|",
+        ]
         L += [f"| {r['label']} | {r['wall_us']:.1f} | {r['cpu_us']:.1f} |" for r in rt.values()]
-        L += ["", "The minimal pyfuse3 file system (`bench/minimal_fs.py`) runs no file system code: "
-              "its figure is what pyfuse3, trio and the kernel cost a Python server per request "
-              "on this machine. What decides a row is how many requests it takes:", ""]
-    L += ["- **Writes.** Before every buffered write the kernel asks the file system for the "
-          "`security.capability` attribute (to drop set-uid bits and capabilities): two requests "
-          "per write. The pyfuse3 example implements no extended attributes; its first answer is "
-          "ENOSYS, the kernel stops asking, and its writes take one request each. fusetrace passes "
-          "extended attributes through (the differential test checks them), so it cannot skip the "
-          "question, except when the source has no extended attributes at all (NFS, so EFS: "
-          "then it answers ENOSYS like the example) or with `--no-xattrs` (its column). The kernel "
-          "would stop asking on its own (`SB_NOSEC`) if the server took "
-          "`FUSE_CAP_HANDLE_KILLPRIV_V2`, which pyfuse3 3.5 does not let a file system ask for."]
+        L += [
+            "",
+            "The minimal pyfuse3 file system (`bench/minimal_fs.py`) runs no file system code: "
+            "its figure is what pyfuse3, trio and the kernel cost a Python server per request "
+            "on this machine. What decides a row is how many requests it takes:",
+            "",
+        ]
+    L += [
+        "- **Writes.** Before every buffered write the kernel asks the file system for the "
+        "`security.capability` attribute (to drop set-uid bits and capabilities): two requests "
+        "per write. The pyfuse3 example implements no extended attributes; its first answer is "
+        "ENOSYS, the kernel stops asking, and its writes take one request each. fusetrace passes "
+        "extended attributes through (the differential test checks them), so it cannot skip the "
+        "question, except when the source has no extended attributes at all (NFS, so EFS: "
+        "then it answers ENOSYS like the example) or with `--no-xattrs` (its column). The kernel "
+        "would stop asking on its own (`SB_NOSEC`) if the server took "
+        "`FUSE_CAP_HANDLE_KILLPRIV_V2`, which pyfuse3 3.5 does not let a file system ask for."
+    ]
     L += _write_handler(results, rt)
-    L += ["- **create.** A create takes four requests the caller waits for: a getattr of the "
-          "directory (with `default_permissions` the kernel checks the caller may write there, and "
-          "the create before made the directory's attributes stale), lookup, create and flush (the "
-          "close: NFS commits there, and the trace and the emulator count it), and a release it "
-          "does not wait for. The pyfuse3 example implements no flush: three. The create itself "
-          "varies with the state of ext4 below: its inode allocator passes over recently deleted "
-          "inodes (`recently_deleted` in `ext4_create` took a "
-          "quarter of the server's time in a `perf` profile made while writing this), which took an "
-          "`open(O_CREAT)` from 20 µs to 60-115 µs after earlier runs had deleted many files; each "
-          "target's fresh directory lands where it lands, so compare the per-round figures "
-          "(native's too)."]
+    L += [
+        "- **create.** A create takes four requests the caller waits for: a getattr of the "
+        "directory (with `default_permissions` the kernel checks the caller may write there, and "
+        "the create before made the directory's attributes stale), lookup, create and flush (the "
+        "close: NFS commits there, and the trace and the emulator count it), and a release it "
+        "does not wait for. The pyfuse3 example implements no flush: three. The create itself "
+        "varies with the state of ext4 below: its inode allocator passes over recently deleted "
+        "inodes (`recently_deleted` in `ext4_create` took a "
+        "quarter of the server's time in a `perf` profile made while writing this), which took an "
+        "`open(O_CREAT)` from 20 µs to 60-115 µs after earlier runs had deleted many files; each "
+        "target's fresh directory lands where it lands, so compare the per-round figures "
+        "(native's too)."
+    ]
     L += [_ls_bound(results, sizes, rt)]
-    L += ["- **Worker threads.** Handing a syscall to a thread and back costs 150-300 µs here for a "
-          "call that comes alone (a CPU is woken for it), 55-85 µs back to back, so calls measured "
-          "under 100 µs run on the event loop, and writes under 100 µs plus 2 ns a byte (README, "
-          "*Where system calls run*).", ""]
+    L += [
+        "- **Worker threads.** Handing a syscall to a thread and back costs 150-300 µs here for a "
+        "call that comes alone (a CPU is woken for it), 55-85 µs back to back, so calls measured "
+        "under 100 µs run on the event loop, and writes under 100 µs plus 2 ns a byte (README, "
+        "*Where system calls run*).",
+        "",
+    ]
     return L
 
 
@@ -648,26 +736,32 @@ def _write_handler(results, rt) -> list[str]:
     if not us:
         return []
     extra = us["fusetrace"] - us["example"]
-    text = (f"- **The write handler.** Timed in one process (`bench/handlercost.py`: CPU per 4 KiB write "
-            "of a cached file, called as pyfuse3 calls it, the handlers taking turns, median of 7), "
-            f"fusetrace's `write` on a mount that neither shapes nor traces took {us['fusetrace']:.2f} µs, "
-            f"the pyfuse3 example's (a seek, then a write) {us['example']:.2f} µs and a bare `pwrite` "
-            f"{us['bare']:.2f} µs. fusetrace's {extra:+.2f} µs is the inline policy timing the call, the "
-            "guard that answers EIO for a handler's bug rather than ending the mount, the handle's lookup, "
-            "the test that nothing shapes, traces or injects faults, and the file's size and unwritten "
-            "state kept")
+    text = (
+        f"- **The write handler.** Timed in one process (`bench/handlercost.py`: CPU per 4 KiB write "
+        "of a cached file, called as pyfuse3 calls it, the handlers taking turns, median of 7), "
+        f"fusetrace's `write` on a mount that neither shapes nor traces took {us['fusetrace']:.2f} µs, "
+        f"the pyfuse3 example's (a seek, then a write) {us['example']:.2f} µs and a bare `pwrite` "
+        f"{us['bare']:.2f} µs. fusetrace's {extra:+.2f} µs is the inline policy timing the call, the "
+        "guard that answers EIO for a handler's bug rather than ending the mount, the handle's lookup, "
+        "the test that nothing shapes, traces or injects faults, and the file's size and unwritten "
+        "state kept"
+    )
     floor = rt.get("minimal-pyfuse3", {}).get("cpu_us")
     if floor:
-        text += (f": {extra / floor:.0%} of the {floor:.1f} µs of CPU the minimal pyfuse3 server spends "
-                 "per request (above), so at most that much of the randwrite row's ratio; the spread "
-                 "between processes (top of this file) is larger")
+        text += (
+            f": {extra / floor:.0%} of the {floor:.1f} µs of CPU the minimal pyfuse3 server spends "
+            "per request (above), so at most that much of the randwrite row's ratio; the spread "
+            "between processes (top of this file) is larger"
+        )
     return [text + "."]
 
 
 def _ls_bound(results, sizes, rt) -> str:
     """How far the `ls -l` target is from what any pyfuse3 server could do here."""
-    text = ("- **`ls -l`.** Two attribute requests per file (`security.selinux`, "
-            "`system.posix_acl_access`) on top of the listing")
+    text = (
+        "- **`ls -l`.** Two attribute requests per file (`security.selinux`, "
+        "`system.posix_acl_access`) on top of the listing"
+    )
     traced = results["targets"].get("fusetrace+trace", {}).get("rows", {}).get("ls", {})
     native = results["targets"].get("native", {}).get("rows", {}).get("ls", {}).get("value")
     hp = results["targets"].get("passthrough_hp", {}).get("rows", {}).get("ls", {}).get("value")
@@ -676,16 +770,20 @@ def _ls_bound(results, sizes, rt) -> str:
     per_ls = traced["requests"] / sizes.ls_reps
     floor_ms = per_ls * rt["minimal-pyfuse3"]["wall_us"] / 1e3 + native
     spare_us = (2 * hp - floor_ms) * 1e3 / per_ls
-    text += (f": about {per_ls:,.0f} requests for 2,000 files (the traced round). At the minimal "
-             f"pyfuse3 server's round trip, and with the native `ls -l`'s {native:.0f} ms of cold "
-             f"reads below, that is {floor_ms:.0f} ms before any file system code runs, against "
-             f"passthrough_hp's {hp:.0f} ms (within 2x: {2 * hp:.0f} ms)")
+    text += (
+        f": about {per_ls:,.0f} requests for 2,000 files (the traced round). At the minimal "
+        f"pyfuse3 server's round trip, and with the native `ls -l`'s {native:.0f} ms of cold "
+        f"reads below, that is {floor_ms:.0f} ms before any file system code runs, against "
+        f"passthrough_hp's {hp:.0f} ms (within 2x: {2 * hp:.0f} ms)"
+    )
     if spare_us <= 0:
         return text + ": out of reach for a pyfuse3 server on this machine, whatever it does."
     own = rt.get("fusetrace", {}).get("wall_us", 0) - rt["minimal-pyfuse3"]["wall_us"]
-    return (text + f": that leaves a file system {spare_us:.1f} µs of its own per request; "
-            f"fusetrace takes {own:.1f} µs more per request than the minimal server (its handler, "
-            "and the system call below).")
+    return (
+        text + f": that leaves a file system {spare_us:.1f} µs of its own per request; "
+        f"fusetrace takes {own:.1f} µs more per request than the minimal server (its handler, "
+        "and the system call below)."
+    )
 
 
 def _report(rows, targets, results, table, checks, args, sizes) -> str:
@@ -703,8 +801,10 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
         cmd += f" --out {args.out}"
     L = [INTRO]
     if args.quick:
-        L += ["> **Quick run** (`--quick`: small files, short runs): a smoke test of the benchmark, "
-              "not figures to quote.\n"]
+        L += [
+            "> **Quick run** (`--quick`: small files, short runs): a smoke test of the benchmark, "
+            "not figures to quote.\n"
+        ]
     L += [
         "## Machine and run",
         "",
@@ -728,17 +828,25 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
     L += _tracing_part(rows, results)
     tr = results["targets"].get("fusetrace+trace", {})
     if "trace_records" in tr:
-        L += [f"The last traced round wrote {tr['trace_records']:,} records ({tr.get('trace_dropped', 0):,} dropped) "
-              f"in {tr['trace_files']} Parquet files, {tr['trace_bytes'] / 2**20:.1f} MiB.", ""]
-    failed = [(t.label, results["targets"][t.key].get("error")) for t in targets
-              if results["targets"][t.key].get("error")]
+        L += [
+            f"The last traced round wrote {tr['trace_records']:,} records ({tr.get('trace_dropped', 0):,} dropped) "
+            f"in {tr['trace_files']} Parquet files, {tr['trace_bytes'] / 2**20:.1f} MiB.",
+            "",
+        ]
+    failed = [
+        (t.label, results["targets"][t.key].get("error")) for t in targets if results["targets"][t.key].get("error")
+    ]
     failed += [(f"{t.label}, {k}", v) for t in targets for k, v in results["targets"][t.key]["errors"].items()]
     if failed:
         L += ["Failures:", ""] + [f"- {who}: {why}" for who, why in failed] + [""]
     if results["rounds"] > 1:
-        L += [f"Every round's figure (the table above shows the best of {results['rounds']}; rounds "
-              "alternate the order of the targets):", "",
-              "| | " + " | ".join(t.label for t in targets) + " |", "|---|" + "---|" * len(targets)]
+        L += [
+            f"Every round's figure (the table above shows the best of {results['rounds']}; rounds "
+            "alternate the order of the targets):",
+            "",
+            "| | " + " | ".join(t.label for t in targets) + " |",
+            "|---|" + "---|" * len(targets),
+        ]
         for row in rows:
             cells = []
             for t in targets:
@@ -748,14 +856,23 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
         cells = []
         for t in targets:
             rs = results["targets"][t.key]["rounds"]
-            cells.append(" / ".join(f"{r['load_before']:.1f}→{r['load_after']:.1f}" for r in rs
-                                    if "load_after" in r) or "—")
+            cells.append(
+                " / ".join(f"{r['load_before']:.1f}→{r['load_after']:.1f}" for r in rs if "load_after" in r) or "—"
+            )
         L.append("| *1-min load average before → after* | " + " | ".join(cells) + " |")
-        L += ["", "The load average (a one-minute moving average of runnable tasks) is a rough gauge: this "
-              "benchmark alone holds it at about 1–2, briefly more in the numjobs=8 row; a target "
-              "whose figures were taken well above that shared the CPUs with other work.", ""]
-    L += ["Latency (fio completion latency, mean / p99, µs, of the run shown above) of the 4k rows:", "",
-          "| | " + " | ".join(t.label for t in targets) + " |", "|---|" + "---|" * len(targets)]
+        L += [
+            "",
+            "The load average (a one-minute moving average of runnable tasks) is a rough gauge: this "
+            "benchmark alone holds it at about 1–2, briefly more in the numjobs=8 row; a target "
+            "whose figures were taken well above that shared the CPUs with other work.",
+            "",
+        ]
+    L += [
+        "Latency (fio completion latency, mean / p99, µs, of the run shown above) of the 4k rows:",
+        "",
+        "| | " + " | ".join(t.label for t in targets) + " |",
+        "|---|" + "---|" * len(targets),
+    ]
     for row in rows:
         if row.unit != "IOPS":
             continue
@@ -777,23 +894,36 @@ def _report(rows, targets, results, table, checks, args, sizes) -> str:
             if t.key == "pyfuse3-example":
                 c[1] = "passthroughfs.py"
             L.append(("PYTHONPATH=BASELINE " if t.key in BASELINE_KEYS else "") + " ".join(c))
-    L += ["```", "", "Unmounted with `python -m fusetrace umount MNT` (fusetrace) or `fusermount3 -u MNT` "
-          "(the others), and the server waited for, before the next target.", ""]
-    L += ["## The rows", "",
-          f"Each target gets a fresh source directory holding `rw.dat` ({sizes.fio_size}, written natively "
-          f"just before mounting) and hard links to `rr.0` … `rr.{sizes.jobs - 1}` ({sizes.fio_size} each "
-          "of random data, written natively once per run and only ever read). The rows run in this "
-          "order in `$DIR`, the source directory (`$SRC`) itself for native, the mount point otherwise:", ""]
+    L += [
+        "```",
+        "",
+        "Unmounted with `python -m fusetrace umount MNT` (fusetrace) or `fusermount3 -u MNT` "
+        "(the others), and the server waited for, before the next target.",
+        "",
+    ]
+    L += [
+        "## The rows",
+        "",
+        f"Each target gets a fresh source directory holding `rw.dat` ({sizes.fio_size}, written natively "
+        f"just before mounting) and hard links to `rr.0` … `rr.{sizes.jobs - 1}` ({sizes.fio_size} each "
+        "of random data, written natively once per run and only ever read). The rows run in this "
+        "order in `$DIR`, the source directory (`$SRC`) itself for native, the mount point otherwise:",
+        "",
+    ]
     for i, row in enumerate(rows, 1):
         L.append(f"{i}. **{row.title}** ({row.unit}): {row.notes}.")
         L.append("")
         L.append("   ```")
         L += [f"   {c}" for c in row.commands]
         L.append("   ```")
-    L += ["", "fio's JSON output (`--output-format=json`) gives IOPS (`read.iops` / `write.iops`) and "
-          "bandwidth (`write.bw_bytes`, which includes the end_fsync). Raw figures of this run, fio "
-          "latencies and the per-repetition create and ls times, go to `bench/out/results-*.json` "
-          "(not committed).", ""]
+    L += [
+        "",
+        "fio's JSON output (`--output-format=json`) gives IOPS (`read.iops` / `write.iops`) and "
+        "bandwidth (`write.bw_bytes`, which includes the end_fsync). Raw figures of this run, fio "
+        "latencies and the per-repetition create and ls times, go to `bench/out/results-*.json` "
+        "(not committed).",
+        "",
+    ]
     return "\n".join(L)
 
 

@@ -25,8 +25,12 @@ from fusetrace.scenarios import application, command, runner, spec  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", metavar="DIR", help="an earlier `scenario run --all --out DIR`")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these; the page keeps the others' "
-                                                             "results from the last run (bench/out/scenarios)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="run only these; the page keeps the others' results from the last run (bench/out/scenarios)",
+    )
     p.add_argument("--out", default=str(ROOT / "docs" / "SCENARIOS.md"))
     args = p.parse_args()
     run_dir = Path(args.source) if args.source else ROOT / "bench" / "out" / "scenarios"
@@ -34,8 +38,10 @@ def main() -> int:
     if not args.source:
         begin = time.monotonic()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        done = subprocess.run([sys.executable, "-m", "fusetrace", "scenario", "run", *(args.only or ["--all"]),
-                               "--out", str(run_dir)], env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "fusetrace", "scenario", "run", *(args.only or ["--all"]), "--out", str(run_dir)],
+            env=env,
+        )
         took = time.monotonic() - begin
         if done.returncode != 0:
             print("bench/scenarios.py: some scenarios failed; the page shows the others", file=sys.stderr)
@@ -56,7 +62,7 @@ def page(results: dict, took: float | None, command: str) -> str:
         "Every published experiment of `scenarios/` run in full against the emulator, its figures "
         "beside the ones its author measured on the real system. The data file format is in "
         "[SCENARIO_FORMAT.md](SCENARIO_FORMAT.md). Ratio = emulated / published. Where this repo carries "
-        f"no published figure for a row, its note says \"{runner.NO_FIGURE}\": the emulator predicts the "
+        f'no published figure for a row, its note says "{runner.NO_FIGURE}": the emulator predicts the '
         "result alone (see [EMULATOR.md](EMULATOR.md)). A step that needs a phase the run did not reach "
         "(the credit cliff) is not run, and its rows say so. Scaled experiments say how. The rehearsals "
         "(`efs-failover`, `efs-credits-run-out`) are no published experiments: they script a fault "
@@ -71,9 +77,16 @@ def page(results: dict, took: float | None, command: str) -> str:
     ]
     for name in spec.ids():
         s = spec.load(name)
-        lines += [f"## {name}", "", f"**{s.title}**", "", f"- measured on: {s.system}",
-                  f"- source: {s.source}", f"- emulated with: `{s.profile}`"
-                  + (f", {', '.join(f'`{o}`' for o in s.overrides())}" if s.overrides() else "")]
+        lines += [
+            f"## {name}",
+            "",
+            f"**{s.title}**",
+            "",
+            f"- measured on: {s.system}",
+            f"- source: {s.source}",
+            f"- emulated with: `{s.profile}`"
+            + (f", {', '.join(f'`{o}`' for o in s.overrides())}" if s.overrides() else ""),
+        ]
         if s.scaling:
             lines.append(f"- scaled: {s.scaling}")
         result = results.get(name)
@@ -88,11 +101,16 @@ def page(results: dict, took: float | None, command: str) -> str:
 
 def _application(result: dict) -> list[str]:
     """A scripted run's events and rules, and what the application saw, per operation."""
-    scripted = [f"event {json.dumps({k: v for k, v in e.items() if k != 'wall_time'})}"
-                for e in result["scripted"]["events"]]
+    scripted = [
+        f"event {json.dumps({k: v for k, v in e.items() if k != 'wall_time'})}" for e in result["scripted"]["events"]
+    ]
     scripted += [f"fault rule {json.dumps(r)}" for r in result["scripted"]["faults"]]
-    out = ["What the application saw (times after the first step's start, when " + "; ".join(scripted) + "):",
-           "", "| " + " | ".join(application.HEAD) + " |", "|---|" + "---:|" * (len(application.HEAD) - 1)]
+    out = [
+        "What the application saw (times after the first step's start, when " + "; ".join(scripted) + "):",
+        "",
+        "| " + " | ".join(application.HEAD) + " |",
+        "|---|" + "---:|" * (len(application.HEAD) - 1),
+    ]
     out += ["| " + " | ".join(row) + " |" for row in application.table(result["application"])]
     return [*out, ""]
 

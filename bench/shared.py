@@ -36,11 +36,20 @@ PROFILE = "efs-bursting"
 JOB = ["--rw=randread", "--bs=4k", "--iodepth=16", "--ioengine=libaio", "--direct=1", "--size=64M"]
 
 
-
-
 def fio(mnt: Path, seconds: float) -> subprocess.Popen:
-    return subprocess.Popen(["fio", "--name=job", f"--filename={mnt}/fio.dat", *JOB, f"--runtime={seconds:g}",
-                             "--time_based", "--output-format=json"], stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            "fio",
+            "--name=job",
+            f"--filename={mnt}/fio.dat",
+            *JOB,
+            f"--runtime={seconds:g}",
+            "--time_based",
+            "--output-format=json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def measure(mnts: list[Path], seconds: float) -> dict:
@@ -51,10 +60,14 @@ def measure(mnts: list[Path], seconds: float) -> dict:
     procs = [fio(m, seconds) for m in mnts]
     outs = [p.communicate()[0] for p in procs]
     cpu = cpu_s(server) - c0
-    job = json.loads(outs[0][outs[0].index("{"):])["jobs"][0]["read"]
+    job = json.loads(outs[0][outs[0].index("{") :])["jobs"][0]["read"]
     ops = job["total_ios"]
-    return {"iops": job["iops"], "lat_ms": job["clat_ns"]["mean"] / 1e6, "cpu_us": cpu / ops * 1e6,
-            "trips": (_round_trips(mnts[0]) - trips0) / ops}
+    return {
+        "iops": job["iops"],
+        "lat_ms": job["clat_ns"]["mean"] / 1e6,
+        "cpu_us": cpu / ops * 1e6,
+        "trips": (_round_trips(mnts[0]) - trips0) / ops,
+    }
 
 
 def _round_trips(mnt: Path) -> int:
@@ -65,8 +78,11 @@ def run(rounds: int, seconds: float) -> dict[str, list[dict]]:
     with tempfile.TemporaryDirectory(prefix="fusetrace-shared-bench-") as tmp, RedisServer(tmp) as redis:
         mnts: dict[str, list[Path]] = {}
         try:
-            for name, n, shared in (("unshared", 1, False), ("shared, alone", 1, True),
-                                    ("shared, two clients", 2, True)):
+            for name, n, shared in (
+                ("unshared", 1, False),
+                ("shared, alone", 1, True),
+                ("shared, two clients", 2, True),
+            ):
                 src = Path(tmp) / name.replace(" ", "").replace(",", "") / "src"
                 src.mkdir(parents=True)
                 with open(src / "fio.dat", "wb") as f:
@@ -81,7 +97,7 @@ def run(rounds: int, seconds: float) -> dict[str, list[dict]]:
             results: dict[str, list[dict]] = {name: [] for name in mnts}
             names = list(mnts)
             for r in range(rounds):
-                for name in (names if r % 2 == 0 else names[::-1]):
+                for name in names if r % 2 == 0 else names[::-1]:
                     results[name].append(measure(mnts[name], seconds))
             return results
         finally:
@@ -123,30 +139,41 @@ def render(results: dict[str, list[dict]], seconds: float, exchange: dict[int, t
     def cells(name: str, key: str) -> str:
         return ", ".join(f"{r[key]:.1f}" for r in results[name])
 
-    lines = [f"4k random reads, fio libaio iodepth 16, direct, {seconds:g} s per round, {len(results['unshared'])} "
-             f"rounds alternating the order, `{PROFILE}`, medians (the first mount's figures where there are two):",
-             "", "| configuration | IOPS per mount | mean latency ms | server CPU µs per op | per round "
-                 "| Redis round trips per op |", "|---|---:|---:|---:|---|---:|"]
+    lines = [
+        f"4k random reads, fio libaio iodepth 16, direct, {seconds:g} s per round, {len(results['unshared'])} "
+        f"rounds alternating the order, `{PROFILE}`, medians (the first mount's figures where there are two):",
+        "",
+        "| configuration | IOPS per mount | mean latency ms | server CPU µs per op | per round "
+        "| Redis round trips per op |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
     for name in results:
-        lines.append(f"| {name} | {med(name, 'iops'):,.0f} | {med(name, 'lat_ms'):.3f} | "
-                     f"{med(name, 'cpu_us'):.1f} | {cells(name, 'cpu_us')} | {med(name, 'trips'):.4f} |")
+        lines.append(
+            f"| {name} | {med(name, 'iops'):,.0f} | {med(name, 'lat_ms'):.3f} | "
+            f"{med(name, 'cpu_us'):.1f} | {cells(name, 'cpu_us')} | {med(name, 'trips'):.4f} |"
+        )
     base_cpu, base_lat = med("unshared", "cpu_us"), med("unshared", "lat_ms")
     alone, two = "shared, alone", "shared, two clients"
-    lines += ["", f"Against the unshared mount, sharing changed the server's CPU per operation by "
-                  f"{med(alone, 'cpu_us') - base_cpu:+.1f} µs alone and {med(two, 'cpu_us') - base_cpu:+.1f} µs "
-                  f"with a second client reading as hard (taking in its usage too), and the mean latency by "
-                  f"{1000 * (med(alone, 'lat_ms') - base_lat):+.0f} µs and "
-                  f"{1000 * (med(two, 'lat_ms') - base_lat):+.0f} µs. The mount runs at this host's limit here "
-                  f"(16 reads of 0.4 ms in flight would be 40,000 a second; the unshared mount served "
-                  f"{med('unshared', 'iops'):,.0f} at {base_cpu:.0f} µs of CPU each), so these differences "
-                  f"compare with the spread between rounds. Two clients on one 2-core host "
-                  f"also share its CPU, which is what lowers their IOPS each. Redis round trips: one per "
-                  f"exchange, every 20 ms whatever the load, {med(two, 'trips'):.4f} per operation here; none "
-                  f"on a request's path.",
-              "", "One exchange in process (report, a Redis round trip on 127.0.0.1, apply), each client with "
-                  "250 operations on 10 files since its last, the others' reports taken in:", "",
-              "| clients | CPU µs per exchange | wall µs | a core's share at 50 exchanges a second |",
-              "|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"Against the unshared mount, sharing changed the server's CPU per operation by "
+        f"{med(alone, 'cpu_us') - base_cpu:+.1f} µs alone and {med(two, 'cpu_us') - base_cpu:+.1f} µs "
+        f"with a second client reading as hard (taking in its usage too), and the mean latency by "
+        f"{1000 * (med(alone, 'lat_ms') - base_lat):+.0f} µs and "
+        f"{1000 * (med(two, 'lat_ms') - base_lat):+.0f} µs. The mount runs at this host's limit here "
+        f"(16 reads of 0.4 ms in flight would be 40,000 a second; the unshared mount served "
+        f"{med('unshared', 'iops'):,.0f} at {base_cpu:.0f} µs of CPU each), so these differences "
+        f"compare with the spread between rounds. Two clients on one 2-core host "
+        f"also share its CPU, which is what lowers their IOPS each. Redis round trips: one per "
+        f"exchange, every 20 ms whatever the load, {med(two, 'trips'):.4f} per operation here; none "
+        f"on a request's path.",
+        "",
+        "One exchange in process (report, a Redis round trip on 127.0.0.1, apply), each client with "
+        "250 operations on 10 files since its last, the others' reports taken in:",
+        "",
+        "| clients | CPU µs per exchange | wall µs | a core's share at 50 exchanges a second |",
+        "|---:|---:|---:|---:|",
+    ]
     lines += [f"| {n} | {cpu:,.0f} | {wall:,.0f} | {cpu * 50 / 1e4:.1f} % |" for n, (cpu, wall) in exchange.items()]
     return "\n".join(lines)
 

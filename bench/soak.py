@@ -73,8 +73,15 @@ class Procs:
         """(exit code, stdout, stderr); None when stopped. A timeout is exit code -1."""
         if self.stop.is_set():
             return None
-        p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True, **kw)
+        p = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            **kw,
+        )
         with self.lock:
             self.live.add(p)
             if self.stop.is_set():  # kill_all() ran while it started
@@ -88,7 +95,7 @@ class Procs:
         finally:
             with self.lock:
                 self.live.discard(p)
-        return (None if self.stop.is_set() else (p.returncode, out, err))
+        return None if self.stop.is_set() else (p.returncode, out, err)
 
     def kill_all(self) -> None:
         with self.lock:
@@ -158,8 +165,7 @@ class Soak:
         self.counters.append(Counter(name, unit, procs))
         return self.counters[-1]
 
-    def checked(self, c: Counter, args: list[str], timeout: float = 300, races: bool = False,
-                **kw) -> str | None:
+    def checked(self, c: Counter, args: list[str], timeout: float = 300, races: bool = False, **kw) -> str | None:
         """Run a command; its stdout, or None when it failed (counted) or the soak stopped.
         With races, a failure whose every message is ENOENT counts as expected."""
         done = self.procs.run(args, timeout, **kw)
@@ -182,12 +188,29 @@ class Soak:
         while self.left(end) > 3 and not self.stop.is_set():
             # --thread: jobs as threads of one process (fio's job processes leave its session,
             # so killing its group would leave them running on the mount)
-            out = self.checked(c, ["fio", "--name=soak", f"--directory={mnt}/fio", "--rw=randrw", "--bs=4k",
-                                   "--nrfiles=16", "--filesize=256k", f"--numjobs={jobs}", "--fsync=16",
-                                   "--ioengine=psync", "--thread", "--time_based", "--group_reporting",
-                                   f"--runtime={int(min(30, self.left(end)))}", "--output-format=json"], timeout=120)
+            out = self.checked(
+                c,
+                [
+                    "fio",
+                    "--name=soak",
+                    f"--directory={mnt}/fio",
+                    "--rw=randrw",
+                    "--bs=4k",
+                    "--nrfiles=16",
+                    "--filesize=256k",
+                    f"--numjobs={jobs}",
+                    "--fsync=16",
+                    "--ioengine=psync",
+                    "--thread",
+                    "--time_based",
+                    "--group_reporting",
+                    f"--runtime={int(min(30, self.left(end)))}",
+                    "--output-format=json",
+                ],
+                timeout=120,
+            )
             if out is not None:
-                job = json.loads(out[out.find("{"):])["jobs"][0]
+                job = json.loads(out[out.find("{") :])["jobs"][0]
                 c.ops += job["read"]["total_ios"] + job["write"]["total_ios"]
                 if job.get("error"):
                     c.fail(f"fio job error {job['error']}")
@@ -197,8 +220,20 @@ class Soak:
             os.makedirs(os.path.join(mnt, "storm", f"d{i}"), exist_ok=True)
         while self.left(end) > 1 and not self.stop.is_set():
             seconds = str(min(self.args.interval, self.left(end)))
-            out = self.checked(c, [sys.executable, __file__, "--storm", os.path.join(mnt, "storm"), "--seconds",
-                                   seconds, "--seed", str(seed)], timeout=120)
+            out = self.checked(
+                c,
+                [
+                    sys.executable,
+                    __file__,
+                    "--storm",
+                    os.path.join(mnt, "storm"),
+                    "--seconds",
+                    seconds,
+                    "--seed",
+                    str(seed),
+                ],
+                timeout=120,
+            )
             seed += 1000
             if out:
                 r = json.loads(out)
@@ -209,8 +244,12 @@ class Soak:
         copy, archive = os.path.join(mnt, "tar"), os.path.join(self.work, "out.tar")
         while self.left() > 5 and not self.stop.is_set():
             pipe = f"mkdir {q(copy)} && tar -C {q(tree)} -cf - . | tar -C {q(copy)} -xf -"
-            steps = [["bash", "-o", "pipefail", "-c", pipe],
-                     ["tar", "-C", copy, "-cf", archive, "."], ["diff", "-r", tree, copy], ["rm", "-rf", copy]]
+            steps = [
+                ["bash", "-o", "pipefail", "-c", pipe],
+                ["tar", "-C", copy, "-cf", archive, "."],
+                ["diff", "-r", tree, copy],
+                ["rm", "-rf", copy],
+            ]
             if all(self.checked(c, s) is not None for s in steps):
                 c.ops += 1
             elif not self.stop.is_set():
@@ -225,10 +264,18 @@ class Soak:
 
     def git(self, mnt: str, c: Counter) -> None:
         repo = os.path.join(mnt, "git")
-        env = {**os.environ, "HOME": self.work, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "soak",
-               "GIT_AUTHOR_EMAIL": "soak@localhost", "GIT_COMMITTER_NAME": "soak",
-               "GIT_COMMITTER_EMAIL": "soak@localhost", "GIT_CONFIG_COUNT": "1",
-               "GIT_CONFIG_KEY_0": "gc.autoDetach", "GIT_CONFIG_VALUE_0": "false"}  # no gc left running
+        env = {
+            **os.environ,
+            "HOME": self.work,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_AUTHOR_NAME": "soak",
+            "GIT_AUTHOR_EMAIL": "soak@localhost",
+            "GIT_COMMITTER_NAME": "soak",
+            "GIT_COMMITTER_EMAIL": "soak@localhost",
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "gc.autoDetach",
+            "GIT_CONFIG_VALUE_0": "false",
+        }  # no gc left running
         if self.checked(c, ["git", "init", "-q", repo], env=env) is None:
             return
         n = 0
@@ -269,8 +316,10 @@ class Soak:
             pid = server_pid(m.mnt)
             self.emulated["start"] = proc_sample(pid)
             end = time.monotonic() + third
-            threads = [threading.Thread(target=self.fio, args=(m.mnt, fio_c, end, 1)),
-                       threading.Thread(target=self.storm, args=(m.mnt, storm_c, end, 7))]
+            threads = [
+                threading.Thread(target=self.fio, args=(m.mnt, fio_c, end, 1)),
+                threading.Thread(target=self.storm, args=(m.mnt, storm_c, end, 7)),
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -282,12 +331,17 @@ class Soak:
     def start(self, mnt: str, tree: str) -> list[threading.Thread]:
         storm = self.counter("create/rename/unlink storm", "ops", 2)  # two processes, one counter
         fio = self.counter("fio randrw+fsync (4k, 16 files of 256k)", "I/Os", 2)
-        jobs: list[tuple[Callable[..., None], tuple]] = [(self.fio, (mnt, fio, self.end)),
-                (self.storm, (mnt, storm, self.end, 1)), (self.storm, (mnt, storm, self.end, 2)),
-                (self.tar, (mnt, tree, self.counter("tar in, out, diff -r", "cycles"))),
-                (self.walk, (mnt, self.counter("find / ls -lR walks", "walks")))]
-        for tool, fn, name, unit in (("git", self.git, "git add+commit (gc every 100)", "commits"),
-                                     ("sqlite3", self.sqlite, "sqlite3 transactions", "transactions")):
+        jobs: list[tuple[Callable[..., None], tuple]] = [
+            (self.fio, (mnt, fio, self.end)),
+            (self.storm, (mnt, storm, self.end, 1)),
+            (self.storm, (mnt, storm, self.end, 2)),
+            (self.tar, (mnt, tree, self.counter("tar in, out, diff -r", "cycles"))),
+            (self.walk, (mnt, self.counter("find / ls -lR walks", "walks"))),
+        ]
+        for tool, fn, name, unit in (
+            ("git", self.git, "git add+commit (gc every 100)", "commits"),
+            ("sqlite3", self.sqlite, "sqlite3 transactions", "transactions"),
+        ):
             if shutil.which(tool):
                 jobs.append((fn, (mnt, self.counter(name, unit))))
             else:
@@ -340,31 +394,56 @@ def summarise(soak: Soak, samples: list[dict], trace: dict) -> tuple[dict, str]:
     fd_ok = fd_rise < 20 and emptied["fds"] <= samples[0]["fds"] + 10
     errors = sum(c.errors for c in soak.counters)
     short = "; under 10 minutes RSS may still be warming up: judge a longer run" if end["t"] < 600 else ""
-    verdict = (f"{'PASS' if rss_ok and fd_ok and not errors else 'FAIL'}: RSS {rss_rise:+.1f} MiB over the last "
-               f"half ({'flat' if rss_ok else 'GROWING'}); descriptors beyond known inodes and open files "
-               f"{fd_rise:+.1f} over the last half, {emptied['fds']} left after deleting everything (start "
-               f"{samples[0]['fds']}: {'flat' if fd_ok else 'GROWING'}); {errors} unexpected errors{short}")
+    verdict = (
+        f"{'PASS' if rss_ok and fd_ok and not errors else 'FAIL'}: RSS {rss_rise:+.1f} MiB over the last "
+        f"half ({'flat' if rss_ok else 'GROWING'}); descriptors beyond known inodes and open files "
+        f"{fd_rise:+.1f} over the last half, {emptied['fds']} left after deleting everything (start "
+        f"{samples[0]['fds']}: {'flat' if fd_ok else 'GROWING'}); {errors} unexpected errors{short}"
+    )
     keys = (("RSS (MiB)", "rss_mib", 1), ("descriptors", "fds", 0), ("inodes known", "inodes", 0))
-    summary = {"duration_s": round(end["t"], 1), "workloads": [asdict(c) for c in soak.counters],
-               "server": {k: {"start": samples[0][k], "peak": max(s[k] for s in samples), "end": end[k],
-                              "emptied": emptied[k]} for _, k, _ in keys},
-               "server_cpu_s": end["cpu_s"] - samples[0]["cpu_s"], "trace": trace, "emulated": soak.emulated,
-               "notes": soak.notes, "verdict": verdict, "rss_rise_last_half_mib": rss_rise,
-               "other_fds_rise_last_half": fd_rise}
-    L = [f"Soak of {end['t'] / 60:.1f} min; traced server CPU {summary['server_cpu_s']:.0f} s", "",
-         "| workload | at once | operations | errors | expected (ENOENT races) |", "|---|---:|---:|---:|---:|"]
+    summary = {
+        "duration_s": round(end["t"], 1),
+        "workloads": [asdict(c) for c in soak.counters],
+        "server": {
+            k: {"start": samples[0][k], "peak": max(s[k] for s in samples), "end": end[k], "emptied": emptied[k]}
+            for _, k, _ in keys
+        },
+        "server_cpu_s": end["cpu_s"] - samples[0]["cpu_s"],
+        "trace": trace,
+        "emulated": soak.emulated,
+        "notes": soak.notes,
+        "verdict": verdict,
+        "rss_rise_last_half_mib": rss_rise,
+        "other_fds_rise_last_half": fd_rise,
+    }
+    L = [
+        f"Soak of {end['t'] / 60:.1f} min; traced server CPU {summary['server_cpu_s']:.0f} s",
+        "",
+        "| workload | at once | operations | errors | expected (ENOENT races) |",
+        "|---|---:|---:|---:|---:|",
+    ]
     L += [f"| {c.name} | {c.procs} | {c.ops:,} {c.unit} | {c.errors} | {c.expected:,} |" for c in soak.counters]
     L += ["", "| traced server | start | peak | end | after deleting all |", "|---|---:|---:|---:|---:|"]
-    L += [f"| {label} | " + " | ".join(f"{summary['server'][k][w]:,.{d}f}" for w in ("start", "peak", "end",
-                                                                                   "emptied")) + " |"
-          for label, k, d in keys]
-    L += ["", (f"Trace: {trace.get('records', 0):,} records written, {trace.get('dropped', 0):,} dropped, "
-               f"{trace.get('lost', 0):,} lost.")]
+    L += [
+        f"| {label} | "
+        + " | ".join(f"{summary['server'][k][w]:,.{d}f}" for w in ("start", "peak", "end", "emptied"))
+        + " |"
+        for label, k, d in keys
+    ]
+    L += [
+        "",
+        (
+            f"Trace: {trace.get('records', 0):,} records written, {trace.get('dropped', 0):,} dropped, "
+            f"{trace.get('lost', 0):,} lost."
+        ),
+    ]
     if soak.emulated.get("end"):
         e, t = soak.emulated, soak.emulated.get("trace_final", {})
-        L.append(f"efs-tiny server (middle third): RSS {e['start']['rss_mib']:.1f} → {e['end']['rss_mib']:.1f} MiB, "
-                 f"descriptors {e['start']['fds']} → {e['end']['fds']}; trace {t.get('records', 0):,} records, "
-                 f"{t.get('dropped', 0):,} dropped, {t.get('lost', 0):,} lost.")
+        L.append(
+            f"efs-tiny server (middle third): RSS {e['start']['rss_mib']:.1f} → {e['end']['rss_mib']:.1f} MiB, "
+            f"descriptors {e['start']['fds']} → {e['end']['fds']}; trace {t.get('records', 0):,} records, "
+            f"{t.get('dropped', 0):,} dropped, {t.get('lost', 0):,} lost."
+        )
     L += [f"Note: {n}" for n in soak.notes]
     L += [f"Last error of {c.name}: {c.last_error}" for c in soak.counters if c.errors]
     return summary, "\n".join([*L, "", f"Verdict: {verdict}"])
@@ -406,16 +485,24 @@ def main() -> int:
 
             def sample(**extra) -> dict:
                 st = m.stats()
-                s = {"t": time.monotonic() - soak.t0, **proc_sample(pid), **extra, "inodes": st["inodes"],
-                     "open_files": st["open_files"],
-                     "trace": {k: st["trace"].get(k, 0) for k in ("records", "queued", "dropped", "lost")},
-                     "errors": {c.name: c.errors for c in soak.counters}}
+                s = {
+                    "t": time.monotonic() - soak.t0,
+                    **proc_sample(pid),
+                    **extra,
+                    "inodes": st["inodes"],
+                    "open_files": st["open_files"],
+                    "trace": {k: st["trace"].get(k, 0) for k in ("records", "queued", "dropped", "lost")},
+                    "errors": {c.name: c.errors for c in soak.counters},
+                }
                 s["other_fds"] = s["fds"] - s["inodes"] - s["open_files"]
                 samples.append(s)
-                print(f"[{s['t']:6.0f} s] RSS {s['rss_mib']:.1f} MiB, {s['fds']} fds ({s['inodes']} inodes), "
-                      f"CPU {s['cpu_s']:.0f} s, trace {s['trace']['records']:,} written/"
-                      f"{s['trace']['queued']:,} queued/{s['trace']['dropped']:,} dropped, "
-                      f"errors {sum(s['errors'].values())}", file=sys.stderr)
+                print(
+                    f"[{s['t']:6.0f} s] RSS {s['rss_mib']:.1f} MiB, {s['fds']} fds ({s['inodes']} inodes), "
+                    f"CPU {s['cpu_s']:.0f} s, trace {s['trace']['records']:,} written/"
+                    f"{s['trace']['queued']:,} queued/{s['trace']['dropped']:,} dropped, "
+                    f"errors {sum(s['errors'].values())}",
+                    file=sys.stderr,
+                )
                 return s
 
             sample()

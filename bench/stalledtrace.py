@@ -51,8 +51,7 @@ def run(ops: int, workdir: Path) -> str:
     try:
         ft("mount", str(dirs["disk-src"]), str(dirs["disk"]))
         mounted.append(dirs["disk"])
-        ft("mount", str(dirs["src"]), str(dirs["mnt"]), "--trace", str(dirs["disk"] / "trace"),
-           "--attr-timeout", "0")
+        ft("mount", str(dirs["src"]), str(dirs["mnt"]), "--trace", str(dirs["disk"] / "trace"), "--attr-timeout", "0")
         mounted.append(dirs["mnt"])
         server = server_pid(str(dirs["mnt"]))
         stopped = server_pid(str(dirs["disk"]))
@@ -67,9 +66,11 @@ def run(ops: int, workdir: Path) -> str:
         stopped = None
         _wait(lambda: _trace_stats(dirs["mnt"])["queued"] == 0, "the queue written once the trace disk answers")
         after = _memory_mb(server)
-        return (f"{ops:,} stat calls with the trace disk stopped: RSS {before:.0f} -> {during['VmRSS']:.0f} MB "
-                f"(peak {during['VmHWM']:.0f}; {held['queued']:,} records queued, {held['dropped']:,} dropped); "
-                f"peak {after['VmHWM']:.0f} MB and {after['VmRSS']:.0f} MB once the queue was written")
+        return (
+            f"{ops:,} stat calls with the trace disk stopped: RSS {before:.0f} -> {during['VmRSS']:.0f} MB "
+            f"(peak {during['VmHWM']:.0f}; {held['queued']:,} records queued, {held['dropped']:,} dropped); "
+            f"peak {after['VmHWM']:.0f} MB and {after['VmRSS']:.0f} MB once the queue was written"
+        )
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)

@@ -41,8 +41,7 @@ def wait_mounted(mnt: str, proc: subprocess.Popen | None, log: Path | None) -> N
         if fs is not None and fs.startswith("fuse"):
             return
         if proc is not None and proc.poll() is not None:
-            raise TargetError(f"server exited with code {proc.returncode} before {mnt} was live"
-                              f"{_tail(log)}")
+            raise TargetError(f"server exited with code {proc.returncode} before {mnt} was live{_tail(log)}")
         time.sleep(0.02)
     raise TargetError(f"{mnt} not mounted after {MOUNT_TIMEOUT:.0f} s{_tail(log)}")
 
@@ -98,8 +97,9 @@ class Target:
         """Start a foreground FUSE server of ours to own; return once it is mounted."""
         self.mnt = mnt
         with open(log, "ab") as f:
-            self.proc = subprocess.Popen(self.command(src, mnt), stdin=subprocess.DEVNULL,
-                                         stdout=f, stderr=f, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(src, mnt), stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True
+            )
         wait_mounted(mnt, self.proc, log)
         return mnt
 
@@ -148,13 +148,17 @@ class Fusetrace(Target):
     def describe(self) -> str:
         how = "`--trace DIR` (a new directory on the same disk)" if self.trace else "no trace"
         if self.no_xattrs:
-            return (f"`python -m fusetrace mount SRC MNT --no-xattrs`, {how}: no extended attributes, "
-                    "like the pyfuse3 example (the kernel is answered ENOSYS once and asks no more)")
+            return (
+                f"`python -m fusetrace mount SRC MNT --no-xattrs`, {how}: no extended attributes, "
+                "like the pyfuse3 example (the kernel is answered ENOSYS once and asks no more)"
+            )
         if self.baseline is not None:
-            return (f"the same as fusetrace{', traced' if self.trace else ''}, run from the code of "
-                    f"{self.baseline.label}, laid out as it installs, on PYTHONPATH, by the same Python "
-                    f"({self.baseline.modules} of its modules checked to load from there, and the "
-                    "server's PYTHONPATH checked at every mount)")
+            return (
+                f"the same as fusetrace{', traced' if self.trace else ''}, run from the code of "
+                f"{self.baseline.label}, laid out as it installs, on PYTHONPATH, by the same Python "
+                f"({self.baseline.modules} of its modules checked to load from there, and the "
+                "server's PYTHONPATH checked at every mount)"
+            )
         return f"`python -m fusetrace mount SRC MNT` from this checkout, default options, {how}"
 
     def command(self, src, mnt, placeholder=False):
@@ -170,8 +174,9 @@ class Fusetrace(Target):
             self.trace_dir = str(scratch / "trace")
         self.mnt = mnt
         log = scratch / "fusetrace.log"
-        done = subprocess.run([*self.command(src, mnt), "--log", str(log)], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [*self.command(src, mnt), "--log", str(log)], cwd=self.cwd, env=self.env, capture_output=True, text=True
+        )
         if done.returncode != 0:
             raise TargetError((done.stderr or done.stdout).strip() or f"exit {done.returncode}")
         wait_mounted(mnt, None, log)
@@ -182,12 +187,14 @@ class Fusetrace(Target):
         return mnt
 
     def stop(self):
-        done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [PY, "-m", "fusetrace", "umount", self.mnt], cwd=self.cwd, env=self.env, capture_output=True, text=True
+        )
         if done.returncode != 0:
             time.sleep(0.5)
-            done = subprocess.run([PY, "-m", "fusetrace", "umount", self.mnt], cwd=self.cwd, env=self.env,
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [PY, "-m", "fusetrace", "umount", self.mnt], cwd=self.cwd, env=self.env, capture_output=True, text=True
+            )
         if done.returncode != 0:
             force_unmount(self.mnt)
             raise TargetError(f"umount: {done.stderr.strip()}")
@@ -196,8 +203,14 @@ class Fusetrace(Target):
         """(the server's CPU seconds so far, operations it has recorded), traced only."""
         if not self.trace:
             return None
-        done = subprocess.run([PY, "-m", "fusetrace", "stats", self.mnt, "--json"], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [PY, "-m", "fusetrace", "stats", self.mnt, "--json"],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         recorded = json.loads(done.stdout)["trace"]["recorded"]
         return cpu_s(self._server()), recorded
 
@@ -230,8 +243,10 @@ class PyfuseExample(Target):
     def describe(self) -> str:
         import pyfuse3
 
-        return (f"`examples/passthroughfs.py` from the pyfuse3 {pyfuse3.__version__} sdist, "
-                f"run with the same Python: `python passthroughfs.py SRC MNT`")
+        return (
+            f"`examples/passthroughfs.py` from the pyfuse3 {pyfuse3.__version__} sdist, "
+            f"run with the same Python: `python passthroughfs.py SRC MNT`"
+        )
 
     def command(self, src, mnt, placeholder=False):
         return [PY, str(self.script or "passthroughfs.py"), src, mnt]
@@ -247,9 +262,22 @@ class PyfuseExample(Target):
         CACHE.mkdir(parents=True, exist_ok=True)
         sdist = CACHE / f"pyfuse3-{version}.tar.gz"
         if not sdist.exists():
-            done = subprocess.run([PY, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                                   f"pyfuse3=={version}", "-d", str(CACHE)],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [
+                    PY,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    f"pyfuse3=={version}",
+                    "-d",
+                    str(CACHE),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0 or not sdist.exists():
                 last = (done.stderr.strip().splitlines() or ["no output"])[-1]
                 raise TargetError(f"pip download pyfuse3=={version} failed: {last}")
@@ -282,9 +310,11 @@ class PassthroughHP(Target):
     def describe(self) -> str:
         ver = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)
         lib = f", linked against libfuse {ver.stdout.strip()}" if ver.returncode == 0 else ""
-        return (f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand with "
-                f"extended-attribute support as libfuse's own build has it, see bench/README.md), default options, "
-                f"`--foreground` so this script owns the process")
+        return (
+            f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand with "
+            f"extended-attribute support as libfuse's own build has it, see bench/README.md), default options, "
+            f"`--foreground` so this script owns the process"
+        )
 
     def command(self, src, mnt, placeholder=False):
         return [self.path, "--foreground", src, mnt]

@@ -98,16 +98,34 @@ def writer_us(n: int = 200_000) -> float:
     duration or of evenly spaced offsets to almost nothing, which real ones never are)."""
     rand = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="fusetrace-tracecost-") as tmp:
-        writer = TraceWriter(os.path.join(tmp, "trace"), {}, flush_interval=3600.0, max_pending=n + 1,
-                             max_pending_bytes=None)
+        writer = TraceWriter(
+            os.path.join(tmp, "trace"), {}, flush_interval=3600.0, max_pending=n + 1, max_pending_bytes=None
+        )
         start = 0
         for i in range(n):
             dur = int(rand.lognormvariate(10.5, 0.3))  # about 36 µs, most within 20-70
             start += dur + rand.randrange(2_000, 10_000)
-            writer.record(TraceRecord(start, dur, "read", 5 + i % 100, f"/dir/file{i % 100}", None, 7 + i % 100,
-                                      rand.randrange(BLOCKS * 64) * BLOCK, 4096, 4096, 0, 1234, 0, 0, 0,
-                                      comm="fio", kind="read"))
+            writer.record(
+                TraceRecord(
+                    start,
+                    dur,
+                    "read",
+                    5 + i % 100,
+                    f"/dir/file{i % 100}",
+                    None,
+                    7 + i % 100,
+                    rand.randrange(BLOCKS * 64) * BLOCK,
+                    4096,
+                    4096,
+                    0,
+                    1234,
+                    0,
+                    0,
+                    0,
+                    comm="fio",
+                    kind="read",
+                )
+            )
         t0 = time.process_time()
         writer.close()  # the thread writes everything queued, then stops
         return (time.process_time() - t0) / n * 1e6
-

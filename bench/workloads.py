@@ -37,7 +37,8 @@ READ_NOTE = (
     "the mount's own page cache at each pass, so every read reaches the FUSE server (without it the "
     "kernel's FUSE page cache would answer from the second pass on and the figure would say more "
     "about when the first pass ended than about the file system); natively `invalidate=0` keeps "
-    "the warm page cache, which is what the data being in memory means there")
+    "the warm page cache, which is what the data being in memory means there"
+)
 
 
 def can_drop_caches() -> bool:
@@ -78,8 +79,16 @@ FIO_COMMON = ["--ioengine=psync", "--fallocate=none", "--output-format=json", "-
 
 
 def fio_4k(name: str, rw: str, sizes: Sizes, jobs: int = 1, invalidate: int | None = None) -> list[str]:
-    args = ["fio", f"--name={name}", f"--rw={rw}", "--bs=4k", f"--size={sizes.fio_size}",
-            f"--runtime={sizes.runtime}", "--time_based", *FIO_COMMON]
+    args = [
+        "fio",
+        f"--name={name}",
+        f"--rw={rw}",
+        "--bs=4k",
+        f"--size={sizes.fio_size}",
+        f"--runtime={sizes.runtime}",
+        "--time_based",
+        *FIO_COMMON,
+    ]
     if invalidate is not None:
         args.append(f"--invalidate={invalidate}")
     if jobs == 1:
@@ -90,8 +99,16 @@ def fio_4k(name: str, rw: str, sizes: Sizes, jobs: int = 1, invalidate: int | No
 
 
 def fio_seq(sizes: Sizes, fsync: bool = True) -> list[str]:
-    return ["fio", f"--name={'seqwrite' if fsync else 'seqbuf'}", "--rw=write", "--bs=1M", f"--size={sizes.seq_size}",
-            *(["--end_fsync=1"] if fsync else []), "--filename={dir}/seq.dat", *FIO_COMMON]
+    return [
+        "fio",
+        f"--name={'seqwrite' if fsync else 'seqbuf'}",
+        "--rw=write",
+        "--bs=1M",
+        f"--size={sizes.seq_size}",
+        *(["--end_fsync=1"] if fsync else []),
+        "--filename={dir}/seq.dat",
+        *FIO_COMMON,
+    ]
 
 
 def shell(template: list[str]) -> str:
@@ -104,8 +121,7 @@ def run_fio(template: list[str], where: str) -> dict:
     done = subprocess.run(args, capture_output=True, text=True)
     start = done.stdout.find("{")
     if done.returncode != 0 or start < 0:
-        raise WorkloadError(f"fio exit {done.returncode}: "
-                            f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+        raise WorkloadError(f"fio exit {done.returncode}: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     job = json.loads(done.stdout[start:])["jobs"][0]
     if job.get("error"):
         raise WorkloadError(f"fio job error {job['error']}")
@@ -133,36 +149,76 @@ def make_rows(sizes: Sizes) -> list[Row]:
     n = sizes.nfiles
     cache_note = "caches dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before the run"
     return [
-        Row("randwrite", f"fio 4k randwrite, psync, {sizes.fio_size} file, {sizes.runtime} s", "IOPS",
+        Row(
+            "randwrite",
+            f"fio 4k randwrite, psync, {sizes.fio_size} file, {sizes.runtime} s",
+            "IOPS",
             notes=f"buffered; the file is created natively in the source before mounting; {cache_note}",
-            commands=[shell(fio_4k("randwrite", "randwrite", sizes))]),
-        Row("randread", f"fio 4k randread, psync, {sizes.fio_size} file, {sizes.runtime} s", "IOPS",
+            commands=[shell(fio_4k("randwrite", "randwrite", sizes))],
+        ),
+        Row(
+            "randread",
+            f"fio 4k randread, psync, {sizes.fio_size} file, {sizes.runtime} s",
+            "IOPS",
             notes=READ_NOTE,
-            commands=["cat $SRC/rr.0 >/dev/null  # data in memory below",
-                      "native: " + shell(fio_4k("randread", "randread", sizes, invalidate=0)),
-                      "mounts: " + shell(fio_4k("randread", "randread", sizes, invalidate=1))]),
-        Row("seqwrite", f"1 MiB sequential write, {sizes.seq_size} + fsync", "MiB/s",
+            commands=[
+                "cat $SRC/rr.0 >/dev/null  # data in memory below",
+                "native: " + shell(fio_4k("randread", "randread", sizes, invalidate=0)),
+                "mounts: " + shell(fio_4k("randread", "randread", sizes, invalidate=1)),
+            ],
+        ),
+        Row(
+            "seqwrite",
+            f"1 MiB sequential write, {sizes.seq_size} + fsync",
+            "MiB/s",
             notes=f"fio with end_fsync=1: the figure includes the final fsync; a new file; {cache_note}",
-            commands=[shell(fio_seq(sizes))]),
-        Row("seqbuf", f"1 MiB sequential write, {sizes.seq_size}, no fsync", "MiB/s",
-            notes=("the same writes without the final fsync: into the page cache below, as the pyfuse3 "
-                   f"example's figure in the row above is (it implements no fsync); a new file; {cache_note}"),
-            commands=["rm -f $DIR/seq.dat; sync  # the row above's file", shell(fio_seq(sizes, fsync=False))]),
-        Row("create", f"create {n:,} empty files", "files/s",
-            notes=(f"timed Python loop of os.open(O_CREAT|O_EXCL|O_WRONLY, 0o644) + os.close into a new "
-                   f"directory; the median of {sizes.create_reps} such directories per round; {cache_note}"),
-            commands=[f"python: for i in range({n}): os.close(os.open(f'$DIR/create{{r}}/f{{i:05d}}', "
-                      f"os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))"]),
-        Row("ls", f"`ls -l` of {n:,} files, cold", "ms", higher_is_better=False,
-            notes=(f"wall time of `ls -l DIR >/dev/null` (LC_ALL=C) over the first create directory, "
-                   f"right after dropping caches (no remount); the median of {sizes.ls_reps} per round"),
-            commands=["sync; echo 3 > /proc/sys/vm/drop_caches", "LC_ALL=C ls -l $DIR/create0 >/dev/null"]),
-        Row("randread8", f"fio 4k randread, psync, numjobs={sizes.jobs}, {sizes.fio_size} file each, "
-                         f"{sizes.runtime} s", "IOPS",
+            commands=[shell(fio_seq(sizes))],
+        ),
+        Row(
+            "seqbuf",
+            f"1 MiB sequential write, {sizes.seq_size}, no fsync",
+            "MiB/s",
+            notes=(
+                "the same writes without the final fsync: into the page cache below, as the pyfuse3 "
+                f"example's figure in the row above is (it implements no fsync); a new file; {cache_note}"
+            ),
+            commands=["rm -f $DIR/seq.dat; sync  # the row above's file", shell(fio_seq(sizes, fsync=False))],
+        ),
+        Row(
+            "create",
+            f"create {n:,} empty files",
+            "files/s",
+            notes=(
+                f"timed Python loop of os.open(O_CREAT|O_EXCL|O_WRONLY, 0o644) + os.close into a new "
+                f"directory; the median of {sizes.create_reps} such directories per round; {cache_note}"
+            ),
+            commands=[
+                f"python: for i in range({n}): os.close(os.open(f'$DIR/create{{r}}/f{{i:05d}}', "
+                f"os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))"
+            ],
+        ),
+        Row(
+            "ls",
+            f"`ls -l` of {n:,} files, cold",
+            "ms",
+            higher_is_better=False,
+            notes=(
+                f"wall time of `ls -l DIR >/dev/null` (LC_ALL=C) over the first create directory, "
+                f"right after dropping caches (no remount); the median of {sizes.ls_reps} per round"
+            ),
+            commands=["sync; echo 3 > /proc/sys/vm/drop_caches", "LC_ALL=C ls -l $DIR/create0 >/dev/null"],
+        ),
+        Row(
+            "randread8",
+            f"fio 4k randread, psync, numjobs={sizes.jobs}, {sizes.fio_size} file each, {sizes.runtime} s",
+            "IOPS",
             notes="one file per job, total IOPS of all jobs; otherwise as the single-job randread",
-            commands=["cat $SRC/rr.* >/dev/null  # data in memory below",
-                      "native: " + shell(fio_4k("randread8", "randread", sizes, jobs=sizes.jobs, invalidate=0)),
-                      "mounts: " + shell(fio_4k("randread8", "randread", sizes, jobs=sizes.jobs, invalidate=1))]),
+            commands=[
+                "cat $SRC/rr.* >/dev/null  # data in memory below",
+                "native: " + shell(fio_4k("randread8", "randread", sizes, jobs=sizes.jobs, invalidate=0)),
+                "mounts: " + shell(fio_4k("randread8", "randread", sizes, jobs=sizes.jobs, invalidate=1)),
+            ],
+        ),
     ]
 
 

@@ -32,8 +32,10 @@ from fusetrace.shaping.profile import load_params  # noqa: E402
 MARK = "<!-- writeback -->"
 # (name, writers, dd block, blocks each): one dd of 4 KiB blocks; eight of 512 bytes at once, as
 # cpio -p writes (the efs-2018-transfer scenario's fpart + cpio row)
-WORKLOADS = [("dd bs=4k, 78 MiB, conv=fsync", 1, 4096, 20_000),
-             ("8 x dd bs=512, 4 MiB each, conv=fsync", 8, 512, 8_192)]
+WORKLOADS = [
+    ("dd bs=4k, 78 MiB, conv=fsync", 1, 4096, 20_000),
+    ("8 x dd bs=512, 4 MiB each, conv=fsync", 8, 512, 8_192),
+]
 KINDS = [("--no-writeback-cache", ("--no-writeback-cache",)), ("write-back cache (default)", ())]
 
 
@@ -44,8 +46,20 @@ def _once(work: Path, profile: str, flags: tuple[str, ...], writers: int, block:
     ft("mount", str(src), str(mnt), "--emulate", profile, *flags)
     try:
         t0 = time.monotonic()
-        procs = [subprocess.Popen(["dd", "if=/dev/zero", f"of={mnt / f'f{i}'}", f"bs={block}", f"count={count}",
-                                   "conv=fsync", "status=none"]) for i in range(writers)]
+        procs = [
+            subprocess.Popen(
+                [
+                    "dd",
+                    "if=/dev/zero",
+                    f"of={mnt / f'f{i}'}",
+                    f"bs={block}",
+                    f"count={count}",
+                    "conv=fsync",
+                    "status=none",
+                ]
+            )
+            for i in range(writers)
+        ]
         if any(p.wait() for p in procs):
             raise RuntimeError("dd failed")
         seconds = time.monotonic() - t0
@@ -64,7 +78,7 @@ def run(rounds: int, profile: str) -> list[dict]:
         model = dd_writers(Model(params, 0.0), writers, block, count).elapsed
         runs: dict[str, list[dict]] = {kind: [] for kind, _ in KINDS}
         for r in range(rounds):
-            for kind, flags in (KINDS if r % 2 == 0 else KINDS[::-1]):
+            for kind, flags in KINDS if r % 2 == 0 else KINDS[::-1]:
                 with tempfile.TemporaryDirectory(prefix="writeback-", dir="/var/tmp") as work:
                     runs[kind].append(_once(Path(work), profile, flags, writers, block, count))
         rows.append({"name": name, "calls": writers * count, "model_s": model, "runs": runs})
@@ -72,24 +86,30 @@ def run(rounds: int, profile: str) -> list[dict]:
 
 
 def render(rows: list[dict], rounds: int, profile: str) -> str:
-    lines = ["## Small buffered writes and FUSE's write-back cache", "",
-             f"`bench/writeback.py --rounds {rounds} --profile {profile}`, run "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: each workload on a fresh "
-             f"mount emulating `{profile}`, with `--no-writeback-cache` and as it comes (FUSE's write-back "
-             "cache on), alternating; *model* is "
-             "the time the emulated NFS client and server take for the same system calls, in virtual time "
-             "(`emulator/simulate.py`, `dd_writers`), which the run should take. *Write requests* are those "
-             "the mount received (the `buffered` and `dirty` gates of `fusetrace stats`). Every round is "
-             "listed.", "",
-             "| workload | write(2) calls | model | mount | seconds | ÷ model | write requests | host |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Small buffered writes and FUSE's write-back cache",
+        "",
+        f"`bench/writeback.py --rounds {rounds} --profile {profile}`, run "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine: each workload on a fresh "
+        f"mount emulating `{profile}`, with `--no-writeback-cache` and as it comes (FUSE's write-back "
+        "cache on), alternating; *model* is "
+        "the time the emulated NFS client and server take for the same system calls, in virtual time "
+        "(`emulator/simulate.py`, `dd_writers`), which the run should take. *Write requests* are those "
+        "the mount received (the `buffered` and `dirty` gates of `fusetrace stats`). Every round is "
+        "listed.",
+        "",
+        "| workload | write(2) calls | model | mount | seconds | ÷ model | write requests | host |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         for kind, runs in row["runs"].items():
             for one in runs:
                 verdict = "host-bound" if one["host"]["host_bound"] else "kept up"
-                lines.append(f"| {row['name']} | {row['calls']:,} | {row['model_s']:.2f} s | {kind} | "
-                             f"{one['seconds']:.2f} | {one['seconds'] / row['model_s']:.2f} | {one['writes']:,} | "
-                             f"{verdict}: {load_words(one['host'])} |")
+                lines.append(
+                    f"| {row['name']} | {row['calls']:,} | {row['model_s']:.2f} s | {kind} | "
+                    f"{one['seconds']:.2f} | {one['seconds'] / row['model_s']:.2f} | {one['writes']:,} | "
+                    f"{verdict}: {load_words(one['host'])} |"
+                )
     return "\n".join(lines)
 
 

@@ -7,5 +7,15 @@ from .model import Admission, Gate, Model, Op, OpClass
 from .params import Params, ProfileError
 from .profiles import apply_overrides, list_profiles, load_profile
 
-__all__ = ["Admission", "Gate", "Model", "Op", "OpClass", "Params", "ProfileError",
-           "apply_overrides", "list_profiles", "load_profile"]
+__all__ = [
+    "Admission",
+    "Gate",
+    "Model",
+    "Op",
+    "OpClass",
+    "Params",
+    "ProfileError",
+    "apply_overrides",
+    "list_profiles",
+    "load_profile",
+]

@@ -55,7 +55,7 @@ def parse_event(raw: object, where: str) -> Event:
     if unknown:
         raise ValueError(f"{where}: unknown key {unknown[0]!r} (an event has at, and set or stall)")
     if "at" not in raw:
-        raise ValueError(f"{where}: at: missing (when the event happens, e.g. at = \"10s\")")
+        raise ValueError(f'{where}: at: missing (when the event happens, e.g. at = "10s")')
     if ("set" in raw) == ("stall" in raw):
         raise ValueError(f"{where}: an event has exactly one of set (profile keys) and stall (a duration)")
     try:

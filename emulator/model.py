@@ -135,19 +135,23 @@ class Model:
             if op.write_mode == "buffered":
                 return self._buffered_write(op, now)
             done, gate, latency, transfer = self._serve(
-                self._write, now, n, max(1, -(-n // self._io_size)), self._files, op.file, self._file_hold, after)
+                self._write, now, n, max(1, -(-n // self._io_size)), self._files, op.file, self._file_hold, after
+            )
         elif cls is _READ:
             done, gate, latency, transfer = self._serve(
-                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, after)
+                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, after
+            )
         elif cls is _META_READ:
             done, gate, latency, transfer = self._serve(self._meta_read, now, 0, 1, None, 0, 0.0, after)
         elif cls is _META_WRITE:
             pool = self._dirs if op.directory else None
             done, gate, latency, transfer = self._serve(
-                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, after)
+                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, after
+            )
         else:  # COMMIT: the server starts on it once the file's dirty data has drained
-            done, gate, latency, transfer = self._serve(self._commit, now, 0, 1, None, 0, 0.0,
-                                                        max(after, self._writeback.drained_at(op.file)))
+            done, gate, latency, transfer = self._serve(
+                self._commit, now, 0, 1, None, 0, 0.0, max(after, self._writeback.drained_at(op.file))
+            )
         if self._stalls:
             done, gate = self._stalled(now, done, gate)
         wait = done - now - latency - transfer
@@ -169,8 +173,11 @@ class Model:
                 return True
         ready = now + route.latency.median
         pipe = route.pipe
-        if (pipe is not None and pipe.free_at > ready
-                and (route.charge_fixed > 0 or (data and route.charge_per_byte > 0))):
+        if (
+            pipe is not None
+            and pipe.free_at > ready
+            and (route.charge_fixed > 0 or (data and route.charge_per_byte > 0))
+        ):
             return True
         client = self._client
         if data and client is not None and client.free_at > ready:
@@ -319,8 +326,13 @@ class Model:
             if route.limits:
                 grant(route.limits, now, cost)
             if key:
-                pool, hold = ((self._files, self._file_hold) if route is self._write else
-                              (self._dirs, self._dir_hold) if route is self._meta_write else (None, 0.0))
+                pool, hold = (
+                    (self._files, self._file_hold)
+                    if route is self._write
+                    else (self._dirs, self._dir_hold)
+                    if route is self._meta_write
+                    else (None, 0.0)
+                )
                 if pool is not None:  # the hold spread over the key's slots, as the others' requests were
                     share = hold * cost / pool.slots
                     for _ in range(pool.slots):
@@ -331,8 +343,17 @@ class Model:
 
     # ---- serving an operation -----------------------------------------------------------
 
-    def _serve(self, route: _Route, now: float, nbytes: int, cost: float, pool: SlotPools | None,
-               key: int, hold: float, ready: float) -> tuple[float, Gate, float, float]:
+    def _serve(
+        self,
+        route: _Route,
+        now: float,
+        nbytes: int,
+        cost: float,
+        pool: SlotPools | None,
+        key: int,
+        hold: float,
+        ready: float,
+    ) -> tuple[float, Gate, float, float]:
         """Run the gates for one request admitted at `now` whose service may not
         start before `ready` (a commit: its file's dirty data has drained; a
         write-back: the write got into the page cache): (done, gate, latency,
@@ -436,8 +457,11 @@ class Model:
         self._client = _keep(self._client, client_pipe_rates(p), now)
 
         burst_s = p.iops_burst_ms / 1000
-        for limit, rate in ((self._read_limit, p.read_iops), (self._write_limit, p.write_iops),
-                            (self._total_limit, p.total_iops)):
+        for limit, rate in (
+            (self._read_limit, p.read_iops),
+            (self._write_limit, p.write_iops),
+            (self._total_limit, p.total_iops),
+        ):
             limit.configure(rate, burst_s)
         self._files = _pools(self._files, p.file_write_slots, Gate.FILE, now)
         self._dirs = _pools(self._dirs, p.dir_write_slots, Gate.DIRECTORY, now)
@@ -466,13 +490,14 @@ class Model:
                 route.charge_per_byte, route.charge_fixed = route.metered_per_byte, route.metered_fixed
 
     def _elastic_pipes(self, now: float) -> tuple[CreditPipe | None, CreditPipe | None]:
-        read, write = (_keep(pipe, (rate, rate, rate, 0.0) if rate > 0 else None, now)
-                       for pipe, rate in zip(self._elastic, elastic_rates(self.params)))
+        read, write = (
+            _keep(pipe, (rate, rate, rate, 0.0) if rate > 0 else None, now)
+            for pipe, rate in zip(self._elastic, elastic_rates(self.params))
+        )
         return read, write
 
 
-def _keep(pipe: CreditPipe | None, rates: tuple[float, float, float, float] | None,
-          now: float) -> CreditPipe | None:
+def _keep(pipe: CreditPipe | None, rates: tuple[float, float, float, float] | None, now: float) -> CreditPipe | None:
     """The pipe reconfigured to `rates` (hi, lo, earn, cap), made if new (with a
     full balance), or None if there is no limit."""
     if rates is None:

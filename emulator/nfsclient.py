@@ -44,16 +44,29 @@ from .call import Call
 from .model import Model
 from .ops import Admission, Gate, Op, OpClass
 
-_META_READ, _META_WRITE, _READ, _WRITE, _COMMIT = (OpClass.META_READ, OpClass.META_WRITE, OpClass.DATA_READ,
-                                                  OpClass.DATA_WRITE, OpClass.COMMIT)
+_META_READ, _META_WRITE, _READ, _WRITE, _COMMIT = (
+    OpClass.META_READ,
+    OpClass.META_WRITE,
+    OpClass.DATA_READ,
+    OpClass.DATA_WRITE,
+    OpClass.COMMIT,
+)
 _CAP = 1 << 17  # entries a cache keeps before it starts afresh (a client's memory is finite too)
 # A create this soon after the reply to a LOOKUP of its name is the kernel's FUSE path
 # asking first for the one open(O_CREAT) the NFS client sends as OPEN alone.
 _ABSORB_S = 0.002
 
 # namespace changes: the RPC each sends
-_NAMESPACE = {"create": "OPEN(create)", "mknod": "CREATE", "mkdir": "CREATE", "symlink": "CREATE",
-              "link": "LINK", "unlink": "REMOVE", "rmdir": "REMOVE", "rename": "RENAME"}
+_NAMESPACE = {
+    "create": "OPEN(create)",
+    "mknod": "CREATE",
+    "mkdir": "CREATE",
+    "symlink": "CREATE",
+    "link": "LINK",
+    "unlink": "REMOVE",
+    "rmdir": "REMOVE",
+    "rename": "RENAME",
+}
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 _MAKES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))
@@ -95,8 +108,9 @@ class NfsClient:
             return self._remove_hidden(now, directory)
         if op == "rename":
             hidden = self._silly(now, call.new_directory or directory) if call.busy else None
-            a = self._namespace(now, file, directory, call.name, op,
-                                after=-math.inf if hidden is None else hidden.done_at)
+            a = self._namespace(
+                now, file, directory, call.name, op, after=-math.inf if hidden is None else hidden.done_at
+            )
             if call.new_directory:
                 _room(self._names)[(call.new_directory, call.new_name)] = None
                 self._dir_changed(call.new_directory, a.done_at)
@@ -142,8 +156,17 @@ class NfsClient:
 
     # ---- RPCs --------------------------------------------------------------------
 
-    def _rpc(self, cls: OpClass, rpc: str, now: float, file: int = 0, directory: int = 0, nbytes: int = 0,
-             write_mode: str = "buffered", after: float = -math.inf) -> Admission:
+    def _rpc(
+        self,
+        cls: OpClass,
+        rpc: str,
+        now: float,
+        file: int = 0,
+        directory: int = 0,
+        nbytes: int = 0,
+        write_mode: str = "buffered",
+        after: float = -math.inf,
+    ) -> Admission:
         a = self.model.admit(Op(cls, nbytes, file, directory, write_mode), now, after)
         a.rpcs = rpc  # the model's answer is made for this call alone: named, not copied
         return a
@@ -222,8 +245,9 @@ class NfsClient:
         self._refreshed(file, cut.done_at, False)
         return _joined(a, cut, now)
 
-    def _namespace(self, now: float, file: int, directory: int, name: str, op: str,
-                   after: float = -math.inf) -> Admission:
+    def _namespace(
+        self, now: float, file: int, directory: int, name: str, op: str, after: float = -math.inf
+    ) -> Admission:
         a = self._rpc(_META_WRITE, _NAMESPACE[op], now, file, directory, after=after)
         key = (directory, name)
         _room(self._names)[key] = None
@@ -338,8 +362,14 @@ class NfsClient:
             a = self._rpc(_META_READ, "READDIRPLUS", now, file, after=a.done_at)
             latency += a.latency
         total = a.done_at - now
-        return Admission(a.done_at, a.gate, min(latency, total), 0.0, max(total - latency, 0.0),
-                         "READDIRPLUS" if rpcs == 1 else f"READDIRPLUS x{rpcs}")
+        return Admission(
+            a.done_at,
+            a.gate,
+            min(latency, total),
+            0.0,
+            max(total - latency, 0.0),
+            "READDIRPLUS" if rpcs == 1 else f"READDIRPLUS x{rpcs}",
+        )
 
     def _statfs(self, now: float, c: Call) -> Admission:
         return self._rpc(_META_READ, "STATFS", now, c.file)
@@ -390,8 +420,14 @@ def _joined(before: Admission, after: Admission, now: float) -> Admission:
     total = after.done_at - now
     latency, transfer = before.latency + after.latency, before.transfer + after.transfer
     rpcs = ",".join(r for r in (before.rpcs, after.rpcs) if r)
-    return Admission(after.done_at, after.gate if after.done_at > before.done_at else before.gate,
-                     min(latency, total), min(transfer, total), max(total - latency - transfer, 0.0), rpcs)
+    return Admission(
+        after.done_at,
+        after.gate if after.done_at > before.done_at else before.gate,
+        min(latency, total),
+        min(transfer, total),
+        max(total - latency - transfer, 0.0),
+        rpcs,
+    )
 
 
 def _earlier(a: Admission, now: float, by: float) -> Admission:
@@ -410,18 +446,21 @@ _Serve = Callable[[NfsClient, float, Call], Admission]
 def _namespace_op(op: str) -> _Serve:
     def serve(client: NfsClient, now: float, c: Call) -> Admission:
         return client._namespace(now, c.file, c.directory, c.name, op)
+
     return serve
 
 
 def _asked_op(op: str, rpc: str) -> _Serve:
     def serve(client: NfsClient, now: float, c: Call) -> Admission:
         return client._asked_once(now, c.file, op, rpc, c.is_dir)
+
     return serve
 
 
 def _xattr_op(op: str) -> _Serve:
     def serve(client: NfsClient, now: float, c: Call) -> Admission:
         return client._xattr(now, c.file, op)
+
     return serve
 
 

@@ -62,13 +62,22 @@ LEAST_KIBPS = 1.0  # KiB/s per GiB: MIN_RATE at 1 GiB stored
 LEAST_WHY = "slower, one request would be modelled to take longer than the hour a latency may"
 
 
-def _param(default: ParamValue, kind: str, doc: str, most: float | None = None, unit: str = "", *,
-           least: float | None = None, floor: float | None = None) -> Any:
+def _param(
+    default: ParamValue,
+    kind: str,
+    doc: str,
+    most: float | None = None,
+    unit: str = "",
+    *,
+    least: float | None = None,
+    floor: float | None = None,
+) -> Any:
     """A parameter.  A number must lie within [0, most]; with `least`, be 0 (no
     limit, or instant) or at least `least`; with `floor`, be at least `floor`.
     `unit` is shown with the bounds (sizes in bytes)."""
-    return field(default=default, metadata={"kind": kind, "doc": doc, "most": most, "unit": unit,
-                                            "least": least, "floor": floor})
+    return field(
+        default=default, metadata={"kind": kind, "doc": doc, "most": most, "unit": unit, "least": least, "floor": floor}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,39 +88,47 @@ class Params:
     # throughput mode and the size that sets bursting throughput
     throughput_mode: str = _param("bursting", "mode", "bursting, provisioned or elastic")
     stored_size: float = _param(5 * GiB, "bytes", "data already on the file system (Standard class)", MAX_BYTES)
-    storage_remeasure_s: float = _param(3600.0, "number", "period at which the stored size is re-measured",
-                                        YEAR_S, "s", least=1.0)
-    baseline_kibps_per_gib: float = _param(50.0, "number", "baseline throughput per GiB stored",
-                                           MAX_MIBPS, "KiB/s per GiB", least=LEAST_KIBPS)
-    baseline_floor_mibps: float = _param(1.0, "number", "least baseline throughput (0: none)", MAX_MIBPS, "MiB/s",
-                                         least=LEAST_MIBPS)
-    burst_mibps: float = _param(100.0, "number", "burst throughput of a file system up to 1 TiB",
-                                MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
-    burst_mibps_per_tib: float = _param(100.0, "number", "burst throughput per TiB stored, above 1 TiB",
-                                        MAX_MIBPS, "MiB/s per TiB", least=LEAST_MIBPS)
-    burst_credit_balance: float = _param(2.1 * TiB, "bytes", "burst credits (metered bytes above baseline)",
-                                         MAX_BYTES)
+    storage_remeasure_s: float = _param(
+        3600.0, "number", "period at which the stored size is re-measured", YEAR_S, "s", least=1.0
+    )
+    baseline_kibps_per_gib: float = _param(
+        50.0, "number", "baseline throughput per GiB stored", MAX_MIBPS, "KiB/s per GiB", least=LEAST_KIBPS
+    )
+    baseline_floor_mibps: float = _param(
+        1.0, "number", "least baseline throughput (0: none)", MAX_MIBPS, "MiB/s", least=LEAST_MIBPS
+    )
+    burst_mibps: float = _param(
+        100.0, "number", "burst throughput of a file system up to 1 TiB", MAX_MIBPS, "MiB/s", least=LEAST_MIBPS
+    )
+    burst_mibps_per_tib: float = _param(
+        100.0, "number", "burst throughput per TiB stored, above 1 TiB", MAX_MIBPS, "MiB/s per TiB", least=LEAST_MIBPS
+    )
+    burst_credit_balance: float = _param(2.1 * TiB, "bytes", "burst credits (metered bytes above baseline)", MAX_BYTES)
     burst_credit_cap_min: float = _param(2.1 * TiB, "bytes", "least cap on the credit balance", MAX_BYTES)
-    burst_credit_cap_per_tib: float = _param(2.1 * TiB, "bytes", "cap on the credit balance per TiB stored",
-                                             MAX_BYTES)
-    provisioned_mibps: float = _param(0.0, "number", "provisioned throughput (provisioned mode)",
-                                      MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
-    elastic_read_gibps: float = _param(20.0, "number", "file-system read limit (elastic mode)",
-                                       MAX_GIBPS, "GiB/s", least=LEAST_GIBPS)
-    elastic_write_gibps: float = _param(1.0, "number", "file-system write limit (elastic mode)",
-                                        MAX_GIBPS, "GiB/s", least=LEAST_GIBPS)
+    burst_credit_cap_per_tib: float = _param(2.1 * TiB, "bytes", "cap on the credit balance per TiB stored", MAX_BYTES)
+    provisioned_mibps: float = _param(
+        0.0, "number", "provisioned throughput (provisioned mode)", MAX_MIBPS, "MiB/s", least=LEAST_MIBPS
+    )
+    elastic_read_gibps: float = _param(
+        20.0, "number", "file-system read limit (elastic mode)", MAX_GIBPS, "GiB/s", least=LEAST_GIBPS
+    )
+    elastic_write_gibps: float = _param(
+        1.0, "number", "file-system write limit (elastic mode)", MAX_GIBPS, "GiB/s", least=LEAST_GIBPS
+    )
     read_factor: float = _param(1 / 3, "fraction", "metered bytes per byte read (reads and metadata reads)")
     metadata_io_size: float = _param(4 * KiB, "bytes", "metered size of a metadata operation or commit", MAX_BYTES)
 
     # operations per second (0: no limit)
-    read_iops: float = _param(35000.0, "number", "read operations per second (data and metadata)",
-                              MAX_IOPS, "ops/s", least=LEAST_IOPS)
-    write_iops: float = _param(7000.0, "number", "write operations per second (data, metadata, commit)",
-                               MAX_IOPS, "ops/s", least=LEAST_IOPS)
-    total_iops: float = _param(0.0, "number", "operations per second of any kind",
-                               MAX_IOPS, "ops/s", least=LEAST_IOPS)
-    iops_burst_ms: float = _param(10.0, "number", "burst allowance of the IOPS limits, in ms of the limit",
-                                  HOUR_MS, "ms")
+    read_iops: float = _param(
+        35000.0, "number", "read operations per second (data and metadata)", MAX_IOPS, "ops/s", least=LEAST_IOPS
+    )
+    write_iops: float = _param(
+        7000.0, "number", "write operations per second (data, metadata, commit)", MAX_IOPS, "ops/s", least=LEAST_IOPS
+    )
+    total_iops: float = _param(0.0, "number", "operations per second of any kind", MAX_IOPS, "ops/s", least=LEAST_IOPS)
+    iops_burst_ms: float = _param(
+        10.0, "number", "burst allowance of the IOPS limits, in ms of the limit", HOUR_MS, "ms"
+    )
 
     # latency: a lognormal per class from its median and 99th percentile, plus transfer
     read_latency_ms: float = _param(0.4, "number", "median latency of a data read", HOUR_MS, "ms")
@@ -119,45 +136,57 @@ class Params:
     write_latency_ms: float = _param(2.7, "number", "median latency of a data write round trip", HOUR_MS, "ms")
     write_latency_p99_ms: float = _param(6.0, "number", "99th-percentile latency of a data write", HOUR_MS, "ms")
     meta_read_latency_ms: float = _param(0.4, "number", "median latency of a metadata read", HOUR_MS, "ms")
-    meta_read_latency_p99_ms: float = _param(1.2, "number", "99th-percentile latency of a metadata read",
-                                             HOUR_MS, "ms")
+    meta_read_latency_p99_ms: float = _param(1.2, "number", "99th-percentile latency of a metadata read", HOUR_MS, "ms")
     meta_write_latency_ms: float = _param(2.7, "number", "median latency of a metadata change", HOUR_MS, "ms")
-    meta_write_latency_p99_ms: float = _param(6.0, "number", "99th-percentile latency of a metadata change",
-                                              HOUR_MS, "ms")
+    meta_write_latency_p99_ms: float = _param(
+        6.0, "number", "99th-percentile latency of a metadata change", HOUR_MS, "ms"
+    )
     commit_latency_ms: float = _param(2.7, "number", "median latency of a COMMIT round trip", HOUR_MS, "ms")
     commit_latency_p99_ms: float = _param(6.0, "number", "99th-percentile latency of a COMMIT", HOUR_MS, "ms")
-    stream_mibps: float = _param(100.0, "number", "transfer rate of one operation's bytes (0: instant)",
-                                 MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
-    nfs_io_size: float = _param(1 * MiB, "bytes", "NFS rsize/wsize: larger I/O counts as several operations",
-                                MAX_BYTES, floor=float(KiB))  # Linux's least rsize/wsize
+    stream_mibps: float = _param(
+        100.0, "number", "transfer rate of one operation's bytes (0: instant)", MAX_MIBPS, "MiB/s", least=LEAST_MIBPS
+    )
+    nfs_io_size: float = _param(
+        1 * MiB, "bytes", "NFS rsize/wsize: larger I/O counts as several operations", MAX_BYTES, floor=float(KiB)
+    )  # Linux's least rsize/wsize
 
     # serialisation points on the server (0 slots: no limit)
     file_write_slots: int = _param(3, "int", "writes to one file in service at once", MAX_SLOTS)
     file_write_hold_ms: float = _param(2.7, "number", "how long a write keeps its file slot", HOUR_MS, "ms")
     dir_write_slots: int = _param(1, "int", "namespace changes in one directory in service at once", MAX_SLOTS)
-    dir_write_hold_ms: float = _param(2.7, "number", "how long a namespace change keeps its directory slot",
-                                      HOUR_MS, "ms")
+    dir_write_hold_ms: float = _param(
+        2.7, "number", "how long a namespace change keeps its directory slot", HOUR_MS, "ms"
+    )
 
     # the client
-    per_client_mibps: float = _param(500.0, "number", "EFS's limit on one client's throughput (0: none)",
-                                     MAX_MIBPS, "MiB/s", least=LEAST_MIBPS)
-    client_network_mbps: float = _param(0.0, "number", "the client's network rate, or its burst rate (0: none)",
-                                        MAX_MBPS, "Mbit/s", least=LEAST_MBPS)
-    client_network_baseline_mbps: float = _param(0.0, "number",
-                                                 "client network rate once its credits are spent (0: no credits)",
-                                                 MAX_MBPS, "Mbit/s", least=LEAST_MBPS)
+    per_client_mibps: float = _param(
+        500.0, "number", "EFS's limit on one client's throughput (0: none)", MAX_MIBPS, "MiB/s", least=LEAST_MIBPS
+    )
+    client_network_mbps: float = _param(
+        0.0, "number", "the client's network rate, or its burst rate (0: none)", MAX_MBPS, "Mbit/s", least=LEAST_MBPS
+    )
+    client_network_baseline_mbps: float = _param(
+        0.0,
+        "number",
+        "client network rate once its credits are spent (0: no credits)",
+        MAX_MBPS,
+        "Mbit/s",
+        least=LEAST_MBPS,
+    )
     client_network_credit: float = _param(0.0, "bytes", "the client's network credits, and their cap", MAX_BYTES)
-    client_dirty_limit: float = _param(256 * MiB, "bytes", "buffered-write data the client holds before writers wait",
-                                       MAX_BYTES)
-    buffered_write_ms: float = _param(0.01, "number", "client cost of a buffered write (copy into the page cache)",
-                                      HOUR_MS, "ms")
+    client_dirty_limit: float = _param(
+        256 * MiB, "bytes", "buffered-write data the client holds before writers wait", MAX_BYTES
+    )
+    buffered_write_ms: float = _param(
+        0.01, "number", "client cost of a buffered write (copy into the page cache)", HOUR_MS, "ms"
+    )
     # the NFS client's caches (nfs(5) defaults); the mount gives FUSE's own caches the same timeouts
     nfs_acregmin_s: float = _param(3.0, "number", "least time a file's cached attributes are trusted", YEAR_S, "s")
     nfs_acregmax_s: float = _param(60.0, "number", "most time a file's cached attributes are trusted", YEAR_S, "s")
-    nfs_acdirmin_s: float = _param(30.0, "number", "least time a directory's cached attributes are trusted",
-                                   YEAR_S, "s")
-    nfs_acdirmax_s: float = _param(60.0, "number", "most time a directory's cached attributes are trusted",
-                                   YEAR_S, "s")
+    nfs_acdirmin_s: float = _param(
+        30.0, "number", "least time a directory's cached attributes are trusted", YEAR_S, "s"
+    )
+    nfs_acdirmax_s: float = _param(60.0, "number", "most time a directory's cached attributes are trusted", YEAR_S, "s")
     nfs_readdir_entries: int = _param(256, "int", "directory entries in the first READDIRPLUS reply", 1 << 20, floor=1)
 
     # What the file system supports (the mount, not the model, acts on these).
@@ -167,8 +196,21 @@ class Params:
 SPECS = {f.name: f.metadata for f in dataclasses.fields(Params)}
 
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18,
-               "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB, "pib": 1 << 50, "eib": 1 << 60}
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
+    "eb": 10**18,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": TiB,
+    "pib": 1 << 50,
+    "eib": 1 << 60,
+}
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*")
 
 
@@ -227,8 +269,10 @@ def check_consistent(params: Params) -> None:
         if p99 < median:
             raise ValueError(f"{cls}_latency_p99_ms: must not be below {cls}_latency_ms ({median:g})")
         if median > 0 and p99 > MAX_LATENCY_SPREAD * median:
-            raise ValueError(f"{cls}_latency_p99_ms: must be at most {MAX_LATENCY_SPREAD:,.0f} times "
-                             f"{cls}_latency_ms ({median:g}), got {p99:g}")
+            raise ValueError(
+                f"{cls}_latency_p99_ms: must be at most {MAX_LATENCY_SPREAD:,.0f} times "
+                f"{cls}_latency_ms ({median:g}), got {p99:g}"
+            )
     if params.nfs_io_size <= 0:
         raise ValueError("nfs_io_size: must be above 0")
     for kind in ("reg", "dir"):

@@ -107,8 +107,9 @@ def _read(path: Path, label: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ProfileError(f"{label}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
-                           f"profiles are TOML, which is UTF-8") from None
+        raise ProfileError(
+            f"{label}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); profiles are TOML, which is UTF-8"
+        ) from None
 
 
 def _settings(path: Path, depth: int) -> list[_Setting]:

@@ -85,8 +85,11 @@ def file_system_base(params: Params) -> dict[str, ParamValue]:
     """The file system's own parameters a client mounts with (its profile and --set),
     which every client of one file system must agree on: the burst credit balance, a
     state a joining client takes from the others, left out."""
-    return {f.name: getattr(params, f.name) for f in fields(params)
-            if not clients_own(f.name) and f.name != "burst_credit_balance"}
+    return {
+        f.name: getattr(params, f.name)
+        for f in fields(params)
+        if not clients_own(f.name) and f.name != "burst_credit_balance"
+    }
 
 
 def base_differences(ours: Mapping[str, object], theirs: Mapping[str, object], most: int = 3) -> list[str]:
@@ -131,9 +134,16 @@ class SharedClient:
             usage, self._pending = _merged(self._pending + usage), []
         for i, _, n, nbytes, cost in usage:
             _add(self._totals.setdefault(i, [0, 0, 0.0]), n, nbytes, cost)
-        out = Report(self.client, now, usage=usage, totals=[(i, *t) for i, t in sorted(self._totals.items())],
-                     sets=self._sets, source=self.source, stored=self._stored,
-                     balance=self.model.metrics(now)["BurstCreditBalance"])
+        out = Report(
+            self.client,
+            now,
+            usage=usage,
+            totals=[(i, *t) for i, t in sorted(self._totals.items())],
+            sets=self._sets,
+            source=self.source,
+            stored=self._stored,
+            balance=self.model.metrics(now)["BurstCreditBalance"],
+        )
         if now - self._announced >= ANNOUNCE_EVERY:
             out.announce, self._announced, out.params = True, now, dict(self._params)
         self._sets, self._stored = [], -1.0
@@ -208,8 +218,9 @@ class SharedClient:
             ops = _fit([u[2] for u in mine], due[0])
             nbytes_each = _fit([u[3] for u in mine], due[1])
             cost_share = min(1.0, max(due[2], 0.0) / got[2]) if got[2] > 0 else 1.0
-            out += [(i, key, k, b, c * cost_share)
-                    for (_, key, _, _, c), k, b in zip(mine, ops, nbytes_each) if k or b or c]
+            out += [
+                (i, key, k, b, c * cost_share) for (_, key, _, _, c), k, b in zip(mine, ops, nbytes_each) if k or b or c
+            ]
             gap = (max(due[0] - got[0], 0), max(due[1] - got[1], 0), max(due[2] - got[2], 0.0))
             if any(gap):
                 out.append((i, 0, *gap))
@@ -227,7 +238,7 @@ def _fit(values: list[int], total: int) -> list[int]:
         return [0] * len(values)
     exact = [v * total / have for v in values]
     out = [int(x) for x in exact]
-    for j in sorted(range(len(values)), key=lambda j: exact[j] - out[j], reverse=True)[:total - sum(out)]:
+    for j in sorted(range(len(values)), key=lambda j: exact[j] - out[j], reverse=True)[: total - sum(out)]:
         out[j] += 1
     return out
 
@@ -287,5 +298,11 @@ class LocalHub:
             self._stored[report.source] = (report.stored, report.now)
         live = [b for b, t in self._stored.values() if t > now - SOURCE_TTL]
         balance, self._balance = (self._balance if live_before else math.nan), report.balance
-        return Reply(reports=[(r.client, r.usage, r.totals) for r in others], params=dict(self._params),
-                     known=known, clients=len(self._seen), stored=sum(live) if live else -1.0, balance=balance)
+        return Reply(
+            reports=[(r.client, r.usage, r.totals) for r in others],
+            params=dict(self._params),
+            known=known,
+            clients=len(self._seen),
+            stored=sum(live) if live else -1.0,
+            balance=balance,
+        )

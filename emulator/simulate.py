@@ -42,8 +42,15 @@ class Stats:
         return self.mean_latency * 1000
 
 
-def closed_loop(model: Model, op_factory: Callable[[int], Op], depth: int, *,
-                duration: float | None = None, count: int | None = None, start: float = 0.0) -> Stats:
+def closed_loop(
+    model: Model,
+    op_factory: Callable[[int], Op],
+    depth: int,
+    *,
+    duration: float | None = None,
+    count: int | None = None,
+    start: float = 0.0,
+) -> Stats:
     """Keep `depth` operations outstanding from `start`, op_factory(i) giving the
     i-th, until `duration` seconds have passed (operations completing later are
     not counted) or `count` operations have completed."""
@@ -97,6 +104,7 @@ def fio_job(args: str, file: int = 1) -> tuple[Callable[[int], Op], int]:
     jobs = int(opts.get("numjobs", 1))
     depth = int(opts.get("iodepth", 1)) * jobs
     if rw.endswith("read"):
+
         def op_factory(i: int) -> Op:
             return Op(OpClass.DATA_READ, size, file=file + i % jobs)
     else:
@@ -106,11 +114,20 @@ def fio_job(args: str, file: int = 1) -> tuple[Callable[[int], Op], int]:
 
         def op_factory(i: int) -> Op:
             return Op(OpClass.DATA_WRITE, size, file=file + i % jobs, write_mode=mode)
+
     return op_factory, depth
 
 
-def dd_write(model: Model, block: int, count: int, *, sync: bool = False, max_write: int = 1 * MiB,
-             start: float = 0.0, file: int = 1) -> Stats:
+def dd_write(
+    model: Model,
+    block: int,
+    count: int,
+    *,
+    sync: bool = False,
+    max_write: int = 1 * MiB,
+    start: float = 0.0,
+    file: int = 1,
+) -> Stats:
     """`dd if=/dev/zero of=F bs=block count=count` with conv=fsync (buffered
     writes, one fsync at the end) or, with sync, oflag=sync (every write
     synchronous), as a Linux NFS client sends it (nfsclient.py).  Elapsed time
@@ -118,8 +135,17 @@ def dd_write(model: Model, block: int, count: int, *, sync: bool = False, max_wr
     return dd_writers(model, 1, block, count, sync=sync, max_write=max_write, start=start, file=file)
 
 
-def dd_writers(model: Model, writers: int, block: int, count: int, *, sync: bool = False,
-               max_write: int = 1 * MiB, start: float = 0.0, file: int = 1) -> Stats:
+def dd_writers(
+    model: Model,
+    writers: int,
+    block: int,
+    count: int,
+    *,
+    sync: bool = False,
+    max_write: int = 1 * MiB,
+    start: float = 0.0,
+    file: int = 1,
+) -> Stats:
     """`writers` dd processes at once, each writing its own file (file, file + 1, ...)
     as dd_write does.  Each block reaches the client as the kernel's FUSE path
     delivers it (writes of at most max_write bytes; with oflag=sync, then a flush);
@@ -158,8 +184,14 @@ def parse_size(text: str) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
 
 
-def shared_closed_loop(clients: list[tuple[SharedClient, Callable[[int], Op], int]], hub: Hub, *,
-                       duration: float, every: float = EXCHANGE_EVERY, start: float = 0.0) -> list[Stats]:
+def shared_closed_loop(
+    clients: list[tuple[SharedClient, Callable[[int], Op], int]],
+    hub: Hub,
+    *,
+    duration: float,
+    every: float = EXCHANGE_EVERY,
+    start: float = 0.0,
+) -> list[Stats]:
     """closed_loop for several clients of one file system, each (SharedClient, op_factory,
     depth) on its own model, exchanging with `hub` every `every` seconds (staggered, as
     clients on several hosts would be): the Stats of each."""

@@ -152,8 +152,17 @@ class TraceSim:
     `every` seconds.  `admitted(call, t, admission)`, if given, sees each operation
     simulated op by op."""
 
-    def __init__(self, model: Model, calls: Callable[[], Iterable[Timed]], *, origin: float, first: float,
-                 span: float, every: float, admitted: Callable[[Call, float, Admission], None] | None = None):
+    def __init__(
+        self,
+        model: Model,
+        calls: Callable[[], Iterable[Timed]],
+        *,
+        origin: float,
+        first: float,
+        span: float,
+        every: float,
+        admitted: Callable[[Call, float, Admission], None] | None = None,
+    ):
         if span <= 0 or every <= 0 or first < origin:
             raise ValueError("span and every must be above 0, and the origin not after the first call")
         self.model, self.client = model, NfsClient(model)
@@ -292,9 +301,18 @@ class TraceSim:
             at = self._next
             m = self.model.metrics(at)
             self._observe(at, m)
-            self.samples.append(Sample(at - self.origin, m["BurstCreditBalance"], m["PermittedThroughput"],
-                                       m["MeteredIOBytes"] + self._extra[0], self._ops, self._waited, self._max,
-                                       True))
+            self.samples.append(
+                Sample(
+                    at - self.origin,
+                    m["BurstCreditBalance"],
+                    m["PermittedThroughput"],
+                    m["MeteredIOBytes"] + self._extra[0],
+                    self._ops,
+                    self._waited,
+                    self._max,
+                    True,
+                )
+            )
             self._ops = self._waited = self._max = 0.0
             self._taken += 1
             self._next = self.origin + self._taken * self.every
@@ -323,12 +341,23 @@ class TraceSim:
         balance to what they would have left."""
         begin, end = self._boundary(r), self._boundary(r + skip)
         b, delta = reps[-1].end_balance, _mean([x.delta for x in reps])
-        work, ops, waited = (_mean([x.work for x in reps]), _mean([float(x.ops) for x in reps]),
-                             _mean([x.waited for x in reps]))
+        work, ops, waited = (
+            _mean([x.work for x in reps]),
+            _mean([float(x.ops) for x in reps]),
+            _mean([x.waited for x in reps]),
+        )
         permitted = self.model.metrics(begin)["PermittedThroughput"]
         longest = max(x.max_wait for x in reps)
-        self._extrapolate(begin, end, lambda t: b + delta * (t - begin) / self.span, lambda t: permitted,
-                          work, ops, lambda t: waited / max(ops, 1.0), lambda t: longest)
+        self._extrapolate(
+            begin,
+            end,
+            lambda t: b + delta * (t - begin) / self.span,
+            lambda t: permitted,
+            work,
+            ops,
+            lambda t: waited / max(ops, 1.0),
+            lambda t: longest,
+        )
         self.model.set("burst_credit_balance", b + delta * skip, end)
         self.spans.append(Span(begin - self.origin, end - self.origin, False, skip))
 
@@ -417,14 +446,23 @@ class TraceSim:
         end = {**m, "BurstCreditBalance": balance(stop), "PermittedThroughput": permitted(stop)}
         return self._result(stop, start, end, True)
 
-    def _extrapolate(self, begin: float, end: float, balance: Callable[[float], float],
-                     permitted: Callable[[float], float], work: float, ops: float, wait: Callable[[float], float],
-                     worst: Callable[[float], float]) -> None:
+    def _extrapolate(
+        self,
+        begin: float,
+        end: float,
+        balance: Callable[[float], float],
+        permitted: Callable[[float], float],
+        work: float,
+        ops: float,
+        wait: Callable[[float], float],
+        worst: Callable[[float], float],
+    ) -> None:
         """Samples due in [begin, end) from a repetition's figures (`work` metered bytes,
         `ops` operations, `wait(t)` their mean wait at t, `worst(t)` the longest), and the
         totals."""
         metered = self.model.metrics(begin)["MeteredIOBytes"] + self._extra[0]
         rate = ops / self.span  # operations a second
+
         # Waits over [a, b), by the midpoint rule over pieces of at most a repetition (at most 64:
         # wait(t) is piecewise linear, with two kinks at most)
         def waited(a: float, b: float) -> float:
@@ -440,9 +478,18 @@ class TraceSim:
             self._max = max(self._max, worst(at))
             b = balance(at)
             self.least = min(self.least, b)
-            self.samples.append(Sample(at - self.origin, b, permitted(at),
-                                       metered + work * (at - begin) / self.span, self._ops, self._waited,
-                                       self._max, False))
+            self.samples.append(
+                Sample(
+                    at - self.origin,
+                    b,
+                    permitted(at),
+                    metered + work * (at - begin) / self.span,
+                    self._ops,
+                    self._waited,
+                    self._max,
+                    False,
+                )
+            )
             self._ops = self._waited = self._max = 0.0
             self._taken += 1
             self._next = self.origin + self._taken * self.every
@@ -468,13 +515,37 @@ class TraceSim:
         self.least = min(self.least, end["BurstCreditBalance"])
         metered = end["MeteredIOBytes"] + self._extra[0]
         if self.samples[-1].t < stop - self.origin - 1e-9:  # the last, at the end
-            self.samples.append(Sample(stop - self.origin, end["BurstCreditBalance"], end["PermittedThroughput"],
-                                       metered, self._ops, self._waited, self._max, spans[-1].simulated))
-        return Result(self.samples, spans, max(0.0, (stop - self.first) / self.span), self.ops,
-                      self.ops + self._extra[1], self.waited + self._extra[2], self.max_wait,
-                      start["BurstCreditBalance"], end["BurstCreditBalance"], self.least, end["PermittedThroughput"],
-                      metered, self.cliff, self.cliff_simulated, self.after_cliff,
-                      self.delta, saturated)
+            self.samples.append(
+                Sample(
+                    stop - self.origin,
+                    end["BurstCreditBalance"],
+                    end["PermittedThroughput"],
+                    metered,
+                    self._ops,
+                    self._waited,
+                    self._max,
+                    spans[-1].simulated,
+                )
+            )
+        return Result(
+            self.samples,
+            spans,
+            max(0.0, (stop - self.first) / self.span),
+            self.ops,
+            self.ops + self._extra[1],
+            self.waited + self._extra[2],
+            self.max_wait,
+            start["BurstCreditBalance"],
+            end["BurstCreditBalance"],
+            self.least,
+            end["PermittedThroughput"],
+            metered,
+            self.cliff,
+            self.cliff_simulated,
+            self.after_cliff,
+            self.delta,
+            saturated,
+        )
 
 
 def _alike(reps: list["_Rep"]) -> bool:

@@ -23,8 +23,9 @@ class _Version(argparse.Action):
     """--version: fusetrace's, then what it runs on (read only when asked: pyfuse3 is slow to import)."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, help="print the versions of fusetrace, python, "
-                                                             "pyfuse3 and libfuse, and exit")
+        super().__init__(
+            option_strings, dest, nargs=0, help="print the versions of fusetrace, python, pyfuse3 and libfuse, and exit"
+        )
 
     def __call__(self, parser, namespace, values, option_string=None):
         import ctypes
@@ -38,8 +39,10 @@ class _Version(argparse.Action):
             libfuse = pkgversion().decode()
         except (OSError, AttributeError):
             libfuse = "unknown"
-        print(f"fusetrace {__version__}\npython {platform.python_version()}, pyfuse3 {pyfuse3.__version__}, "
-              f"libfuse {libfuse}")
+        print(
+            f"fusetrace {__version__}\npython {platform.python_version()}, pyfuse3 {pyfuse3.__version__}, "
+            f"libfuse {libfuse}"
+        )
         parser.exit()
 
 
@@ -95,39 +98,76 @@ def _scenario_parser(sub) -> None:
     sc = sub.add_parser("scenario", help="published experiments, run against the emulator")
     scs = sc.add_subparsers(dest="scenario_command", required=True, metavar="list|run")
     scs.add_parser("list", help="the scenarios there are")
-    r = scs.add_parser("run", help="run scenarios on fresh emulated mounts; table, plots, HTML report",
-                       description="Run each named scenario on a fresh emulated mount over a temporary "
-                                   "directory and print its figures beside the published ones.")
+    r = scs.add_parser(
+        "run",
+        help="run scenarios on fresh emulated mounts; table, plots, HTML report",
+        description="Run each named scenario on a fresh emulated mount over a temporary "
+        "directory and print its figures beside the published ones.",
+    )
     r.add_argument("names", nargs="*", metavar="NAME")
     r.add_argument("--all", action="store_true", help="every scenario")
     r.add_argument("--profile", help="emulate this profile instead of the scenario's own")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a profile parameter, after the scenario's own (repeatable)")
-    r.add_argument("--out", default="scenario-results", metavar="DIR",
-                   help="where results, traces, plots and HTML go (default ./scenario-results)")
-    r.add_argument("--fast", action="store_true",
-                   help="small sizes and short runs (what CI runs); each scenario says what changes")
-    r.add_argument("--clients", type=_clients, metavar="N",
-                   help="run every fio step from N clients, each its own mount of one emulated file system "
-                        "shared through a private redis-server (1 to 64; docs/SCALE.md)")
+    r.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a profile parameter, after the scenario's own (repeatable)",
+    )
+    r.add_argument(
+        "--out",
+        default="scenario-results",
+        metavar="DIR",
+        help="where results, traces, plots and HTML go (default ./scenario-results)",
+    )
+    r.add_argument(
+        "--fast", action="store_true", help="small sizes and short runs (what CI runs); each scenario says what changes"
+    )
+    r.add_argument(
+        "--clients",
+        type=_clients,
+        metavar="N",
+        help="run every fio step from N clients, each its own mount of one emulated file system "
+        "shared through a private redis-server (1 to 64; docs/SCALE.md)",
+    )
 
 
 def _report_parser(sub) -> None:
-    r = sub.add_parser("report", help="who did what on a trace, how long it took, and what to change",
-                       description="Report on a trace directory, or on several read as one (a fleet's: one "
-                                   "per host), with a line per host.")
-    r.add_argument("trace_dir", metavar="DIR", nargs="+",
-                   help="a trace directory, or a glob of them in quotes ('traces/*'); several are read as one")
-    r.add_argument("--by", choices=("comm", "pid", "path", "dir", "host"),
-                   help="one table per process name, process, path, directory or host")
-    r.add_argument("--top", type=_positive_int, default=20, metavar="N",
-                   help="with --by: the N groups with most time (default 20; --json has all)")
+    r = sub.add_parser(
+        "report",
+        help="who did what on a trace, how long it took, and what to change",
+        description="Report on a trace directory, or on several read as one (a fleet's: one "
+        "per host), with a line per host.",
+    )
+    r.add_argument(
+        "trace_dir",
+        metavar="DIR",
+        nargs="+",
+        help="a trace directory, or a glob of them in quotes ('traces/*'); several are read as one",
+    )
+    r.add_argument(
+        "--by",
+        choices=("comm", "pid", "path", "dir", "host"),
+        help="one table per process name, process, path, directory or host",
+    )
+    r.add_argument(
+        "--top",
+        type=_positive_int,
+        default=20,
+        metavar="N",
+        help="with --by: the N groups with most time (default 20; --json has all)",
+    )
     r.add_argument("--op", action="append", metavar="OP", help="only these operations (repeat, or a,b,c)")
     r.add_argument("--pid", action="append", type=_positive_int, metavar="PID", help="only this process (repeat)")
     r.add_argument("--comm", action="append", metavar="NAME", help="only processes of this name (repeat)")
     r.add_argument("--path", metavar="GLOB", help="only paths matching this glob (* stops at /, ** does not)")
-    r.add_argument("--since", metavar="T", help="only operations from T: seconds since the trace's first record (12.5) "
-                                                  "or a wall-clock time (14:03:07, 2026-11-23T14:03:07)")
+    r.add_argument(
+        "--since",
+        metavar="T",
+        help="only operations from T: seconds since the trace's first record (12.5) "
+        "or a wall-clock time (14:03:07, 2026-11-23T14:03:07)",
+    )
     r.add_argument("--until", metavar="T", help="only operations started before T (as --since)")
     r.add_argument("--timeline", action="store_true", help="operations and MB per second over time")
     r.add_argument("--plot", metavar="FILE.png", help="with --timeline: also draw it into this PNG")
@@ -145,37 +185,74 @@ def _rehearse_parsers(sub) -> None:
     rp.add_argument("trace_dir", metavar="DIR")
     rp.add_argument("target", metavar="TARGET", help="the directory to replay into (stands for the traced mount)")
     pace = rp.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=_positive_float, default=1.0, metavar="X",
-                      help="replay X times as fast as recorded (default 1: the recorded timing)")
-    pace.add_argument("--as-fast-as-possible", action="store_true",
-                      help="no waiting between operations; each stream still in its order")
+    pace.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=1.0,
+        metavar="X",
+        help="replay X times as fast as recorded (default 1: the recorded timing)",
+    )
+    pace.add_argument(
+        "--as-fast-as-possible",
+        action="store_true",
+        help="no waiting between operations; each stream still in its order",
+    )
     rp.add_argument("--json", action="store_true", help="machine-readable summary")
     f = sub.add_parser("fit", help="a profile fitted to what a trace saw")
     f.add_argument("trace_dir", metavar="DIR")
     f.add_argument("-o", "--output", required=True, metavar="PROFILE.toml")
-    f.add_argument("--base", default="efs-bursting",
-                   help="the profile whose values stand where the trace says nothing (default efs-bursting)")
-    c = sub.add_parser("compare", help="two traces side by side, per operation, with a verdict",
-                       description="Set trace A beside trace B, per operation. Either side may be several "
-                                   "trace directories read as one (a fleet's): a glob in quotes ('prod/*'), "
-                                   "or, with --against, every directory before it is A and those after it B.")
-    c.add_argument("traces", metavar="A", nargs="+",
-                   help="A then B, each a trace directory or a glob in quotes; with --against, A's directories")
-    c.add_argument("--against", metavar="B", nargs="+",
-                   help="B's trace directories or globs; every argument before --against is then A's")
+    f.add_argument(
+        "--base",
+        default="efs-bursting",
+        help="the profile whose values stand where the trace says nothing (default efs-bursting)",
+    )
+    c = sub.add_parser(
+        "compare",
+        help="two traces side by side, per operation, with a verdict",
+        description="Set trace A beside trace B, per operation. Either side may be several "
+        "trace directories read as one (a fleet's): a glob in quotes ('prod/*'), "
+        "or, with --against, every directory before it is A and those after it B.",
+    )
+    c.add_argument(
+        "traces",
+        metavar="A",
+        nargs="+",
+        help="A then B, each a trace directory or a glob in quotes; with --against, A's directories",
+    )
+    c.add_argument(
+        "--against",
+        metavar="B",
+        nargs="+",
+        help="B's trace directories or globs; every argument before --against is then A's",
+    )
     c.add_argument("--out", metavar="DIR", help="also write CDF plots (PNG) and a self-contained HTML page here")
-    c.add_argument("--tolerance", type=_positive_float, default=10.0, metavar="PCT",
-                   help="p50s within this many per cent pass (default 10)")
-    c.add_argument("--tail-tolerance", type=_positive_float, default=15.0, metavar="PCT",
-                   help="p99s within this many per cent pass (default 15)")
+    c.add_argument(
+        "--tolerance",
+        type=_positive_float,
+        default=10.0,
+        metavar="PCT",
+        help="p50s within this many per cent pass (default 10)",
+    )
+    c.add_argument(
+        "--tail-tolerance",
+        type=_positive_float,
+        default=15.0,
+        metavar="PCT",
+        help="p99s within this many per cent pass (default 15)",
+    )
     c.add_argument("--json", action="store_true", help="machine-readable output")
-    s = sub.add_parser("simulate", help="a trace's operations through the model in virtual time: credits, "
-                                         "throughput, waits")
+    s = sub.add_parser(
+        "simulate", help="a trace's operations through the model in virtual time: credits, throughput, waits"
+    )
     s.add_argument("trace_dir", metavar="DIR")
     s.add_argument("--profile", required=True, help="a profile's name or a .toml file")
     s.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    s.add_argument("--days", type=_positive_float, metavar="N",
-                   help="repeat the trace back to back until N days have passed (default: once)")
+    s.add_argument(
+        "--days",
+        type=_positive_float,
+        metavar="N",
+        help="repeat the trace back to back until N days have passed (default: once)",
+    )
     s.add_argument("--plot", metavar="FILE.png", help="also draw the credits and throughput into this PNG")
     s.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -216,10 +293,13 @@ REHEARSE = ("export", "replay", "fit", "compare", "simulate")  # each fusetrace/
 def build_parser() -> tuple[argparse.ArgumentParser, set[str], mount_cli.Options]:
     """The parser, the names of its commands and `fusetrace mount`'s options (read by the
     mount(8) form, `fusetrace SOURCE MOUNTPOINT -o OPTIONS`)."""
-    parser = _Parser(prog="fusetrace", description=__doc__,
-                     epilog="fusetrace SOURCE MOUNTPOINT -o OPTIONS is `fusetrace mount`, in the form "
-                            "mount(8) and /etc/fstab use (type fuse.fusetrace): see `fusetrace mount "
-                            "--help` for -o")
+    parser = _Parser(
+        prog="fusetrace",
+        description=__doc__,
+        epilog="fusetrace SOURCE MOUNTPOINT -o OPTIONS is `fusetrace mount`, in the form "
+        "mount(8) and /etc/fstab use (type fuse.fusetrace): see `fusetrace mount "
+        "--help` for -o",
+    )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     mount = mount_cli.add_mount_parser(sub)
@@ -233,8 +313,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, set[str], mount_cli.Options
     se.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
     sub.add_parser("profiles", help="the systems that can be emulated")
     d = sub.add_parser("demo", help="mount an emulated EFS, run fio through it, print the table")
-    d.add_argument("--profile", help="emulate this profile instead of efs-2016 (the figures stay those "
-                                      "published for EFS in 2016)")
+    d.add_argument(
+        "--profile", help="emulate this profile instead of efs-2016 (the figures stay those published for EFS in 2016)"
+    )
     d.add_argument("--quick", action="store_true", help="short runs (for tests)")
     _scenario_parser(sub)
     _report_parser(sub)
@@ -305,8 +386,7 @@ def _command(argv: list[str] | None) -> int:
         print(f"fusetrace: {exc}", file=sys.stderr)
         return exc.exit_code
     except Terminated as exc:
-        _say_quietly(f"fusetrace: stopped by {signal.Signals(exc.signum).name}; mounts and scratch "
-                     f"directories removed")
+        _say_quietly(f"fusetrace: stopped by {signal.Signals(exc.signum).name}; mounts and scratch directories removed")
         return 128 + exc.signum
     except KeyboardInterrupt:
         return 130

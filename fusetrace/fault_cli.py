@@ -13,24 +13,45 @@ from .faults.rules import EVENT_ID
 from .texttable import table
 
 # option → the rule's key, in the order `add --help` lists them
-_MATCH = (("--op", "op", "OPS", "operations or classes, comma-separated: write,fsync; data, metadata, "
-                                "meta_read, meta_write, read, write, commit, all (default all)"),
-          ("--path", "path", "GLOB", "paths below the mount: * and ? within a name, ** across /; "
-                                     "a glob not starting with / matches at any depth"))
-_WHEN = (("--probability", "probability", float, "P", "each match fires with probability P (0 < P <= 1)"),
-         ("--seed", "seed", int, "N", "with --probability: the same seed and workload fire the same faults "
-                                      "(default: drawn, and shown by list)"),
-         ("--count", "count", int, "N", "fire at most N times (a stall: N outages; default 1)"),
-         ("--every", "every", int, "N", "fire on every Nth match only"),
-         ("--after", "after", str, "DURATION", "not before this long after now (e.g. 10s, 500ms, 2m)"),
-         ("--until", "until", str, "DURATION", "not after this long after now"))
+_MATCH = (
+    (
+        "--op",
+        "op",
+        "OPS",
+        "operations or classes, comma-separated: write,fsync; data, metadata, "
+        "meta_read, meta_write, read, write, commit, all (default all)",
+    ),
+    (
+        "--path",
+        "path",
+        "GLOB",
+        "paths below the mount: * and ? within a name, ** across /; a glob not starting with / matches at any depth",
+    ),
+)
+_WHEN = (
+    ("--probability", "probability", float, "P", "each match fires with probability P (0 < P <= 1)"),
+    (
+        "--seed",
+        "seed",
+        int,
+        "N",
+        "with --probability: the same seed and workload fire the same faults (default: drawn, and shown by list)",
+    ),
+    ("--count", "count", int, "N", "fire at most N times (a stall: N outages; default 1)"),
+    ("--every", "every", int, "N", "fire on every Nth match only"),
+    ("--after", "after", str, "DURATION", "not before this long after now (e.g. 10s, 500ms, 2m)"),
+    ("--until", "until", str, "DURATION", "not after this long after now"),
+)
 
 
 def add_parser(sub) -> None:
-    f = sub.add_parser("fault", help="inject faults into a running mount: add, list, clear; model events",
-                       description="Fault rules make chosen operations fail, stall, go stale or come up "
-                                   "short; events script the emulated file system's timeline. See "
-                                   "docs/FAULTS.md.")
+    f = sub.add_parser(
+        "fault",
+        help="inject faults into a running mount: add, list, clear; model events",
+        description="Fault rules make chosen operations fail, stall, go stale or come up "
+        "short; events script the emulated file system's timeline. See "
+        "docs/FAULTS.md.",
+    )
     f.add_argument("mountpoint")
     actions = f.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
     a = actions.add_parser("add", help="add a rule (in force at once)")
@@ -42,30 +63,49 @@ def add_parser(sub) -> None:
     for option, _key, kind, metavar, text in _WHEN:
         a.add_argument(option, type=kind, metavar=metavar, help=text)
     e = a.add_argument_group("effect (exactly one)")
-    e.add_argument("--errno", metavar="NAME", help="fail with this errno (EIO, ENOSPC, ...); with --full or "
-                                                    "--soft, the errno they fail with")
-    e.add_argument("--stall", metavar="DURATION", help="the server stops answering this long: matching "
-                                                       "operations wait, then proceed (a hard NFS mount)")
-    e.add_argument("--soft", action="store_true", help="with --stall: fail (EIO, or --errno ETIMEDOUT) "
-                                                       "after timeo x retrans, as a soft NFS mount does")
+    e.add_argument(
+        "--errno",
+        metavar="NAME",
+        help="fail with this errno (EIO, ENOSPC, ...); with --full or --soft, the errno they fail with",
+    )
+    e.add_argument(
+        "--stall",
+        metavar="DURATION",
+        help="the server stops answering this long: matching operations wait, then proceed (a hard NFS mount)",
+    )
+    e.add_argument(
+        "--soft",
+        action="store_true",
+        help="with --stall: fail (EIO, or --errno ETIMEDOUT) after timeo x retrans, as a soft NFS mount does",
+    )
     e.add_argument("--timeo", type=int, metavar="DECISECONDS", help="with --soft: NFS timeo (default 600)")
     e.add_argument("--retrans", type=int, metavar="N", help="with --soft: NFS retrans (default 2)")
     e.add_argument("--stale", action="store_true", help="the file is gone on the server: ESTALE from now on")
-    e.add_argument("--write-error", metavar="ERRNO", help="buffered writes succeed; the next fsync and close "
-                                                          "of the file fail with ERRNO")
+    e.add_argument(
+        "--write-error",
+        metavar="ERRNO",
+        help="buffered writes succeed; the next fsync and close of the file fail with ERRNO",
+    )
     e.add_argument("--full", metavar="SIZE", help="ENOSPC (or --errno EDQUOT) once writes pass SIZE (4k, 10M)")
     e.add_argument("--short", metavar="BYTES", help="reads and writes carry at most BYTES")
     ls = actions.add_parser("list", help="the rules in force, how often each matched and fired; model events")
     ls.add_argument("--json", action="store_true")
-    c = actions.add_parser("clear", help="remove rules (all, or those named); stalled operations go on. "
-                                         "Events not yet happened: named (e1, e2, ...), or all with --events")
+    c = actions.add_parser(
+        "clear",
+        help="remove rules (all, or those named); stalled operations go on. "
+        "Events not yet happened: named (e1, e2, ...), or all with --events",
+    )
     c.add_argument("ids", nargs="*", metavar="ID")
     c.add_argument("--events", action="store_true", help="call off every model event not yet happened")
     ev = actions.add_parser("event", help="schedule a model event on an emulated mount")
     ev.add_argument("--at", required=True, metavar="DURATION", help="this long from now")
     what = ev.add_mutually_exclusive_group(required=True)
-    what.add_argument("--set", action="append", metavar="KEY=VALUE",
-                      help="change profile keys then (burst_credit_balance=0: credits run out)")
+    what.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change profile keys then (burst_credit_balance=0: credits run out)",
+    )
     what.add_argument("--stall", metavar="DURATION", help="the emulated server answers nothing this long")
     ev.add_argument("--json", action="store_true")
 
@@ -87,8 +127,10 @@ def run(args: argparse.Namespace) -> int:
             if off:
                 print(f"called off {', '.join(off)}")
             if late:
-                print(f"{', '.join(late)}: already happened or called off, nothing to call off "
-                      f"(fusetrace fault {mnt} list)")
+                print(
+                    f"{', '.join(late)}: already happened or called off, nothing to call off "
+                    f"(fusetrace fault {mnt} list)"
+                )
             elif not off:
                 print("no event was still to happen")
         if rules or not (events or args.events):
@@ -137,8 +179,11 @@ def _assignment(item: str) -> tuple[str, str]:
 
 def _event_line(ev: dict[str, Any], now: float) -> str:
     """A scheduled model event, with when it happens and whether it has."""
-    what = f"stall {_span(ev['stall'])}" if "stall" in ev else \
-        "set " + ", ".join(f"{k}={_value(v)}" for k, v in ev["set"].items())
+    what = (
+        f"stall {_span(ev['stall'])}"
+        if "stall" in ev
+        else "set " + ", ".join(f"{k}={_value(v)}" for k, v in ev["set"].items())
+    )
     at, end = ev["wall_time"], ev["wall_time"] + ev.get("stall", 0)
     day = time.localtime(at)[:3] != time.localtime(now)[:3]  # another day: say which
     clock = time.strftime("%Y-%m-%d %H:%M:%S" if day else "%H:%M:%S", time.localtime(at))
@@ -180,14 +225,20 @@ def render(answer: dict[str, Any]) -> str:
     rules = answer.get("rules", [])
     lines = []
     if rules:
-        lines.append(table(["rule", "matched", "fired", "held", "what"],
-                           [[r["id"], f"{r['matched']:,}", f"{r['fired']:,}", f"{r['held']:,}", r["summary"]]
-                            for r in rules], "lrrrl"))
+        lines.append(
+            table(
+                ["rule", "matched", "fired", "held", "what"],
+                [[r["id"], f"{r['matched']:,}", f"{r['fired']:,}", f"{r['held']:,}", r["summary"]] for r in rules],
+                "lrrrl",
+            )
+        )
     else:
         lines.append("no fault rules in force")
-    left = [f"{answer[k]:,} {name}" for k, name in (("stale_files", "stale files"),
-                                                      ("pending_write_errors", "write-back errors not yet reported"))
-            if answer.get(k)]
+    left = [
+        f"{answer[k]:,} {name}"
+        for k, name in (("stale_files", "stale files"), ("pending_write_errors", "write-back errors not yet reported"))
+        if answer.get(k)
+    ]
     if left:
         lines.append("left by the rules: " + "; ".join(left))
     now = time.time()

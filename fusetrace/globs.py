@@ -43,8 +43,7 @@ def glob_regex(pattern: str, what: str = "--path") -> str:
             while j < n and pattern[j] != "]":
                 j += 1
             if j >= n:
-                raise UserError(f"{what} {given}: a [ opens a character class that has no ]; write [[] for a "
-                                f"literal [")
+                raise UserError(f"{what} {given}: a [ opens a character class that has no ]; write [[] for a literal [")
             members = "".join("\\" + ch if ch in "\\[]^" else ch for ch in pattern[first:j])
             out.append(f"[^/{members}]" if negate else f"[{members}]")
             i = j + 1

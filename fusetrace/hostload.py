@@ -41,10 +41,13 @@ def host_load(before: Mapping[str, Any], after: Mapping[str, Any]) -> HostLoad:
     added = (late + queued) / modelled if modelled > 0 else 0.0
     elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
     busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
-    return {"added_share": added, "queued_share": (queued / modelled if modelled > 0 else 0.0) if measured else None,
-            "loop_busy": busy,
-            "host_bound": added > HOST_BOUND_SHARE or (not measured and busy > LOOP_BOUND_SHARE),
-            "extending_writes": after.get("extending_writes", 0) - before.get("extending_writes", 0)}
+    return {
+        "added_share": added,
+        "queued_share": (queued / modelled if modelled > 0 else 0.0) if measured else None,
+        "loop_busy": busy,
+        "host_bound": added > HOST_BOUND_SHARE or (not measured and busy > LOOP_BOUND_SHARE),
+        "extending_writes": after.get("extending_writes", 0) - before.get("extending_writes", 0),
+    }
 
 
 def load_words(load: Mapping[str, Any]) -> str:
@@ -53,10 +56,15 @@ def load_words(load: Mapping[str, Any]) -> str:
     how busy the loop was."""
     queued = load.get("queued_share")
     late = load["added_share"] - (queued or 0.0)
-    unread = (f"unread in the kernel {100 * queued:.1f} %" if queued is not None else
-              f"kernel queue not measured: a loop busy over {100 * LOOP_BOUND_SHARE:.0f} % counts")
-    return (f"the host added {100 * load['added_share']:.1f} % to the modelled time (replies late "
-            f"{100 * late:.1f} %, {unread}), loop busy {100 * load['loop_busy']:.0f} %")
+    unread = (
+        f"unread in the kernel {100 * queued:.1f} %"
+        if queued is not None
+        else f"kernel queue not measured: a loop busy over {100 * LOOP_BOUND_SHARE:.0f} % counts"
+    )
+    return (
+        f"the host added {100 * load['added_share']:.1f} % to the modelled time (replies late "
+        f"{100 * late:.1f} %, {unread}), loop busy {100 * load['loop_busy']:.0f} %"
+    )
 
 
 def extending_writes_note(load: Mapping[str, Any]) -> str:
@@ -65,6 +73,8 @@ def extending_writes_note(load: Mapping[str, Any]) -> str:
     count = load.get("extending_writes", 0)
     if not count:
         return ""
-    return (f"kernel-serialised extending writes: {count:,} (FUSE runs O_DIRECT writes past the end of a "
-            f"file one at a time; an NFS client keeps them in flight. Lay the file out first: "
-            f"fio --fallocate=truncate, or truncate -s SIZE FILE)")
+    return (
+        f"kernel-serialised extending writes: {count:,} (FUSE runs O_DIRECT writes past the end of a "
+        f"file one at a time; an NFS client keeps them in flight. Lay the file out first: "
+        f"fio --fallocate=truncate, or truncate -s SIZE FILE)"
+    )

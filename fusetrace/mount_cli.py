@@ -36,79 +36,156 @@ class Options:
 
 def add_mount_parser(sub: Any) -> Options:
     """`fusetrace mount`'s parser, in `sub` (add_subparsers()), and its options."""
-    p = Options(sub.add_parser("mount", help="mount SOURCE on MOUNTPOINT, tracing and/or emulating",
-                               description="Mount a passthrough of SOURCE on MOUNTPOINT. Returns once the "
-                                           "mount is live; the server runs on in the background.",
-                               add_help=False))
+    p = Options(
+        sub.add_parser(
+            "mount",
+            help="mount SOURCE on MOUNTPOINT, tracing and/or emulating",
+            description="Mount a passthrough of SOURCE on MOUNTPOINT. Returns once the "
+            "mount is live; the server runs on in the background.",
+            add_help=False,
+        )
+    )
     p.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help="show this help message and exit")
     p.add_argument("source")
     p.add_argument("mountpoint")
-    p.add_argument("--trace", metavar="DIR", dest="trace_dir",
-                   help="write a trace of every operation to DIR (Parquet files)")
-    p.add_argument("--host", metavar="NAME",
-                   help="the host the trace names, in every record and its _metadata.json (default: "
-                        "NAME of a trace directory called host=NAME, else this machine's host name; "
-                        "1 to 64 letters, digits, '.', '_' or '-')")
+    p.add_argument(
+        "--trace", metavar="DIR", dest="trace_dir", help="write a trace of every operation to DIR (Parquet files)"
+    )
+    p.add_argument(
+        "--host",
+        metavar="NAME",
+        help="the host the trace names, in every record and its _metadata.json (default: "
+        "NAME of a trace directory called host=NAME, else this machine's host name; "
+        "1 to 64 letters, digits, '.', '_' or '-')",
+    )
     p.add_argument("--foreground", action="store_true", help="serve in this process until unmounted")
-    p.add_argument("--attr-timeout", type=float, metavar="S",
-                   help="seconds the kernel may cache attributes (default 1.0; 0 sends every "
-                        "stat to the file system and the trace; with --emulate, the profile's "
-                        "NFS client timeouts apply instead)")
-    p.add_argument("--entry-timeout", type=float, metavar="S",
-                   help="seconds the kernel may cache name lookups (default 1.0; with --emulate, "
-                        "the profile's)")
-    p.add_argument("--negative-timeout", type=float, metavar="S",
-                   help="seconds the kernel may remember that a name is absent (default 0: every "
-                        "lookup of a missing name reaches the file system; with --emulate, the profile's)")
-    p.add_argument("-o", dest="fuse_options", action="append", default=[], metavar="OPT[,OPT]",
-                   help="mount options, as in /etc/fstab: FUSE's (e.g. allow_other: permissions are "
-                        "then enforced by the kernel, default_permissions is always on; ro; not "
-                        "fsname or subtype, which fusetrace sets) and fusetrace's own, each by its "
-                        "long name, dashes as underscores (trace=DIR, emulate=PROFILE, "
-                        "set=KEY=VALUE, no_xattrs, debug, ...)")
-    p.add_argument("--threads", type=int, default=64, metavar="N",
-                   help="worker threads for blocking syscalls below (default 64; 1 to 1024)")
-    p.add_argument("--max-requests", type=int, default=1024, metavar="N",
-                   help="FUSE requests served at once (default 1024; 1 to 65536)")
+    p.add_argument(
+        "--attr-timeout",
+        type=float,
+        metavar="S",
+        help="seconds the kernel may cache attributes (default 1.0; 0 sends every "
+        "stat to the file system and the trace; with --emulate, the profile's "
+        "NFS client timeouts apply instead)",
+    )
+    p.add_argument(
+        "--entry-timeout",
+        type=float,
+        metavar="S",
+        help="seconds the kernel may cache name lookups (default 1.0; with --emulate, the profile's)",
+    )
+    p.add_argument(
+        "--negative-timeout",
+        type=float,
+        metavar="S",
+        help="seconds the kernel may remember that a name is absent (default 0: every "
+        "lookup of a missing name reaches the file system; with --emulate, the profile's)",
+    )
+    p.add_argument(
+        "-o",
+        dest="fuse_options",
+        action="append",
+        default=[],
+        metavar="OPT[,OPT]",
+        help="mount options, as in /etc/fstab: FUSE's (e.g. allow_other: permissions are "
+        "then enforced by the kernel, default_permissions is always on; ro; not "
+        "fsname or subtype, which fusetrace sets) and fusetrace's own, each by its "
+        "long name, dashes as underscores (trace=DIR, emulate=PROFILE, "
+        "set=KEY=VALUE, no_xattrs, debug, ...)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=64,
+        metavar="N",
+        help="worker threads for blocking syscalls below (default 64; 1 to 1024)",
+    )
+    p.add_argument(
+        "--max-requests",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="FUSE requests served at once (default 1024; 1 to 65536)",
+    )
     p.add_argument("--log", metavar="FILE", help="server log when running in the background")
-    p.add_argument("--emulate", metavar="PROFILE",
-                   help="make every operation take as long as on the profile's system "
-                        "(a name from `fusetrace profiles`, or a .toml file)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a profile parameter (repeatable)")
-    p.add_argument("--faults", metavar="FILE",
-                   help="fault rules ([[rule]]) and, with --emulate, model events ([[event]]) from this "
-                        "TOML file, in force from the mount on (docs/FAULTS.md; change them live with "
-                        "`fusetrace fault`)")
-    p.add_argument("--shared", metavar="URL",
-                   help="with --emulate and --fs-id: one emulated file system shared with every mount of "
-                        "the same --fs-id through Redis at URL (redis://HOST:PORT/DB; docs/SCALE.md)")
+    p.add_argument(
+        "--emulate",
+        metavar="PROFILE",
+        help="make every operation take as long as on the profile's system "
+        "(a name from `fusetrace profiles`, or a .toml file)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a profile parameter (repeatable)",
+    )
+    p.add_argument(
+        "--faults",
+        metavar="FILE",
+        help="fault rules ([[rule]]) and, with --emulate, model events ([[event]]) from this "
+        "TOML file, in force from the mount on (docs/FAULTS.md; change them live with "
+        "`fusetrace fault`)",
+    )
+    p.add_argument(
+        "--shared",
+        metavar="URL",
+        help="with --emulate and --fs-id: one emulated file system shared with every mount of "
+        "the same --fs-id through Redis at URL (redis://HOST:PORT/DB; docs/SCALE.md)",
+    )
     p.add_argument("--fs-id", metavar="ID", help="the shared file system's name (letters, digits, . _ -)")
-    p.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)")
-    p.add_argument("--inline", choices=("auto", "always", "never"), default="auto",
-                   help="run quick system calls (under 100 us, measured) on the event loop instead "
-                        "of handing them to a worker thread; auto (default): not on network or "
-                        "FUSE file systems, where a hung server would stall the mount")
-    p.add_argument("--no-xattrs", dest="xattrs", action="store_false",
-                   help="answer extended attribute requests as unsupported, so the kernel stops "
-                        "sending them (one per buffered write, two per file in ls -l); automatic "
-                        "when the source has no extended attributes (NFS, so EFS)")
-    p.add_argument("--writeback-cache", dest="writeback_cache", action="store_const", const=True,
-                   help="FUSE's write-back cache, on by default with --emulate (not with --shared): "
-                        "buffered writes gather in the kernel's page cache and reach the mount as "
-                        "write-back, as an NFS client's do, not one request per write(2); a write's "
-                        "error then shows at fsync or close, as on NFS, and the trace records the "
-                        "write-back. The kernel then keeps file sizes as its own: a file resized beside "
-                        "the mount keeps the size the kernel holds (docs/EMULATOR.md)")
-    p.add_argument("--no-writeback-cache", dest="writeback_cache", action="store_const", const=False,
-                   help="with --emulate: one request per write(2), and changes made beside the mount "
-                        "show through it as on NFS; small buffered writes then cost a FUSE round trip "
-                        "each, more than the model charges")
-    p.add_argument("--debug", action="store_true",
-                   help="log fusetrace's (and pyfuse3's) debug messages to the server's log")
-    p.add_argument("--debug-fuse", action="store_true",
-                   help="have libfuse log every request and reply to the server's log (very verbose)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)",
+    )
+    p.add_argument(
+        "--inline",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="run quick system calls (under 100 us, measured) on the event loop instead "
+        "of handing them to a worker thread; auto (default): not on network or "
+        "FUSE file systems, where a hung server would stall the mount",
+    )
+    p.add_argument(
+        "--no-xattrs",
+        dest="xattrs",
+        action="store_false",
+        help="answer extended attribute requests as unsupported, so the kernel stops "
+        "sending them (one per buffered write, two per file in ls -l); automatic "
+        "when the source has no extended attributes (NFS, so EFS)",
+    )
+    p.add_argument(
+        "--writeback-cache",
+        dest="writeback_cache",
+        action="store_const",
+        const=True,
+        help="FUSE's write-back cache, on by default with --emulate (not with --shared): "
+        "buffered writes gather in the kernel's page cache and reach the mount as "
+        "write-back, as an NFS client's do, not one request per write(2); a write's "
+        "error then shows at fsync or close, as on NFS, and the trace records the "
+        "write-back. The kernel then keeps file sizes as its own: a file resized beside "
+        "the mount keeps the size the kernel holds (docs/EMULATOR.md)",
+    )
+    p.add_argument(
+        "--no-writeback-cache",
+        dest="writeback_cache",
+        action="store_const",
+        const=False,
+        help="with --emulate: one request per write(2), and changes made beside the mount "
+        "show through it as on NFS; small buffered writes then cost a FUSE round trip "
+        "each, more than the model charges",
+    )
+    p.add_argument(
+        "--debug", action="store_true", help="log fusetrace's (and pyfuse3's) debug messages to the server's log"
+    )
+    p.add_argument(
+        "--debug-fuse",
+        action="store_true",
+        help="have libfuse log every request and reply to the server's log (very verbose)",
+    )
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     return p
 
@@ -119,11 +196,34 @@ def add_mount_parser(sub: Any) -> Options:
 NOT_MOUNT_OPTIONS = ("--foreground", "--help")
 # what libfuse 3 takes as -o (lib/mount.c, lib/fuse_lowlevel.c), besides "debug", which is ours, and
 # blkdev, blksize and user=, for block devices and fusermount's mtab
-FUSE_MOUNT_OPTIONS = frozenset((
-    "allow_other", "allow_root", "auto_unmount", "default_permissions", "fsname", "subtype", "max_read",
-    "context", "fscontext", "defcontext", "rootcontext",
-    "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync", "dirsync",
-    "atime", "noatime"))
+FUSE_MOUNT_OPTIONS = frozenset(
+    (
+        "allow_other",
+        "allow_root",
+        "auto_unmount",
+        "default_permissions",
+        "fsname",
+        "subtype",
+        "max_read",
+        "context",
+        "fscontext",
+        "defcontext",
+        "rootcontext",
+        "ro",
+        "rw",
+        "suid",
+        "nosuid",
+        "dev",
+        "nodev",
+        "exec",
+        "noexec",
+        "async",
+        "sync",
+        "dirsync",
+        "atime",
+        "noatime",
+    )
+)
 SET_BY_FUSETRACE = frozenset(("fsname", "subtype"))  # FUSE's, but refused: fusetrace sets them
 # for mount(8) or other programs, not the file system: ignored, as mount.fuse3 ignores them
 NOT_FOR_US = frozenset(("", "defaults", "user", "nouser", "users", "auto", "noauto", "nofail", "_netdev"))
@@ -131,9 +231,14 @@ NOT_FOR_US = frozenset(("", "defaults", "user", "nouser", "users", "auto", "noau
 
 def _own_mount_options(mount: Options) -> dict[str, argparse.Action]:
     """`fusetrace mount`'s options by their -o name."""
-    return {a.option_strings[-1][2:].replace("-", "_"): a for a in mount.actions
-            if a.option_strings and a.option_strings[-1].startswith("--")
-            and a.option_strings[-1] not in NOT_MOUNT_OPTIONS and a.help != argparse.SUPPRESS}
+    return {
+        a.option_strings[-1][2:].replace("-", "_"): a
+        for a in mount.actions
+        if a.option_strings
+        and a.option_strings[-1].startswith("--")
+        and a.option_strings[-1] not in NOT_MOUNT_OPTIONS
+        and a.help != argparse.SUPPRESS
+    }
 
 
 def mount_argv(argv: list[str], known: Options) -> list[str]:
@@ -171,8 +276,10 @@ def mount_argv(argv: list[str], known: Options) -> list[str]:
                 elif name in FUSE_MOUNT_OPTIONS:
                     fuse.append(option)
                 elif name not in NOT_FOR_US and not name.startswith("x-") and name != "comment":
-                    raise BadValue(f"-o {name}: unknown mount option (fusetrace's: {', '.join(own)}; "
-                                    f"FUSE's: {', '.join(sorted(FUSE_MOUNT_OPTIONS - SET_BY_FUSETRACE))})")
+                    raise BadValue(
+                        f"-o {name}: unknown mount option (fusetrace's: {', '.join(own)}; "
+                        f"FUSE's: {', '.join(sorted(FUSE_MOUNT_OPTIONS - SET_BY_FUSETRACE))})"
+                    )
             if fuse:
                 out += ["-o", ",".join(fuse)]
         else:
@@ -209,8 +316,12 @@ def _dests_given(argv: list[str], options: Options) -> list[str]:
 
 def is_mount_form(argv: list[str], commands: set[str]) -> bool:
     """`fusetrace SOURCE MOUNTPOINT ...`: a first word that is no command but a path."""
-    return (len(argv) >= 2 and argv[0] not in commands and not argv[0].startswith("-")
-            and ("/" in argv[0] or os.path.exists(argv[0])))
+    return (
+        len(argv) >= 2
+        and argv[0] not in commands
+        and not argv[0].startswith("-")
+        and ("/" in argv[0] or os.path.exists(argv[0]))
+    )
 
 
 def mount(args: argparse.Namespace, argv: list[str]) -> int:
@@ -219,12 +330,25 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
     from .server.main import LOCKS, MountOptions, preflight, serve
 
     opts = MountOptions(
-        source=args.source, mountpoint=args.mountpoint, trace_dir=args.trace_dir,
-        attr_timeout=args.attr_timeout, entry_timeout=args.entry_timeout, negative_timeout=args.negative_timeout,
-        fuse_options=args.fuse_options, threads=args.threads, max_requests=args.max_requests,
-        emulate=args.emulate, overrides=args.overrides, metrics_port=args.metrics_port,
-        inline=args.inline, xattrs=args.xattrs, writeback_cache=args.writeback_cache,
-        debug_fuse=args.debug_fuse, faults=args.faults, shared=args.shared, fs_id=args.fs_id,
+        source=args.source,
+        mountpoint=args.mountpoint,
+        trace_dir=args.trace_dir,
+        attr_timeout=args.attr_timeout,
+        entry_timeout=args.entry_timeout,
+        negative_timeout=args.negative_timeout,
+        fuse_options=args.fuse_options,
+        threads=args.threads,
+        max_requests=args.max_requests,
+        emulate=args.emulate,
+        overrides=args.overrides,
+        metrics_port=args.metrics_port,
+        inline=args.inline,
+        xattrs=args.xattrs,
+        writeback_cache=args.writeback_cache,
+        debug_fuse=args.debug_fuse,
+        faults=args.faults,
+        shared=args.shared,
+        fs_id=args.fs_id,
         host=args.host,
     )
     if args.foreground:
@@ -242,7 +366,11 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
             # -P: the working directory is not put on sys.path, so a folder named fusetrace
             # there (the clone itself, run from the folder that holds it) cannot shadow us
             [sys.executable, "-P", "-m", "fusetrace", *argv, "--foreground", "--ready-fd", str(w)],
-            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, pass_fds=(w,), start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=logf,
+            pass_fds=(w,),
+            start_new_session=True,
         )
     os.close(w)
     answer = _read_answer(r, child)
@@ -260,7 +388,7 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"fusetrace: debug log in {log}")
         return 0
     if answer.startswith("error: "):
-        raise UserError(answer[len("error: "):])
+        raise UserError(answer[len("error: ") :])
     raise UserError(f"server for {opts.mountpoint} {answer}: {_last_line(log)} (log: {log})")
 
 
@@ -314,17 +442,25 @@ def umount(args: argparse.Namespace) -> int:
     if info.fstype != mounts.FSTYPE:
         raise UserError(f"{mnt}: not a fusetrace mount ({info.fstype} from {info.source})")
     pid = state.get("pid") if processes.is_fusetrace(state.get("pid")) else None
-    stopped = (f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
-               f"mount now with fusermount3 -uz {mnt}")
-    fusermount = subprocess.Popen(["fusermount3", "-u", mnt], stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stopped = (
+        f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
+        f"mount now with fusermount3 -uz {mnt}"
+    )
+    fusermount = subprocess.Popen(
+        ["fusermount3", "-u", mnt],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _, err = fusermount.communicate(timeout=UMOUNT_TIMEOUT)
     except subprocess.TimeoutExpired:
         fusermount.kill()
         hint = stopped if pid and processes.stopped(pid) else f"; detach it with fusermount3 -uz {mnt}"
-        raise UserError(f"cannot unmount {mnt}: fusermount3 did not return within "
-                        f"{UMOUNT_TIMEOUT:.0f} s{hint}") from None
+        raise UserError(
+            f"cannot unmount {mnt}: fusermount3 did not return within {UMOUNT_TIMEOUT:.0f} s{hint}"
+        ) from None
     if fusermount.returncode != 0:
         reason = err.strip().splitlines()[-1] if err.strip() else f"exit {fusermount.returncode}"
         hint = stopped if pid and processes.stopped(pid) else ""
@@ -335,10 +471,12 @@ def umount(args: argparse.Namespace) -> int:
             held = _held(state["control"]) if pid and state.get("control") else []
             by_rule = any(h.get("rule") for h in held)
             held = held[:5]
-            hint = (f"; in use by {', '.join(inside)}" if inside else "" if held else "; in use") + \
-                (f"; waiting in the server: {'; '.join(map(held_words, held))}" if held else "") + \
-                (f" (fusetrace fault {mnt} clear lets go what a stall rule holds)"
-                 if by_rule else "") + f"; or detach it now with fusermount3 -uz {mnt}"
+            hint = (
+                (f"; in use by {', '.join(inside)}" if inside else "" if held else "; in use")
+                + (f"; waiting in the server: {'; '.join(map(held_words, held))}" if held else "")
+                + (f" (fusetrace fault {mnt} clear lets go what a stall rule holds)" if by_rule else "")
+                + f"; or detach it now with fusermount3 -uz {mnt}"
+            )
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     if pid:
         _wait_server(mnt, pid, state.get("trace"))
@@ -390,17 +528,23 @@ def _wait_server(mnt: str, pid: int, trace: str | None) -> None:
             return
         now = time.monotonic()
         if state in ("T", "t"):
-            raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is stopped and cannot {what}: "
-                            f"resume it with kill -CONT {pid}")
+            raise UserError(
+                f"{mnt}: unmounted, but its server (pid {pid}) is stopped and cannot {what}: "
+                f"resume it with kill -CONT {pid}"
+            )
         progress = processes.progress(pid)
         if progress != last:
             last, last_change = progress, now
         elif now - last_change > STALL_TIMEOUT:
-            raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) has made no progress for "
-                            f"{STALL_TIMEOUT:g} s (state {state}); it may be hung: end it with kill {pid}")
+            raise UserError(
+                f"{mnt}: unmounted, but its server (pid {pid}) has made no progress for "
+                f"{STALL_TIMEOUT:g} s (state {state}); it may be hung: end it with kill {pid}"
+            )
         if now - begin > FLUSH_LIMIT:
-            raise UserError(f"{mnt}: unmounted, but its server (pid {pid}) is still working after "
-                            f"{FLUSH_LIMIT:.0f} s: see its log, or end it with kill {pid}")
+            raise UserError(
+                f"{mnt}: unmounted, but its server (pid {pid}) is still working after "
+                f"{FLUSH_LIMIT:.0f} s: see its log, or end it with kill {pid}"
+            )
         time.sleep(0.02)
 
 

@@ -41,12 +41,16 @@ def open_private_dir(path: str, create: bool = True) -> int:
         if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
             raise OSError(errno.EROFS, "Read-only file system")  # EROFS: said before the checks below
         if st.st_uid != os.geteuid():
-            raise NotPrivate(f"belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()}); "
-                             f"refusing to use a directory another user controls")
+            raise NotPrivate(
+                f"belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()}); "
+                f"refusing to use a directory another user controls"
+            )
         if st.st_mode & 0o022:
             who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
-            raise NotPrivate(f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}); "
-                             f"make it private (chmod 700) or give another directory")
+            raise NotPrivate(
+                f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}); "
+                f"make it private (chmod 700) or give another directory"
+            )
     except BaseException:
         os.close(fd)
         raise
@@ -75,8 +79,12 @@ def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
         dir_fd = parent = _trusted_parent(path, shown)
         path = os.path.basename(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     0o600, dir_fd=dir_fd)
+        fd = os.open(
+            path,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            0o600,
+            dir_fd=dir_fd,
+        )
     except OSError as exc:
         why = "not a regular file" if exc.errno == errno.ENXIO else (exc.strerror or str(exc)).lower()
         # (a link answers ELOOP, or EACCES in another user's sticky directory)
@@ -90,8 +98,9 @@ def open_own_log(path: str, shown: str, dir_fd: int | None = None) -> int:
         check_own_file(fd, shown)
         links = os.fstat(fd).st_nlink
         if links > 1:
-            raise NotPrivate(f"{shown}: has {links} names (hard links); refusing to write into a file "
-                             f"that is also elsewhere")
+            raise NotPrivate(
+                f"{shown}: has {links} names (hard links); refusing to write into a file that is also elsewhere"
+            )
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -138,8 +147,10 @@ def _trusted_parent(path: str, shown: str) -> int:
                     if not stat.S_ISLNK(link.st_mode):
                         raise
                     if link.st_uid not in (0, os.geteuid()):
-                        raise UserError(f"{shown}: {walked} is a symbolic link of {_owner(link.st_uid)}; refusing "
-                                        f"to follow it (give the path it leads to, if that is meant)") from None
+                        raise UserError(
+                            f"{shown}: {walked} is a symbolic link of {_owner(link.st_uid)}; refusing "
+                            f"to follow it (give the path it leads to, if that is meant)"
+                        ) from None
                     nfd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
                     again = os.stat(part, dir_fd=fd, follow_symlinks=False)
                     if (again.st_dev, again.st_ino) != (link.st_dev, link.st_ino):

@@ -57,7 +57,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat after the command name: state, ppid, pgrp, ..., utime (11), stime (12)."""
     try:
@@ -65,4 +64,4 @@ def _stat_fields(pid: int) -> list[str] | None:
             text = f.read()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()

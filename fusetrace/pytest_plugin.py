@@ -31,8 +31,9 @@ _mounted: dict[Path, "EFS"] = {}  # mounts this session made and has not yet tak
 
 def _fusetrace(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     # -P: the working directory (the user's project) is not put on sys.path
-    return subprocess.run([sys.executable, "-P", "-m", "fusetrace", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "fusetrace", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _last_line(done: subprocess.CompletedProcess) -> str:
@@ -150,14 +151,16 @@ class EFS:
             if trace["records"] + trace["lost"] >= target:
                 break
             if time.monotonic() > deadline:
-                raise UserError(f"efs fixture: the trace writer had not written the test's records "
-                                f"after {TRACE_WAIT:g} s")
+                raise UserError(
+                    f"efs fixture: the trace writer had not written the test's records after {TRACE_WAIT:g} s"
+                )
             time.sleep(0.05)
         parts = sorted(self.trace_dir.glob("*.parquet"))
         if not parts:
             return pd.DataFrame()
         return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True).sort_values(
-            "start_ns", ignore_index=True)
+            "start_ns", ignore_index=True
+        )
 
     def __repr__(self) -> str:
         return f"EFS({self.profile} at {self.path})"
@@ -172,14 +175,22 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The mount's options: the ini default, then the nearest marker, then the indirect
     parameter, each key checked (a relative faults file made absolute: the fusetrace
     command runs elsewhere)."""
-    options: dict = {"profile": request.config.getini("efs_profile") or DEFAULT_PROFILE, "set": {}, "faults": None,
-                     "writeback_cache": True}
+    options: dict = {
+        "profile": request.config.getini("efs_profile") or DEFAULT_PROFILE,
+        "set": {},
+        "faults": None,
+        "writeback_cache": True,
+    }
     marker = request.node.get_closest_marker("efs")
     if marker is not None and marker.args:
-        raise UserError(f"efs fixture: @pytest.mark.efs takes keywords ({', '.join(sorted(_KEYS))}), got "
-                        f"{', '.join(map(repr, marker.args))}: e.g. @pytest.mark.efs(profile={marker.args[0]!r})")
-    given = [("@pytest.mark.efs", marker.kwargs if marker else {}),
-             ("the efs parameter", getattr(request, "param", None) or {})]
+        raise UserError(
+            f"efs fixture: @pytest.mark.efs takes keywords ({', '.join(sorted(_KEYS))}), got "
+            f"{', '.join(map(repr, marker.args))}: e.g. @pytest.mark.efs(profile={marker.args[0]!r})"
+        )
+    given = [
+        ("@pytest.mark.efs", marker.kwargs if marker else {}),
+        ("the efs parameter", getattr(request, "param", None) or {}),
+    ]
     for where, values in given:
         if not isinstance(values, dict):
             raise UserError(f"efs fixture: {where} must be a dict of {sorted(_KEYS)}, got {values!r}")
@@ -188,8 +199,10 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
             raise UserError(f"efs fixture: {where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_KEYS))})")
         for key, value in values.items():
             if key == "set" and not isinstance(value, dict):
-                raise UserError(f"efs fixture: {where}: set must be a dict of profile keys, e.g. "
-                                f"set={{'burst_credit_balance': 0}}, got {value!r}")
+                raise UserError(
+                    f"efs fixture: {where}: set must be a dict of profile keys, e.g. "
+                    f"set={{'burst_credit_balance': 0}}, got {value!r}"
+                )
             options[key] = {**options["set"], **value} if key == "set" else value
     if not isinstance(options["writeback_cache"], bool):
         raise UserError(f"efs fixture: writeback_cache must be True or False, got {options['writeback_cache']!r}")
@@ -209,8 +222,7 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
     failed = None
     try:
         options = _options(request)
-        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"],
-                    options["writeback_cache"])
+        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"], options["writeback_cache"])
         mount.mount()
     except UserError as exc:
         failed = str(exc)
@@ -228,13 +240,17 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini("efs_profile", f"profile the efs fixture emulates (default {DEFAULT_PROFILE})",
-                  default=DEFAULT_PROFILE)
+    parser.addini(
+        "efs_profile", f"profile the efs fixture emulates (default {DEFAULT_PROFILE})", default=DEFAULT_PROFILE
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "efs(profile=NAME, set={KEY: VALUE}, faults=FILE, writeback_cache=BOOL): "
-                                       "how the efs fixture mounts its emulated EFS")
+    config.addinivalue_line(
+        "markers",
+        "efs(profile=NAME, set={KEY: VALUE}, faults=FILE, writeback_cache=BOOL): "
+        "how the efs fixture mounts its emulated EFS",
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -248,4 +264,3 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(f"efs fixture: {mount.path} was still mounted at the session's end: {note}")
-

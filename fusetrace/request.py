@@ -52,10 +52,26 @@ class Request:
     write_mode: WriteMode | None = None
     is_dir = closes = writable = kernel_only = False
 
-    def __init__(self, op: str, kind: Kind, file: int = 0, directory: int = 0, size: int = 0,
-                 write_mode: WriteMode | None = None, *, name: str = "", offset: int = 0,
-                 is_dir: bool = False, closes: bool = False, writable: bool = False, handle: int = 0,
-                 new_directory: int = 0, new_name: str = "", kernel_only: bool = False, busy: int = 0) -> None:
+    def __init__(
+        self,
+        op: str,
+        kind: Kind,
+        file: int = 0,
+        directory: int = 0,
+        size: int = 0,
+        write_mode: WriteMode | None = None,
+        *,
+        name: str = "",
+        offset: int = 0,
+        is_dir: bool = False,
+        closes: bool = False,
+        writable: bool = False,
+        handle: int = 0,
+        new_directory: int = 0,
+        new_name: str = "",
+        kernel_only: bool = False,
+        busy: int = 0,
+    ) -> None:
         if (kind is Kind.WRITE) != (write_mode is not None):
             raise ValueError(f"{op}: a write mode is given with writes, and only with them")
         if directory and kind is not Kind.META_WRITE and op not in ("lookup", "release"):
@@ -96,13 +112,30 @@ class Request:
     def call(self, uid: int) -> Call:
         """What the emulated NFS client is asked for this request made by user `uid`: built
         only when it is (a shaped mount, a simulated trace), so a trace-only mount pays nothing."""
-        return Call(self.op, self.file, self.directory, self.name, self.size, self.offset, self.write_mode,
-                    self.is_dir, self.closes, self.writable, self.handle, self.new_directory, self.new_name,
-                    self.kernel_only, self.busy, uid)
+        return Call(
+            self.op,
+            self.file,
+            self.directory,
+            self.name,
+            self.size,
+            self.offset,
+            self.write_mode,
+            self.is_dir,
+            self.closes,
+            self.writable,
+            self.handle,
+            self.new_directory,
+            self.new_name,
+            self.kernel_only,
+            self.busy,
+            uid,
+        )
 
     def __repr__(self) -> str:
-        return (f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
-                f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
-                f"is_dir={self.is_dir}, closes={self.closes}, writable={self.writable}, handle={self.handle}, "
-                f"new_directory={self.new_directory}, new_name={self.new_name!r}, kernel_only={self.kernel_only}, "
-                f"busy={self.busy})")
+        return (
+            f"Request({self.op!r}, {self.kind}, file={self.file}, directory={self.directory}, "
+            f"size={self.size}, write_mode={self.write_mode}, name={self.name!r}, offset={self.offset}, "
+            f"is_dir={self.is_dir}, closes={self.closes}, writable={self.writable}, handle={self.handle}, "
+            f"new_directory={self.new_directory}, new_name={self.new_name!r}, kernel_only={self.kernel_only}, "
+            f"busy={self.busy})"
+        )

@@ -6,8 +6,15 @@ import time
 from .hostload import load_words
 from .texttable import printable, table
 
-_BYTES = ("BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
-          "DataWriteIOBytes", "MetadataIOBytes", "StorageBytes")
+_BYTES = (
+    "BurstCreditBalance",
+    "MeteredIOBytes",
+    "TotalIOBytes",
+    "DataReadIOBytes",
+    "DataWriteIOBytes",
+    "MetadataIOBytes",
+    "StorageBytes",
+)
 _RATES = ("PermittedThroughput",)
 
 
@@ -36,10 +43,12 @@ def _descriptors_line(fds: dict) -> str:
     directories by user (each held to a share), the reserve for the server's own."""
     users = ", ".join(f"uid {uid} {n:,}" for uid, n in fds["open_by_user"].items()) or "none"
     in_use = "?" if fds.get("in_use") is None else f"{fds['in_use']:,}"
-    line = (f"descriptors: {in_use} in use of a limit of {fds['limit']:,}; inode table {fds['inode_table']:,} "
-            f"(at most {fds['table_most']:,} unless pinned by open files), open files and directories "
-            f"{fds['open']:,} of {fds['open_most']:,} ({users}; at most {fds['share']:,} a user), "
-            f"{fds['reserve']:,} reserved for the trace, the control socket and calls in flight")
+    line = (
+        f"descriptors: {in_use} in use of a limit of {fds['limit']:,}; inode table {fds['inode_table']:,} "
+        f"(at most {fds['table_most']:,} unless pinned by open files), open files and directories "
+        f"{fds['open']:,} of {fds['open_most']:,} ({users}; at most {fds['share']:,} a user), "
+        f"{fds['reserve']:,} reserved for the trace, the control socket and calls in flight"
+    )
     if fds.get("refused"):
         line += f"; {fds['refused']:,} opens refused (EMFILE: a user at their share, or the budget spent)"
     if fds.get("flush_spares_used"):
@@ -50,15 +59,16 @@ def _descriptors_line(fds: dict) -> str:
 def _inline_line(inline: dict) -> str:
     if not inline["threshold_us"]:
         return "system calls: all in worker threads"
-    return (f"system calls on the loop (under {inline['threshold_us']:g} us): "
-            f"{', '.join(inline['loop']) or '-'}; in worker threads: {', '.join(inline['workers']) or '-'}")
+    return (
+        f"system calls on the loop (under {inline['threshold_us']:g} us): "
+        f"{', '.join(inline['loop']) or '-'}; in worker threads: {', '.join(inline['workers']) or '-'}"
+    )
 
 
 def _reads_line(reads: dict | None) -> str:
     if reads is None:
         return "requests read: each after a wait in trio (the server's /dev/fuse descriptor was not found)"
-    return (f"requests read: {reads['at_once']:,} found queued (read at once), {reads['in_trio']:,} "
-            "waited for in trio")
+    return f"requests read: {reads['at_once']:,} found queued (read at once), {reads['in_trio']:,} waited for in trio"
 
 
 def render(stats: dict) -> str:
@@ -71,29 +81,39 @@ def render(stats: dict) -> str:
         lines += [f"  {k:<{width}}  {_value(k, v)}" for k, v in metrics.items()]
     host = stats.get("host")
     if host:
-        verdict = "HOST-BOUND: the host, not the model, is setting the pace" if host.get("host_bound") \
+        verdict = (
+            "HOST-BOUND: the host, not the model, is setting the pace"
+            if host.get("host_bound")
             else "keeping up with the model"
-        lines.append(f"host: {verdict} since mounting ({load_words(host)}; {host['late']:,} of "
-                     f"{host['ops']:,} replies late)")
+        )
+        lines.append(
+            f"host: {verdict} since mounting ({load_words(host)}; {host['late']:,} of {host['ops']:,} replies late)"
+        )
     lines += [f"warning: {w}" for w in stats.get("warnings", [])]
     if stats.get("shared"):
         lines.append(_shared_line(stats["shared"]))
     if stats.get("gates"):
         lines.append(_gates_table(stats["gates"]))
     fds = stats.get("inode_fds", {})
-    lines.append(f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
-                 f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
-                 f"{stats['open_files']:,}")
+    lines.append(
+        f"inodes known: {stats['inodes']:,} ({fds.get('held', 0):,} held open, at most "
+        f"{fds.get('most', 0):,}; {fds.get('reopened', 0):,} reopened), open files: "
+        f"{stats['open_files']:,}"
+    )
     if "descriptors" in stats:  # servers from before it had none
         lines.append(_descriptors_line(stats["descriptors"]))
     if stats.get("resized_beside"):
-        lines.append(f"warning: opens of files resized beside the mount, whose size the kernel keeps as it was "
-                     f"(write-back cache; --no-writeback-cache if the source changes beside it): "
-                     f"{stats['resized_beside']:,}")
+        lines.append(
+            f"warning: opens of files resized beside the mount, whose size the kernel keeps as it was "
+            f"(write-back cache; --no-writeback-cache if the source changes beside it): "
+            f"{stats['resized_beside']:,}"
+        )
     if stats.get("rmdirs_nfs_refuses"):
-        lines.append(f"warning: directories removed that NFS would not remove (ENOTEMPTY: each held a file "
-                     f"unlinked while open, which NFS keeps as .nfsXXXX until its last close, and this mount "
-                     f"cannot show): {stats['rmdirs_nfs_refuses']:,}")
+        lines.append(
+            f"warning: directories removed that NFS would not remove (ENOTEMPTY: each held a file "
+            f"unlinked while open, which NFS keeps as .nfsXXXX until its last close, and this mount "
+            f"cannot show): {stats['rmdirs_nfs_refuses']:,}"
+        )
     if stats.get("killed_released"):
         lines.append(f"held requests let go with EINTR, their callers being killed: {stats['killed_released']:,}")
     held = stats.get("held_long")
@@ -108,32 +128,47 @@ def render(stats: dict) -> str:
     faults = stats.get("faults")
     if faults and (faults["rules"] or faults["fired"]):
         rules = ", ".join(f"{r['id']} (fired {r['fired']:,} of {r['matched']:,} matched)" for r in faults["rules"])
-        lines.append(f"faults: {faults['fired']:,} fired since mounting; in force: {rules or 'none'} "
-                     f"(fusetrace fault MOUNTPOINT list)")
+        lines.append(
+            f"faults: {faults['fired']:,} fired since mounting; in force: {rules or 'none'} "
+            f"(fusetrace fault MOUNTPOINT list)"
+        )
     return "\n".join(lines)
 
 
 def held_words(held: dict) -> str:
     """One request the server holds long (Holds.held_long, server/holds.py) in words: who waits, in
     what, for how long and on what."""
-    return (f"{printable(held['name'])} (pid {held['pid']}) in {held['op']} of {held['path']!r} for "
-            f"{held['for_s']} s, held by {held['why']}, {held['left_s']} s left")
+    return (
+        f"{printable(held['name'])} (pid {held['pid']}) in {held['op']} of {held['path']!r} for "
+        f"{held['for_s']} s, held by {held['why']}, {held['left_s']} s left"
+    )
 
 
 def _shared_line(shared: dict) -> str:
     """Whose file system this is and whether Redis answers: a mount on its own copy says so."""
-    state = ("Redis answers" if shared["state"] == "ok" else
-             f"Redis at {shared['url']} DOES NOT ANSWER: serving on this mount's own copy of the state since "
-             f"{time.strftime('%H:%M:%S', time.localtime(shared['since']))}, reports kept until it does"
-             if shared["state"] == "unreachable" else "starting")
-    clients = (f"{shared['clients']} client(s) live" if shared["state"] == "ok" else
-               f"{shared['clients']} client(s) live when Redis last answered")
+    state = (
+        "Redis answers"
+        if shared["state"] == "ok"
+        else f"Redis at {shared['url']} DOES NOT ANSWER: serving on this mount's own copy of the state since "
+        f"{time.strftime('%H:%M:%S', time.localtime(shared['since']))}, reports kept until it does"
+        if shared["state"] == "unreachable"
+        else "starting"
+    )
+    clients = (
+        f"{shared['clients']} client(s) live"
+        if shared["state"] == "ok"
+        else f"{shared['clients']} client(s) live when Redis last answered"
+    )
     refused = shared.get("refused_sets")
-    return (f"shared: file system {shared['fs_id']} at {shared['url']}, {clients}; "
-            f"{state}; {shared['exchanges']:,} exchanges, {shared['failed']:,} failed, "
-            f"{len(shared['outages'])} outage(s)") + \
-        (f"\nwarning: another client's set this mount's own --set refused, so the clients differ: "
-         f"{'; '.join(refused)}" if refused else "")
+    return (
+        f"shared: file system {shared['fs_id']} at {shared['url']}, {clients}; "
+        f"{state}; {shared['exchanges']:,} exchanges, {shared['failed']:,} failed, "
+        f"{len(shared['outages'])} outage(s)"
+    ) + (
+        f"\nwarning: another client's set this mount's own --set refused, so the clients differ: {'; '.join(refused)}"
+        if refused
+        else ""
+    )
 
 
 def _gates_table(gates: dict) -> str:
@@ -154,11 +189,12 @@ def _gates_table(gates: dict) -> str:
 def _trace_line(trace: dict) -> str:
     queued = f"{trace.get('queued', 0):,} queued"
     if trace.get("max_pending_bytes"):
-        queued += (f" ({_human_bytes(trace.get('queued_bytes', 0))} of "
-                   f"{_human_bytes(trace['max_pending_bytes'])})")
-    line = (f"trace: {trace['records']:,} records written, {queued}, "
-            f"{trace['dropped']:,} dropped (queue full, or a bad field), {trace.get('lost', 0):,} lost in "
-            f"{trace.get('write_errors', 0):,} failed writes")
+        queued += f" ({_human_bytes(trace.get('queued_bytes', 0))} of {_human_bytes(trace['max_pending_bytes'])})"
+    line = (
+        f"trace: {trace['records']:,} records written, {queued}, "
+        f"{trace['dropped']:,} dropped (queue full, or a bad field), {trace.get('lost', 0):,} lost in "
+        f"{trace.get('write_errors', 0):,} failed writes"
+    )
     if trace.get("deferred"):
         line += f"; {trace['deferred']:,} writes put off for want of a descriptor (records kept)"
     if trace.get("last_error"):

@@ -19,16 +19,21 @@ def list_scenarios(args: argparse.Namespace) -> int:
         s = spec.load(name)
         figures = sum(len(step.published) for step in s.steps)
         missing = runner.missing_tools(s)
-        rows.append([s.id, s.profile, str(figures) if figures else "-",
-                     s.title + (f"  (missing: {', '.join(missing)})" if missing else "")])
+        rows.append(
+            [
+                s.id,
+                s.profile,
+                str(figures) if figures else "-",
+                s.title + (f"  (missing: {', '.join(missing)})" if missing else ""),
+            ]
+        )
     print(text_table(["scenario", "profile", "published", "what"], rows, "llrl"))
     return 0
 
 
 def run_scenarios(args: argparse.Namespace) -> int:
     if args.all and args.names:
-        raise UserError(f"scenario run: --all runs every scenario; give it no names "
-                        f"(got: {', '.join(args.names)})")
+        raise UserError(f"scenario run: --all runs every scenario; give it no names (got: {', '.join(args.names)})")
     names = spec.ids() if args.all else args.names
     if not names:
         raise UserError("scenario run: name one or more scenarios, or --all (see: fusetrace scenario list)")
@@ -45,9 +50,15 @@ def run_scenarios(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"--out {args.out}: cannot create {run_dir} ({exc.strerror or exc})") from None
         try:
-            result = runner.run(s, run_dir, fast=args.fast, profile=args.profile, sets=args.overrides,
-                                clients=args.clients,
-                                progress=Progress(s.id, s.steps))
+            result = runner.run(
+                s,
+                run_dir,
+                fast=args.fast,
+                profile=args.profile,
+                sets=args.overrides,
+                clients=args.clients,
+                progress=Progress(s.id, s.steps),
+            )
         except UserError as exc:
             print(f"fusetrace: {exc}", file=sys.stderr)
             failed.append(s.id)
@@ -55,8 +66,9 @@ def run_scenarios(args: argparse.Namespace) -> int:
         try:
             write_run(run_dir, result)
         except OSError as exc:
-            raise UserError(f"--out {args.out}: cannot write {s.id}'s results "
-                            f"({exc.strerror or exc}{_where(exc)})") from None
+            raise UserError(
+                f"--out {args.out}: cannot write {s.id}'s results ({exc.strerror or exc}{_where(exc)})"
+            ) from None
         print(table(result["rows"]))
         if "application" in result:
             print("\nwhat the application saw (from the first step's start):")
@@ -94,8 +106,12 @@ def _where(exc: OSError, named: str = "") -> str:
 
 
 def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:
-    lines = [f"== {s.id}: {s.title}", f"   measured on: {s.system}", f"   source: {s.source}",
-             f"   emulated with: {profile or s.profile}" + (f", {', '.join(s.overrides())}" if s.overrides() else "")]
+    lines = [
+        f"== {s.id}: {s.title}",
+        f"   measured on: {s.system}",
+        f"   source: {s.source}",
+        f"   emulated with: {profile or s.profile}" + (f", {', '.join(s.overrides())}" if s.overrides() else ""),
+    ]
     if s.scaling:
         lines.append(f"   scaled: {s.scaling}")
     if fast:
@@ -106,9 +122,17 @@ def header(s: spec.Scenario, fast: bool, profile: str | None) -> str:
 def table(rows: list[dict]) -> str:
     """The side-by-side table of a run's rows: metric, emulated, published, ratio; "-" where
     a row has no figure (its note says why)."""
-    body = [[r["step"], r["metric"], figure(r["emulated"]), figure(r["published"]),
-             f"{r['ratio']:.2f}" if r["ratio"] is not None else "-", r["note"]]
-            for r in rows]
+    body = [
+        [
+            r["step"],
+            r["metric"],
+            figure(r["emulated"]),
+            figure(r["published"]),
+            f"{r['ratio']:.2f}" if r["ratio"] is not None else "-",
+            r["note"],
+        ]
+        for r in rows
+    ]
     return text_table(["step", "metric", "emulated", "published", "ratio", "note"], body, "llrrrl")
 
 

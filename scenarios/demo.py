@@ -29,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
     plain = {r["step"] for r in rows if r["ceiling"] is not None}
     checked = [r for r in rows if r["checked"]]
     off = [r for r in checked if not 0.85 <= r["ratio"] <= 1.15]
-    print(f"\n{len(rows)} figures in {time.monotonic() - start:.0f} s; ratio = emulated / published.\n"
-          f"Ceiling check: {len(plain)} job(s) short of a published IOPS figure ran again on a plain mount; "
-          f"{len(checked)} figures checked (not host-bound, not inconsistent), {len(off)} of them off by "
-          f"more than 15 %.")
+    print(
+        f"\n{len(rows)} figures in {time.monotonic() - start:.0f} s; ratio = emulated / published.\n"
+        f"Ceiling check: {len(plain)} job(s) short of a published IOPS figure ran again on a plain mount; "
+        f"{len(checked)} figures checked (not host-bound, not inconsistent), {len(off)} of them off by "
+        f"more than 15 %."
+    )
     return 0

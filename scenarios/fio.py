@@ -55,8 +55,15 @@ def start(mountpoint: str, args: list[str], runtime: float, filename: str = "fio
     """Start fio time-based for `runtime` seconds on MOUNTPOINT/filename."""
     if shutil.which("fio") is None:
         raise UserError("fio: not installed (Debian: apt-get install fio)")
-    cmd = ["fio", "--name=job", f"--filename={os.path.join(mountpoint, filename)}",
-           *args, f"--runtime={runtime:g}", "--time_based", "--output-format=json"]
+    cmd = [
+        "fio",
+        "--name=job",
+        f"--filename={os.path.join(mountpoint, filename)}",
+        *args,
+        f"--runtime={runtime:g}",
+        "--time_based",
+        "--output-format=json",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -67,11 +74,10 @@ def collect(proc: subprocess.Popen, args: list[str], on_tick: Callable[[float], 
     if proc.returncode != 0:
         why = err.strip().splitlines()[-1] if err.strip() else proc.returncode
         raise UserError(f"fio {' '.join(args)}: failed ({why})")
-    job = json.loads(out[out.index("{"):])["jobs"][0]
+    job = json.loads(out[out.index("{") :])["jobs"][0]
     return FioResult(read=_side(job["read"]), write=_side(job["write"]))
 
 
 def _side(side: dict) -> Side:
     lat = side.get("clat_ns") or side.get("lat_ns") or {"mean": 0}
     return Side(iops=side["iops"], mbps=side["bw_bytes"] / 1e6, lat_ms=lat["mean"] / 1e6)
-

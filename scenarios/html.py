@@ -33,15 +33,17 @@ def write_run(run_dir: Path, result: dict, plots: list[Plot]) -> Path:
     """Write run_dir/index.html: the run's description, table and plots (the PNGs that
     `plots` says were drawn, read from run_dir)."""
     run_dir = Path(run_dir)
-    body = [f"<h1>{escape(result['title'])}</h1>",
-            f'<p class="sub">{escape(result["id"])} · started {escape(result["started"])} · '
-            f'{result["duration_s"]:.1f} s</p>',
-            _description(result),
-            "<h2>Emulated and published figures</h2>",
-            figures_table(result["rows"]),
-            *_application(result),
-            "<h2>Plots</h2>",
-            *(_plot(run_dir, p) for p in plots)]
+    body = [
+        f"<h1>{escape(result['title'])}</h1>",
+        f'<p class="sub">{escape(result["id"])} · started {escape(result["started"])} · '
+        f"{result['duration_s']:.1f} s</p>",
+        _description(result),
+        "<h2>Emulated and published figures</h2>",
+        figures_table(result["rows"]),
+        *_application(result),
+        "<h2>Plots</h2>",
+        *(_plot(run_dir, p) for p in plots),
+    ]
     path = run_dir / "index.html"
     path.write_text(_page(result["title"], body), encoding="utf-8")
     return path
@@ -70,13 +72,17 @@ def figures_table(rows: list[dict]) -> str:
     for r in rows:
         step = escape(r["step"]) if r["step"] != last else ""
         last = r["step"]
-        lines.append(f"<tr><td>{step}</td><td>{escape(r['metric'])}</td>"
-                     f'<td class="num">{_number(r["emulated"])}</td><td class="num">{_number(r["published"])}</td>'
-                     f'<td class="num">{_ratio(r["ratio"])}</td><td>{escape(r["note"])}</td></tr>')
+        lines.append(
+            f"<tr><td>{step}</td><td>{escape(r['metric'])}</td>"
+            f'<td class="num">{_number(r["emulated"])}</td><td class="num">{_number(r["published"])}</td>'
+            f'<td class="num">{_ratio(r["ratio"])}</td><td>{escape(r["note"])}</td></tr>'
+        )
     if not lines:
         return '<p class="note">No figures: the run measured nothing.</p>'
-    return (f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(lines) + "\n</tbody></table>"
-            '<p class="note">ratio = emulated / published</p>')
+    return (
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(lines) + "\n</tbody></table>"
+        '<p class="note">ratio = emulated / published</p>'
+    )
 
 
 def _application(result: dict) -> list[str]:
@@ -87,21 +93,34 @@ def _application(result: dict) -> list[str]:
     scripted = [f"<li>event: {escape(json.dumps(e))}</li>" for e in result["scripted"]["events"]]
     scripted += [f"<li>fault rule: {escape(json.dumps(r))}</li>" for r in result["scripted"]["faults"]]
     head = "".join(f"<th>{escape(h)}</th>" for h in application.HEAD)
-    rows = "\n".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                     for row in application.table(result["application"]))
-    return ["<h2>What the application saw</h2>", f"<ul>{''.join(scripted)}</ul>",
-            f"<table><thead><tr>{head}</tr></thead><tbody>\n{rows}\n</tbody></table>",
-            '<p class="note">latency per operation from the run\'s trace; times after the first step\'s start, '
-            'when the events and rules took effect</p>']
+    rows = "\n".join(
+        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+        for row in application.table(result["application"])
+    )
+    return [
+        "<h2>What the application saw</h2>",
+        f"<ul>{''.join(scripted)}</ul>",
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n{rows}\n</tbody></table>",
+        "<p class=\"note\">latency per operation from the run's trace; times after the first step's start, "
+        "when the events and rules took effect</p>",
+    ]
 
 
 def _description(result: dict) -> str:
     overrides = ", ".join(f"{k} = {v}" for k, v in result["overrides"].items()) or "none"
-    fast = (f'<span class="fast">yes: {escape(result.get("fast_note") or "shorter runs")}</span>'
-            if result["fast"] else "no")
-    items = [("System", escape(result["system"])), ("Source", escape(result["source"])),
-             ("Profile", escape(result["profile"])), ("Overrides", escape(overrides)),
-             ("Scaling", escape(result["scaling"]) or "none"), ("Fast mode", fast)]
+    fast = (
+        f'<span class="fast">yes: {escape(result.get("fast_note") or "shorter runs")}</span>'
+        if result["fast"]
+        else "no"
+    )
+    items = [
+        ("System", escape(result["system"])),
+        ("Source", escape(result["source"])),
+        ("Profile", escape(result["profile"])),
+        ("Overrides", escape(overrides)),
+        ("Scaling", escape(result["scaling"]) or "none"),
+        ("Fast mode", fast),
+    ]
     return "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
 
 
@@ -109,8 +128,10 @@ def _plot(run_dir: Path, plot: Plot) -> str:
     if not plot.drawn:
         return f'<h3>{escape(plot.title)}</h3><p class="note">Not drawn: {escape(plot.note)}</p>'
     data = base64.b64encode((run_dir / plot.file).read_bytes()).decode("ascii")
-    return (f'<h3>{escape(plot.title)}</h3><figure><img alt="{escape(plot.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{escape(plot.note)}</figcaption></figure>')
+    return (
+        f'<h3>{escape(plot.title)}</h3><figure><img alt="{escape(plot.title)}" '
+        f'src="data:image/png;base64,{data}"><figcaption>{escape(plot.note)}</figcaption></figure>'
+    )
 
 
 def _index_entry(result_json: Path) -> str:
@@ -119,19 +140,23 @@ def _index_entry(result_json: Path) -> str:
     try:
         result = json.loads(result_json.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        return (f'<h2>{escape(run)}</h2>'
-                f'<p class="note">{escape(run)}/result.json unreadable: {escape(str(exc))}</p>')
+        return f'<h2>{escape(run)}</h2><p class="note">{escape(run)}/result.json unreadable: {escape(str(exc))}</p>'
     fast = ' · <span class="fast">fast mode</span>' if result["fast"] else ""
-    return (f'<h2><a href="{escape(link)}">{escape(result["title"])}</a></h2>'
-            f'<p class="sub">{escape(run)} · {escape(result["system"])} · profile {escape(result["profile"])}'
-            f"{fast}</p>" + figures_table(result["rows"]))
+    return (
+        f'<h2><a href="{escape(link)}">{escape(result["title"])}</a></h2>'
+        f'<p class="sub">{escape(run)} · {escape(result["system"])} · profile {escape(result["profile"])}'
+        f"{fast}</p>" + figures_table(result["rows"])
+    )
 
 
 def _page(title: str, body: list[str]) -> str:
-    return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
 
 
 def _number(x: float | None) -> str:

@@ -28,16 +28,73 @@ MiB, GiB = 2**20, 2**30
 # cycled per plot repeats after ten: the touch scenario shows 14 operations).  The ten most
 # common operations take tab10's colours, solid; the next ten Dark2's eight, black and navy,
 # dashed; the rarest Set1's (but its yellow) and a dark indigo, dotted.
-_OPERATIONS = ("read", "write", "getattr", "lookup", "create", "flush", "release", "open", "setattr", "unlink",
-               "readdir", "statfs", "opendir", "releasedir", "mkdir", "rmdir", "rename", "fsync", "access",
-               "getxattr", "forget", "readlink", "symlink", "link", "mknod", "fsyncdir", "setxattr", "listxattr",
-               "removexattr")
-_PALETTE = ([(c, "-") for c in ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                "#7f7f7f", "#bcbd22", "#17becf")]
-            + [(c, "--") for c in ("#000000", "#1b9e77", "#e7298a", "#e6ab02", "#000080", "#66a61e", "#7570b3",
-                                   "#d95f02", "#a6761d", "#666666")]
-            + [(c, ":") for c in ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf",
-                                  "#999999", "#393b79")])
+_OPERATIONS = (
+    "read",
+    "write",
+    "getattr",
+    "lookup",
+    "create",
+    "flush",
+    "release",
+    "open",
+    "setattr",
+    "unlink",
+    "readdir",
+    "statfs",
+    "opendir",
+    "releasedir",
+    "mkdir",
+    "rmdir",
+    "rename",
+    "fsync",
+    "access",
+    "getxattr",
+    "forget",
+    "readlink",
+    "symlink",
+    "link",
+    "mknod",
+    "fsyncdir",
+    "setxattr",
+    "listxattr",
+    "removexattr",
+)
+_PALETTE = (
+    [
+        (c, "-")
+        for c in (
+            "#1f77b4",
+            "#ff7f0e",
+            "#2ca02c",
+            "#d62728",
+            "#9467bd",
+            "#8c564b",
+            "#e377c2",
+            "#7f7f7f",
+            "#bcbd22",
+            "#17becf",
+        )
+    ]
+    + [
+        (c, "--")
+        for c in (
+            "#000000",
+            "#1b9e77",
+            "#e7298a",
+            "#e6ab02",
+            "#000080",
+            "#66a61e",
+            "#7570b3",
+            "#d95f02",
+            "#a6761d",
+            "#666666",
+        )
+    ]
+    + [
+        (c, ":")
+        for c in ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#999999", "#393b79")
+    ]
+)
 OP_STYLE: dict[str, tuple[str, str]] = dict(zip(_OPERATIONS, _PALETTE, strict=True))
 UNKNOWN_OP_STYLE = ("#808080", "-.")  # an operation this table does not know yet
 
@@ -53,6 +110,7 @@ class Plot:
 @dataclass(frozen=True)
 class Records:
     """The trace columns the plots use, one numpy array each."""
+
     start_s: np.ndarray  # float64, seconds since the run's t=0
     dur_ns: np.ndarray  # int64
     op: np.ndarray  # integer codes into `ops`
@@ -71,8 +129,10 @@ def write_all(run_dir: Path, result: dict) -> list[Plot]:
     for name in (THROUGHPUT, LATENCY, CREDITS, ITERATIONS):
         (run_dir / name).unlink(missing_ok=True)
     records = read_records(run_dir / "trace", result["start_monotonic_ns"])
-    plots = [plot_throughput(run_dir / THROUGHPUT, records, result["steps"]),
-             plot_latency_cdf(run_dir / LATENCY, records)]
+    plots = [
+        plot_throughput(run_dir / THROUGHPUT, records, result["steps"]),
+        plot_latency_cdf(run_dir / LATENCY, records),
+    ]
     if result["credits"]:
         plots.append(plot_credits(run_dir / CREDITS, result))
     if any(step["series"] for step in result["steps"]):
@@ -89,12 +149,14 @@ def read_records(trace_dir: Path, t0_ns: int) -> Records:
     table = pq.read_table(trace.files, columns=["start_ns", "dur_ns", "op", "result"])
     op = table.column("op").unify_dictionaries().combine_chunks()  # one dictionary for all parts
     missing = trace.metadata.get("dropped", 0) + trace.metadata.get("lost", 0)
-    return Records(start_s=(table.column("start_ns").to_numpy() - t0_ns) / 1e9,
-                   dur_ns=table.column("dur_ns").to_numpy(),
-                   op=op.indices.to_numpy(zero_copy_only=False),
-                   ops=op.dictionary.to_pylist(),
-                   result=table.column("result").to_numpy(),
-                   missing=missing)
+    return Records(
+        start_s=(table.column("start_ns").to_numpy() - t0_ns) / 1e9,
+        dur_ns=table.column("dur_ns").to_numpy(),
+        op=op.indices.to_numpy(zero_copy_only=False),
+        ops=op.dictionary.to_pylist(),
+        result=table.column("result").to_numpy(),
+        missing=missing,
+    )
 
 
 def throughput(records: Records, width: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -122,7 +184,7 @@ def latency_cdf(records: Records, points: int = CDF_POINTS) -> dict[str, tuple[n
     bounds = np.searchsorted(codes, np.arange(len(records.ops) + 1))
     curves = {}
     for code, name in enumerate(records.ops):
-        d = durs[bounds[code]:bounds[code + 1]]
+        d = durs[bounds[code] : bounds[code + 1]]
         if len(d):
             ranks = np.unique(np.linspace(0, len(d) - 1, min(len(d), points)).round().astype(np.int64))
             curves[name] = (d[ranks] / 1e6, (ranks + 1) / len(d), len(d))
@@ -143,9 +205,13 @@ def plot_throughput(path: Path, records: Records, steps: list[dict]) -> Plot:
     ax.legend(loc="upper right", fontsize=8)
     label_steps(fig, ax, steps)
     fig.savefig(path, format="png")
-    return Plot(path.name, title, True, "Bytes read and written per 1 s bin (MB = 10^6 bytes), counted "
-                                        "when each operation completed; shaded bands are the steps."
-                + _missing_note(records))
+    return Plot(
+        path.name,
+        title,
+        True,
+        "Bytes read and written per 1 s bin (MB = 10^6 bytes), counted "
+        "when each operation completed; shaded bands are the steps." + _missing_note(records),
+    )
 
 
 def plot_latency_cdf(path: Path, records: Records) -> Plot:
@@ -157,17 +223,28 @@ def plot_latency_cdf(path: Path, records: Records) -> Plot:
     for name, (ms, fraction, n) in curves.items():
         ms = np.maximum(ms, 1e-6)  # 0 ns has no place on a log axis
         colour, dash = OP_STYLE.get(name, UNKNOWN_OP_STYLE)
-        ax.step(np.r_[ms[0], ms], np.r_[0, fraction], where="post", label=f"{name} ({n:,})", linewidth=1.1,
-                color=colour, linestyle=dash)
+        ax.step(
+            np.r_[ms[0], ms],
+            np.r_[0, fraction],
+            where="post",
+            label=f"{name} ({n:,})",
+            linewidth=1.1,
+            color=colour,
+            linestyle=dash,
+        )
     ax.set_xscale("log")
     ax.set(xlabel="latency, ms (log scale)", ylabel="fraction of operations", ylim=(0, 1.01))
     ax.grid(True, which="major", linewidth=0.4, alpha=0.5)
     ax.legend(loc="lower right", fontsize=7, ncols=2)
     fig.savefig(path, format="png")
-    return Plot(path.name, title, True, "Cumulative distribution of dur_ns (admission to reply, emulated "
-                                        "delay included) per FUSE operation, record counts in brackets; an "
-                                        "operation has the same colour and dash in every run's plot."
-                + _missing_note(records))
+    return Plot(
+        path.name,
+        title,
+        True,
+        "Cumulative distribution of dur_ns (admission to reply, emulated "
+        "delay included) per FUSE operation, record counts in brackets; an "
+        "operation has the same colour and dash in every run's plot." + _missing_note(records),
+    )
 
 
 def plot_credits(path: Path, result: dict) -> Plot:
@@ -185,12 +262,21 @@ def plot_credits(path: Path, result: dict) -> Plot:
     top.plot(t, balance / scale, color="tab:green", linewidth=1.2)
     top.set(ylabel=f"BurstCreditBalance, {unit}", ylim=(0, None))
     bottom.plot(t, permitted / MiB, color="tab:purple", linewidth=1.2)
-    bottom.set(ylabel="PermittedThroughput, MiB/s", ylim=(0, None), xlabel="seconds since the run's t=0",
-               xlim=(0, result["duration_s"]))
+    bottom.set(
+        ylabel="PermittedThroughput, MiB/s",
+        ylim=(0, None),
+        xlabel="seconds since the run's t=0",
+        xlim=(0, result["duration_s"]),
+    )
     label_steps(fig, top, result["steps"])
     fig.savefig(path, format="png")
-    return Plot(path.name, title, True, "The emulator's BurstCreditBalance and PermittedThroughput, "
-                                        "sampled about every 0.5 s; shaded bands are the steps.")
+    return Plot(
+        path.name,
+        title,
+        True,
+        "The emulator's BurstCreditBalance and PermittedThroughput, "
+        "sampled about every 0.5 s; shaded bands are the steps.",
+    )
 
 
 def plot_iterations(path: Path, steps: list[dict]) -> Plot:
@@ -210,8 +296,9 @@ def plot_iterations(path: Path, steps: list[dict]) -> Plot:
         ax.legend(loc="lower right", fontsize=7)
     axes[-1].set_xlabel("iteration")
     fig.savefig(path, format="png")
-    return Plot(path.name, "Per iteration", True,
-                "Each iteration of the repeated steps; dashed: the step's published figure.")
+    return Plot(
+        path.name, "Per iteration", True, "Each iteration of the repeated steps; dashed: the step's published figure."
+    )
 
 
 def _series_figure(series: list[dict]) -> str:
@@ -257,9 +344,20 @@ def label_steps(fig: Figure, ax: Axes, steps: list[dict]) -> list[Annotation]:
     placed: list[Annotation] = []
     after = -np.inf  # after: display x where the last name drawn ends
     for step in steps:
-        label = ax.annotate(f" {step['name']}", (step["t0"], 0.97), xycoords=ax.get_xaxis_transform(),
-                            textcoords="offset points", xytext=(0, 0), rotation=90, ha="left", va="top",
-                            fontsize=7, color="0.35", parse_math=False, clip_on=True)
+        label = ax.annotate(
+            f" {step['name']}",
+            (step["t0"], 0.97),
+            xycoords=ax.get_xaxis_transform(),
+            textcoords="offset points",
+            xytext=(0, 0),
+            rotation=90,
+            ha="left",
+            va="top",
+            fontsize=7,
+            color="0.35",
+            parse_math=False,
+            clip_on=True,
+        )
         label.set_in_layout(False)  # names never change the layout they were placed in
         box = label.get_window_extent(renderer)
         shift = max(after + LABEL_GAP_PX - box.x0, 0.0)

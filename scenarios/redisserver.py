@@ -18,8 +18,7 @@ class RedisServer:
 
     def __init__(self, workdir: str):
         if shutil.which("redis-server") is None:
-            raise UserError("redis-server: not installed (Debian: apt-get install redis-server; ./run.sh "
-                            "installs it)")
+            raise UserError("redis-server: not installed (Debian: apt-get install redis-server; ./run.sh installs it)")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -36,8 +35,23 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.workdir], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.workdir,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + START_WITHIN_S
         while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:

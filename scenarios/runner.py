@@ -39,12 +39,28 @@ SAMPLE_EVERY = 0.5  # seconds between metric samples
 NO_FIGURE = "no published figure in this repo"  # the note of a row the scenario file has no figure for
 CLIFF_SHARE = 0.01  # "cliff": the credit balance under this share of what the run started with
 SHORT = 0.85  # under this share of a published IOPS figure, a ceiling check; over it of the ceiling, host-bound
-SAMPLED = ("BurstCreditBalance", "PermittedThroughput", "MeteredIOBytes", "DataReadIOBytes",
-           "DataWriteIOBytes", "ClientNetworkCreditBalance")
+SAMPLED = (
+    "BurstCreditBalance",
+    "PermittedThroughput",
+    "MeteredIOBytes",
+    "DataReadIOBytes",
+    "DataWriteIOBytes",
+    "ClientNetworkCreditBalance",
+)
 
 # Debian packages of the tools scenarios use (what ./run.sh installs).
-PACKAGES = {"fio": "fio", "parallel": "parallel", "rsync": "rsync", "cpio": "cpio", "fpsync": "fpart",
-            "fpart": "fpart", "tar": "tar", "dd": "coreutils", "bash": "bash", "redis-server": "redis-server"}
+PACKAGES = {
+    "fio": "fio",
+    "parallel": "parallel",
+    "rsync": "rsync",
+    "cpio": "cpio",
+    "fpsync": "fpart",
+    "fpart": "fpart",
+    "tar": "tar",
+    "dd": "coreutils",
+    "bash": "bash",
+    "redis-server": "redis-server",
+}
 
 
 def missing_tools(scenario: Scenario) -> list[str]:
@@ -53,8 +69,10 @@ def missing_tools(scenario: Scenario) -> list[str]:
 
 
 def how_to_get(scenario: Scenario, tool: str) -> str:
-    return (f"scenario {scenario.id} needs {tool}: not installed (Debian: apt-get install "
-            f"{PACKAGES.get(tool, tool)}; ./run.sh installs it)")
+    return (
+        f"scenario {scenario.id} needs {tool}: not installed (Debian: apt-get install "
+        f"{PACKAGES.get(tool, tool)}; ./run.sh installs it)"
+    )
 
 
 def preflight(scenario: Scenario, profile: str | None, sets: Sequence[str]) -> None:
@@ -65,9 +83,17 @@ def preflight(scenario: Scenario, profile: str | None, sets: Sequence[str]) -> N
     load_params(profile or scenario.profile, scenario.overrides(sets))
 
 
-def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: str | None = None,
-        sets: Sequence[str] = (), runtime: float | None = None, progress: Progress | None = None,
-        clients: int | None = None) -> dict[str, Any]:
+def run(
+    scenario: Scenario,
+    out: Path | None,
+    *,
+    fast: bool = False,
+    profile: str | None = None,
+    sets: Sequence[str] = (),
+    runtime: float | None = None,
+    progress: Progress | None = None,
+    clients: int | None = None,
+) -> dict[str, Any]:
     """Run `scenario`, writing its trace to out/trace (out None: no trace, for the demo and
     the calibration, which keep only the table); the result (see docs/SCENARIO_FORMAT.md).
     `runtime`: seconds for every fio step instead of the file's; `clients`: how many clients
@@ -76,8 +102,12 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
     private redis-server (docs/SCALE.md); the first mount is the one traced and sampled."""
     measured_with = {step.name: step.clients for step in scenario.steps if step.kind == "fio"}
     if clients is not None:
-        scenario = dataclasses.replace(scenario, steps=tuple(
-            dataclasses.replace(step, clients=clients) if step.kind == "fio" else step for step in scenario.steps))
+        scenario = dataclasses.replace(
+            scenario,
+            steps=tuple(
+                dataclasses.replace(step, clients=clients) if step.kind == "fio" else step for step in scenario.steps
+            ),
+        )
     preflight(scenario, profile, sets)
     profile = profile or scenario.profile
     overrides = scenario.overrides(sets)
@@ -92,11 +122,20 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
     steps: list[dict] = []
     samples: list[dict] = []
     result: dict[str, Any] = {
-        "id": scenario.id, "title": scenario.title, "system": scenario.system, "source": scenario.source,
-        "profile": profile, "overrides": dict(kv.split("=", 1) for kv in overrides),
-        "scaling": scenario.scaling, "fast": fast, "fast_note": scenario.fast if fast else "",
-        "credits": scenario.credits, "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "steps": steps, "rows": [], "samples": samples,
+        "id": scenario.id,
+        "title": scenario.title,
+        "system": scenario.system,
+        "source": scenario.source,
+        "profile": profile,
+        "overrides": dict(kv.split("=", 1) for kv in overrides),
+        "scaling": scenario.scaling,
+        "fast": fast,
+        "fast_note": scenario.fast if fast else "",
+        "credits": scenario.credits,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "steps": steps,
+        "rows": [],
+        "samples": samples,
     }
     n = max((step.clients for step in scenario.steps if step.kind == "fio"), default=1)
     result["clients"] = n
@@ -107,8 +146,13 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
             redis = stack.enter_context(RedisServer(work))
             shared = ["--shared", redis.url, "--fs-id", scenario.id]
         m = stack.enter_context(ScratchMount(*options, *traced, *shared, prefix="fusetrace-scenario-"))
-        clients_mounts = [m, *(stack.enter_context(ScratchMount(*options, *shared, prefix="fusetrace-client-",
-                                                                source=m.src)) for _ in range(n - 1))]
+        clients_mounts = [
+            m,
+            *(
+                stack.enter_context(ScratchMount(*options, *shared, prefix="fusetrace-client-", source=m.src))
+                for _ in range(n - 1)
+            ),
+        ]
         env = {**os.environ, **scenario.variables(fast), "MNT": m.mnt, "WORK": work}
         t0 = time.monotonic()
         result["start_monotonic_ns"] = time.monotonic_ns()
@@ -127,8 +171,11 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
                 begin, host = time.monotonic() - t0, m.host()
                 if missing:  # not run: its metrics without figures, and why
                     progress.note(f"[{i + 1}/{len(scenario.steps)}] {step.name}: {missing}")
-                    record: dict[str, Any] = {"metrics": dict.fromkeys(_metric_names(step)), "series": [],
-                                              "missing": missing}
+                    record: dict[str, Any] = {
+                        "metrics": dict.fromkeys(_metric_names(step)),
+                        "series": [],
+                        "missing": missing,
+                    }
                 else:
                     progress.begin(i, step)
                     for key, value in step.set.items():
@@ -138,9 +185,15 @@ def run(scenario: Scenario, out: Path | None, *, fast: bool = False, profile: st
                         result["scripted"]["events"] += _schedule(scenario, m, fast, step.name)
                     record = _run_step(scenario, step, clients_mounts, env, fast, runtime, progress, t0)
                     progress.end(i, step, record["metrics"])
-                record.update(name=step.name, kind=step.kind, t0=begin, t1=time.monotonic() - t0,
-                              published=step.published, inconsistent=step.inconsistent,
-                              load=host_load(host, m.host()))
+                record.update(
+                    name=step.name,
+                    kind=step.kind,
+                    t0=begin,
+                    t1=time.monotonic() - t0,
+                    published=step.published,
+                    inconsistent=step.inconsistent,
+                    load=host_load(host, m.host()),
+                )
                 steps.append(record)
         finally:
             sampler.stop()
@@ -190,14 +243,21 @@ def rows(steps: list[dict]) -> list[dict]:
                 continue
             published = step["published"].get(metric)
             notes = [step.get("missing") or _note(step, metric), "" if published is not None else NO_FIGURE]
-            out.append({"step": step["name"], "metric": metric, "emulated": value, "published": published,
-                        "ratio": value / published if published and value is not None else None,
-                        "note": "; ".join(note for note in notes if note)})
+            out.append(
+                {
+                    "step": step["name"],
+                    "metric": metric,
+                    "emulated": value,
+                    "published": published,
+                    "ratio": value / published if published and value is not None else None,
+                    "note": "; ".join(note for note in notes if note),
+                }
+            )
     return out
 
 
 def phase_missing(phase: str, start_balance: float, balance: float) -> str:
-    """"" when the run has reached `phase` (one of spec.PHASES), else why not, for the table.
+    """ "" when the run has reached `phase` (one of spec.PHASES), else why not, for the table.
     `start_balance`: the burst credits when the run began; `balance`: now."""
     return PHASE_CHECKS[phase](start_balance, balance)
 
@@ -234,12 +294,14 @@ def _note(step: dict, metric: str) -> str:
     return "; ".join(n for n in (note, extending_writes_note(step["load"])) if n)
 
 
-def run_checked(scenario: Scenario, *, fast: bool = False, runtime: float | None = None,
-                profile: str | None = None) -> dict[str, Any]:
+def run_checked(
+    scenario: Scenario, *, fast: bool = False, runtime: float | None = None, profile: str | None = None
+) -> dict[str, Any]:
     """`scenario` run without a trace, its rows then ceiling-checked: the demo's and the
     calibration's run, whose result is the table."""
-    result = run(scenario, None, fast=fast, profile=profile, runtime=runtime,
-                 progress=Progress(scenario.id, scenario.steps))
+    result = run(
+        scenario, None, fast=fast, profile=profile, runtime=runtime, progress=Progress(scenario.id, scenario.steps)
+    )
     check_ceilings(scenario, result, fast=fast, runtime=runtime)
     return result
 
@@ -255,9 +317,19 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
     emulator must reproduce its published figure within 15 % (neither host-bound nor
     inconsistent)."""
     records = {record["name"]: record for record in result["steps"]}
-    short = [step for step in scenario.steps if step.kind == "fio" and any(
-        row["step"] == step.name and row["metric"] == "iops" and row["published"]
-        and row["emulated"] is not None and row["emulated"] < SHORT * row["published"] for row in result["rows"])]
+    short = [
+        step
+        for step in scenario.steps
+        if step.kind == "fio"
+        and any(
+            row["step"] == step.name
+            and row["metric"] == "iops"
+            and row["published"]
+            and row["emulated"] is not None
+            and row["emulated"] < SHORT * row["published"]
+            for row in result["rows"]
+        )
+    ]
     ceilings: dict[str, float] = {}
     if short:
         progress = Progress(f"{scenario.id} on a plain mount", short)
@@ -267,16 +339,23 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
                 ceilings[step.name] = fio_step(step, [plain], fio_seconds(step, fast, runtime), progress)["iops"]
                 progress.end(i, step, {"iops": ceilings[step.name]})
     # host-bound is the step's verdict, from its IOPS figure: every row of the step shares it
-    published_iops = {row["step"]: row["published"] for row in result["rows"]
-                      if row["metric"] == "iops" and row["published"]}
-    bound_steps = {name for name, ceiling in ceilings.items()
-                   if published_iops[name] > SHORT * ceiling or records[name]["load"]["host_bound"]}
+    published_iops = {
+        row["step"]: row["published"] for row in result["rows"] if row["metric"] == "iops" and row["published"]
+    }
+    bound_steps = {
+        name
+        for name, ceiling in ceilings.items()
+        if published_iops[name] > SHORT * ceiling or records[name]["load"]["host_bound"]
+    }
     for row in result["rows"]:
         record, ceiling = records[row["step"]], ceilings.get(row["step"])
         bound = row["step"] in bound_steps
         row["ceiling"] = ceiling
-        row["checked"] = (None not in (row["published"], row["emulated"]) and not bound
-                          and row["metric"] not in record["inconsistent"])
+        row["checked"] = (
+            None not in (row["published"], row["emulated"])
+            and not bound
+            and row["metric"] not in record["inconsistent"]
+        )
         if ceiling is None:
             continue
         plain_note = f"a plain mount here drives {ceiling:,.0f} IOPS"
@@ -286,8 +365,16 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
             row["note"] = "; ".join(note for note in (row["note"], plain_note) if note)
 
 
-def _run_step(scenario: Scenario, step: Step, clients: list[ScratchMount], env: dict, fast: bool,
-              runtime: float | None, progress: Progress, t0: float) -> dict[str, Any]:
+def _run_step(
+    scenario: Scenario,
+    step: Step,
+    clients: list[ScratchMount],
+    env: dict,
+    fast: bool,
+    runtime: float | None,
+    progress: Progress,
+    t0: float,
+) -> dict[str, Any]:
     # the step's record, which the caller extends (name, kind, times, load): open keys
     m = clients[0]
     if step.kind == "fio":
@@ -299,8 +386,14 @@ def _run_step(scenario: Scenario, step: Step, clients: list[ScratchMount], env: 
     n = step.iterations(fast)
     for i in range(1, n + 1):
         begin = time.monotonic()
-        _shell(scenario, step.name, step.run, m.mnt, {**env, "I": str(i)},
-               tick=functools.partial(_tick_iteration, progress, i, n))
+        _shell(
+            scenario,
+            step.name,
+            step.run,
+            m.mnt,
+            {**env, "I": str(i)},
+            tick=functools.partial(_tick_iteration, progress, i, n),
+        )
         took = time.monotonic() - begin
         total += took
         if n > 1:
@@ -330,8 +423,9 @@ def _count(scenario: Scenario, step: Step, cwd: str, env: dict) -> float:
     try:
         return float(text)
     except ValueError:
-        raise UserError(f"{scenario.path}: step '{step.name}': count {step.count!r} gives {text!r}, "
-                        f"not a number") from None
+        raise UserError(
+            f"{scenario.path}: step '{step.name}': count {step.count!r} gives {text!r}, not a number"
+        ) from None
 
 
 def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: Progress) -> dict[str, float]:
@@ -352,6 +446,7 @@ def fio_step(step: Step, mounts: list[ScratchMount], seconds: float, progress: P
 
 def _fio_metrics(results: list[fio.FioResult]) -> dict[str, float]:
     """Several clients add up (their latencies average); a mixed job gives both sides."""
+
     def side(name: str) -> dict[str, float]:
         sides = [getattr(r, name) for r in results]
         out = {"iops": sum(s.iops for s in sides), "mbps": sum(s.mbps for s in sides)}
@@ -362,18 +457,25 @@ def _fio_metrics(results: list[fio.FioResult]) -> dict[str, float]:
 
     read, write = side("read"), side("write")
     if read["iops"] and write["iops"]:
-        return {f"{name}_{k}": v for name, s in (("read", read), ("write", write)) for k, v in s.items()
-                if k != "mbps"}
+        return {f"{name}_{k}": v for name, s in (("read", read), ("write", write)) for k, v in s.items() if k != "mbps"}
     return write if write["iops"] else read
 
 
-def _shell(scenario: Scenario, step: str, command: str, cwd: str, env: dict,
-           tick: Callable[[float], None] | None = None) -> str:
+def _shell(
+    scenario: Scenario, step: str, command: str, cwd: str, env: dict, tick: Callable[[float], None] | None = None
+) -> str:
     """Run a step's command; its standard output.  A failure is one line with the step
     and the command's last words; a child never outlives an interrupted run."""
     shell = "/bin/bash" if scenario.shell == "bash" else "/bin/sh"
-    proc = subprocess.Popen([shell, "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [shell, "-c", command],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     out, err = children.wait(proc, tick, kill=lambda p: os.killpg(p.pid, signal.SIGKILL))
     if proc.returncode != 0:
         last = err.strip().splitlines()[-1] if err.strip() else f"exit status {proc.returncode}"
@@ -403,7 +505,6 @@ class _Sampler:
             except (OSError, UserError, ValueError):
                 metrics = None  # the mount is going away; the run says why
             if metrics:
-                self.into.append({"t": time.monotonic() - self.t0,
-                                  **{k: metrics[k] for k in SAMPLED if k in metrics}})
+                self.into.append({"t": time.monotonic() - self.t0, **{k: metrics[k] for k in SAMPLED if k in metrics}})
             if self._stop.wait(SAMPLE_EVERY):
                 return

@@ -32,8 +32,13 @@ def cli(*args: str) -> str:
     Interrupted (Ctrl-C, SIGTERM), it lets the command finish before the interruption
     goes on: a mount or unmount cut in half is what leaves a mount behind (both are
     bounded)."""
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "fusetrace", *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "fusetrace", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate()
     except BaseException:
@@ -104,5 +109,3 @@ class ScratchMount:
 
     def _mounted(self) -> bool:
         return mounts.mounted_at(mounts.canonical(self.mnt)) is not None
-
-

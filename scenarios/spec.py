@@ -17,8 +17,24 @@ from fusetrace.faults.injector import Injector
 
 DIRECTORY = Path(__file__).resolve().parent  # the data files live beside the code
 
-_TOP = {"title", "system", "source", "profile", "scaling", "fast", "tools", "credits", "set", "vars",
-        "fast_vars", "setup", "shell", "steps", "events", "faults"}
+_TOP = {
+    "title",
+    "system",
+    "source",
+    "profile",
+    "scaling",
+    "fast",
+    "tools",
+    "credits",
+    "set",
+    "vars",
+    "fast_vars",
+    "setup",
+    "shell",
+    "steps",
+    "events",
+    "faults",
+}
 _FIGURES = {"published", "inconsistent", "also_published"}
 _FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set", "needs"} | _FIGURES
 _SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "needs"} | _FIGURES
@@ -122,13 +138,24 @@ def _scenario(path: Path, data: dict) -> Scenario:
     if shell not in ("sh", "bash"):
         raise UserError(f"{where}: shell = {shell!r}: must be 'sh' or 'bash'")
     return Scenario(
-        id=path.stem, path=path, title=data["title"], system=data["system"], source=data["source"],
-        profile=data["profile"], scaling=data.get("scaling", ""), fast=data.get("fast", ""),
-        tools=tuple(data.get("tools", ())), credits=bool(data.get("credits", False)),
-        set=dict(data.get("set", {})), vars=_strings(where, "vars", data.get("vars", {})),
+        id=path.stem,
+        path=path,
+        title=data["title"],
+        system=data["system"],
+        source=data["source"],
+        profile=data["profile"],
+        scaling=data.get("scaling", ""),
+        fast=data.get("fast", ""),
+        tools=tuple(data.get("tools", ())),
+        credits=bool(data.get("credits", False)),
+        set=dict(data.get("set", {})),
+        vars=_strings(where, "vars", data.get("vars", {})),
         fast_vars=_strings(where, "fast_vars", data.get("fast_vars", {})),
-        setup=data.get("setup", ""), shell=shell, steps=steps,
-        events=_events(where, data, steps), faults=_faults(where, data),
+        setup=data.get("setup", ""),
+        shell=shell,
+        steps=steps,
+        events=_events(where, data, steps),
+        faults=_faults(where, data),
     )
 
 
@@ -168,8 +195,10 @@ def _check_each(where: str, data: dict, tables: list, kind: str, check: Callable
     """check(table with the run's variables put in, "FILE: KIND i") for each table as it runs
     with and without --fast; a UserError naming the table on any mistake."""
     for fast in (False, True):
-        variables = {**_strings(where, "vars", data.get("vars", {})),
-                     **(_strings(where, "fast_vars", data.get("fast_vars", {})) if fast else {})}
+        variables = {
+            **_strings(where, "vars", data.get("vars", {})),
+            **(_strings(where, "fast_vars", data.get("fast_vars", {})) if fast else {}),
+        }
         for i, raw in enumerate(tables, 1):
             name = f"{where}: {kind} {i}"
             try:
@@ -184,8 +213,14 @@ def _expanded(raw, variables: dict[str, str]):
     """An event table with $NAME in its text values replaced by the run's variables."""
     if not isinstance(raw, dict):
         return raw
-    return {k: _expanded(v, variables) if isinstance(v, dict) else
-            string.Template(v).substitute(variables) if isinstance(v, str) else v for k, v in raw.items()}
+    return {
+        k: _expanded(v, variables)
+        if isinstance(v, dict)
+        else string.Template(v).substitute(variables)
+        if isinstance(v, str)
+        else v
+        for k, v in raw.items()
+    }
 
 
 def _step(where: str, i: int, raw: dict) -> Step:

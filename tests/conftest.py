@@ -77,8 +77,9 @@ def slow_mount(tmp_path):
         below, mnt = tmp_path / "slow", tmp_path / "mnt"
         below.mkdir()
         mnt.mkdir()
-        server = subprocess.Popen([sys.executable, str(SLOW_FS), str(below), "--delay-ms", str(delay_ms),
-                                   "--size", str(size)])
+        server = subprocess.Popen(
+            [sys.executable, str(SLOW_FS), str(below), "--delay-ms", str(delay_ms), "--size", str(size)]
+        )
         m = Mount(below, mnt, tmp_path / "trace" if trace else None)
         made.append((server, below, m))
         poll(lambda: is_mounted(below) or server.poll() is not None)

@@ -86,9 +86,11 @@ class Injector:
         faults file before mounting, not logged."""
         rule = parse_rule(raw, where, f"r{self._next}")
         if self.write_back and rule.effect == "short":
-            raise UserError(f"{where}: short: the write-back cache's kernel would drop the rest of a short "
-                            f"write-back and read zeros past a short read (mount with --no-writeback-cache to "
-                            f"cut reads and writes short)")
+            raise UserError(
+                f"{where}: short: the write-back cache's kernel would drop the rest of a short "
+                f"write-back and read zeros past a short read (mount with --no-writeback-cache to "
+                f"cut reads and writes short)"
+            )
         if any(s.rule.id == rule.id for s in self.rules):
             if trial:  # a faults file, checked before mounting: the other rule is in the file
                 raise UserError(f"{where}: id {rule.id!r}: an earlier rule of the file has that id")
@@ -130,17 +132,24 @@ class Injector:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every rule, normalised, with how often it matched, fired and held a request."""
-        return [{**s.rule.describe(), "summary": s.rule.summary(), "matched": s.matched, "fired": s.fired,
-                 "held": s.held} for s in self.rules]
+        return [
+            {**s.rule.describe(), "summary": s.rule.summary(), "matched": s.matched, "fired": s.fired, "held": s.held}
+            for s in self.rules
+        ]
 
     def counters(self) -> FaultCounters:
-        return {"fired": self.fired, "in_force": len(self.rules), "stale_files": len(self.stale),
-                "pending_write_errors": len(self.pending)}
+        return {
+            "fired": self.fired,
+            "in_force": len(self.rules),
+            "stale_files": len(self.stale),
+            "pending_write_errors": len(self.pending),
+        }
 
     # ---- requests -----------------------------------------------------------------
 
-    def check(self, op: str, kind: Kind, file: int, directory: int, path: str, size: int,
-              who: Callable[[], Who], now_ns: int) -> Firing | None:
+    def check(
+        self, op: str, kind: Kind, file: int, directory: int, path: str, size: int, who: Callable[[], Who], now_ns: int
+    ) -> Firing | None:
         """What the rules do to this request, if anything: the first rule that fires (or
         whose outage holds it) wins.  `who()` gives the caller's (process id, name), asked
         only when a rule matches on them."""
@@ -171,8 +180,7 @@ class Injector:
                 return firing
         return None
 
-    def _fire(self, s: _State, op: str, file: int, directory: int, path: str, size: int,
-              now_ns: int) -> Firing | None:
+    def _fire(self, s: _State, op: str, file: int, directory: int, path: str, size: int, now_ns: int) -> Firing | None:
         rule = s.rule
         if rule.effect == "full":
             return self._full(s, op, size, self.write_back)
@@ -225,7 +233,7 @@ class Injector:
         n = s.seen.get((op, path), 0)
         s.seen[(op, path)] = n + 1
         key = f"{s.rule.seed}\0{s.rule.id}\0{op}\0{path}\0{n}".encode()
-        draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2 ** 64
+        draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
         return draw < (s.rule.probability or 0.0)
 
     def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None) -> None:
@@ -234,8 +242,15 @@ class Injector:
             return
         who = f" by {process[1] or '?'!r} ({process[0]})" if process else ""  # names others chose: %r
         what = firing.effect if not firing.errno else f"{firing.effect} {errno_name(firing.errno)}"
-        log.info("fault %s fired on %s %r%s: %s%s", s.rule.id, op, path, who, what,
-                 f" (further firings of {s.rule.id} are counted, not logged)" if s.logged == LOGGED_FIRINGS else "")
+        log.info(
+            "fault %s fired on %s %r%s: %s%s",
+            s.rule.id,
+            op,
+            path,
+            who,
+            what,
+            f" (further firings of {s.rule.id} are counted, not logged)" if s.logged == LOGGED_FIRINGS else "",
+        )
 
     # ---- state the firings leave --------------------------------------------------
 

@@ -20,9 +20,34 @@ from ..request import Kind
 # Operations a rule may match: every request a handler sends through the shaper but the
 # closes of a handle (release, releasedir), which must always run and whose errors the
 # kernel drops; close(2)'s own error comes from flush.
-OPERATIONS = ("lookup", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink", "unlink", "rmdir",
-              "rename", "link", "open", "create", "read", "write", "flush", "fsync", "opendir", "readdir",
-              "fsyncdir", "statfs", "access", "setxattr", "getxattr", "listxattr", "removexattr")
+OPERATIONS = (
+    "lookup",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "symlink",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "open",
+    "create",
+    "read",
+    "write",
+    "flush",
+    "fsync",
+    "opendir",
+    "readdir",
+    "fsyncdir",
+    "statfs",
+    "access",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+)
 CLASSES: dict[str, frozenset[Kind]] = {
     "meta_read": frozenset({Kind.META_READ}),
     "meta_write": frozenset({Kind.META_WRITE}),
@@ -36,8 +61,23 @@ CLASSES: dict[str, frozenset[Kind]] = {
 CREATES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))  # what a full file system refuses too
 _COMM_MAX = 15  # TASK_COMM_LEN less its terminating zero
 EFFECTS = ("errno", "stall", "stale", "write_error", "full", "short")
-_KEYS = {"id", "op", "path", "pid", "comm", "probability", "seed", "count", "every", "after", "until",
-         *EFFECTS, "soft", "timeo", "retrans"}
+_KEYS = {
+    "id",
+    "op",
+    "path",
+    "pid",
+    "comm",
+    "probability",
+    "seed",
+    "count",
+    "every",
+    "after",
+    "until",
+    *EFFECTS,
+    "soft",
+    "timeo",
+    "retrans",
+}
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 EVENT_ID = re.compile(r"e\d+")  # the model's events' ids (e1, e2, ...), not the rules' (r1, r2, ... or the user's)
 
@@ -162,13 +202,15 @@ class Rule:
     def summary(self) -> str:
         """One line for `fusetrace fault list`: what it does, to what, when."""
         d = self.describe()
-        effect = {"errno": f"errno {d.get('errno')}",
-                  "stall": f"stall {d.get('stall')}" + (f" soft → {d['errno']} after "
-                                                        f"{_say_s(self.soft_timeout_s())}" if self.soft else ""),
-                  "stale": "ESTALE (file removed by another client)",
-                  "write_error": f"write-back error {d.get('write_error')} at fsync and close",
-                  "full": f"{d.get('errno')} past {self.full_bytes:,} bytes written",
-                  "short": f"short: at most {self.short_bytes:,} bytes"}[self.effect]
+        effect = {
+            "errno": f"errno {d.get('errno')}",
+            "stall": f"stall {d.get('stall')}"
+            + (f" soft → {d['errno']} after {_say_s(self.soft_timeout_s())}" if self.soft else ""),
+            "stale": "ESTALE (file removed by another client)",
+            "write_error": f"write-back error {d.get('write_error')} at fsync and close",
+            "full": f"{d.get('errno')} past {self.full_bytes:,} bytes written",
+            "short": f"short: at most {self.short_bytes:,} bytes",
+        }[self.effect]
         what = [",".join(self.op_names) or "all ops"]
         if self.path is not None:
             what.append(f"path {self.path}")
@@ -254,8 +296,10 @@ def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
         name = os.fsencode(comm)  # (as the command line gave it: undecodable bytes kept)
         if not 0 < len(name) <= _COMM_MAX:
             kept = os.fsdecode(name[:_COMM_MAX])
-            raise UserError(f"{where}: comm {comm!r}: Linux keeps 1 to {_COMM_MAX} bytes of a process's name "
-                            f"(/proc/PID/comm), so no process is named so; give {kept!r}")
+            raise UserError(
+                f"{where}: comm {comm!r}: Linux keeps 1 to {_COMM_MAX} bytes of a process's name "
+                f"(/proc/PID/comm), so no process is named so; give {kept!r}"
+            )
     if "probability" in raw:
         p = raw["probability"]
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
@@ -339,7 +383,7 @@ def _ops(value: object, where: str) -> tuple[frozenset[str], frozenset[Kind], tu
         return frozenset(), frozenset(), ()
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise UserError(f"{where}: op {value!r}: expected names such as \"write,fsync\" or a list of them")
+        raise UserError(f'{where}: op {value!r}: expected names such as "write,fsync" or a list of them')
     names = tuple(dict.fromkeys(i.strip() for i in items if i.strip()))
     ops: set[str] = set()
     kinds: set[Kind] = set()
@@ -349,8 +393,9 @@ def _ops(value: object, where: str) -> tuple[frozenset[str], frozenset[Kind], tu
         elif name in OPERATIONS:
             ops.add(name)
         else:
-            raise UserError(f"{where}: op {name!r}: not an operation ({', '.join(OPERATIONS)}) nor a class "
-                            f"({', '.join(CLASSES)})")
+            raise UserError(
+                f"{where}: op {name!r}: not an operation ({', '.join(OPERATIONS)}) nor a class ({', '.join(CLASSES)})"
+            )
     if not names:
         raise UserError(f"{where}: op {value!r}: names no operation")
     return frozenset(ops), frozenset(kinds), names
@@ -411,8 +456,9 @@ def load_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         raise UserError(f"--faults {path}: arrays or tables nested too deep to read") from None
     unknown = sorted(set(data) - {"rule", "event"})
     if unknown:
-        raise UserError(f"--faults {path}: unknown table {unknown[0]!r} (a faults file has [[rule]] and "
-                        f"[[event]] tables)")
+        raise UserError(
+            f"--faults {path}: unknown table {unknown[0]!r} (a faults file has [[rule]] and [[event]] tables)"
+        )
     rules, events = data.get("rule", []), data.get("event", [])
     for name, tables in (("rule", rules), ("event", events)):
         if not isinstance(tables, list):

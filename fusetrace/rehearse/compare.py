@@ -114,8 +114,9 @@ class Side:
         self.directories = [m.directory for m in self.traces.members]
         self.db = duckdb.connect()
         self.columns = self.traces.create_view(self.db, "trace")
-        row = self.db.execute("select count(*), coalesce(max(start_ns + dur_ns) - min(start_ns), 0) "
-                              "from trace").fetchone()
+        row = self.db.execute(
+            "select count(*), coalesce(max(start_ns + dur_ns) - min(start_ns), 0) from trace"
+        ).fetchone()
         assert row is not None
         self.records, self.span_ns = row
 
@@ -124,8 +125,9 @@ class Side:
         rows = self.db.execute(f"""
             select {key}, count(*), avg(dur_ns), quantile_cont(dur_ns, [0.5, 0.9, 0.99])
             from trace where {key} is not null group by {key}""").fetchall()
-        return {str(k): LatencyStats(count=n, mean_ns=mean, p50_ns=q[0], p90_ns=q[1], p99_ns=q[2])
-                for k, n, mean, q in rows}
+        return {
+            str(k): LatencyStats(count=n, mean_ns=mean, p50_ns=q[0], p90_ns=q[1], p99_ns=q[2]) for k, n, mean, q in rows
+        }
 
     def cdf(self, op: str) -> list[float]:
         """CDF_POINTS quantiles of op's latency, in ns."""
@@ -141,13 +143,23 @@ class Side:
         """Its directory (None for several), directories, hosts, records, span, the profiles
         emulated (None when none), the round trip, and whether a mount had FUSE's
         write-back cache."""
-        profiles = sorted({str((m.metadata.get("emulation") or {}).get("profile")) for m in self.traces.members
-                           if m.metadata.get("emulation")})
-        return {"directory": self.directories[0] if len(self.directories) == 1 else None,
-                "directories": self.directories, "hosts": sorted({m.host for m in self.traces.members}),
-                "records": self.records, "span_ns": self.span_ns, "profile": ", ".join(profiles) or None,
-                "fuse_round_trip_ns": self.round_trip_ns() or None,
-                "writeback_cache": self._writeback_cache()}
+        profiles = sorted(
+            {
+                str((m.metadata.get("emulation") or {}).get("profile"))
+                for m in self.traces.members
+                if m.metadata.get("emulation")
+            }
+        )
+        return {
+            "directory": self.directories[0] if len(self.directories) == 1 else None,
+            "directories": self.directories,
+            "hosts": sorted({m.host for m in self.traces.members}),
+            "records": self.records,
+            "span_ns": self.span_ns,
+            "profile": ", ".join(profiles) or None,
+            "fuse_round_trip_ns": self.round_trip_ns() or None,
+            "writeback_cache": self._writeback_cache(),
+        }
 
     def _writeback_cache(self) -> bool | None:
         """Whether its mounts had FUSE's write-back cache: all, none, or None for some."""
@@ -155,8 +167,7 @@ class Side:
         return had.pop() if len(had) == 1 else None
 
 
-def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail: float,
-          slack_ns: float) -> Judgement:
+def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail: float, slack_ns: float) -> Judgement:
     """One row: A's and B's figures, B/A of p50 and p99, and the verdict."""
     row = Judgement(a=a, b=b, p50_ratio=None, p99_ratio=None, verdict="")
     if a is None or b is None:
@@ -167,8 +178,10 @@ def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail
     if min(a["count"], b["count"]) < MIN_RECORDS:
         row["verdict"] = "too few"
         return row
-    within = [abs(b["p50_ns"] - a["p50_ns"]) <= tolerance / 100 * a["p50_ns"],
-              abs(b["p99_ns"] - a["p99_ns"]) <= tail / 100 * a["p99_ns"]]
+    within = [
+        abs(b["p50_ns"] - a["p50_ns"]) <= tolerance / 100 * a["p50_ns"],
+        abs(b["p99_ns"] - a["p99_ns"]) <= tail / 100 * a["p99_ns"],
+    ]
     by_host = [abs(b[k] - a[k]) <= slack_ns for k in ("p50_ns", "p99_ns")]
     if all(within):
         row["verdict"] = "pass"
@@ -179,8 +192,9 @@ def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail
     return row
 
 
-def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float,
-            tail: float) -> tuple[Comparison, tuple[Side, Side]]:
+def compare(
+    dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float, tail: float
+) -> tuple[Comparison, tuple[Side, Side]]:
     """A's traces (read as one) against B's, and the two sides (for --out's plots); see the
     module's docstring."""
     a, b = Side(dirs_a), Side(dirs_b)
@@ -189,18 +203,33 @@ def compare(dirs_a: Sequence[str], dirs_b: Sequence[str], tolerance: float,
     caution = None
     had = (described[0]["writeback_cache"], described[1]["writeback_cache"])
     if had[0] != had[1] or None in had:
-        which = " and ".join(f"some of {s}'s" for s, h in zip("AB", had) if h is None) or \
-            f"only {'A' if had[0] else 'B'}'s"
-        caution = (f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
-                   f"write-back of many write(2) calls, and reads of data written through them are missing; "
-                   f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them")
+        which = (
+            " and ".join(f"some of {s}'s" for s, h in zip("AB", had) if h is None) or f"only {'A' if had[0] else 'B'}'s"
+        )
+        caution = (
+            f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
+            f"write-back of many write(2) calls, and reads of data written through them are missing; "
+            f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them"
+        )
     ops: list[OpRow] = [{"op": k, **row} for k, row in _judged(a, b, "op", tolerance, tail, slack)]
-    classes: list[KindRow] = [{"kind": k, **row} for k, row in _judged(a, b, "kind", tolerance, tail, slack)] \
-        if "kind" in a.columns and "kind" in b.columns else []
-    out: Comparison = {"a": described[0], "b": described[1], "tolerance": tolerance, "tail_tolerance": tail,
-                       "min_records": MIN_RECORDS, "host_slack_ns": slack, "caution": caution, "ops": ops,
-                       "classes": classes, "judged": sum(r["verdict"] in ("pass", "fail", HOST) for r in ops),
-                       "failed": sum(r["verdict"] == "fail" for r in ops)}
+    classes: list[KindRow] = (
+        [{"kind": k, **row} for k, row in _judged(a, b, "kind", tolerance, tail, slack)]
+        if "kind" in a.columns and "kind" in b.columns
+        else []
+    )
+    out: Comparison = {
+        "a": described[0],
+        "b": described[1],
+        "tolerance": tolerance,
+        "tail_tolerance": tail,
+        "min_records": MIN_RECORDS,
+        "host_slack_ns": slack,
+        "caution": caution,
+        "ops": ops,
+        "classes": classes,
+        "judged": sum(r["verdict"] in ("pass", "fail", HOST) for r in ops),
+        "failed": sum(r["verdict"] == "fail" for r in ops),
+    }
     return out, (a, b)
 
 
@@ -220,8 +249,10 @@ def run(args: argparse.Namespace) -> int:
         if value >= 1000:
             raise CompareError(f"{flag} {value:g}: a percentage under 1000")
     if args.against is None and len(args.traces) != 2:
-        raise CompareError(f"give two traces, A B (each a directory or a glob in quotes), or several: "
-                           f"A... --against B... (got {len(args.traces)} before any --against)")
+        raise CompareError(
+            f"give two traces, A B (each a directory or a glob in quotes), or several: "
+            f"A... --against B... (got {len(args.traces)} before any --against)"
+        )
     sides = (args.traces, args.against) if args.against is not None else ([args.traces[0]], [args.traces[1]])
     dirs_a, dirs_b = expand_traces(*sides)
     try:
@@ -239,18 +270,21 @@ def render(r: Comparison) -> str:
     for side in ("a", "b"):
         d = r[side]
         emulated = f", emulating {d['profile']}" if d["profile"] else ""
-        lines.append(f"{side.upper()}  {_names(d)}  ({int_text(d['records'])} records over "
-                     f"{d['span_ns'] / 1e9:.3f} s{emulated})")
+        lines.append(
+            f"{side.upper()}  {_names(d)}  ({int_text(d['records'])} records over {d['span_ns'] / 1e9:.3f} s{emulated})"
+        )
     if r["caution"]:
         lines.append(f"caution: {r['caution']}")
     blocks = ["\n".join(lines), _table(r["ops"], "op")]
     if r["classes"]:
         blocks.append(_table(r["classes"], "kind"))
     slack = f"; or apart by less than FUSE's round trip ({ns_text(r['host_slack_ns'])})" if r["host_slack_ns"] else ""
-    blocks.append(f"(pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %"
-                  f"{slack}; too few: under {r['min_records']} records on a side)\n"
-                  f"{r['judged'] - r['failed']} of {r['judged']} judged operations pass"
-                  + (f"; see {r['out']['html']}" if r.get("out") else ""))
+    blocks.append(
+        f"(pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %"
+        f"{slack}; too few: under {r['min_records']} records on a side)\n"
+        f"{r['judged'] - r['failed']} of {r['judged']} judged operations pass"
+        + (f"; see {r['out']['html']}" if r.get("out") else "")
+    )
     return "\n\n".join(blocks)
 
 
@@ -267,11 +301,18 @@ def _table(rows: Sequence[Mapping[str, Any]], key: str) -> str:
     body = []
     for r in rows:
         a, b = r["a"] or {}, r["b"] or {}
-        body.append([r[key], int_text(a.get("count", 0)), int_text(b.get("count", 0)),
-                     *(ns_text(x[k]) if k in x else "-" for x, k in ((a, "p50_ns"), (b, "p50_ns"))),
-                     _ratio(r["p50_ratio"]),
-                     *(ns_text(x[k]) if k in x else "-" for x, k in ((a, "p99_ns"), (b, "p99_ns"))),
-                     _ratio(r["p99_ratio"]), r["verdict"]])
+        body.append(
+            [
+                r[key],
+                int_text(a.get("count", 0)),
+                int_text(b.get("count", 0)),
+                *(ns_text(x[k]) if k in x else "-" for x, k in ((a, "p50_ns"), (b, "p50_ns"))),
+                _ratio(r["p50_ratio"]),
+                *(ns_text(x[k]) if k in x else "-" for x, k in ((a, "p99_ns"), (b, "p99_ns"))),
+                _ratio(r["p99_ratio"]),
+                r["verdict"],
+            ]
+        )
     return table(head, body, "l" + "r" * 8 + "l")
 
 
@@ -280,6 +321,7 @@ def _ratio(x: float | None) -> str:
 
 
 # ---- --out: CDF plots and a page -----------------------------------------------------------
+
 
 def write_out(directory: str, r: Comparison, sides: tuple[Side, Side]) -> OutFiles:
     if os.path.islink(directory) or (os.path.exists(directory) and not os.path.isdir(directory)):
@@ -328,7 +370,7 @@ def _cdf_png(r: Comparison, sides: tuple[Side, Side]) -> bytes:
         ax.set_ylabel("share of operations")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="lower right")
-    for ax in axes[len(ops):]:
+    for ax in axes[len(ops) :]:
         ax.set_visible(False)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
@@ -342,10 +384,18 @@ def _page(r: Comparison, png: bytes) -> str:
     for row in r["ops"]:
         a: Mapping[str, Any] = row["a"] or {}
         b: Mapping[str, Any] = row["b"] or {}
-        cells = [row["op"], int_text(a.get("count", 0)), int_text(b.get("count", 0)),
-                 ns_text(a["p50_ns"]) if a else "-", ns_text(b["p50_ns"]) if b else "-", _ratio(row["p50_ratio"]),
-                 ns_text(a["p99_ns"]) if a else "-", ns_text(b["p99_ns"]) if b else "-", _ratio(row["p99_ratio"]),
-                 row["verdict"]]
+        cells = [
+            row["op"],
+            int_text(a.get("count", 0)),
+            int_text(b.get("count", 0)),
+            ns_text(a["p50_ns"]) if a else "-",
+            ns_text(b["p50_ns"]) if b else "-",
+            _ratio(row["p50_ratio"]),
+            ns_text(a["p99_ns"]) if a else "-",
+            ns_text(b["p99_ns"]) if b else "-",
+            _ratio(row["p99_ratio"]),
+            row["verdict"],
+        ]
         cls = "fail" if row["verdict"] == "fail" else ""
         body.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
     image = base64.b64encode(png).decode()
@@ -355,12 +405,12 @@ def _page(r: Comparison, png: bytes) -> str:
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} td:first-child{{text-align:left}}
 tr.fail td{{background:#fdd}}</style></head><body>
 <h1>A against B</h1>
-<p>A: {esc(_names(r['a']))} ({int_text(r['a']['records'])} records)<br>
-B: {esc(_names(r['b']))} ({int_text(r['b']['records'])} records)</p>
-<p>pass: B's p50 within {r['tolerance']:g} % of A's and its p99 within {r['tail_tolerance']:g} %
-(or apart by less than FUSE's round trip); too few: under {r['min_records']} records on a side.
-{r['judged'] - r['failed']} of {r['judged']} judged operations pass.</p>
-<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>
+<p>A: {esc(_names(r["a"]))} ({int_text(r["a"]["records"])} records)<br>
+B: {esc(_names(r["b"]))} ({int_text(r["b"]["records"])} records)</p>
+<p>pass: B's p50 within {r["tolerance"]:g} % of A's and its p99 within {r["tail_tolerance"]:g} %
+(or apart by less than FUSE's round trip); too few: under {r["min_records"]} records on a side.
+{r["judged"] - r["failed"]} of {r["judged"]} judged operations pass.</p>
+<table><tr>{"".join(f"<th>{h}</th>" for h in heads)}</tr>
 {chr(10).join(body)}</table>
 <h2>Latency CDFs</h2><img alt="latency CDF of each operation, A solid, B dashed" src="data:image/png;base64,{image}">
 </body></html>

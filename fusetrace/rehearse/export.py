@@ -33,8 +33,9 @@ def run(args) -> int:
     def fill(f: BinaryIO) -> None:
         # fio's iolog names files by their exact bytes; the others are UTF-8 (their writers
         # give names that are not as text, fusetrace/trace/names.py's readable)
-        out = io.TextIOWrapper(f, encoding="utf-8", newline="",
-                               errors="surrogateescape" if args.format == "fio-iolog" else "strict")
+        out = io.TextIOWrapper(
+            f, encoding="utf-8", newline="", errors="surrogateescape" if args.format == "fio-iolog" else "strict"
+        )
         done.append(_export(args.format, trace_dir, out))
         out.flush()
         out.detach()  # atomic_write flushes, syncs and closes the file itself
@@ -68,5 +69,7 @@ def _check_output(output: str, trace_dir: str) -> None:
     if not os.path.isdir(parent):
         raise UserError(f"{output}: no such directory: {parent}")
     if os.path.samefile(parent, trace_dir):
-        raise UserError(f"{output}: inside the trace directory, where readers of the trace would take it "
-                        f"for part of it; write it elsewhere")
+        raise UserError(
+            f"{output}: inside the trace directory, where readers of the trace would take it "
+            f"for part of it; write it elsewhere"
+        )

@@ -45,19 +45,45 @@ NO_ROUND_TRIP_NS = 150_000  # the server-bound threshold of a trace-mode trace w
 
 # The NFS requests of the emulated client (emulator/nfsclient.py) by the model's latency class.
 _RPC_CLASS = {
-    "GETATTR": "meta_read", "LOOKUP": "meta_read", "OPEN": "meta_read", "CLOSE": "meta_read",
-    "READDIRPLUS": "meta_read", "STATFS": "meta_read", "ACCESS": "meta_read", "READLINK": "meta_read",
-    "SETATTR": "meta_write", "OPEN(create)": "meta_write", "CREATE": "meta_write", "LINK": "meta_write",
-    "REMOVE": "meta_write", "RENAME": "meta_write",
-    "READ": "read", "WRITE": "write", "WRITE(FILE_SYNC)": "write", "COMMIT": "commit",
+    "GETATTR": "meta_read",
+    "LOOKUP": "meta_read",
+    "OPEN": "meta_read",
+    "CLOSE": "meta_read",
+    "READDIRPLUS": "meta_read",
+    "STATFS": "meta_read",
+    "ACCESS": "meta_read",
+    "READLINK": "meta_read",
+    "SETATTR": "meta_write",
+    "OPEN(create)": "meta_write",
+    "CREATE": "meta_write",
+    "LINK": "meta_write",
+    "REMOVE": "meta_write",
+    "RENAME": "meta_write",
+    "READ": "read",
+    "WRITE": "write",
+    "WRITE(FILE_SYNC)": "write",
+    "COMMIT": "commit",
 }
 # Operations that send one request when they reach the server (a trace without `nfs`).
 _OP_CLASS = {
-    "getattr": "meta_read", "lookup": "meta_read", "open": "meta_read", "statfs": "meta_read",
-    "access": "meta_read", "readlink": "meta_read",
-    "setattr": "meta_write", "create": "meta_write", "mknod": "meta_write", "mkdir": "meta_write",
-    "symlink": "meta_write", "link": "meta_write", "unlink": "meta_write", "rmdir": "meta_write",
-    "rename": "meta_write", "read": "read", "fsync": "commit", "fsyncdir": "commit",
+    "getattr": "meta_read",
+    "lookup": "meta_read",
+    "open": "meta_read",
+    "statfs": "meta_read",
+    "access": "meta_read",
+    "readlink": "meta_read",
+    "setattr": "meta_write",
+    "create": "meta_write",
+    "mknod": "meta_write",
+    "mkdir": "meta_write",
+    "symlink": "meta_write",
+    "link": "meta_write",
+    "unlink": "meta_write",
+    "rmdir": "meta_write",
+    "rename": "meta_write",
+    "read": "read",
+    "fsync": "commit",
+    "fsyncdir": "commit",
 }
 _MAKES = ("create", "mknod", "mkdir", "symlink")
 _NAMESPACE = ("create", "mknod", "mkdir", "symlink", "link", "unlink", "rmdir", "rename")
@@ -101,8 +127,10 @@ def run(args) -> int:
     except ProfileError as exc:  # a fit the model refuses is a bug here, said plainly
         raise FitError(f"{args.output}: the fitted profile does not load: {exc}") from None
     keys = [k for k in fitted if not k.key.startswith("#")]
-    print(f"fitted {len(keys)} keys from {args.trace_dir} into {args.output} (the rest from {args.base}); "
-          f"use it with --emulate {args.output}")
+    print(
+        f"fitted {len(keys)} keys from {args.trace_dir} into {args.output} (the rest from {args.base}); "
+        f"use it with --emulate {args.output}"
+    )
     return 0
 
 
@@ -110,10 +138,12 @@ def render(trace_dir: str, base: str, fitted: list[Key]) -> str:
     # The trace's name as TOML takes it: printable (any bytes, a newline even, may be in a
     # directory's name), and quoted as JSON, whose escapes TOML's basic strings share.
     shown = printable(os.path.abspath(trace_dir))
-    lines = [f"# Fitted by `fusetrace fit` to the trace {shown}.",
-             "# Each key says how it was derived; keys not here come from the base profile.",
-             f'base = "{base}"',
-             f"description = {json.dumps('fitted to the trace ' + os.path.basename(shown))}"]
+    lines = [
+        f"# Fitted by `fusetrace fit` to the trace {shown}.",
+        "# Each key says how it was derived; keys not here come from the base profile.",
+        f'base = "{base}"',
+        f"description = {json.dumps('fitted to the trace ' + os.path.basename(shown))}",
+    ]
     for k in fitted:
         lines.append(k.how if k.key.startswith("#") else k.line())
     return "\n".join(lines) + "\n"
@@ -158,10 +188,15 @@ class Fitter:
             # _earlier), so those operations would pull the median down.
             rows = self.db.execute(
                 "select latency_ns, size from trace where list_contains($rpcs, nfs) and latency_ns > 0 "
-                "and not list_contains($makes, op)", {"rpcs": rpcs, "makes": list(_MAKES)}).fetchall()
+                "and not list_contains($makes, op)",
+                {"rpcs": rpcs, "makes": list(_MAKES)},
+            ).fetchall()
             made = " (names made are left out: their lookup's time is taken off)" if cls == "meta_write" else ""
-            return ([ns / 1e6 for ns, _ in rows], [s for _, s in rows],
-                    f"the model's sampled latency (latency_ns) of operations that sent one {names}{made}")
+            return (
+                [ns / 1e6 for ns, _ in rows],
+                [s for _, s in rows],
+                f"the model's sampled latency (latency_ns) of operations that sent one {names}{made}",
+            )
         ops = [op for op, c in _OP_CLASS.items() if c == cls]
         if not ops:
             return [], [], ""
@@ -170,10 +205,13 @@ class Fitter:
         if cls == "write":  # reached the server only when not buffered
             extra = " or (op = 'write' and kind in ('direct', 'sync'))" if "kind" in self.columns else ""
         rows = self.db.execute(
-            "select dur_ns, size from trace where errno = 0 and dur_ns > $floor "
-            f"and (list_contains($ops, op){extra})", {"floor": floor, "ops": ops}).fetchall()
-        how = (f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of {', '.join(ops)} records over "
-               f"{floor / 1e3:.0f} µs (faster ones were answered by the NFS client's caches)")
+            f"select dur_ns, size from trace where errno = 0 and dur_ns > $floor and (list_contains($ops, op){extra})",
+            {"floor": floor, "ops": ops},
+        ).fetchall()
+        how = (
+            f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of {', '.join(ops)} records over "
+            f"{floor / 1e3:.0f} µs (faster ones were answered by the NFS client's caches)"
+        )
         return [(ns + self.rt_ns) / 1e6 for ns, _ in rows], [s for _, s in rows], how
 
     def _latency(self, cls: str) -> list[Key]:
@@ -188,8 +226,10 @@ class Fitter:
         median = statistics.median(ms)
         p99 = max(_quantile(ms, 0.99), median)
         n = int_text(len(ms))
-        return [Key(f"{cls}_latency_ms", round(median, 4), f"median of {n}: {how}"),
-                Key(f"{cls}_latency_p99_ms", round(min(p99, 999 * median), 4), f"99th percentile of the same {n}")]
+        return [
+            Key(f"{cls}_latency_ms", round(median, 4), f"median of {n}: {how}"),
+            Key(f"{cls}_latency_p99_ms", round(min(p99, 999 * median), 4), f"99th percentile of the same {n}"),
+        ]
 
     @staticmethod
     def slope_ms_per_byte(ms: list[float], sizes: list[int]) -> float:
@@ -207,21 +247,39 @@ class Fitter:
     def _stream(self) -> list[Key]:
         """stream_mibps: the rate of one request's bytes."""
         if self.modelled:
-            rows = self.db.execute("select sum(size), sum(transfer_ns), count(*) from trace "
-                                   "where nfs = 'READ' and transfer_ns > 0 and size > 0").fetchone()
+            rows = self.db.execute(
+                "select sum(size), sum(transfer_ns), count(*) from trace "
+                "where nfs = 'READ' and transfer_ns > 0 and size > 0"
+            ).fetchone()
             total, ns, n = rows if rows else (0, 0, 0)
             if not n or n < MIN_RECORDS:
                 return []
             mibps = total / MiB / (ns / 1e9)
-            return [Key("stream_mibps", round(mibps, 2),
-                        f"bytes over transfer time (transfer_ns) of {int_text(n)} operations that sent one READ")]
+            return [
+                Key(
+                    "stream_mibps",
+                    round(mibps, 2),
+                    f"bytes over transfer time (transfer_ns) of {int_text(n)} operations that sent one READ",
+                )
+            ]
         ms, sizes, _ = self._samples("read")
         slope = self.slope_ms_per_byte(ms, sizes) if len(ms) >= MIN_RECORDS else 0.0
         if not slope:
-            return [Key("#", "", "# stream_mibps: the trace's reads are too few or all of one size to tell "
-                                 "bandwidth from latency: the base's stands")]
-        return [Key("stream_mibps", round(1e3 / slope / MiB, 2),
-                    f"1 / slope of read latency against size (medians per size of {int_text(len(ms))} reads)")]
+            return [
+                Key(
+                    "#",
+                    "",
+                    "# stream_mibps: the trace's reads are too few or all of one size to tell "
+                    "bandwidth from latency: the base's stands",
+                )
+            ]
+        return [
+            Key(
+                "stream_mibps",
+                round(1e3 / slope / MiB, 2),
+                f"1 / slope of read latency against size (medians per size of {int_text(len(ms))} reads)",
+            )
+        ]
 
     # ---- ceilings -----------------------------------------------------------------------
 
@@ -240,20 +298,31 @@ class Fitter:
         gates = self._gated()
         out: list[Key] = []
         for key, peak, gate_share, unit in (
-                ("read_iops", r_ops, gates.get("iops_read", 0.0), "operations a second"),
-                ("write_iops", w_ops, gates.get("iops_write", 0.0), "operations a second")):
+            ("read_iops", r_ops, gates.get("iops_read", 0.0), "operations a second"),
+            ("write_iops", w_ops, gates.get("iops_write", 0.0), "operations a second"),
+        ):
             if gate_share >= GATED_SHARE and peak:
-                out.append(Key(key, float(peak), f"the most {unit} in a 1-second window of {seconds}, where "
-                                                 f"{100 * gate_share:.0f} % of them waited on the IOPS limit"))
-        said = (f"# reached in a 1-second window (of {seconds}; successful operations only): "
-                f"{int_text(r_ops or 0)} read-class operations (read, lookup, getattr, open, readdir ...) and "
-                f"{int_text(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
-                f"{(w_bytes or 0) / 1e6:.1f} MB/s written")
+                out.append(
+                    Key(
+                        key,
+                        float(peak),
+                        f"the most {unit} in a 1-second window of {seconds}, where "
+                        f"{100 * gate_share:.0f} % of them waited on the IOPS limit",
+                    )
+                )
+        said = (
+            f"# reached in a 1-second window (of {seconds}; successful operations only): "
+            f"{int_text(r_ops or 0)} read-class operations (read, lookup, getattr, open, readdir ...) and "
+            f"{int_text(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
+            f"{(w_bytes or 0) / 1e6:.1f} MB/s written"
+        )
         if not out and gates.get("throughput", 0.0) < GATED_SHARE:
             said += ": lower bounds (nothing in the trace waited on a limit), so the base's limits stand"
         elif gates.get("throughput", 0.0) >= GATED_SHARE:
-            said += (f"; {100 * gates['throughput']:.0f} % of operations waited on the file system's throughput: "
-                     f"the base's throughput mode and credits stand, check them")
+            said += (
+                f"; {100 * gates['throughput']:.0f} % of operations waited on the file system's throughput: "
+                f"the base's throughput mode and credits stand, check them"
+            )
         out.append(Key("#", "", said))
         return out
 
@@ -280,9 +349,14 @@ class Fitter:
         base_writes = "op = 'write' and kind in ('direct', 'sync')" if "kind" in self.columns else "op = 'write'"
         out = []
         for key, where, params, what in (
-                ("file_write_slots", base_writes, {}, "writes in service at once on one file"),
-                ("dir_write_slots", "list_contains($namespace, op)", {"namespace": list(_NAMESPACE)},
-                 "namespace changes in service at once in one directory")):
+            ("file_write_slots", base_writes, {}, "writes in service at once on one file"),
+            (
+                "dir_write_slots",
+                "list_contains($namespace, op)",
+                {"namespace": list(_NAMESPACE)},
+                "namespace changes in service at once in one directory",
+            ),
+        ):
             most, n = self._most_overlapping(where, params)
             if n < MIN_RECORDS:
                 continue
@@ -290,20 +364,29 @@ class Fitter:
             if most > theirs:
                 out.append(Key(key, most, f"the most {what} ({count(n, 'record')}): a lower bound"))
             else:
-                out.append(Key("#", "", f"# {key}: the most {what} in the trace was {most} ({count(n, 'record')}), "
-                                        f"within the base's {theirs}, which stands"))
+                out.append(
+                    Key(
+                        "#",
+                        "",
+                        f"# {key}: the most {what} in the trace was {most} ({count(n, 'record')}), "
+                        f"within the base's {theirs}, which stands",
+                    )
+                )
         return out
 
     def _most_overlapping(self, where: str, params: dict[str, list[str]]) -> tuple[int, int]:
         """The most records matching `where` (its values in `params`) in flight at once on one
         inode, and how many there were."""
-        row = self.db.execute(f"""
+        row = self.db.execute(
+            f"""
             with e as (select inode as g, start_ns as t, 1 as d from trace where {where} and errno = 0
                        union all
                        select inode, start_ns + dur_ns, -1 from trace where {where} and errno = 0),
             r as (select sum(d) over (partition by g order by t, d rows unbounded preceding) as running from e)
             select coalesce(max(running), 0), (select count(*) from trace where {where} and errno = 0) from r
-        """, params).fetchone()
+        """,
+            params,
+        ).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
 

@@ -63,8 +63,9 @@ def survey(trace_dir: str) -> tuple[int, set[str]]:
         first = db.execute("select min(start_ns) from trace").fetchone()
         have = {row[0] for row in db.execute("describe trace").fetchall()}
         raw = "path_raw" if "path_raw" in have else "null"  # format 6
-        paths = db.execute(f"select distinct path, {raw} from trace "
-                           "where op in ('read', 'write', 'fsync') and errno = 0").fetchall()
+        paths = db.execute(
+            f"select distinct path, {raw} from trace where op in ('read', 'write', 'fsync') and errno = 0"
+        ).fetchall()
     finally:
         db.close()
     assert first is not None  # an aggregate always has its one row
@@ -145,14 +146,17 @@ def write(rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str]) -> Outc
                 log.open(ts, fh, name)
             log.io(ts, log.handles[fh], op, offset, result)
     c, b = log.counts, log.bytes
-    summary = (f"fio iolog v3: {count(c['read'], 'read')} ({b['read']:,} bytes), {count(c['write'], 'write')} "
-               f"({b['write']:,} bytes), {count(c['sync'], 'sync')} on {count(len(log.added), 'file')}")
+    summary = (
+        f"fio iolog v3: {count(c['read'], 'read')} ({b['read']:,} bytes), {count(c['write'], 'write')} "
+        f"({b['write']:,} bytes), {count(c['sync'], 'sync')} on {count(len(log.added), 'file')}"
+    )
     folders = sorted({os.path.dirname(n) for n in log.added} - {""})
     return Outcome(summary, list(_notes(refused, refused_ops, failed, log.needed, folders)))
 
 
-def _notes(refused: dict[str, dict[str, None]], refused_ops: int, failed: int, needed: dict[str, int],
-           folders: list[str]) -> Iterator[str]:
+def _notes(
+    refused: dict[str, dict[str, None]], refused_ops: int, failed: int, needed: dict[str, int], folders: list[str]
+) -> Iterator[str]:
     if refused:
         files = sum(len(names) for names in refused.values())
         yield f"left out {count(refused_ops, 'operation')} whose file names fio cannot take ({count(files, 'file')}):"
@@ -162,11 +166,15 @@ def _notes(refused: dict[str, dict[str, None]], refused_ops: int, failed: int, n
         yield f"left out {count(failed, 'operation')} (read, write, fsync) that failed or moved no bytes"
     if needed:
         first = sorted(needed)[:_SHOWN]
-        yield (f"the directory fio replays in must hold {count(len(needed), 'file')} the log reads before it "
-               f"writes them, each at least as large as read: "
-               + examples([f"{n!r} ({needed[n]:,} bytes)" for n in first], len(needed)))
+        yield (
+            f"the directory fio replays in must hold {count(len(needed), 'file')} the log reads before it "
+            f"writes them, each at least as large as read: "
+            + examples([f"{n!r} ({needed[n]:,} bytes)" for n in first], len(needed))
+        )
     if folders:
         n = len(folders)
-        yield (f"fio makes the files the log writes first, not directories: the directory it replays in must "
-               f"hold {n:,} director{'y' if n == 1 else 'ies'} (mkdir -p): "
-               + examples([repr(d) for d in folders[:_SHOWN]], n))
+        yield (
+            f"fio makes the files the log writes first, not directories: the directory it replays in must "
+            f"hold {n:,} director{'y' if n == 1 else 'ies'} (mkdir -p): "
+            + examples([repr(d) for d in folders[:_SHOWN]], n)
+        )

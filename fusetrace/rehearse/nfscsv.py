@@ -32,13 +32,22 @@ HEADER = ["ENDTIME_us", "TASK", "PID", "TYPE", "BYTES", "OFFSET_b", "LATENCY_us"
 TYPES = {"read": "R", "write": "W", "open": "O", "create": "O", "getattr": "G"}
 
 
-def row(start_ns: int, dur_ns: int, op: str, path: str, offset: int, result: int, errno: int, pid: int,
-        comm: str) -> list:
+def row(
+    start_ns: int, dur_ns: int, op: str, path: str, offset: int, result: int, errno: int, pid: int, comm: str
+) -> list:
     """One operation's CSV fields."""
     data = op in ("read", "write")
     returned = -errno if errno else (result if data else 0)
-    return [(start_ns + dur_ns) // 1000, comm, pid, TYPES[op], returned & 0xFFFF_FFFF, offset if data else 0,
-            dur_ns // 1000, names.readable(posixpath.basename(path) or path)]
+    return [
+        (start_ns + dur_ns) // 1000,
+        comm,
+        pid,
+        TYPES[op],
+        returned & 0xFFFF_FFFF,
+        offset if data else 0,
+        dur_ns // 1000,
+        names.readable(posixpath.basename(path) or path),
+    ]
 
 
 def write(rows: Iterable[tuple], out: TextIO) -> Outcome:
@@ -58,5 +67,8 @@ def write(rows: Iterable[tuple], out: TextIO) -> Outcome:
         heapq.heappush(pending, (start + dur, n, fields))
     while pending:
         writer.writerow(heapq.heappop(pending)[2])
-    return Outcome("nfsslower CSV: " + ", ".join(f"{n:,} {t}" for t, n in counts.items())
-                   + " (read, write, open, getattr; other operations left out)")
+    return Outcome(
+        "nfsslower CSV: "
+        + ", ".join(f"{n:,} {t}" for t, n in counts.items())
+        + " (read, write, open, getattr; other operations left out)"
+    )

@@ -26,9 +26,33 @@ from ..trace import names
 from .lanes import Lanes
 from .rows import Outcome
 
-COLUMNS = ["start_ns", "dur_ns", "op", "inode", "path", "path2", "fh", "offset", "size", "result", "errno",
-           "pid", "uid", "gid", "shaped_ns", "gate", "wait_ns", "latency_ns", "transfer_ns", "nfs", "comm",
-           "kind", "flags", "mode", "entry"]
+COLUMNS = [
+    "start_ns",
+    "dur_ns",
+    "op",
+    "inode",
+    "path",
+    "path2",
+    "fh",
+    "offset",
+    "size",
+    "result",
+    "errno",
+    "pid",
+    "uid",
+    "gid",
+    "shaped_ns",
+    "gate",
+    "wait_ns",
+    "latency_ns",
+    "transfer_ns",
+    "nfs",
+    "comm",
+    "kind",
+    "flags",
+    "mode",
+    "entry",
+]
 ALWAYS = ("path", "size", "result", "errno")  # args every event carries; the rest only when set
 # the rest, when set; a name that is not UTF-8 adds its bytes in hex (path_hex, path2_hex)
 _SET = [k for k in COLUMNS if k not in ALWAYS and k not in ("start_ns", "dur_ns", "op", "pid", "comm")]
@@ -53,9 +77,15 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
     if first:
         rows = itertools.chain([first], rows)
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-    other = {"exported_by": "fusetrace export --format perfetto", "ts_zero_monotonic_ns": t0,
-             **{k: metadata[k] for k in ("source", "mountpoint", "host", "start_wall_ns", "start_monotonic_ns",
-                                         "format_version") if k in metadata}}
+    other = {
+        "exported_by": "fusetrace export --format perfetto",
+        "ts_zero_monotonic_ns": t0,
+        **{
+            k: metadata[k]
+            for k in ("source", "mountpoint", "host", "start_wall_ns", "start_monotonic_ns", "format_version")
+            if k in metadata
+        },
+    }
     out.write('{"otherData":' + dumps(other) + ',\n"traceEvents":[\n')
     lanes = Lanes()
     comms: dict[int, str] = {}  # pid -> the process name last given
@@ -78,8 +108,15 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
         tid = tids.get((pid, lane))
         if tid is None:
             tid = tids[pid, lane] = pid if lane == 0 else PID_LIMIT + len(tids)
-            emit({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                  "args": {"name": f"{comm or pid} ops" if lane == 0 else f"{comm or pid} ops, lane {lane}"}})
+            emit(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"name": f"{comm or pid} ops" if lane == 0 else f"{comm or pid} ops, lane {lane}"},
+                }
+            )
         for k in ("path", "path2"):  # JSON holds text: a name that is not UTF-8 as text, and its bytes in hex
             text, raw = (None, None) if rec[k] is None else names.stored(rec[k])
             rec[k] = text
@@ -92,10 +129,22 @@ def write(rows: Iterable[tuple], out: TextIO, metadata: dict) -> Outcome:
             args["error"] = errnos.errorcode.get(rec["errno"], str(rec["errno"]))
         args.update((k, rec[k]) for k in _SET if rec[k])
         args.update((k, rec[k]) for k in _HEX if k in rec)
-        emit({"name": rec["op"], "cat": rec["kind"] or "fuse", "ph": "X", "ts": _us(start - t0), "dur": _us(dur),
-              "pid": pid, "tid": tid, "args": args})
+        emit(
+            {
+                "name": rec["op"],
+                "cat": rec["kind"] or "fuse",
+                "ph": "X",
+                "ts": _us(start - t0),
+                "dur": _us(dur),
+                "pid": pid,
+                "tid": tid,
+                "args": args,
+            }
+        )
         count += 1
     out.write("\n]}\n")
     processes = len({pid for pid, _ in tids})
-    return Outcome(f"Perfetto trace JSON: {count:,} operations of {processes:,} processes on {len(tids):,} "
-                   f"tracks (open it in ui.perfetto.dev)")
+    return Outcome(
+        f"Perfetto trace JSON: {count:,} operations of {processes:,} processes on {len(tids):,} "
+        f"tracks (open it in ui.perfetto.dev)"
+    )

@@ -17,8 +17,15 @@ INTERVAL = 5.0  # seconds between lines
 EVERY = 1024  # items between looks at the clock
 
 
-def counted(items: Iterable[T], what: str, total: int, *, of_total: bool = True, out: TextIO | None = None,
-            interval: float = INTERVAL) -> Iterator[T]:
+def counted(
+    items: Iterable[T],
+    what: str,
+    total: int,
+    *,
+    of_total: bool = True,
+    out: TextIO | None = None,
+    interval: float = INTERVAL,
+) -> Iterator[T]:
     """`items` as they are, with a line on `out` (standard error) every `interval` seconds
     when it is a terminal: how many of `total` (or, when not `of_total`, because a filter
     keeps only some, of the trace's `total` records read so far) in how long."""
@@ -39,8 +46,10 @@ def counted(items: Iterable[T], what: str, total: int, *, of_total: bool = True,
         elapsed = now - started
         if of_total and total:
             left = elapsed * (total - done) / done
-            line = (f"{what}: {done:,} of {total:,} records ({100 * done / total:.0f} %) in {elapsed:.0f} s, "
-                    f"about {left:.0f} s left")
+            line = (
+                f"{what}: {done:,} of {total:,} records ({100 * done / total:.0f} %) in {elapsed:.0f} s, "
+                f"about {left:.0f} s left"
+            )
         else:
             line = f"{what}: {done:,} records written in {elapsed:.0f} s (of a trace of {total:,})"
         print(line, file=out, flush=True)

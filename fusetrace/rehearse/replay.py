@@ -316,24 +316,40 @@ class Replay:
         span = max(0, self.done_ns - self.t0) if replayed else 0
         due_span = None if self.speed is None else recorded / self.speed
         return {
-            "trace": trace_dir, "target": target, "stopped": stopped,
-            "speed": self.speed, "as_fast_as_possible": self.speed is None,
-            "records": self.records, "replayed": replayed, "replayed_by_op": dict(self.replayed.most_common()),
+            "trace": trace_dir,
+            "target": target,
+            "stopped": stopped,
+            "speed": self.speed,
+            "as_fast_as_possible": self.speed is None,
+            "records": self.records,
+            "replayed": replayed,
+            "replayed_by_op": dict(self.replayed.most_common()),
             "not_replayed": dict(self.refused.most_common()),
-            "span_ns": span, "recorded_span_ns": recorded,
+            "span_ns": span,
+            "recorded_span_ns": recorded,
             "due_span_ns": None if due_span is None else round(due_span),
             "drift": span / due_span - 1 if due_span else None,
-            "late_ns": None if not self.late.n else {
-                "p50": self.late.quantile(0.5), "p99": self.late.quantile(0.99), "max": self.late.max_ns},
-            "processes": len(self.pids), "streams": sum(self.lanes.count(pid) for pid in self.pids),
-            "most_at_once": self.most_at_once, "waited_for_a_worker": self.waited_for_worker,
+            "late_ns": None
+            if not self.late.n
+            else {"p50": self.late.quantile(0.5), "p99": self.late.quantile(0.99), "max": self.late.max_ns},
+            "processes": len(self.pids),
+            "streams": sum(self.lanes.count(pid) for pid in self.pids),
+            "most_at_once": self.most_at_once,
+            "waited_for_a_worker": self.waited_for_worker,
             "differences": {
                 "count": sum(self.differences.values()),
                 "by_op": [{"op": op, "kind": kind, "count": n} for (op, kind), n in self.differences.most_common()],
-                "first": [{"at_ns": rec.start_ns - (self.first_ns or 0), "op": rec.op,
-                           "path": names.readable(rec.path),
-                           "path2": None if rec.path2 is None else names.readable(rec.path2),
-                           "kind": kind, "detail": detail} for rec, kind, detail in self.first],
+                "first": [
+                    {
+                        "at_ns": rec.start_ns - (self.first_ns or 0),
+                        "op": rec.op,
+                        "path": names.readable(rec.path),
+                        "path2": None if rec.path2 is None else names.readable(rec.path2),
+                        "kind": kind,
+                        "detail": detail,
+                    }
+                    for rec, kind, detail in self.first
+                ],
             },
         }
 
@@ -344,8 +360,9 @@ def _made_for_what_follows(lookup: Rec, ahead: Iterable[Rec]) -> bool:
     that call, replayed, makes the target's kernel look the name up again."""
     for rec in ahead:
         if rec.pid == lookup.pid and lookup.path in (rec.path, rec.path2):
-            return ((rec.op in CREATES and rec.path == lookup.path)
-                    or (rec.op in ("rename", "link") and rec.path2 == lookup.path))
+            return (rec.op in CREATES and rec.path == lookup.path) or (
+                rec.op in ("rename", "link") and rec.path2 == lookup.path
+            )
     return False
 
 
@@ -367,9 +384,11 @@ def check_trace(trace_dir: str) -> None:
             part = os.path.join(trace_dir, os.path.basename(files[0]))  # files[0] may be /proc/self/fd/N/...
             raise UserError(f"{printable(part)}: not a readable trace part: {exc}") from None
     if version < FORMAT:
-        raise UserError(f"{printable(trace_dir)}: a format {version} trace: replay needs format {FORMAT} or later "
-                        f"(earlier ones do not keep open handles, open flags or what a setattr set); trace again "
-                        f"with this fusetrace")
+        raise UserError(
+            f"{printable(trace_dir)}: a format {version} trace: replay needs format {FORMAT} or later "
+            f"(earlier ones do not keep open handles, open flags or what a setattr set); trace again "
+            f"with this fusetrace"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -408,23 +427,29 @@ def render(s: Summary) -> str:
     lines = []
     if s["stopped"]:
         lines.append("stopped by Ctrl-C: what was replayed until then")
-    head = (f"replayed {int_text(s['replayed'])} of {int_text(s['records'])} operations of {s['trace']} into "
-            f"{s['target']} in {ns_text(s['span_ns'])}")
+    head = (
+        f"replayed {int_text(s['replayed'])} of {int_text(s['records'])} operations of {s['trace']} into "
+        f"{s['target']} in {ns_text(s['span_ns'])}"
+    )
     due = s["due_span_ns"]  # None as fast as possible
     if s["as_fast_as_possible"] or due is None:
         ratio = s["recorded_span_ns"] / s["span_ns"] if s["span_ns"] else None
-        head += (f", as fast as possible (recorded {ns_text(s['recorded_span_ns'])}"
-                 + (f": {ratio:.1f}x as fast)" if ratio else ")"))
+        head += f", as fast as possible (recorded {ns_text(s['recorded_span_ns'])}" + (
+            f": {ratio:.1f}x as fast)" if ratio else ")"
+        )
     else:
-        head += (f" (recorded {ns_text(s['recorded_span_ns'])}, due in {ns_text(due)} at speed "
-                 f"{s['speed']:g}" + (f": drift {100 * s['drift']:+.1f}%)" if s["drift"] is not None else ")"))
+        head += f" (recorded {ns_text(s['recorded_span_ns'])}, due in {ns_text(due)} at speed {s['speed']:g}" + (
+            f": drift {100 * s['drift']:+.1f}%)" if s["drift"] is not None else ")"
+        )
     lines.append(head)
     if s["late_ns"]:
         late = s["late_ns"]
         lines.append(f"issued late: p50 {ns_text(late['p50'])}, p99 {ns_text(late['p99'])}, max {ns_text(late['max'])}")
-    lines.append(f"concurrency: {int_text(s['processes'])} processes, {int_text(s['streams'])} streams (a process's "
-                 f"overlapping operations), up to {count(s['most_at_once'], 'operation')} at once"
-                 + (f"; {int_text(s['waited_for_a_worker'])} waited for a worker" if s["waited_for_a_worker"] else ""))
+    lines.append(
+        f"concurrency: {int_text(s['processes'])} processes, {int_text(s['streams'])} streams (a process's "
+        f"overlapping operations), up to {count(s['most_at_once'], 'operation')} at once"
+        + (f"; {int_text(s['waited_for_a_worker'])} waited for a worker" if s["waited_for_a_worker"] else "")
+    )
     if s["not_replayed"]:
         lines += ["", "not issued on their own:"]
         lines += [f"  {int_text(n):>9}  {reason}" for reason, n in s["not_replayed"].items()]
@@ -432,11 +457,26 @@ def render(s: Summary) -> str:
     if not diffs["count"]:
         lines += ["", "outcomes: every operation's as recorded"]
         return "\n".join(lines)
-    lines += ["", f"outcomes that differ from the recording: {int_text(diffs['count'])}",
-              table(["op", "difference", "count"], [[d["op"], d["kind"], int_text(d["count"])] for d in diffs["by_op"]],
-                    "llr"),
-              "", f"first {len(diffs['first'])}:",
-              table(["at", "op", "path", "difference"],
-                    [[ns_text(d["at_ns"]), d["op"], d["path"] + (f" -> {d['path2']}" if d["path2"] else ""),
-                      d["kind"] + (f" ({d['detail']})" if d["detail"] else "")] for d in diffs["first"]], "rlll")]
+    lines += [
+        "",
+        f"outcomes that differ from the recording: {int_text(diffs['count'])}",
+        table(
+            ["op", "difference", "count"], [[d["op"], d["kind"], int_text(d["count"])] for d in diffs["by_op"]], "llr"
+        ),
+        "",
+        f"first {len(diffs['first'])}:",
+        table(
+            ["at", "op", "path", "difference"],
+            [
+                [
+                    ns_text(d["at_ns"]),
+                    d["op"],
+                    d["path"] + (f" -> {d['path2']}" if d["path2"] else ""),
+                    d["kind"] + (f" ({d['detail']})" if d["detail"] else ""),
+                ]
+                for d in diffs["first"]
+            ],
+            "rlll",
+        ),
+    ]
     return "\n".join(lines)

@@ -35,8 +35,22 @@ from ..errors import UserError
 from ..texttable import printable
 
 # The columns a replay reads, in Rec's order.
-COLUMNS = ["start_ns", "dur_ns", "op", "path", "path2", "fh", "offset", "size", "result", "errno", "pid",
-           "flags", "mode", "gate"]
+COLUMNS = [
+    "start_ns",
+    "dur_ns",
+    "op",
+    "path",
+    "path2",
+    "fh",
+    "offset",
+    "size",
+    "result",
+    "errno",
+    "pid",
+    "flags",
+    "mode",
+    "gate",
+]
 
 
 class Rec(NamedTuple):
@@ -69,9 +83,24 @@ SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall 
 RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS = 0x08, 0x04
 _NOT_IN_OPEN = os.O_CREAT | os.O_EXCL | os.O_NOCTTY  # the kernel sends an open none of these (it would be a create)
 # What open(2) takes (openat2 refuses other bits, such as the kernel's own __FMODE_EXEC a record may hold).
-_OPEN_FLAGS = (os.O_ACCMODE | os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_TRUNC | os.O_APPEND | os.O_NONBLOCK
-               | os.O_DSYNC | os.O_ASYNC | os.O_DIRECT | os.O_LARGEFILE | os.O_DIRECTORY | os.O_NOFOLLOW
-               | os.O_NOATIME | os.O_CLOEXEC | os.O_SYNC)
+_OPEN_FLAGS = (
+    os.O_ACCMODE
+    | os.O_CREAT
+    | os.O_EXCL
+    | os.O_NOCTTY
+    | os.O_TRUNC
+    | os.O_APPEND
+    | os.O_NONBLOCK
+    | os.O_DSYNC
+    | os.O_ASYNC
+    | os.O_DIRECT
+    | os.O_LARGEFILE
+    | os.O_DIRECTORY
+    | os.O_NOFOLLOW
+    | os.O_NOATIME
+    | os.O_CLOEXEC
+    | os.O_SYNC
+)
 # Asked by the kernel before every write to a file (to drop file capabilities): a replayed
 # write makes the target's kernel ask again, so issuing the record too would ask twice.
 KERNEL_XATTR = "security.capability"
@@ -83,8 +112,10 @@ REFUSED_DEVICE = "a device node (its device number is not traced)"
 REFUSED_SIZE = "a read or write larger than any FUSE request carries (64 MiB; a damaged or hostile trace)"
 _MOST_DATA = 1 << 26  # FUSE requests carry at most max_pages (256, or 1 MiB) of data
 REFUSED_XATTR = f"getxattr {KERNEL_XATTR}: the target's kernel asks it itself before each replayed write"
-REFUSED_WRITEBACK = ("the kernel's own, for FUSE's write-back cache (a page filled through a write-only handle, "
-                     "or a file's times handed over): no call makes it")
+REFUSED_WRITEBACK = (
+    "the kernel's own, for FUSE's write-back cache (a page filled through a write-only handle, "
+    "or a file's times handed over): no call makes it"
+)
 
 
 class _OpenHow(ctypes.Structure):
@@ -98,8 +129,13 @@ _syscall.restype = ctypes.c_long
 
 def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
     how = _OpenHow(flags, mode, resolve)
-    fd = _syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), os.fsencode(path), ctypes.byref(how),
-                  ctypes.c_size_t(ctypes.sizeof(how)))
+    fd = _syscall(
+        ctypes.c_long(SYS_OPENAT2),
+        ctypes.c_int(dirfd),
+        os.fsencode(path),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
     if fd < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), path)
@@ -170,23 +206,41 @@ class Target:
             os.close(_openat2(self.fd, ".", os.O_PATH | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS))
         except OSError as exc:
             os.close(self.fd)
-            raise UserError(f"{directory}: cannot replay into it: openat2 failed ({exc.strerror}); replay needs "
-                            f"Linux 5.6 or later") from None
+            raise UserError(
+                f"{directory}: cannot replay into it: openat2 failed ({exc.strerror}); replay needs Linux 5.6 or later"
+            ) from None
         self.handles: dict[tuple[int, int], Handle] = {}
         self._orphans: list[Handle] = []  # bound again before their release (the trace lost it)
         self._lock = threading.Lock()  # taking a held-back flush
         self._zeros = _aligned(0)  # what writes carry (their data is not traced), never written to
         self._read_into = _ReadBuffer()
         self._calls: dict[str, Callable[[Rec], list[Difference]]] = {
-            "lookup": self._stat, "getattr": self._stat, "readlink": self._readlink, "mknod": self._mknod,
-            "mkdir": self._mkdir, "symlink": self._symlink, "unlink": self._unlink, "rmdir": self._rmdir,
-            "rename": self._rename, "link": self._link, "statfs": self._statfs, "access": self._access,
-            "getxattr": self._getxattr, "setxattr": self._setxattr, "listxattr": self._listxattr,
+            "lookup": self._stat,
+            "getattr": self._stat,
+            "readlink": self._readlink,
+            "mknod": self._mknod,
+            "mkdir": self._mkdir,
+            "symlink": self._symlink,
+            "unlink": self._unlink,
+            "rmdir": self._rmdir,
+            "rename": self._rename,
+            "link": self._link,
+            "statfs": self._statfs,
+            "access": self._access,
+            "getxattr": self._getxattr,
+            "setxattr": self._setxattr,
+            "listxattr": self._listxattr,
             "removexattr": self._removexattr,
         }
         self._handle_calls: dict[str, Callable[[Rec, Handle], list[Difference]]] = {
-            "read": self._read, "write": self._write, "flush": self._flush, "release": self._close,
-            "releasedir": self._close, "fsync": self._fsync, "fsyncdir": self._fsync, "readdir": self._readdir,
+            "read": self._read,
+            "write": self._write,
+            "flush": self._flush,
+            "release": self._close,
+            "releasedir": self._close,
+            "fsync": self._fsync,
+            "fsyncdir": self._fsync,
+            "readdir": self._readdir,
         }
 
     def bind(self, rec: Rec) -> Handle | None:
@@ -248,8 +302,9 @@ class Target:
         parent, name = _split(path)
         if parent is None:
             return self.fd, name
-        return _openat2(self.fd, parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC,
-                        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), name
+        return _openat2(
+            self.fd, parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
+        ), name
 
     def _release_parent(self, dirfd: int) -> None:
         if dirfd != self.fd:
@@ -278,8 +333,9 @@ class Target:
 
     def _readlink(self, rec: Rec) -> list[Difference]:
         err, target = self._path_call(rec.path, lambda d, n: os.readlink(n, dir_fd=d))
-        return _errno(rec, err) or _count(rec, err, None if target is None else len(target),
-                                          "characters in the link's target")
+        return _errno(rec, err) or _count(
+            rec, err, None if target is None else len(target), "characters in the link's target"
+        )
 
     def _mknod(self, rec: Rec) -> list[Difference]:
         mode = rec.mode or stat.S_IFREG | 0o644
@@ -309,8 +365,7 @@ class Target:
         return self._two(rec, lambda d, n, d2, n2: _renameat2(d, n, d2, n2, rec.flags))
 
     def _link(self, rec: Rec) -> list[Difference]:
-        return self._two(rec, lambda d, n, d2, n2: os.link(n, n2, src_dir_fd=d, dst_dir_fd=d2,
-                                                           follow_symlinks=False))
+        return self._two(rec, lambda d, n, d2, n2: os.link(n, n2, src_dir_fd=d, dst_dir_fd=d2, follow_symlinks=False))
 
     def _two(self, rec: Rec, fn: Callable[[int, str, int, str], None]) -> list[Difference]:
         """rename and link: from the record's path to its second one (path2)."""
@@ -380,9 +435,15 @@ class Target:
         else:
             flags, mode = rec.flags & _OPEN_FLAGS & ~_NOT_IN_OPEN, 0
         parent, name = _split(rec.path)
-        err, fd = _value(lambda: _openat2(self.fd, name if parent is None else f"{parent}/{name}",
-                                          flags | os.O_CLOEXEC | os.O_NONBLOCK, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
-                                          mode))
+        err, fd = _value(
+            lambda: _openat2(
+                self.fd,
+                name if parent is None else f"{parent}/{name}",
+                flags | os.O_CLOEXEC | os.O_NONBLOCK,
+                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+                mode,
+            )
+        )
         if fd is not None:
             # O_NONBLOCK, so that a FIFO (a hostile trace's mknod, or planted in the target)
             # cannot hold the open; FUSE sends no open for one, so a traced open was of a
@@ -421,7 +482,7 @@ class Target:
         found = self._settle(h)
         if len(self._zeros) < rec.size:
             self._zeros = _aligned(rec.size)
-        zeros = memoryview(self._zeros)[:rec.size]
+        zeros = memoryview(self._zeros)[: rec.size]
         err, n = _value(lambda: os.pwrite(h.fd, zeros, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, n, "bytes written"))
 
@@ -490,7 +551,7 @@ def _getdents(fd: int, rewind: bool) -> int:
         raise OSError(code, os.strerror(code))
     view, at, entries = memoryview(buf)[:n], 0, 0
     while at < n:  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), ...
-        at += int.from_bytes(view[at + 16:at + 18], "little")
+        at += int.from_bytes(view[at + 16 : at + 18], "little")
         entries += 1
     return entries
 
@@ -526,8 +587,11 @@ def _set_at(dirfd: int, name: str, names: list[str], rec: Rec) -> None:
     """setattr on a path: size and mode through an O_PATH descriptor of the object
     (truncate(2) and chmod(2) follow a link; a /proc/self/fd/N of it does not lead past it)."""
     calls = _setattr_calls(names)
-    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False) if "owner" in calls or (
-        "mode" in calls and not rec.mode) else None
+    st = (
+        os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        if "owner" in calls or ("mode" in calls and not rec.mode)
+        else None
+    )
     obj = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd) if {"size", "mode"} & set(calls) else -1
     try:
         for attr in calls:
@@ -587,6 +651,12 @@ def _count(rec: Rec, err: int, got: int | None, what: str) -> list[Difference]:
 
 
 def _kind(mode: int) -> str:
-    return {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symbolic link",
-            stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
-            stat.S_IFBLK: "block device"}.get(stat.S_IFMT(mode), "unknown")
+    return {
+        stat.S_IFREG: "file",
+        stat.S_IFDIR: "directory",
+        stat.S_IFLNK: "symbolic link",
+        stat.S_IFIFO: "fifo",
+        stat.S_IFSOCK: "socket",
+        stat.S_IFCHR: "character device",
+        stat.S_IFBLK: "block device",
+    }.get(stat.S_IFMT(mode), "unknown")

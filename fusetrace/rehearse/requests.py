@@ -39,8 +39,7 @@ from ..emulator.ops import Gate
 from ..request import Kind, Request, WriteMode
 
 # The columns a Rebuilder reads, in the order rebuild() takes them.
-COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kind", "flags", "mode", "entry",
-           "gate"]
+COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kind", "flags", "mode", "entry", "gate"]
 
 ROOT = 1  # FUSE's root node id (FUSE_ROOT_ID)
 UNKNOWN_DIRECTORY = 1 << 64  # synthetic node ids of directories never named before: above any FUSE node id
@@ -51,10 +50,14 @@ _DIRECTORY_OPS = frozenset(("opendir", "readdir", "releasedir", "fsyncdir"))
 _HANDLE_OPS = frozenset(("write", "flush", "fsync", "release"))  # their kinds follow the handle's writes
 # The other operations' kinds, where a record does not say.
 _KINDS = {
-    **dict.fromkeys(("getattr", "readlink", "open", "opendir", "readdir", "statfs", "access", "getxattr",
-                     "listxattr"), Kind.META_READ),
+    **dict.fromkeys(
+        ("getattr", "readlink", "open", "opendir", "readdir", "statfs", "access", "getxattr", "listxattr"),
+        Kind.META_READ,
+    ),
     **dict.fromkeys(("setattr", "link", "setxattr", "removexattr"), Kind.META_WRITE),
-    "read": Kind.READ, "releasedir": Kind.NONE, "fsyncdir": Kind.COMMIT,
+    "read": Kind.READ,
+    "releasedir": Kind.NONE,
+    "fsyncdir": Kind.COMMIT,
 }
 _OPS = _ENTRY_OPS | _HANDLE_OPS | set(_KINDS)
 _TYPED = frozenset(("getattr", "setattr", "access"))  # the requests that say whether their object is a directory
@@ -96,8 +99,22 @@ class Rebuilder:
         self._unknown = UNKNOWN_DIRECTORY
         self.gaps = Gaps()
 
-    def rebuild(self, op: str, inode: int, path: str, path2: str | None, fh: int, offset: int, size: int,
-                errno: int, kind: str | None, flags: int, mode: int, entry: int, gate: str | None) -> Request | None:
+    def rebuild(
+        self,
+        op: str,
+        inode: int,
+        path: str,
+        path2: str | None,
+        fh: int,
+        offset: int,
+        size: int,
+        errno: int,
+        kind: str | None,
+        flags: int,
+        mode: int,
+        entry: int,
+        gate: str | None,
+    ) -> Request | None:
         """The Request the handler made for this record (COLUMNS, in order); None for an
         operation no handler makes.  A request the mount judged its kernel's own (gate
         `kernel`: FUSE's write-back cache) is that again."""
@@ -119,8 +136,9 @@ class Rebuilder:
         label = self._kind(kind, _KINDS[op])
         if op == "readdir":
             return Request(op, label, inode, size=size, offset=offset, handle=fh)
-        return Request(op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs,
-                       kernel_only=gate == Gate.KERNEL)
+        return Request(
+            op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs, kernel_only=gate == Gate.KERNEL
+        )
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
@@ -144,15 +162,29 @@ class Rebuilder:
         if op == "fsync":
             req = Request("fsync", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
         else:
-            req = Request("flush", self._kind(kind, Kind.COMMIT if h.dirty else Kind.META_READ), inode,
-                          closes=not h.closed,
-                          writable=h.wrote if h.flags is None else (h.flags & os.O_ACCMODE) != os.O_RDONLY)
+            req = Request(
+                "flush",
+                self._kind(kind, Kind.COMMIT if h.dirty else Kind.META_READ),
+                inode,
+                closes=not h.closed,
+                writable=h.wrote if h.flags is None else (h.flags & os.O_ACCMODE) != os.O_RDONLY,
+            )
             h.closed = True
         h.dirty = False
         return req
 
-    def _entry_op(self, op: str, inode: int, path: str, path2: str | None, fh: int, errno: int,
-                  kind: str | None, flags: int, entry: int) -> Request:
+    def _entry_op(
+        self,
+        op: str,
+        inode: int,
+        path: str,
+        path2: str | None,
+        fh: int,
+        errno: int,
+        kind: str | None,
+        flags: int,
+        entry: int,
+    ) -> Request:
         name = path.rpartition("/")[2]
         if op == "create" and fh:
             self._handles[fh] = _Handle(flags, entry)
@@ -162,8 +194,15 @@ class Rebuilder:
                 self._dir_ids[path2] = self._dir_ids.pop(path)
             if entry:  # even if it failed: NFS hid the target before its RENAME
                 self._hidden[entry] = new_directory
-            return Request("rename", self._kind(kind, Kind.META_WRITE), directory=inode, name=name,
-                           new_directory=new_directory, new_name=new_name, busy=entry)
+            return Request(
+                "rename",
+                self._kind(kind, Kind.META_WRITE),
+                directory=inode,
+                name=name,
+                new_directory=new_directory,
+                new_name=new_name,
+                busy=entry,
+            )
         if op == "lookup":
             return Request("lookup", self._kind(kind, Kind.META_READ), inode, directory=inode, name=name)
         busy = entry if op == "unlink" else 0  # the others' entry is what they made

@@ -26,8 +26,9 @@ def records(trace_dir: str, columns: list[str], where: str | None = None) -> Ite
     """The trace's records, `columns` of each in that order, sorted by start_ns; names
     (path, path2) exact, as os.fsdecode gives them (fusetrace/trace/names.py); a progress
     line every few seconds on a terminal."""
-    yield from counted(_rows(trace_dir, columns, where), "fusetrace export", reader.record_count(trace_dir),
-                       of_total=where is None)
+    yield from counted(
+        _rows(trace_dir, columns, where), "fusetrace export", reader.record_count(trace_dir), of_total=where is None
+    )
 
 
 def _rows(trace_dir: str, columns: list[str], where: str | None) -> Iterator[tuple]:

@@ -38,7 +38,21 @@ SAMPLES_PER_ROW = 20  # samples a table row sums up (the plot draws every one)
 DAY = 86400.0
 # Steps a table row may take (s): the least that keeps the table within TABLE_ROWS.
 _STEPS = [k * 10.0**e for e in range(-3, 1) for k in (1, 2, 5)] + [
-    15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, DAY]
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    DAY,
+]
 
 
 class Operations(TypedDict):
@@ -184,8 +198,9 @@ def simulate(trace_dir: str, params: Params, days: float | None) -> Simulation:
     first, last = trace.origin_ns, trace.last_ns
     # Virtual time 0 is when the mount's model started (an emulated mount's metadata says), else
     # when it began tracing, else the first record: credits earned before the first operation count.
-    started = (trace.metadata.get("emulation") or {}).get("started_monotonic_ns",
-                                                            trace.metadata.get("start_monotonic_ns"))
+    started = (trace.metadata.get("emulation") or {}).get(
+        "started_monotonic_ns", trace.metadata.get("start_monotonic_ns")
+    )
     origin = started if isinstance(started, int) and started <= first else first
     span = max(last - first, 1000) / 1e9  # at least a microsecond
     duration = days * DAY if days else (last - origin) / 1e9 or span
@@ -193,14 +208,25 @@ def simulate(trace_dir: str, params: Params, days: float | None) -> Simulation:
     calls = _Calls(trace_dir, trace.records)
     model = Model(params, origin / 1e9)
     began = time.perf_counter()
-    result = TraceSim(model, calls, origin=origin / 1e9, first=first / 1e9, span=span,
-                      every=step / SAMPLES_PER_ROW).run(duration)
+    result = TraceSim(
+        model, calls, origin=origin / 1e9, first=first / 1e9, span=span, every=step / SAMPLES_PER_ROW
+    ).run(duration)
     wall = time.perf_counter() - began
     return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9)
 
 
-def _summary(trace: Trace, params: Params, result: Result, gaps: Gaps, span: float, duration: float, days: float | None,
-             step: float, wall: float, lead: float) -> Simulation:
+def _summary(
+    trace: Trace,
+    params: Params,
+    result: Result,
+    gaps: Gaps,
+    span: float,
+    duration: float,
+    days: float | None,
+    step: float,
+    wall: float,
+    lead: float,
+) -> Simulation:
     """`lead`: virtual seconds from the mount's start (time 0) to the first record's."""
     r = result
     delta = r.delta
@@ -212,75 +238,118 @@ def _summary(trace: Trace, params: Params, result: Result, gaps: Gaps, span: flo
     if loss:
         notes.append(loss)
     if trace.format_version < 3:
-        notes.append(f"a format {trace.format_version} trace: open flags, the requests' kinds and the replies' "
-                     f"types are not recorded: writes are taken as buffered, directories known only from the "
-                     f"operations on them")
+        notes.append(
+            f"a format {trace.format_version} trace: open flags, the requests' kinds and the replies' "
+            f"types are not recorded: writes are taken as buffered, directories known only from the "
+            f"operations on them"
+        )
     if gaps.new_directories:
-        notes.append(f"{gaps.new_directories:,} renames or links into a directory the trace had not named: its "
-                     f"caches are kept apart from the directory's own")
+        notes.append(
+            f"{gaps.new_directories:,} renames or links into a directory the trace had not named: its "
+            f"caches are kept apart from the directory's own"
+        )
     if gaps.unknown_handles:
         n = gaps.unknown_handles
-        notes.append(f"{n:,} {'use' if n == 1 else 'uses'} of a handle whose open is not in the trace: its flags "
-                     f"unknown")
+        notes.append(
+            f"{n:,} {'use' if n == 1 else 'uses'} of a handle whose open is not in the trace: its flags unknown"
+        )
     if gaps.unknown_ops:
         notes.append(f"{gaps.unknown_ops:,} records of operations no handler makes: left out")
     return {
-        "trace": trace.directory, "records": trace.records, "format_version": trace.format_version,
-        "throughput_mode": params.throughput_mode, "stored_size_bytes": params.stored_size,
+        "trace": trace.directory,
+        "records": trace.records,
+        "format_version": trace.format_version,
+        "throughput_mode": params.throughput_mode,
+        "stored_size_bytes": params.stored_size,
         "credit_cap_bytes": credit_cap(params, params.stored_size),
-        "span_s": span, "duration_s": duration, "days": days, "repetitions": r.reps,
-        "operations": {"simulated": r.ops, "total": r.ops_total}, "wall_s": wall,
-        "credits": {"start_bytes": r.start_balance, "end_bytes": r.end_balance, "least_bytes": r.least_balance,
-                    "change_per_repetition_bytes": delta,
-                    "change_per_day_bytes": delta * DAY / span if delta is not None else None,
-                    "run_out_s": r.cliff, "run_out_at": _when(r.cliff) if r.cliff is not None else None,
-                    "run_out_simulated": r.cliff_simulated if r.cliff is not None else None,
-                    "projected_run_out_s": projected,
-                    "projected_run_out_at": _when(projected) if projected is not None else None,
-                    "after_run_out_bytes_per_s": r.after_cliff},
+        "span_s": span,
+        "duration_s": duration,
+        "days": days,
+        "repetitions": r.reps,
+        "operations": {"simulated": r.ops, "total": r.ops_total},
+        "wall_s": wall,
+        "credits": {
+            "start_bytes": r.start_balance,
+            "end_bytes": r.end_balance,
+            "least_bytes": r.least_balance,
+            "change_per_repetition_bytes": delta,
+            "change_per_day_bytes": delta * DAY / span if delta is not None else None,
+            "run_out_s": r.cliff,
+            "run_out_at": _when(r.cliff) if r.cliff is not None else None,
+            "run_out_simulated": r.cliff_simulated if r.cliff is not None else None,
+            "projected_run_out_s": projected,
+            "projected_run_out_at": _when(projected) if projected is not None else None,
+            "after_run_out_bytes_per_s": r.after_cliff,
+        },
         "permitted_end_bytes_per_s": r.end_permitted,
         # once: over the operations' own span, as --days averages (the mount idle before them left out)
-        "metered_bytes": r.metered, "metered_bytes_per_s": r.metered / (duration if days else span),
+        "metered_bytes": r.metered,
+        "metered_bytes_per_s": r.metered / (duration if days else span),
         "first_operation_s": lead,
-        "waited": {"total_s": r.waited, "mean_s": r.waited / r.ops_total if r.ops_total else 0.0,
-                   "max_s": r.max_wait},
+        "waited": {"total_s": r.waited, "mean_s": r.waited / r.ops_total if r.ops_total else 0.0, "max_s": r.max_wait},
         "saturated": r.saturated,
         "row_s": step,
-        "spans": [{"start_s": s.start, "end_s": s.end, "simulated": s.simulated, "repetitions": s.reps}
-                  for s in r.spans],
-        "samples": [{"t_s": s.t, "balance_bytes": s.balance, "permitted_bytes_per_s": s.permitted,
-                     "metered_bytes": s.metered, "ops": s.ops, "waited_s": s.waited, "max_wait_s": s.max_wait,
-                     "simulated": s.simulated} for s in r.samples],
-        "rebuilt": {"new_directories": gaps.new_directories, "unknown_handles": gaps.unknown_handles,
-                    "unknown_ops": gaps.unknown_ops},
+        "spans": [
+            {"start_s": s.start, "end_s": s.end, "simulated": s.simulated, "repetitions": s.reps} for s in r.spans
+        ],
+        "samples": [
+            {
+                "t_s": s.t,
+                "balance_bytes": s.balance,
+                "permitted_bytes_per_s": s.permitted,
+                "metered_bytes": s.metered,
+                "ops": s.ops,
+                "waited_s": s.waited,
+                "max_wait_s": s.max_wait,
+                "simulated": s.simulated,
+            }
+            for s in r.samples
+        ],
+        "rebuilt": {
+            "new_directories": gaps.new_directories,
+            "unknown_handles": gaps.unknown_handles,
+            "unknown_ops": gaps.unknown_ops,
+        },
         "notes": notes,
     }
 
 
 # ---- text ------------------------------------------------------------------------------
 
+
 def render(s: Simulation) -> str:
     w, ops = s["waited"], s["operations"]
     settings = ", ".join(s["overrides"])
-    lines = [f"simulate: {s['trace']} ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
-             f"{s['profile']}" + (f", {settings}" if settings else "")
-             + f" ({_human_bytes(s['stored_size_bytes'])} stored: stored_size)"]
+    lines = [
+        f"simulate: {s['trace']} ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
+        f"{s['profile']}"
+        + (f", {settings}" if settings else "")
+        + f" ({_human_bytes(s['stored_size_bytes'])} stored: stored_size)"
+    ]
     if s["days"]:
-        lines.append(f"{s['days']:g} days of virtual time: the trace {s['repetitions']:,.1f} times back to back; "
-                     f"{ops['simulated']:,} operations simulated op by op, {_count(ops['total'])} in all, "
-                     f"in {s['wall_s']:.2f} s")
+        lines.append(
+            f"{s['days']:g} days of virtual time: the trace {s['repetitions']:,.1f} times back to back; "
+            f"{ops['simulated']:,} operations simulated op by op, {_count(ops['total'])} in all, "
+            f"in {s['wall_s']:.2f} s"
+        )
     else:
         lead = f" (the first {_seconds(s['first_operation_s'])} idle)" if s["first_operation_s"] >= 0.01 else ""
-        lines.append(f"the trace once, {_seconds(s['duration_s'])} of virtual time from the mount's start{lead}: "
-                     f"{ops['simulated']:,} operations, in {s['wall_s']:.2f} s")
+        lines.append(
+            f"the trace once, {_seconds(s['duration_s'])} of virtual time from the mount's start{lead}: "
+            f"{ops['simulated']:,} operations, in {s['wall_s']:.2f} s"
+        )
     lines += ["", _table(s), ""]
     lines += _credit_lines(s)
-    lines.append(f"time operations waited (for limits, slots and queues): {_seconds(w['total_s'])} in all, "
-                 f"{_seconds(w['mean_s'])} on average, {_seconds(w['max_s'])} at most")
+    lines.append(
+        f"time operations waited (for limits, slots and queues): {_seconds(w['total_s'])} in all, "
+        f"{_seconds(w['mean_s'])} on average, {_seconds(w['max_s'])} at most"
+    )
     if s["saturated"]:
-        lines.append("the workload asks for more than is permitted: operations are issued at their recorded "
-                     "times, so the queue, and every operation's wait, grows without end; an application "
-                     "waiting for its operations would be slowed down by about that wait instead")
+        lines.append(
+            "the workload asks for more than is permitted: operations are issued at their recorded "
+            "times, so the queue, and every operation's wait, grows without end; an application "
+            "waiting for its operations would be slowed down by about that wait instead"
+        )
     lines.append(_spans(s["spans"], s["row_s"]))
     lines += [f"note: {n}" for n in s["notes"]]
     if s.get("plot"):
@@ -301,43 +370,66 @@ def _credit_lines(s: Simulation) -> list[str]:
             moving = f", falling {_human_bytes(-change)} a day"
         else:
             moving = f", rising {_human_bytes(change)} a day up to their cap ({_human_bytes(s['credit_cap_bytes'])})"
-    lines = [f"burst credits: {_human_bytes(c['start_bytes'])} at the start, {_human_bytes(c['end_bytes'])} at "
-             f"the end, {_human_bytes(c['least_bytes'])} at the lowest{moving}; the workload meters "
-             f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"
-             + ("" if s["days"] else f" over its operations' {_seconds(s['span_s'])}")]
+    lines = [
+        f"burst credits: {_human_bytes(c['start_bytes'])} at the start, {_human_bytes(c['end_bytes'])} at "
+        f"the end, {_human_bytes(c['least_bytes'])} at the lowest{moving}; the workload meters "
+        f"{_human_bytes(s['metered_bytes_per_s'])}/s on average"
+        + ("" if s["days"] else f" over its operations' {_seconds(s['span_s'])}")
+    ]
     after = c["after_run_out_bytes_per_s"]  # set with run_out_s
     if c["run_out_s"] is not None and after is not None:
         how = "simulated op by op" if c["run_out_simulated"] else "extrapolated"
-        lines.append(f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
-                     f"({how}); then {_human_bytes(after)}/s is permitted (the baseline)")
+        lines.append(
+            f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
+            f"({how}); then {_human_bytes(after)}/s is permitted (the baseline)"
+        )
     elif c["projected_run_out_s"] is not None:
-        lines.append(f"credits do not run out in the time simulated; at this rate they would at "
-                     f"{c['projected_run_out_s']:,.0f} s, {c['projected_run_out_at']} from the trace's start")
+        lines.append(
+            f"credits do not run out in the time simulated; at this rate they would at "
+            f"{c['projected_run_out_s']:,.0f} s, {c['projected_run_out_at']} from the trace's start"
+        )
     else:
-        lines.append("credits do not run out" + ("" if s["days"] else " in the trace's time (--days N repeats it "
-                                                                          "for N days)"))
+        lines.append(
+            "credits do not run out" + ("" if s["days"] else " in the trace's time (--days N repeats it for N days)")
+        )
     return lines
 
 
 def _table(s: Simulation) -> str:
     samples = s["samples"]
     head = ["time", "credits", "permitted", "metered/s", "ops/s", "mean wait", "max wait", "how"]
-    rows = [[_when(0.0, s["row_s"]), _human_bytes(samples[0]["balance_bytes"]),
-             _human_bytes(samples[0]["permitted_bytes_per_s"]) + "/s", "", "", "", "", "start"]]
+    rows = [
+        [
+            _when(0.0, s["row_s"]),
+            _human_bytes(samples[0]["balance_bytes"]),
+            _human_bytes(samples[0]["permitted_bytes_per_s"]) + "/s",
+            "",
+            "",
+            "",
+            "",
+            "start",
+        ]
+    ]
     prev = samples[0]
     for i in range(1, len(samples), SAMPLES_PER_ROW):
-        chunk = samples[i:i + SAMPLES_PER_ROW]
+        chunk = samples[i : i + SAMPLES_PER_ROW]
         end = chunk[-1]
         seconds = end["t_s"] - prev["t_s"]
         n = sum(x["ops"] for x in chunk)
         waited = sum(x["waited_s"] for x in chunk)
         how = {x["simulated"] for x in chunk}
-        rows.append([_when(end["t_s"], s["row_s"]), _human_bytes(end["balance_bytes"]),
-                     _human_bytes(end["permitted_bytes_per_s"]) + "/s",
-                     _human_bytes((end["metered_bytes"] - prev["metered_bytes"]) / seconds),
-                     f"{n / seconds:,.1f}", _seconds(waited / n) if n else "-",
-                     _seconds(max(x["max_wait_s"] for x in chunk)),
-                     "op by op" if how == {True} else "extrapolated" if how == {False} else "both"])
+        rows.append(
+            [
+                _when(end["t_s"], s["row_s"]),
+                _human_bytes(end["balance_bytes"]),
+                _human_bytes(end["permitted_bytes_per_s"]) + "/s",
+                _human_bytes((end["metered_bytes"] - prev["metered_bytes"]) / seconds),
+                f"{n / seconds:,.1f}",
+                _seconds(waited / n) if n else "-",
+                _seconds(max(x["max_wait_s"] for x in chunk)),
+                "op by op" if how == {True} else "extrapolated" if how == {False} else "both",
+            ]
+        )
         prev = end
     return table(head, rows, "lrrrrrrl")
 
@@ -378,6 +470,7 @@ def _count(n: float) -> str:
 
 # ---- the plot --------------------------------------------------------------------------
 
+
 def plot(path: str, s: Simulation) -> None:
     """Credits, permitted throughput and the operations' waits over virtual time, the
     extrapolated stretches shaded, the moment credits run out marked."""
@@ -387,12 +480,15 @@ def plot(path: str, s: Simulation) -> None:
 
     samples = s["samples"]
     duration = s["duration_s"]
-    unit, scale = next(((u, k) for u, k in (("days", DAY), ("hours", 3600.0), ("minutes", 60.0))
-                        if duration >= 2 * k), ("seconds", 1.0))
+    unit, scale = next(
+        ((u, k) for u, k in (("days", DAY), ("hours", 3600.0), ("minutes", 60.0)) if duration >= 2 * k),
+        ("seconds", 1.0),
+    )
     t = np.array([x["t_s"] for x in samples]) / scale
     balance = np.array([x["balance_bytes"] for x in samples])
-    b_unit, b_scale = next(((u, k) for u, k in (("TiB", 2.0**40), ("GiB", 2.0**30)) if balance.max() >= k),
-                           ("MiB", 2.0**20))
+    b_unit, b_scale = next(
+        ((u, k) for u, k in (("TiB", 2.0**40), ("GiB", 2.0**30)) if balance.max() >= k), ("MiB", 2.0**20)
+    )
     ops = np.array([x["ops"] for x in samples])
     mean_wait = np.divide([x["waited_s"] for x in samples], ops, out=np.zeros(len(samples)), where=ops > 0)
     fig = Figure(figsize=(9, 7), dpi=100, layout="constrained")
@@ -408,8 +504,9 @@ def plot(path: str, s: Simulation) -> None:
     else:
         permitted.set_ylim(0, None)
     waits.plot(t[1:], mean_wait[1:], color="#ff7f0e", linewidth=1.2, label="mean")
-    waits.plot(t[1:], [x["max_wait_s"] for x in samples[1:]], color="#d62728", linewidth=1.0, linestyle="--",
-               label="longest")
+    waits.plot(
+        t[1:], [x["max_wait_s"] for x in samples[1:]], color="#d62728", linewidth=1.0, linestyle="--", label="longest"
+    )
     waits.set(ylabel="operations waited (s)", xlabel=f"{unit} since the trace's start")
     if max(x["max_wait_s"] for x in samples) > 0:
         waits.set_yscale("log")
@@ -422,10 +519,20 @@ def plot(path: str, s: Simulation) -> None:
     if c["run_out_s"] is not None:
         for ax in (credits, permitted, waits):
             ax.axvline(c["run_out_s"] / scale, color="#d62728", linewidth=0.8, linestyle=":")
-        credits.annotate(f"credits run out at {c['run_out_at']}", (c["run_out_s"] / scale, 0),
-                         xytext=(4, 12), textcoords="offset points", fontsize=8, color="#d62728")
+        credits.annotate(
+            f"credits run out at {c['run_out_at']}",
+            (c["run_out_s"] / scale, 0),
+            xytext=(4, 12),
+            textcoords="offset points",
+            fontsize=8,
+            color="#d62728",
+        )
     settings = ", ".join(s["overrides"])
-    credits.set_title(f"{os.path.basename(s['trace'])} on {s['profile']}" + (f" ({settings})" if settings else "")
-                      + ("; shaded: extrapolated" if any(not x["simulated"] for x in s["spans"]) else ""),
-                      fontsize=9, parse_math=False)
+    credits.set_title(
+        f"{os.path.basename(s['trace'])} on {s['profile']}"
+        + (f" ({settings})" if settings else "")
+        + ("; shaded: extrapolated" if any(not x["simulated"] for x in s["spans"]) else ""),
+        fontsize=9,
+        parse_math=False,
+    )
     fig.savefig(path, format="png")

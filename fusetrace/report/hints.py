@@ -63,9 +63,11 @@ RULES: list[Rule] = []
 
 def rule(name: str, *thresholds: str) -> Callable[[Callable[[Facts], Hint | None]], Callable[[Facts], Hint | None]]:
     """Register a hint's rule (at the end of RULES: the report prints them in this order)."""
+
     def register(check: Callable[[Facts], Hint | None]) -> Callable[[Facts], Hint | None]:
         RULES.append(Rule(name, thresholds, check))
         return check
+
     return register
 
 
@@ -81,18 +83,25 @@ def xattr_misses(f: Facts) -> Hint | None:
     share = f.share(misses, XATTR_MISS_SHARE)
     if share is None:
         return None
-    named = f.trace.rows("""
+    named = f.trace.rows(
+        """
         select path2, count(*) as k, count(*) over () as names from trace
-        where op = 'getxattr' and errno = ? group by all order by k desc, path2 limit 2""", [errnos.ENODATA])
+        where op = 'getxattr' and errno = ? group by all order by k desc, path2 limit 2""",
+        [errnos.ENODATA],
+    )
     names = ", ".join(f"{name} {int_text(k)}" for name, k, _ in named)
     others = named[0][2] - len(named) if named else 0
     if others:
         left = misses - sum(k for _, k, _ in named)
         names += f", {count(others, 'other name')} {int_text(left)}"
-    return {"hint": "xattr-misses", "records": misses, "share": share,
-            "text": f"getxattr: {pct_text(share)} of the records are look-ups of extended attributes the file "
-                    f"does not have ({names}): mount with --no-xattrs and the kernel stops asking (automatic over "
-                    f"a source without xattrs, such as EFS)"}
+    return {
+        "hint": "xattr-misses",
+        "records": misses,
+        "share": share,
+        "text": f"getxattr: {pct_text(share)} of the records are look-ups of extended attributes the file "
+        f"does not have ({names}): mount with --no-xattrs and the kernel stops asking (automatic over "
+        f"a source without xattrs, such as EFS)",
+    }
 
 
 @rule("failed-lookups", "FAILED_LOOKUP_SHARE")
@@ -101,17 +110,29 @@ def failed_lookups(f: Facts) -> Hint | None:
     share = f.share(misses, FAILED_LOOKUP_SHARE)
     if share is None:
         return None
-    [(where, k)] = f.trace.rows(f"""
-        select {f.trace.group_key('dir')} as d, count(*) as k from trace
-        where op = 'lookup' and errno = ? group by all order by k desc, d limit 1""", [errnos.ENOENT])
+    [(where, k)] = f.trace.rows(
+        f"""
+        select {f.trace.group_key("dir")} as d, count(*) as k from trace
+        where op = 'lookup' and errno = ? group by all order by k desc, d limit 1""",
+        [errnos.ENOENT],
+    )
     m = f.trace.metadata
-    cached = "" if "emulation" in m or (m.get("options") or {}).get("negative_timeout") else (
-        "; this mount caches no absent names and an NFS client does (for acdirmin, 30 s), so EFS "
-        "sees fewer of them: mount with --negative-timeout 30 to trace what it would")
-    return {"hint": "failed-lookups", "records": misses, "share": share,
-            "text": f"lookup: {pct_text(share)} of the records look up names that do not exist (most in "
-                    f"{where}: {int_text(k)}): a program searching a list of directories (PATH, PYTHONPATH, "
-                    f"LD_LIBRARY_PATH, -I) one after another; shorten the list or put the usual hit first{cached}"}
+    cached = (
+        ""
+        if "emulation" in m or (m.get("options") or {}).get("negative_timeout")
+        else (
+            "; this mount caches no absent names and an NFS client does (for acdirmin, 30 s), so EFS "
+            "sees fewer of them: mount with --negative-timeout 30 to trace what it would"
+        )
+    )
+    return {
+        "hint": "failed-lookups",
+        "records": misses,
+        "share": share,
+        "text": f"lookup: {pct_text(share)} of the records look up names that do not exist (most in "
+        f"{where}: {int_text(k)}): a program searching a list of directories (PATH, PYTHONPATH, "
+        f"LD_LIBRARY_PATH, -I) one after another; shorten the list or put the usual hit first{cached}",
+    }
 
 
 @rule("fsync-per-write", "FSYNC_HINT_COUNT", "FSYNC_HINT_WRITES", "PAGE")
@@ -126,7 +147,8 @@ def fsync_per_write(f: Facts) -> Hint | None:
     counted = "sum(greatest(1, (size + $page - 1) // $page))" if pages else "count(*)"
     # per process: one writing in bulk and syncing once (fio) hides none that syncs every
     # few writes (sqlite); each judged by its writes to the files it synced
-    synced, flagged, writes, flagged_ns = f.trace.one(f"""
+    synced, flagged, writes, flagged_ns = f.trace.one(
+        f"""
         with synced as (select distinct pid, path from trace where op in ('fsync', 'fsyncdir')),
         per as (
             select pid, count(*) filter (where op <> 'write') as s,
@@ -137,33 +159,43 @@ def fsync_per_write(f: Facts) -> Hint | None:
         flagged as (select * from per where s > 0 and w <= $most * s)
         select (select count(distinct path) from synced where pid in (select pid from flagged)),
                coalesce(sum(s), 0), coalesce(sum(w), 0), coalesce(sum(ns), 0)
-        from flagged""", {"most": FSYNC_HINT_WRITES, **({"page": PAGE} if pages else {})})
+        from flagged""",
+        {"most": FSYNC_HINT_WRITES, **({"page": PAGE} if pages else {})},
+    )
     if flagged < FSYNC_HINT_COUNT:
         return None
     total = f.trace.total_ns
     share = flagged_ns / total if total else 0
-    return {"hint": "fsync-per-write", "syncs": flagged, "writes": writes, "synced": synced, "summed_share": share,
-            "text": f"fsync: {int_text(flagged)} calls (fsyncdir included) on {int_text(synced)} "
-                    f"{'file or directory' if synced == 1 else 'files and directories'}, one for every "
-                    f"{writes / flagged:.1f} {'pages written' if pages else 'writes'} to them, {pct_text(share)} of "
-                    f"the summed operation time: each waits until the data is on stable storage (on EFS a round "
-                    f"trip to the server); make fewer, larger transactions (sqlite: PRAGMA journal_mode=WAL with "
-                    f"synchronous=NORMAL syncs at checkpoints only)"}
+    return {
+        "hint": "fsync-per-write",
+        "syncs": flagged,
+        "writes": writes,
+        "synced": synced,
+        "summed_share": share,
+        "text": f"fsync: {int_text(flagged)} calls (fsyncdir included) on {int_text(synced)} "
+        f"{'file or directory' if synced == 1 else 'files and directories'}, one for every "
+        f"{writes / flagged:.1f} {'pages written' if pages else 'writes'} to them, {pct_text(share)} of "
+        f"the summed operation time: each waits until the data is on stable storage (on EFS a round "
+        f"trip to the server); make fewer, larger transactions (sqlite: PRAGMA journal_mode=WAL with "
+        f"synchronous=NORMAL syncs at checkpoints only)",
+    }
 
 
 @rule("removed-while-open", "REMOVED_WHILE_OPEN_COUNT")
 def removed_while_open(f: Facts) -> Hint | None:
     if "entry" not in f.trace.columns:  # an unlink's or rename's open file (format 2 on; 0 before fusetrace named it)
         return None
-    [hidden] = f.trace.one("select count(*) from trace where op in ('unlink', 'rename') and entry <> 0 "
-                           "and errno = 0")
+    [hidden] = f.trace.one("select count(*) from trace where op in ('unlink', 'rename') and entry <> 0 and errno = 0")
     if hidden < REMOVED_WHILE_OPEN_COUNT:
         return None
-    return {"hint": "removed-while-open", "records": hidden,
-            "text": f"unlink, rename: {count(hidden, 'name')} of files still open removed or replaced: an NFS "
-                    f"client renames each file to a hidden .nfsXXXX (a LOOKUP and a RENAME the caller waits for) and "
-                    f"removes it at its last close; until then rm -rf of its directory fails (EBUSY, ENOTEMPTY). "
-                    f"Close files before removing them"}
+    return {
+        "hint": "removed-while-open",
+        "records": hidden,
+        "text": f"unlink, rename: {count(hidden, 'name')} of files still open removed or replaced: an NFS "
+        f"client renames each file to a hidden .nfsXXXX (a LOOKUP and a RENAME the caller waits for) and "
+        f"removes it at its last close; until then rm -rf of its directory fails (EBUSY, ENOTEMPTY). "
+        f"Close files before removing them",
+    }
 
 
 @rule("attr-timeout-0", "ATTR_TIMEOUT_0_SHARE")
@@ -172,10 +204,14 @@ def attr_timeout_0(f: Facts) -> Hint | None:
     share = f.share(getattrs, ATTR_TIMEOUT_0_SHARE)
     if share is None or (f.trace.metadata.get("options") or {}).get("attr_timeout") != 0:
         return None
-    return {"hint": "attr-timeout-0", "records": getattrs, "share": share,
-            "text": f"getattr: {pct_text(share)} of the records: this mount had --attr-timeout 0, so every stat "
-                    f"reached it; the default 1 s (an NFS client caches attributes 3-60 s) answers most from the "
-                    f"kernel's cache"}
+    return {
+        "hint": "attr-timeout-0",
+        "records": getattrs,
+        "share": share,
+        "text": f"getattr: {pct_text(share)} of the records: this mount had --attr-timeout 0, so every stat "
+        f"reached it; the default 1 s (an NFS client caches attributes 3-60 s) answers most from the "
+        f"kernel's cache",
+    }
 
 
 @rule("missing-records", "MISSING_RECORDS_COUNT")
@@ -184,7 +220,10 @@ def missing_records(f: Facts) -> Hint | None:
     missing = (m.get("dropped") or 0) + (m.get("lost") or 0)
     if missing < MISSING_RECORDS_COUNT:
         return None
-    return {"hint": "missing-records", "records": missing,
-            "text": f"the trace is missing {int_text(missing)} records (dropped or lost, see above): every count "
-                    f"here is short; trace to a local disk that keeps up, not to the traced file system or a "
-                    f"network one"}
+    return {
+        "hint": "missing-records",
+        "records": missing,
+        "text": f"the trace is missing {int_text(missing)} records (dropped or lost, see above): every count "
+        f"here is short; trace to a local disk that keeps up, not to the traced file system or a "
+        f"network one",
+    }

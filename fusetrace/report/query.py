@@ -34,17 +34,47 @@ from .shapes import Coverage, FiltersShown, Summary, Timeline, TimelineBucket
 
 QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
 # Every FUSE operation a trace can hold (fusetrace/server/handlers.py; forget has no reply)
-OPERATIONS = ("lookup", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink", "unlink", "rmdir", "rename",
-              "link", "open", "create", "read", "write", "flush", "release", "fsync", "opendir", "readdir",
-              "releasedir", "fsyncdir", "statfs", "access", "setxattr", "getxattr", "listxattr", "removexattr")
+OPERATIONS = (
+    "lookup",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "symlink",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "open",
+    "create",
+    "read",
+    "write",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "access",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+)
 # --by dir: a record's directory, where operations on a directory itself (not an entry in
 # it) are filed under their own path
-DIR_KEY = ("case when op in ('opendir', 'readdir', 'releasedir', 'fsyncdir') then path "
-           "else coalesce(nullif(parse_dirpath(path, 'forward_slash'), ''), '/') end")
+DIR_KEY = (
+    "case when op in ('opendir', 'readdir', 'releasedir', 'fsyncdir') then path "
+    "else coalesce(nullif(parse_dirpath(path, 'forward_slash'), ''), '/') end"
+)
 COMM_BYTES = 15  # the kernel keeps a process name's first 15 bytes (TASK_COMM_LEN, 16 with its NUL)
 TIMELINE_ROWS = 60  # at most this many buckets; their width is the first of WIDTHS_NS that fits
 WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tuple(
-    s * 10**9 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400))
+    s * 10**9 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+)
 
 NoTrace = reader.NoTrace  # raised for a missing or empty trace directory (scenarios/plots.py catches it)
 Params = dict[str, Any] | list[Any] | None  # a query's values: $name or ? parameters
@@ -73,8 +103,9 @@ class Filters:
             raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(OPERATIONS)})")
         # matched against the trace's text, where bytes that are not UTF-8 are U+FFFD
         # (fusetrace/trace/names.py): a name given with such bytes is made that text too
-        object.__setattr__(self, "comms", tuple(os.fsencode(c)[:COMM_BYTES].decode("utf-8", "replace")
-                                                for c in self.comms))
+        object.__setattr__(
+            self, "comms", tuple(os.fsencode(c)[:COMM_BYTES].decode("utf-8", "replace") for c in self.comms)
+        )
         if self.path is not None:
             object.__setattr__(self, "path", readable(self.path))
             glob_regex(self.path)  # refused here, before the trace is read
@@ -82,8 +113,14 @@ class Filters:
     @classmethod
     def from_args(cls, args) -> "Filters":
         ops = [op.strip() for given in args.op or () for op in given.split(",") if op.strip()]
-        return cls(ops=tuple(dict.fromkeys(ops)), pids=tuple(args.pid or ()), comms=tuple(args.comm or ()),
-                   path=args.path, since=args.since, until=args.until)
+        return cls(
+            ops=tuple(dict.fromkeys(ops)),
+            pids=tuple(args.pid or ()),
+            comms=tuple(args.comm or ()),
+            path=args.path,
+            since=args.since,
+            until=args.until,
+        )
 
     def options(self) -> list[str]:
         """The filters as the command line gives them."""
@@ -133,8 +170,9 @@ class Trace:
             self._db.execute("create view trace as select * from all_records")
         else:  # the filters' values are bound as constants, never written into the SQL
             self._db.view("all_records").filter(kept).create_view("trace")
-        self.matched, self.first_ns, self.last_ns, self.total_ns = self.one(
-            f"select {totals} from trace") if kept is not None else whole
+        self.matched, self.first_ns, self.last_ns, self.total_ns = (
+            self.one(f"select {totals} from trace") if kept is not None else whole
+        )
         self.span_ns = self.last_ns - self.first_ns if self.matched else 0
 
     def one(self, sql: str, params: Params = None) -> tuple:
@@ -148,10 +186,12 @@ class Trace:
 
     def _need_comm(self, what: str) -> None:
         if "comm" not in self.columns:
-            raise UserError(f"{self.label}: {what}: {'these traces name' if self.fleet else 'this trace names'} "
-                            f"no processes (format "
-                            f"{self.format_version}, recorded before format 3 added comm); --pid and --by pid "
-                            f"work on it")
+            raise UserError(
+                f"{self.label}: {what}: {'these traces name' if self.fleet else 'this trace names'} "
+                f"no processes (format "
+                f"{self.format_version}, recorded before format 3 added comm); --pid and --by pid "
+                f"work on it"
+            )
 
     def _kept(self) -> duckdb.Expression | None:
         """The filters as one DuckDB expression, their values constants of it (None for none)."""
@@ -178,7 +218,7 @@ class Trace:
         for root in (self.metadata.get("mountpoint"), self.metadata.get("source")):
             root = readable(root).rstrip("/") if isinstance(root, str) else ""  # as the glob was made (Filters)
             if root and pattern.startswith(root + "/"):
-                return pattern[len(root):]
+                return pattern[len(root) :]
         return pattern
 
     def _instant(self, option: str, text: str | None) -> int | None:
@@ -203,12 +243,15 @@ class Trace:
             else:
                 wall = datetime.fromisoformat(text).astimezone()
         except ValueError:
-            raise UserError(f"--{option} {text}: not seconds since the trace's first record (12.5), a time of day "
-                            f"(14:03:07) or a date and time (2026-11-23T14:03:07)") from None
+            raise UserError(
+                f"--{option} {text}: not seconds since the trace's first record (12.5), a time of day "
+                f"(14:03:07) or a date and time (2026-11-23T14:03:07)"
+            ) from None
         if "start_wall_ns" not in self.metadata or "start_monotonic_ns" not in self.metadata:
             why = self.metadata_error or f"no start_wall_ns in its {meta.NAME}"
-            raise UserError(f"--{option} {text}: this trace has no clock mapping ({why}); give seconds since "
-                            f"its first record")
+            raise UserError(
+                f"--{option} {text}: this trace has no clock mapping ({why}); give seconds since its first record"
+            )
         if wall is None:
             first = datetime.fromtimestamp(meta.to_wall_ns(self.metadata, origin) / 1e9).astimezone()
             wall = datetime.combine(first.date(), of_day, tzinfo=first.tzinfo)
@@ -238,10 +281,19 @@ class Trace:
                    max(start_ns + dur_ns) - min(start_ns)
             from trace group by host order by sum(dur_ns) desc, host""")
         total = self.total_ns or 1
-        return [{"host": host, "traces": traces.get(host, 0), "count": n, "errors": errors, "total_ns": int(summed),
-                 "share": summed / total, "span_ns": span,
-                 "ops_per_s": n / (self.span_ns / 1e9) if self.span_ns else None}
-                for host, n, errors, summed, span in rows]
+        return [
+            {
+                "host": host,
+                "traces": traces.get(host, 0),
+                "count": n,
+                "errors": errors,
+                "total_ns": int(summed),
+                "share": summed / total,
+                "span_ns": span,
+                "ops_per_s": n / (self.span_ns / 1e9) if self.span_ns else None,
+            }
+            for host, n, errors, summed, span in rows
+        ]
 
     def ops(self, by: str | None = None, top: int | None = None) -> tuple[list[dict], int]:
         """One row per op (or per (group, op), `by` comm, pid, path or dir), biggest total
@@ -252,7 +304,7 @@ class Trace:
             raise ValueError(f"by must be comm, pid, path, dir or host, not {by!r}")
         key = f'{self.group_key(by)} as "{by}"' if by else None
         stats = f"""
-            select {key + ', ' if key else ''}op, count(*) as count, count(*) filter (where errno <> 0) as errors,
+            select {key + ", " if key else ""}op, count(*) as count, count(*) filter (where errno <> 0) as errors,
                    coalesce(sum(result) filter (where op in ('read', 'write')), 0) as bytes,
                    sum(dur_ns) as total_ns, avg(dur_ns) as mean_ns,
                    quantile_cont(dur_ns, $quantiles) as q, max(dur_ns) as max_ns
@@ -294,7 +346,7 @@ class Trace:
         """{(group, op) or (op,): {errno name: count, most first}} of the failed records."""
         errors: dict[tuple, dict[str, int]] = {}
         for *k, code, n in self.rows(f"""
-                select {key + ', ' if key else ''}op, errno, count(*) as n from trace where errno <> 0
+                select {key + ", " if key else ""}op, errno, count(*) as n from trace where errno <> 0
                 group by all order by n desc, errno"""):
             errors.setdefault(tuple(k), {})[errnos.errorcode.get(code, f"errno {code}")] = n
         return errors
@@ -310,15 +362,18 @@ class Trace:
                 group by all order by fault, n desc, op"""):
             entry = out.setdefault(rule, {"rule": rule, "records": 0, "ops": []})
             entry["records"] += n
-            entry["ops"].append({"op": op, "errno": errnos.errorcode.get(code, str(code)) if code else None,
-                                 "count": n})
+            entry["ops"].append(
+                {"op": op, "errno": errnos.errorcode.get(code, str(code)) if code else None, "count": n}
+            )
         return list(out.values())
 
     def per_op(self) -> dict[str, dict]:
         """{op: {count, total_ns, errnos}}: what the hints go by, without ops()'s percentiles."""
         errors = self._errors(None)
-        return {op: {"count": n, "total_ns": total, "errnos": errors.get((op,), {})} for op, n, total in
-                self.rows("select op, count(*), sum(dur_ns) from trace group by op")}
+        return {
+            op: {"count": n, "total_ns": total, "errnos": errors.get((op,), {})}
+            for op, n, total in self.rows("select op, count(*), sum(dur_ns) from trace group by op")
+        }
 
     def shaping(self) -> list[dict] | None:
         """Per op, where the modelled time of its shaped operations went: how many
@@ -333,8 +388,10 @@ class Trace:
             from trace where gate is not null group by op, gate order by count(*) desc, gate""")
         out: dict[str, dict] = {}
         for op, gate, n, wait, latency, transfer in rows:
-            r = out.setdefault(op, {"op": op, "count": 0, "modelled_ns": 0, "wait_ns": 0, "latency_ns": 0,
-                                    "transfer_ns": 0, "gates": {}})
+            r = out.setdefault(
+                op,
+                {"op": op, "count": 0, "modelled_ns": 0, "wait_ns": 0, "latency_ns": 0, "transfer_ns": 0, "gates": {}},
+            )
             r["count"] += n
             r["modelled_ns"] += wait + latency + transfer
             r["wait_ns"] += wait
@@ -353,9 +410,13 @@ class Trace:
         out: dict[str, dict[int, int]] = {}
         for op, b, n, _ in rows:
             out.setdefault(op, {})[b] = n
-        return {op: [{"bucket": b, "low_ns": 2 ** b, "high_ns": 2 ** (b + 1), "count": counts.get(b, 0)}
-                     for b in range(min(counts), max(counts) + 1)]
-                for op, counts in out.items()}
+        return {
+            op: [
+                {"bucket": b, "low_ns": 2**b, "high_ns": 2 ** (b + 1), "count": counts.get(b, 0)}
+                for b in range(min(counts), max(counts) + 1)
+            ]
+            for op, counts in out.items()
+        }
 
     def coverage(self) -> Coverage | None:
         """How much of the records' span [first start, last reply) had at least one
@@ -372,17 +433,28 @@ class Trace:
             return None
         rt = self.metadata.get("fuse_round_trip_ns")
         rt = int(rt) if isinstance(rt, int | float) and rt > 0 else None
-        busy, widened = self.one("""
+        busy, widened = self.one(
+            """
             select coalesce(sum(greatest(e - greatest(s, coalesce(m, s)), 0)), 0),
                    coalesce(sum(greatest(e - greatest(s - $rt, coalesce(m, s - $rt)), 0)), 0)
             from (select start_ns as s, start_ns + dur_ns as e,
                          max(start_ns + dur_ns) over (order by start_ns rows between unbounded preceding
                                                       and 1 preceding) as m
-                  from trace)""", {"rt": rt or 0})
+                  from trace)""",
+            {"rt": rt or 0},
+        )
         span = self.span_ns
-        out: Coverage = {"span_ns": span, "busy_ns": int(busy), "busy_share": busy / span if span else None,
-                         "summed_ns": self.total_ns, "round_trip_ns": rt, "round_trips_ns": None,
-                         "busy_with_round_trip_ns": None, "busy_with_round_trip_share": None, "rest_share": None}
+        out: Coverage = {
+            "span_ns": span,
+            "busy_ns": int(busy),
+            "busy_share": busy / span if span else None,
+            "summed_ns": self.total_ns,
+            "round_trip_ns": rt,
+            "round_trips_ns": None,
+            "busy_with_round_trip_ns": None,
+            "busy_with_round_trip_share": None,
+            "rest_share": None,
+        }
         if rt is not None:
             out["round_trips_ns"] = rt * self.matched
             out["busy_with_round_trip_ns"] = int(widened) - rt
@@ -405,28 +477,46 @@ class Trace:
             return None
         origin = self.origin_ns
         low, high = self.one("select min(start_ns), max(start_ns) from trace")
-        width = next((w for w in WIDTHS_NS if (high - origin) // w - (low - origin) // w < TIMELINE_ROWS),
-                     math.ceil((high - low) / (TIMELINE_ROWS - 1) / 86400e9) * 86400 * 10**9)
-        rows = {b: r for b, *r in self.rows("""
+        width = next(
+            (w for w in WIDTHS_NS if (high - origin) // w - (low - origin) // w < TIMELINE_ROWS),
+            math.ceil((high - low) / (TIMELINE_ROWS - 1) / 86400e9) * 86400 * 10**9,
+        )
+        rows = {
+            b: r
+            for b, *r in self.rows(
+                """
             select (start_ns - $origin) // $width as b, count(*), count(*) filter (where errno <> 0),
                    coalesce(sum(result) filter (where op = 'read'), 0),
                    coalesce(sum(result) filter (where op = 'write'), 0)
-            from trace group by b""", {"origin": origin, "width": width})}
+            from trace group by b""",
+                {"origin": origin, "width": width},
+            )
+        }
         first, last = (low - origin) // width, (high - origin) // width
         wall = "start_wall_ns" in self.metadata and "start_monotonic_ns" in self.metadata
         buckets: list[TimelineBucket] = []
         for b in range(first, last + 1):
             n, errors, read, written = rows.get(b, (0, 0, 0, 0))
             start = origin + b * width
-            buckets.append({"t_s": b * width / 1e9, "start_ns": start,
-                            "wall_ns": meta.to_wall_ns(self.metadata, start) if wall else None,
-                            "ops": n, "errors": errors, "read_bytes": int(read), "write_bytes": int(written),
-                            "ops_per_s": n / (width / 1e9), "read_mb_per_s": read / 1e6 / (width / 1e9),
-                            "write_mb_per_s": written / 1e6 / (width / 1e9)})
+            buckets.append(
+                {
+                    "t_s": b * width / 1e9,
+                    "start_ns": start,
+                    "wall_ns": meta.to_wall_ns(self.metadata, start) if wall else None,
+                    "ops": n,
+                    "errors": errors,
+                    "read_bytes": int(read),
+                    "write_bytes": int(written),
+                    "ops_per_s": n / (width / 1e9),
+                    "read_mb_per_s": read / 1e6 / (width / 1e9),
+                    "write_mb_per_s": written / 1e6 / (width / 1e9),
+                }
+            )
         return {"origin_ns": origin, "width_ns": width, "buckets": buckets}
 
-    def summary(self, by: str | None = None, histogram: bool = False, top: int | None = None,
-                timeline: bool = False) -> Summary:
+    def summary(
+        self, by: str | None = None, histogram: bool = False, top: int | None = None, timeline: bool = False
+    ) -> Summary:
         """Everything the report shows, as plain data (what --json prints)."""
         ops, groups = self.ops(by, top)
         m = self.metadata
@@ -475,21 +565,36 @@ class Trace:
             warning = t.metadata_error or (None if "end_wall_ns" in m else _not_closed(m))
             load = m.get("host_load")
             load = load if isinstance(load, dict) else {}
-            out.append({"directory": t.directory, "host": t.host,
-                        "records": self.one(f"select count(*) from all_records_{i}")[0],
-                        "files": len(t.files), "format_version": t.format_version, "warning": warning,
-                        "profile": (m.get("emulation") or {}).get("profile") if "emulation" in m else None,
-                        "host_bound": load.get("host_bound") if "emulation" in m else None})
+            out.append(
+                {
+                    "directory": t.directory,
+                    "host": t.host,
+                    "records": self.one(f"select count(*) from all_records_{i}")[0],
+                    "files": len(t.files),
+                    "format_version": t.format_version,
+                    "warning": warning,
+                    "profile": (m.get("emulation") or {}).get("profile") if "emulation" in m else None,
+                    "host_bound": load.get("host_bound") if "emulation" in m else None,
+                }
+            )
         return out
 
     def _filters(self) -> FiltersShown | None:
         f = self.filters
         if f == Filters():
             return None
-        return {"op": list(f.ops), "pid": list(f.pids), "comm": list(f.comms), "path": f.path,
-                "path_regex": None if f.path is None else glob_regex(self._below_mount(f.path)),
-                "since": f.since, "since_ns": self.since_ns, "until": f.until, "until_ns": self.until_ns,
-                "options": f.options()}
+        return {
+            "op": list(f.ops),
+            "pid": list(f.pids),
+            "comm": list(f.comms),
+            "path": f.path,
+            "path_regex": None if f.path is None else glob_regex(self._below_mount(f.path)),
+            "since": f.since,
+            "since_ns": self.since_ns,
+            "until": f.until,
+            "until_ns": self.until_ns,
+            "options": f.options(),
+        }
 
 
 _ABSENT = object()
@@ -505,8 +610,19 @@ def fleet_metadata(traces: reader.TraceSet) -> dict[str, Any]:
     each = [m.metadata for m in traces.members]
     first, rest = each[0], each[1:]
     out = {k: v for k, v in first.items() if all(o.get(k, _ABSENT) == v for o in rest)}
-    for key in ("end_wall_ns", "end_monotonic_ns", "start_wall_ns", "start_monotonic_ns", "pid", "host_load",
-                "metrics_per_minute", "last_error", "fuse_round_trip_ns", "emulation", "warnings"):
+    for key in (
+        "end_wall_ns",
+        "end_monotonic_ns",
+        "start_wall_ns",
+        "start_monotonic_ns",
+        "pid",
+        "host_load",
+        "metrics_per_minute",
+        "last_error",
+        "fuse_round_trip_ns",
+        "emulation",
+        "warnings",
+    ):
         out.pop(key, None)
     out.update({k: traces.base[k] for k in ("start_wall_ns", "start_monotonic_ns") if k in traces.base})
     for key in ("records", "files", "dropped", "lost", "write_errors"):
@@ -549,8 +665,12 @@ def _not_closed(m: dict) -> str:
     if pid and m.get("hostname", m.get("host")) in (None, os.uname().nodename) and is_fusetrace(pid):
         return f"trace still being written (its server, pid {pid}, is running): {counts}"
     if m.get("write_errors"):
-        return (f"trace not closed: its final {meta.NAME} could not be written, like the "
-                f"{int_text(m['write_errors'])} failed writes above (last: {m.get('last_error')}; a full "
-                f"disk?) - or the server was killed: {counts}, more records may be lost")
-    return (f"trace not closed: its server stopped without writing its final {meta.NAME} "
-            f"(killed, or that write failed): the last second may be missing and {counts}")
+        return (
+            f"trace not closed: its final {meta.NAME} could not be written, like the "
+            f"{int_text(m['write_errors'])} failed writes above (last: {m.get('last_error')}; a full "
+            f"disk?) - or the server was killed: {counts}, more records may be lost"
+        )
+    return (
+        f"trace not closed: its server stopped without writing its final {meta.NAME} "
+        f"(killed, or that write failed): the last second may be missing and {counts}"
+    )

@@ -51,19 +51,31 @@ def _header(s: Summary) -> list[str]:
         lines.append(f"started     {_wall(m['start_wall_ns'])}, records span {s['span_ns'] / 1e9:.3f} s")
     if s["filters"]:
         f = s["filters"]
-        times = [f"{k} {_at(s, ns)}" for k, ns in (("since", f["since_ns"]), ("until", f["until_ns"]))
-                 if ns is not None]
-        lines.append(f"filters     {'  '.join(f['options'])}{' (' + '; '.join(times) + ')' if times else ''}: "
-                     f"{int_text(s['matched'])} of {int_text(s['records'])} records")
+        times = [
+            f"{k} {_at(s, ns)}" for k, ns in (("since", f["since_ns"]), ("until", f["until_ns"])) if ns is not None
+        ]
+        lines.append(
+            f"filters     {'  '.join(f['options'])}{' (' + '; '.join(times) + ')' if times else ''}: "
+            f"{int_text(s['matched'])} of {int_text(s['records'])} records"
+        )
     lines += _coverage(s)
     if m.get("dropped"):
-        limit = f"max_pending {m['max_pending']}" if m.get("max_pending") is not None else \
-            f"{m['max_pending_bytes'] / 2**20:g} MiB" if m.get("max_pending_bytes") else "max_pending ?"
-        lines.append(f"dropped     {int_text(m['dropped'])} records: the writer's queue was full ({limit}), "
-                     f"or a field was bad (the server's log says which)")
+        limit = (
+            f"max_pending {m['max_pending']}"
+            if m.get("max_pending") is not None
+            else f"{m['max_pending_bytes'] / 2**20:g} MiB"
+            if m.get("max_pending_bytes")
+            else "max_pending ?"
+        )
+        lines.append(
+            f"dropped     {int_text(m['dropped'])} records: the writer's queue was full ({limit}), "
+            f"or a field was bad (the server's log says which)"
+        )
     if m.get("write_errors"):
-        lines.append(f"lost        {int_text(m.get('lost', 0))} records in {int_text(m['write_errors'])} failed "
-                     f"writes; last: {m.get('last_error')}")
+        lines.append(
+            f"lost        {int_text(m.get('lost', 0))} records in {int_text(m['write_errors'])} failed "
+            f"writes; last: {m.get('last_error')}"
+        )
     lines += _emulation(m, s["traces"])
     for fault in s.get("faults", []):
         said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {int_text(o['count'])}" for o in fault["ops"])
@@ -73,21 +85,36 @@ def _header(s: Summary) -> list[str]:
         lines += [f"warning     {warning}"] if warning else []
     else:
         lines += [f"warning     {t['directory']}: {t['warning']}" for t in s["traces"] if t["warning"]]
-        lines += [f"warning     {d}: no clock mapping (start_wall_ns) in its {meta.NAME}: its times are its "
-                  f"own, not aligned with the other traces'" for d in s["unaligned"]]
+        lines += [
+            f"warning     {d}: no clock mapping (start_wall_ns) in its {meta.NAME}: its times are its "
+            f"own, not aligned with the other traces'"
+            for d in s["unaligned"]
+        ]
     return lines
 
 
 def _hosts_table(s: Summary) -> str:
     """One line per host of a report over several traces."""
     head = ["host", "traces", "ops", "errors", "ops/s", "total", "%total", "span"]
-    rows = [[h["host"] or "(no host)", int_text(h["traces"]), int_text(h["count"]), int_text(h["errors"]),
-             num_text(h["ops_per_s"]), ns_text(h["total_ns"]), f"{100 * h['share']:.1f}",
-             f"{h['span_ns'] / 1e9:.3f} s"] for h in s["hosts"]]
-    return (f"per host\n{table(head, rows, 'l' + 'r' * 7)}\n(ops: the records kept on each host, ops/s over all "
-            f"hosts' span, not the host's own, so that the hosts' rates add up to the fleet's; total: their "
-            f"latencies added up, %total its share of all hosts'; span: from the "
-            f"host's first operation to its last reply)")
+    rows = [
+        [
+            h["host"] or "(no host)",
+            int_text(h["traces"]),
+            int_text(h["count"]),
+            int_text(h["errors"]),
+            num_text(h["ops_per_s"]),
+            ns_text(h["total_ns"]),
+            f"{100 * h['share']:.1f}",
+            f"{h['span_ns'] / 1e9:.3f} s",
+        ]
+        for h in s["hosts"]
+    ]
+    return (
+        f"per host\n{table(head, rows, 'l' + 'r' * 7)}\n(ops: the records kept on each host, ops/s over all "
+        f"hosts' span, not the host's own, so that the hosts' rates add up to the fleet's; total: their "
+        f"latencies added up, %total its share of all hosts'; span: from the "
+        f"host's first operation to its last reply)"
+    )
 
 
 def _at(s: Summary, ns: int) -> str:
@@ -104,19 +131,25 @@ def _coverage(s: Summary) -> list[str]:
     c = s["coverage"]
     if c is None or not c["span_ns"]:
         return []
-    lines = [f"in flight   {c['busy_ns'] / 1e9:.3f} s of the records' {c['span_ns'] / 1e9:.3f} s span "
-             f"({pct_text(c['busy_share'])}) had an operation in flight; their latencies sum to "
-             f"{c['summed_ns'] / 1e9:.3f} s"]
+    lines = [
+        f"in flight   {c['busy_ns'] / 1e9:.3f} s of the records' {c['span_ns'] / 1e9:.3f} s span "
+        f"({pct_text(c['busy_share'])}) had an operation in flight; their latencies sum to "
+        f"{c['summed_ns'] / 1e9:.3f} s"
+    ]
     widened = c["busy_with_round_trip_ns"]  # set with round_trip_ns
     if c["round_trip_ns"] is None or widened is None:
         why = "a trace from before format 3" if s["format_version"] < 3 else f"not in its {meta.NAME}"
         lines.append(f"round trip  FUSE's own, before and after each operation: not measured ({why})")
     else:
-        lines.append(f"round trip  with FUSE's ({ns_text(c['round_trip_ns'])} each, measured at mount) added to each "
-                     f"operation: {widened / 1e9:.3f} s "
-                     f"({pct_text(c['busy_with_round_trip_share'])})")
-    lines.append(f"the rest    {pct_text(c['rest_share'])} of the span: the application's own time (CPU, other I/O, "
-                 f"waiting) and what the kernel answered from its caches")
+        lines.append(
+            f"round trip  with FUSE's ({ns_text(c['round_trip_ns'])} each, measured at mount) added to each "
+            f"operation: {widened / 1e9:.3f} s "
+            f"({pct_text(c['busy_with_round_trip_share'])})"
+        )
+    lines.append(
+        f"the rest    {pct_text(c['rest_share'])} of the span: the application's own time (CPU, other I/O, "
+        f"waiting) and what the kernel answered from its caches"
+    )
     return lines
 
 
@@ -133,24 +166,45 @@ def _ops_table(s: Summary) -> str:
     if not s["ops"]:
         return "no records match the filters" if s["filters"] else "no records"
     key = s["by"]
-    head = ([key] if key else []) + ["op", "count", "errors", "ops/s", "MB/s", "mean", "p50", "p90", "p99",
-                                     "p99.9", "max", "total", "%total", "errno"]
+    head = ([key] if key else []) + [
+        "op",
+        "count",
+        "errors",
+        "ops/s",
+        "MB/s",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "max",
+        "total",
+        "%total",
+        "errno",
+    ]
     total = s["total_ns"] or 1
     rows, last = [], None
     for r in s["ops"]:
         row = [] if not key else [_label(key, r) if r[key] != last else ""]
         last = r[key] if key else None
         io = r["op"] in ("read", "write")
-        row += [r["op"], int_text(r["count"]), int_text(r["errors"]), num_text(r["ops_per_s"]),
-                num_text(r["bytes_per_s"] / 1e6) if io and r["bytes_per_s"] is not None else "-",
-                *(ns_text(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns", "total_ns")),
-                f"{100 * r['total_ns'] / total:.1f}",
-                ", ".join(f"{name} {int_text(n)}" for name, n in r["errnos"].items())]
+        row += [
+            r["op"],
+            int_text(r["count"]),
+            int_text(r["errors"]),
+            num_text(r["ops_per_s"]),
+            num_text(r["bytes_per_s"] / 1e6) if io and r["bytes_per_s"] is not None else "-",
+            *(ns_text(r[c]) for c in ("mean_ns", *QUANTILES, "max_ns", "total_ns")),
+            f"{100 * r['total_ns'] / total:.1f}",
+            ", ".join(f"{name} {int_text(n)}" for name, n in r["errnos"].items()),
+        ]
         rows.append(row)
     left = 2 if key else 1
     text = table(head, rows, "l" * left + "r" * (len(head) - left - 1) + "l")
-    note = ("latency is dur_ns (admission to reply); total: the latencies added up, %total: its share of all rows' "
-            "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; sorted by total")
+    note = (
+        "latency is dur_ns (admission to reply); total: the latencies added up, %total: its share of all rows' "
+        "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; sorted by total"
+    )
     if key and s["top"] and s["groups"] > s["top"]:
         note += f"; top {s['top']} of {int_text(s['groups'])} {key}s (--top N shows more, --json has all)"
     return f"{text}\n({note})"
@@ -168,20 +222,30 @@ def _emulation(m: dict[str, Any], traces: list[dict[str, Any]]) -> list[str]:
     if len(traces) > 1:
         bound = [t["host"] or t["directory"] for t in traces if t["host_bound"]]
         unknown = [t["host"] or t["directory"] for t in traces if t["profile"] and t["host_bound"] is None]
-        lines[0] += (f"; HOST-BOUND on {', '.join(bound)}: there the host, not the model, set the pace" if bound
-                     else "; every host kept up with the model" if not unknown else "")
+        lines[0] += (
+            f"; HOST-BOUND on {', '.join(bound)}: there the host, not the model, set the pace"
+            if bound
+            else "; every host kept up with the model"
+            if not unknown
+            else ""
+        )
         if unknown:
             lines[0] += f"; whether the host kept up is unknown on {', '.join(unknown)}"
     elif host is None:
         lines[0] += "; whether the host kept up is unknown (no final metadata)"
     else:
-        verdict = "HOST-BOUND: the host, not the model, set the pace" if host["host_bound"] else \
-            "the host kept up with the model"
+        verdict = (
+            "HOST-BOUND: the host, not the model, set the pace"
+            if host["host_bound"]
+            else "the host kept up with the model"
+        )
         lines[0] += f"; {verdict} ({load_words(host)})"
     if (m.get("options") or {}).get("writeback_cache"):
-        lines.append("write-back  FUSE's write-back cache: its writes are the kernel's write-back of many write(2) "
-                     "calls, reads of data written through the mount are not here, and gate kernel marks the "
-                     "kernel's own requests, which cost nothing")
+        lines.append(
+            "write-back  FUSE's write-back cache: its writes are the kernel's write-back of many write(2) "
+            "calls, reads of data written through the mount are not here, and gate kernel marks the "
+            "kernel's own requests, which cost nothing"
+        )
     lines += [f"warning     {w}" for w in m.get("warnings", [])]
     return lines
 
@@ -192,20 +256,31 @@ def _shaping(s: Summary) -> str:
     if rows is None:
         if "emulation" not in s["metadata"]:
             return ""
-        return ("where the modelled time went: not recorded (a format 1 trace, from before fusetrace "
-                "recorded each operation's gate and wait / latency / transfer)")
+        return (
+            "where the modelled time went: not recorded (a format 1 trace, from before fusetrace "
+            "recorded each operation's gate and wait / latency / transfer)"
+        )
     if not rows:
         return ""
     head = ["op", "shaped", "modelled", "mean", "wait%", "latency%", "transfer%", "gates (operations)"]
     body = []
     for r in rows:
         total = r["modelled_ns"] or 1
-        body.append([r["op"], int_text(r["count"]), ns_text(r["modelled_ns"]), ns_text(r["modelled_ns"] / r["count"]),
-                     *(f"{100 * r[k] / total:.1f}" for k in ("wait_ns", "latency_ns", "transfer_ns")),
-                     ", ".join(f"{gate} {int_text(n)}" for gate, n in r["gates"].items())])
+        body.append(
+            [
+                r["op"],
+                int_text(r["count"]),
+                ns_text(r["modelled_ns"]),
+                ns_text(r["modelled_ns"] / r["count"]),
+                *(f"{100 * r[k] / total:.1f}" for k in ("wait_ns", "latency_ns", "transfer_ns")),
+                ", ".join(f"{gate} {int_text(n)}" for gate, n in r["gates"].items()),
+            ]
+        )
     text = table(head, body, "l" + "r" * 6 + "l")
-    return (f"where the modelled time went\n{text}\n(modelled = wait + latency + transfer, the model's time for "
-            f"the operation; gates: what set it, with how many operations each)")
+    return (
+        f"where the modelled time went\n{text}\n(modelled = wait + latency + transfer, the model's time for "
+        f"the operation; gates: what set it, with how many operations each)"
+    )
 
 
 def _histograms(hists: dict[str, list[dict[str, Any]]]) -> str:
@@ -216,8 +291,10 @@ def _histograms(hists: dict[str, list[dict[str, Any]]]) -> str:
         lines = [f"{op}  ({int_text(total)} ops)"]
         for b in buckets:
             low = "0" if b["bucket"] == 0 else ns_text(b["low_ns"])
-            lines.append(f"  {low:>7} - {ns_text(b['high_ns']):<7} {_bar(b['count'] / peak):<40} "
-                         f"{int_text(b['count']):>11} {100 * b['count'] / total:5.1f}%")
+            lines.append(
+                f"  {low:>7} - {ns_text(b['high_ns']):<7} {_bar(b['count'] / peak):<40} "
+                f"{int_text(b['count']):>11} {100 * b['count'] / total:5.1f}%"
+            )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -228,13 +305,24 @@ def _timeline(t: Timeline) -> str:
     peak = max(b["ops_per_s"] for b in buckets) or 1
     head = ["t (s)", *(["time"] if wall else []), "ops", "ops/s", "", "read MB/s", "write MB/s", "errors"]
     digits = max(0, -math.floor(math.log10(t["width_ns"] / 1e9)))
-    rows = [[f"{b['t_s']:.{digits}f}", *([_clock(w, digits)] if (w := b["wall_ns"]) is not None else []),
-             int_text(b["ops"]),
-             _rate(b["ops_per_s"]), _bar(b["ops_per_s"] / peak, 20), _rate(b["read_mb_per_s"]),
-             _rate(b["write_mb_per_s"]), int_text(b["errors"])] for b in buckets]
+    rows = [
+        [
+            f"{b['t_s']:.{digits}f}",
+            *([_clock(w, digits)] if (w := b["wall_ns"]) is not None else []),
+            int_text(b["ops"]),
+            _rate(b["ops_per_s"]),
+            _bar(b["ops_per_s"] / peak, 20),
+            _rate(b["read_mb_per_s"]),
+            _rate(b["write_mb_per_s"]),
+            int_text(b["errors"]),
+        ]
+        for b in buckets
+    ]
     text = table(head, rows, "r" * (len(head) - 4) + "lrrr")
-    note = (f"operations that started in each {bucket_width(t['width_ns'])}, and the bytes they read and wrote, per "
-            f"second; t: seconds since the trace's first record; MB = 10^6 bytes")
+    note = (
+        f"operations that started in each {bucket_width(t['width_ns'])}, and the bytes they read and wrote, per "
+        f"second; t: seconds since the trace's first record; MB = 10^6 bytes"
+    )
     if t.get("plot"):
         note += f"; drawn into {t['plot']}"
     return f"timeline\n{text}\n({note})"
@@ -256,7 +344,7 @@ def bucket_width(ns: int) -> str:
 
 def _short(value: object, width: int = 48) -> str:
     text = str(value)
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 def _wall(ns: int) -> str:
@@ -266,4 +354,4 @@ def _wall(ns: int) -> str:
 def _clock(ns: int, digits: int) -> str:
     """Local time of day, to `digits` decimals of a second (at most 3)."""
     text = datetime.fromtimestamp(ns / 1e9).astimezone().strftime("%H:%M:%S.%f")
-    return text[:9 + min(digits, 3)] if digits else text[:8]
+    return text[: 9 + min(digits, 3)] if digits else text[:8]

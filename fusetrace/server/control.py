@@ -102,4 +102,3 @@ async def _answer_one(stream: trio.SocketStream, handlers: Handlers) -> None:
             log.exception("control request %.200r failed", data)
             answer = {"error": f"internal error: {exc!r} (see the server's log)"}
         await stream.send_all(json.dumps(answer).encode() + b"\n")
-

@@ -43,8 +43,19 @@ class FaultStage:
         if rid is not None:
             return Firing(rid, "stale", E.ESTALE)
         if faults.rules:
-            return faults.check(req.op, req.kind, req.file, req.directory, path, req.size,
-                                functools.partial(self.callers.who, pid, start), start) or NO_FIRING
+            return (
+                faults.check(
+                    req.op,
+                    req.kind,
+                    req.file,
+                    req.directory,
+                    path,
+                    req.size,
+                    functools.partial(self.callers.who, pid, start),
+                    start,
+                )
+                or NO_FIRING
+            )
         return NO_FIRING
 
     @staticmethod
@@ -75,8 +86,12 @@ class FaultStage:
         handle has yet to see: the firing returned, which carries its errno."""
         faults = self.faults
         if firing.effect == "write_error":
-            faults.write_failed(req.file, firing.rule, firing.errno,
-                                {h.fd for h in self.files.handles.values() if h.inode.id == req.file})
+            faults.write_failed(
+                req.file,
+                firing.rule,
+                firing.errno,
+                {h.fd for h in self.files.handles.values() if h.inode.id == req.file},
+            )
         elif faults.pending and req.op in _REPORTS:
             late = faults.reported(req.file, fh)
             if late is not None:

@@ -75,9 +75,16 @@ class Budget:
 
     def stats(self) -> "BudgetStats":
         """For `fusetrace stats`: the split of the limit and what each user holds."""
-        return {"limit": self.limit, "reserve": self.reserve, "table_most": self.table,
-                "open": self.open, "open_most": self.files, "share": self.share,
-                "open_by_user": dict(sorted(self.by_user.items())), "refused": self.refused}
+        return {
+            "limit": self.limit,
+            "reserve": self.reserve,
+            "table_most": self.table,
+            "open": self.open,
+            "open_most": self.files,
+            "share": self.share,
+            "open_by_user": dict(sorted(self.by_user.items())),
+            "refused": self.refused,
+        }
 
 
 class Spares:

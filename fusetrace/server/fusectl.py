@@ -18,8 +18,7 @@ def _ensure_fusectl() -> None:
     with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:  # names not UTF-8 too
         if any(line.split()[1] == CONNECTIONS for line in f):
             return
-    subprocess.run(["mount", "-t", "fusectl", "fusectl", CONNECTIONS],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(["mount", "-t", "fusectl", "fusectl", CONNECTIONS], check=True, capture_output=True, text=True)
 
 
 def connection(dev_minor: int) -> str:
@@ -49,8 +48,7 @@ def raise_limits(dev_minor: int, max_background: int) -> str | None:
     try:
         _ensure_fusectl()
         conn = connection(dev_minor)
-        for name, value in (("max_background", max_background),
-                            ("congestion_threshold", max_background * 3 // 4)):
+        for name, value in (("max_background", max_background), ("congestion_threshold", max_background * 3 // 4)):
             with open(os.path.join(conn, name), "w") as f:
                 f.write(str(value))
     except (OSError, subprocess.CalledProcessError) as exc:

@@ -81,8 +81,16 @@ class Operations(pyfuse3.Operations):
         self.enable_acl = self.xattrs
         self.proc_reaches_links = nofollow.proc_reaches_links()
         self.files = OpenFiles(self.inodes)
-        self.pipeline = Pipeline(inodes=self.inodes, files=self.files, fds=self.fds, workers=workers, inline=inline,
-                                 tracer=tracer, shaper=shaper, writeback_cache=writeback_cache)
+        self.pipeline = Pipeline(
+            inodes=self.inodes,
+            files=self.files,
+            fds=self.fds,
+            workers=workers,
+            inline=inline,
+            tracer=tracer,
+            shaper=shaper,
+            writeback_cache=writeback_cache,
+        )
         self._cached_pread: Callable[[int, int, int], bytes | None] | None = self._nowait_pread
         self.tracer = tracer
         self.shaper = shaper
@@ -99,12 +107,23 @@ class Operations(pyfuse3.Operations):
         handled and where calls run."""
         p = self.pipeline
         table = self.inodes.stats()
-        return {"inodes": table.pop("known"), "open_files": len(self.files.handles), "inode_fds": table,
-                "descriptors": {**self.fds.stats(), "inode_table": table["held"], "in_use": in_use(),
-                                "flush_spares_used": self.spares.used},
-                "serving": self.serving, "inline": p.inline.describe(), "resized_beside": self.files.resized_beside,
-                "rmdirs_nfs_refuses": self.files.rmdirs_nfs_refuses, "killed_released": p.holds.kills.released,
-                "held_long": p.holds.held_long(monotonic_ns())}
+        return {
+            "inodes": table.pop("known"),
+            "open_files": len(self.files.handles),
+            "inode_fds": table,
+            "descriptors": {
+                **self.fds.stats(),
+                "inode_table": table["held"],
+                "in_use": in_use(),
+                "flush_spares_used": self.spares.used,
+            },
+            "serving": self.serving,
+            "inline": p.inline.describe(),
+            "resized_beside": self.files.resized_beside,
+            "rmdirs_nfs_refuses": self.files.rmdirs_nfs_refuses,
+            "killed_released": p.holds.kills.released,
+            "held_long": p.holds.held_long(monotonic_ns()),
+        }
 
     def _nowait_pread(self, fd: int, size: int, offset: int) -> bytes | None:
         try:
@@ -164,8 +183,13 @@ class Operations(pyfuse3.Operations):
         try:
             return await self.pipeline.call(
                 Request("lookup", Kind.META_READ, parent.id, directory=parent.id, name=name),
-                                    at(parent, name), ctx, nofollow.open_path, parent, name,
-                                    reply=functools.partial(self._new_entry, parent, name))
+                at(parent, name),
+                ctx,
+                nofollow.open_path,
+                parent,
+                name,
+                reply=functools.partial(self._new_entry, parent, name),
+            )
         except FUSEError as exc:
             if exc.errno != E.ENOENT or not self.negative_timeout:
                 raise
@@ -180,8 +204,12 @@ class Operations(pyfuse3.Operations):
     async def getattr(self, inode: int, ctx: Caller | None = None) -> pyfuse3.EntryAttributes:
         node = self._inode(inode)
         st = await self.pipeline.call(
-            Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), at(node),
-                              ctx or _NOBODY, os.stat, node)
+            Request("getattr", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)),
+            at(node),
+            ctx or _NOBODY,
+            os.stat,
+            node,
+        )
         node.seen = version(st)
         if not self._kernel_keeps_size(node):
             node.size = st.st_size
@@ -193,8 +221,9 @@ class Operations(pyfuse3.Operations):
         (fs/fuse: fuse_get_cache_mask), so replies do not change the size it holds."""
         return self.enable_writeback_cache and stat.S_ISREG(node.mode)
 
-    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields, fh: int | None,
-                      ctx: Caller) -> pyfuse3.EntryAttributes:
+    async def setattr(
+        self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields, fh: int | None, ctx: Caller
+    ) -> pyfuse3.EntryAttributes:
         """With the write-back cache, the kernel keeps a regular file's mtime and ctime
         itself and hands them over in a setattr of those two alone (fs/fuse:
         fuse_flush_times), which an NFS client never sends: the emulated client charges
@@ -209,16 +238,26 @@ class Operations(pyfuse3.Operations):
         node = self._inode(inode)
         h = self.files.handles.get(fh) if fh is not None else None
         change = Change(node.is_symlink, h.fd if h else None, attr, fields, time_ns())
-        kernel = (self.enable_writeback_cache and change.names == "mtime" and fields.update_ctime
-                  and stat.S_ISREG(node.mode)
-                  and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime)))
+        kernel = (
+            self.enable_writeback_cache
+            and change.names == "mtime"
+            and fields.update_ctime
+            and stat.S_ISREG(node.mode)
+            and (h is not None or (node.handovers > 0 and change.mtime == node.kernel_mtime))
+        )
         if kernel:
             # one owed is paid, whether it came on no handle or, the file being open for
             # writing, on one (fuse_write_inode passes a writable handle where there is one)
             node.handovers = max(0, node.handovers - 1)
             node.kernel_mtime = attr.st_mtime_ns  # the kernel's already, whatever the source answers
-        req = Request("setattr", Kind.META_WRITE, node.id, size=attr.st_size if fields.update_size else 0,
-                      is_dir=stat.S_ISDIR(node.mode), kernel_only=kernel)
+        req = Request(
+            "setattr",
+            Kind.META_WRITE,
+            node.id,
+            size=attr.st_size if fields.update_size else 0,
+            is_dir=stat.S_ISDIR(node.mode),
+            kernel_only=kernel,
+        )
         call = (change.hand_over, node) if kernel else (change.apply, node, nofollow.owner_for(ctx))
         with self.files.truncations if fields.update_size and self.enable_writeback_cache else NO_TRUNCATION:
             st = await self.pipeline.call(req, at(node, path2=change.names, fh=fh or 0), ctx, *call)
@@ -232,7 +271,8 @@ class Operations(pyfuse3.Operations):
     async def readlink(self, inode: int, ctx: Caller) -> bytes:
         node = self._inode(inode)
         target = await self.pipeline.call(
-            Request("readlink", Kind.META_READ, node.id), at(node), ctx, nofollow.readlink, node)
+            Request("readlink", Kind.META_READ, node.id), at(node), ctx, nofollow.readlink, node
+        )
         return os.fsencode(target)
 
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Caller) -> pyfuse3.EntryAttributes:
@@ -245,14 +285,22 @@ class Operations(pyfuse3.Operations):
         target = os.fsdecode(raw_target)
         return await self._make("symlink", parent_inode, name, ctx, nofollow.symlink, target, path2=target)
 
-    async def _make(self, op: str, parent_inode: int, raw_name: bytes, ctx: Caller, fn: Call, *args: Any,
-                    path2: str | None = None) -> pyfuse3.EntryAttributes:
+    async def _make(
+        self, op: str, parent_inode: int, raw_name: bytes, ctx: Caller, fn: Call, *args: Any, path2: str | None = None
+    ) -> pyfuse3.EntryAttributes:
         parent = self._inode(parent_inode)
         name = os.fsdecode(raw_name)
         return await self.pipeline.call(
-            Request(op, Kind.META_WRITE, directory=parent.id, name=name), at(parent, name, path2),
-                                ctx, fn, parent, name, *args, nofollow.owner_for(ctx),
-                                reply=functools.partial(self._new_entry, parent, name))
+            Request(op, Kind.META_WRITE, directory=parent.id, name=name),
+            at(parent, name, path2),
+            ctx,
+            fn,
+            parent,
+            name,
+            *args,
+            nofollow.owner_for(ctx),
+            reply=functools.partial(self._new_entry, parent, name),
+        )
 
     async def unlink(self, parent_inode: int, raw_name: bytes, ctx: Caller) -> None:
         parent = self._inode(parent_inode)
@@ -263,9 +311,13 @@ class Operations(pyfuse3.Operations):
         try:
             gone = await self.pipeline.call(
                 Request("unlink", Kind.META_WRITE, directory=parent.id, name=name, busy=busy),
-                                    at(parent, name), ctx,
-                                    nofollow.unlink_known if self.enable_writeback_cache else nofollow.unlink,
-                                    name, parent, nofollow.owner_for(ctx))
+                at(parent, name),
+                ctx,
+                nofollow.unlink_known if self.enable_writeback_cache else nofollow.unlink,
+                name,
+                parent,
+                nofollow.owner_for(ctx),
+            )
         except FUSEError:
             if busy:  # NFS's failed RENAME left no hidden name
                 self.files.hidden.pop(busy, None)
@@ -276,30 +328,57 @@ class Operations(pyfuse3.Operations):
         parent = self._inode(parent_inode)
         name = os.fsdecode(raw_name)
         await self.pipeline.call(
-            Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name), at(parent, name), ctx,
-                         nofollow.rmdir, name, parent, nofollow.owner_for(ctx))
+            Request("rmdir", Kind.META_WRITE, directory=parent.id, name=name),
+            at(parent, name),
+            ctx,
+            nofollow.rmdir,
+            name,
+            parent,
+            nofollow.owner_for(ctx),
+        )
         if self.files.hidden and self.shaper is not None:
             self.files.kept_hidden(join(parent.path, name))
 
-    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int,
-                     ctx: Caller) -> None:
+    async def rename(
+        self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int, ctx: Caller
+    ) -> None:
         old_dir, new_dir = self._inode(parent_inode_old), self._inode(parent_inode_new)
         old, new = os.fsdecode(name_old), os.fsdecode(name_new)
         old_path, new_path = join(old_dir.path, old), join(new_dir.path, new)
         exchange = flags & syscalls.RENAME_EXCHANGE
         if flags and self.shaper is not None and not self._said_rename_flags:
             self._said_rename_flags = True
-            log.warning("%r: renamed with renameat2 flags (%#x), which an NFS client refuses (EINVAL, nothing sent): "
-                        "done here as the source does; a program relying on them fails on EFS", old_path, flags)
+            log.warning(
+                "%r: renamed with renameat2 flags (%#x), which an NFS client refuses (EINVAL, nothing sent): "
+                "done here as the source does; a program relying on them fails on EFS",
+                old_path,
+                flags,
+            )
         busy = 0 if exchange or new_path == old_path else self._busy(new_dir, new)
         if busy:  # before the call's wait, as unlink's; kept if the RENAME fails: NFS hid the target first
             self.files.hidden[busy] = new_dir.id
         # charged to the directory the entry leaves, as the trace names it
-        moved, owed = await self.pipeline.call(Request("rename", Kind.META_WRITE, directory=old_dir.id, name=old,
-                                         new_directory=new_dir.id, new_name=new, busy=busy),
-                                 Site(old_dir.id, old_path, new_path, flags=flags), ctx,
-                                 nofollow.rename, old_dir, old, new_dir, new, flags, nofollow.owner_for(ctx),
-                                 self.enable_writeback_cache)
+        moved, owed = await self.pipeline.call(
+            Request(
+                "rename",
+                Kind.META_WRITE,
+                directory=old_dir.id,
+                name=old,
+                new_directory=new_dir.id,
+                new_name=new,
+                busy=busy,
+            ),
+            Site(old_dir.id, old_path, new_path, flags=flags),
+            ctx,
+            nofollow.rename,
+            old_dir,
+            old,
+            new_dir,
+            new,
+            flags,
+            nofollow.owner_for(ctx),
+            self.enable_writeback_cache,
+        )
         self.files.renamed(moved, (old_dir.id, old), (new_dir.id, new), old_path, new_path, bool(exchange))
         self._times_owed(*owed)
 
@@ -321,10 +400,17 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink and (owner is not None or not nofollow.AS_ROOT) and not self.proc_reaches_links:
             raise FUSEError(E.EPERM)  # linkat through /proc/self/fd would follow the link here
         # a new entry in `parent`: its directory's slot, like every namespace change
-        entry = await self.pipeline.call(Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
-                                 at(node, path2=join(parent.path, name)), ctx,
-                                 nofollow.link, node, parent, name, owner,
-                                 reply=functools.partial(self._new_entry, parent, name))
+        entry = await self.pipeline.call(
+            Request("link", Kind.META_WRITE, node.id, directory=parent.id, name=name),
+            at(node, path2=join(parent.path, name)),
+            ctx,
+            nofollow.link,
+            node,
+            parent,
+            name,
+            owner,
+            reply=functools.partial(self._new_entry, parent, name),
+        )
         self._times_owed(node.key)
         return entry
 
@@ -339,10 +425,16 @@ class Operations(pyfuse3.Operations):
             # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
             cut = node.size if flags & os.O_TRUNC else 0
             return await self.pipeline.opening(
-                Request("open", Kind.META_READ, node.id, size=cut), at(node, flags=flags), ctx,
-                                       functools.partial(self._open_reply, node, flags, ctx, epoch),
-                                       nofollow.open_checked, node, self._backing_flags(flags & ~_OPEN_STRIP),
-                                       ctx.uid != 0, nofollow.owner_for(ctx))
+                Request("open", Kind.META_READ, node.id, size=cut),
+                at(node, flags=flags),
+                ctx,
+                functools.partial(self._open_reply, node, flags, ctx, epoch),
+                nofollow.open_checked,
+                node,
+                self._backing_flags(flags & ~_OPEN_STRIP),
+                ctx.uid != 0,
+                nofollow.owner_for(ctx),
+            )
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -360,8 +452,9 @@ class Operations(pyfuse3.Operations):
             flags = flags & ~os.O_ACCMODE | os.O_RDWR | nofollow.WRONLY_ASKED
         return flags & ~os.O_APPEND
 
-    def _open_reply(self, node: Inode, flags: int, ctx: Caller, epoch: int,
-                    opened: tuple[int, os.stat_result]) -> pyfuse3.FileInfo:
+    def _open_reply(
+        self, node: Inode, flags: int, ctx: Caller, epoch: int, opened: tuple[int, os.stat_result]
+    ) -> pyfuse3.FileInfo:
         fd, st = opened
         # Close-to-open, as an NFS client keeps it: a file changed since the kernel was
         # last told its attributes (by another client, or below the mount) has its
@@ -382,18 +475,27 @@ class Operations(pyfuse3.Operations):
         self.files.opened(Handle(fd, node, flags, ctx))
         return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT), keep_cache=not changed)
 
-    async def create(self, parent_inode: int, raw_name: bytes, mode: int, flags: int,
-                     ctx: Caller) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+    async def create(
+        self, parent_inode: int, raw_name: bytes, mode: int, flags: int, ctx: Caller
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._inode(parent_inode)
         name = os.fsdecode(raw_name)
         return await self.pipeline.opening(
-            Request("create", Kind.META_WRITE, directory=parent.id, name=name), at(parent, name, flags=flags), ctx,
+            Request("create", Kind.META_WRITE, directory=parent.id, name=name),
+            at(parent, name, flags=flags),
+            ctx,
             functools.partial(self._create_reply, parent, name, flags, ctx),
-            nofollow.create, parent, name, self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)), mode,
-            nofollow.owner_for(ctx))
+            nofollow.create,
+            parent,
+            name,
+            self._backing_flags(flags & ~(os.O_DIRECT | os.O_NOCTTY)),
+            mode,
+            nofollow.owner_for(ctx),
+        )
 
-    def _create_reply(self, parent: Inode, name: str, flags: int, ctx: Caller,
-                      made: tuple[int, os.stat_result, int]) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+    def _create_reply(
+        self, parent: Inode, name: str, flags: int, ctx: Caller, made: tuple[int, os.stat_result, int]
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         fd, st, path_fd = made
         try:
             inode = self._remember(parent, name, st, path_fd)
@@ -409,10 +511,16 @@ class Operations(pyfuse3.Operations):
         the part of the page written (nfs_want_read_modify_write asks a descriptor open
         for reading), so the emulated client charges it nothing (`kernel_only`)."""
         h = self.files.file(fh)
-        req = Request("read", Kind.READ, h.inode.id, size=size,
-                      kernel_only=self.enable_writeback_cache and h.flags & os.O_ACCMODE == os.O_WRONLY)
-        return await self.pipeline.call(req, at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off,
-                                nowait=self._cached_pread)
+        req = Request(
+            "read",
+            Kind.READ,
+            h.inode.id,
+            size=size,
+            kernel_only=self.enable_writeback_cache and h.flags & os.O_ACCMODE == os.O_WRONLY,
+        )
+        return await self.pipeline.call(
+            req, at(h.inode, fh=fh, offset=off), h, os.pread, fh, size, off, nowait=self._cached_pread
+        )
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self.files.file(fh)
@@ -441,8 +549,13 @@ class Operations(pyfuse3.Operations):
         h = self.files.file(fh)
         commit, h.dirty = h.dirty, False
         first, h.closed = not h.closed, True
-        req = Request("flush", Kind.COMMIT if commit else Kind.META_READ, h.inode.id, closes=first,
-                      writable=h.flags & os.O_ACCMODE != os.O_RDONLY)
+        req = Request(
+            "flush",
+            Kind.COMMIT if commit else Kind.META_READ,
+            h.inode.id,
+            closes=first,
+            writable=h.flags & os.O_ACCMODE != os.O_RDONLY,
+        )
         await self.pipeline.call(req, at(h.inode, fh=fh), h, self.spares.close_dup, fh)
 
     async def release(self, fh: int) -> None:
@@ -464,9 +577,16 @@ class Operations(pyfuse3.Operations):
 
     async def opendir(self, inode: int, ctx: Caller) -> int:
         node = self._inode(inode)
-        return await self.pipeline.opening(Request("opendir", Kind.META_READ, node.id), at(node), ctx,
-                                   functools.partial(self._opendir_reply, node, ctx),
-                                   nofollow.reopen, node, os.O_RDONLY | os.O_DIRECTORY, nofollow.owner_for(ctx))
+        return await self.pipeline.opening(
+            Request("opendir", Kind.META_READ, node.id),
+            at(node),
+            ctx,
+            functools.partial(self._opendir_reply, node, ctx),
+            nofollow.reopen,
+            node,
+            os.O_RDONLY | os.O_DIRECTORY,
+            nofollow.owner_for(ctx),
+        )
 
     def _opendir_reply(self, node: Inode, ctx: Caller, fd: int) -> int:
         self.files.opened_dir(DirHandle(fd, node, ctx))
@@ -479,10 +599,16 @@ class Operations(pyfuse3.Operations):
         names = None if start_id == 0 else d.names
         # the entries this call can return (the kernel asks once more at the end, for none)
         asked = d.fit if names is None else max(0, min(d.fit, len(names) - start_id))
-        listing = await self.pipeline.call(Request("readdir", Kind.META_READ, d.inode.id, size=asked, offset=start_id,
-                                           handle=fh),
-                                   at(d.inode, fh=fh, offset=start_id), d,
-                                   nofollow.list_chunk, d.fd, names, start_id, d.fit)
+        listing = await self.pipeline.call(
+            Request("readdir", Kind.META_READ, d.inode.id, size=asked, offset=start_id, handle=fh),
+            at(d.inode, fh=fh, offset=start_id),
+            d,
+            nofollow.list_chunk,
+            d.fd,
+            names,
+            start_id,
+            d.fit,
+        )
         d.names, entries = listing.names, listing.entries
         for i, (index, name, st, fd) in enumerate(entries):
             if fd is None:  # "." or "..": the kernel takes no lookup of these
@@ -520,8 +646,17 @@ class Operations(pyfuse3.Operations):
         root = self._inode(ROOT)
         sv = await self.pipeline.call(Request("statfs", Kind.META_READ, root.id), at(root), ctx, os.statvfs, root)
         out = pyfuse3.StatvfsData()
-        for field in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail",
-                      "f_namemax"):
+        for field in (
+            "f_bsize",
+            "f_frsize",
+            "f_blocks",
+            "f_bfree",
+            "f_bavail",
+            "f_files",
+            "f_ffree",
+            "f_favail",
+            "f_namemax",
+        ):
             setattr(out, field, getattr(sv, field))
         return out
 
@@ -530,31 +665,59 @@ class Operations(pyfuse3.Operations):
         if node.is_symlink:
             return True  # a link itself is rwx for all; the kernel follows links before asking
         return await self.pipeline.call(
-            Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)), at(node),
-                                ctx, nofollow.access, node, mode)
+            Request("access", Kind.META_READ, node.id, is_dir=stat.S_ISDIR(node.mode)),
+            at(node),
+            ctx,
+            nofollow.access,
+            node,
+            mode,
+        )
 
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Caller) -> None:
         node = self._inode(inode)
-        await self.pipeline.call(Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
-                         at(node, path2=os.fsdecode(name)), ctx,
-                         self._xattr_fn(node, nofollow.setxattr), node, name, value)
+        await self.pipeline.call(
+            Request("setxattr", Kind.META_WRITE, node.id, size=len(value)),
+            at(node, path2=os.fsdecode(name)),
+            ctx,
+            self._xattr_fn(node, nofollow.setxattr),
+            node,
+            name,
+            value,
+        )
         self._times_owed(node.key)
 
     async def getxattr(self, inode: int, name: bytes, ctx: Caller) -> bytes:
         node = self._inode(inode)
-        return await self.pipeline.call(Request("getxattr", Kind.META_READ, node.id), at(node, path2=os.fsdecode(name)),
-                                ctx, self._xattr_fn(node, nofollow.getxattr), node, name)
+        return await self.pipeline.call(
+            Request("getxattr", Kind.META_READ, node.id),
+            at(node, path2=os.fsdecode(name)),
+            ctx,
+            self._xattr_fn(node, nofollow.getxattr),
+            node,
+            name,
+        )
 
     async def listxattr(self, inode: int, ctx: Caller) -> list[bytes]:
         node = self._inode(inode)
-        names = await self.pipeline.call(Request("listxattr", Kind.META_READ, node.id), at(node), ctx,
-                                 nofollow.listxattr if self._xattrs_at(node) else nofollow.no_xattr_names, node)
+        names = await self.pipeline.call(
+            Request("listxattr", Kind.META_READ, node.id),
+            at(node),
+            ctx,
+            nofollow.listxattr if self._xattrs_at(node) else nofollow.no_xattr_names,
+            node,
+        )
         return [os.fsencode(n) for n in names]
 
     async def removexattr(self, inode: int, name: bytes, ctx: Caller) -> None:
         node = self._inode(inode)
-        await self.pipeline.call(Request("removexattr", Kind.META_WRITE, node.id), at(node, path2=os.fsdecode(name)),
-                         ctx, self._xattr_fn(node, nofollow.removexattr), node, name)
+        await self.pipeline.call(
+            Request("removexattr", Kind.META_WRITE, node.id),
+            at(node, path2=os.fsdecode(name)),
+            ctx,
+            self._xattr_fn(node, nofollow.removexattr),
+            node,
+            name,
+        )
         self._times_owed(node.key)
 
     def _xattr_fn(self, node: Inode, fn: Callable[..., T]) -> Callable[..., T]:
@@ -582,10 +745,37 @@ class Operations(pyfuse3.Operations):
         self.spares.close()
 
 
-HANDLED = ("lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "symlink",
-           "unlink", "rmdir", "rename", "link", "open", "create", "read", "write", "flush",
-           "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs",
-           "access", "setxattr", "getxattr", "listxattr", "removexattr")  # each one's Request is named so
+HANDLED = (
+    "lookup",
+    "forget",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "symlink",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "open",
+    "create",
+    "read",
+    "write",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "access",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+)  # each one's Request is named so
 for _name in HANDLED:
     setattr(Operations, _name, guarded(getattr(Operations, _name)))
 

@@ -66,8 +66,17 @@ class Holds:
         self.kills = Kills()
 
     @contextlib.contextmanager
-    def holding_of(self, op: str, path: str, who: Caller, start: int, why: str, until: int,
-                   rule: bool = False, killable: bool = False) -> Iterator[trio.CancelScope | None]:
+    def holding_of(
+        self,
+        op: str,
+        path: str,
+        who: Caller,
+        start: int,
+        why: str,
+        until: int,
+        rule: bool = False,
+        killable: bool = False,
+    ) -> Iterator[trio.CancelScope | None]:
         """While inside: the request is listed as held long, by `why` (a fault rule's stall
         when `rule`), until `until` at the latest (monotonic ns).  When `killable`, the
         block is left early if the caller is being killed: the scope given, its
@@ -92,6 +101,16 @@ class Holds:
         what, on what, for how many seconds so far and at most how many more (a fault rule
         cleared lets its own go at once)."""
         held = sorted(self.holding.values(), key=lambda h: h.since)[:most]
-        return [{"pid": h.pid, "name": h.name, "op": h.op, "path": h.path, "why": h.why,
-                 "for_s": round((now - h.since) / 1e9, 1), "left_s": round(max(0, h.until - now) / 1e9, 1),
-                 "rule": h.rule} for h in held]
+        return [
+            {
+                "pid": h.pid,
+                "name": h.name,
+                "op": h.op,
+                "path": h.path,
+                "why": h.why,
+                "for_s": round((now - h.since) / 1e9, 1),
+                "left_s": round(max(0, h.until - now) / 1e9, 1),
+                "rule": h.rule,
+            }
+            for h in held
+        ]

@@ -29,10 +29,28 @@ from typing import TypedDict
 
 from ..request import Kind, WriteMode
 
-NETWORK_FSTYPES = frozenset({
-    "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "9p", "afs", "lustre",
-    "gpfs", "beegfs", "ocfs2", "gfs2", "davfs", "sshfs", "orangefs", "pvfs2",
-})
+NETWORK_FSTYPES = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ceph",
+        "glusterfs",
+        "9p",
+        "afs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "ocfs2",
+        "gfs2",
+        "davfs",
+        "sshfs",
+        "orangefs",
+        "pvfs2",
+    }
+)
 NEVER_INLINE_KINDS = frozenset({Kind.COMMIT, WriteMode.SYNC})  # as Request.label names them
 SLOW_SHARE = 0.2  # inline while under this share of recent calls were slow
 WEIGHT = 0.1  # of the newest call in the running share

@@ -46,8 +46,22 @@ def version(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Inode:
-    __slots__ = ("dentry", "fd", "handle", "handovers", "id", "kernel_mtime", "key", "mode", "nlookup", "path",
-                 "pins", "retired", "seen", "size")
+    __slots__ = (
+        "dentry",
+        "fd",
+        "handle",
+        "handovers",
+        "id",
+        "kernel_mtime",
+        "key",
+        "mode",
+        "nlookup",
+        "path",
+        "pins",
+        "retired",
+        "seen",
+        "size",
+    )
 
     def __init__(self, id: int, key: tuple[int, int], fd: int, path: str, st: os.stat_result):
         self.id = id
@@ -111,8 +125,7 @@ class InodeTable:
     def stats(self) -> dict[str, int]:
         """For `fusetrace stats`: inodes known, descriptors held on them, the most held
         at once, and how many closed ones were opened again."""
-        return {"known": len(self._by_id), "held": len(self._open), "most": self.max_open,
-                "reopened": self.reopened}
+        return {"known": len(self._by_id), "held": len(self._open), "most": self.max_open, "reopened": self.reopened}
 
     def get(self, node_id: int) -> Inode | None:
         return self._by_id.get(node_id)
@@ -126,8 +139,12 @@ class InodeTable:
         known = self._known(st, fd)
         if known is not None:
             return known.id
-        if (st.st_dev == self._root_dev and st.st_ino != ROOT and st.st_ino < _SYNTHETIC
-                and st.st_ino not in self._by_id):  # a retired inode may hold the number yet
+        if (
+            st.st_dev == self._root_dev
+            and st.st_ino != ROOT
+            and st.st_ino < _SYNTHETIC
+            and st.st_ino not in self._by_id
+        ):  # a retired inode may hold the number yet
             return st.st_ino
         self._next_synthetic += 1
         return self._next_synthetic

@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 INLINE_THRESHOLD_US = 100.0  # a syscall quicker than this runs on the loop (see inline.py)
 # pyfuse3 has no lock operations: the kernel keeps flock and fcntl locks itself, per mount.
 CACHE_TIMEOUT = 1.0  # seconds the kernel may trust attributes and names, unless told otherwise
-LOCKS = ("local: flock and fcntl locks taken through the mount are kept by this machine's kernel "
-         "and do not reach the source or other clients")
+LOCKS = (
+    "local: flock and fcntl locks taken through the mount are kept by this machine's kernel "
+    "and do not reach the source or other clients"
+)
 
 
 @dataclass
@@ -102,7 +104,7 @@ def trace_host(opts: MountOptions) -> str:
 
 def _host_of_directory(trace_dir: str | None) -> str | None:
     name = os.path.basename(os.path.normpath(trace_dir)) if trace_dir else ""
-    return name[len("host="):] if name.startswith("host=") else None
+    return name[len("host=") :] if name.startswith("host=") else None
 
 
 def _check_host(opts: MountOptions) -> None:
@@ -115,9 +117,11 @@ def _check_host(opts: MountOptions) -> None:
     if named is not None and not HOST_NAME.fullmatch(named):
         raise BadValue(f"--trace {opts.trace_dir}: host={named!r} is not a host name ({HOST_RULE})")
     if named is not None and opts.host not in (None, named):
-        raise BadValue(f"--host {opts.host}: the trace directory {opts.trace_dir} is named for host {named}, "
-                       f"which DuckDB, pandas and Spark would read as its host; give --host {named}, or "
-                       f"another directory")
+        raise BadValue(
+            f"--host {opts.host}: the trace directory {opts.trace_dir} is named for host {named}, "
+            f"which DuckDB, pandas and Spark would read as its host; give --host {named}, or "
+            f"another directory"
+        )
 
 
 def check_values(opts: MountOptions) -> None:
@@ -135,25 +139,30 @@ def check_values(opts: MountOptions) -> None:
         if not math.isfinite(value) or value < 0:
             raise BadValue(f"{flag}: must be a finite number of seconds, 0 or more")
         if opts.emulate is not None:
-            raise BadValue(f"{flag}: an emulated mount gives the kernel the NFS client's cache timeouts "
-                           f"(--set nfs_acregmin_s=S for a file's attributes, nfs_acdirmin_s=S for "
-                           f"directories and names)")
+            raise BadValue(
+                f"{flag}: an emulated mount gives the kernel the NFS client's cache timeouts "
+                f"(--set nfs_acregmin_s=S for a file's attributes, nfs_acdirmin_s=S for "
+                f"directories and names)"
+            )
     if opts.writeback_cache and opts.emulate is None:
-        raise BadValue("--writeback-cache: needs --emulate PROFILE (over a shared source such as NFS, "
-                       "the kernel would keep written data and times that other clients do not see)")
+        raise BadValue(
+            "--writeback-cache: needs --emulate PROFILE (over a shared source such as NFS, "
+            "the kernel would keep written data and times that other clients do not see)"
+        )
     if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
         raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
     if opts.metrics_port is not None and opts.emulate is None:
-        raise BadValue(f"--metrics-port {opts.metrics_port}: needs --emulate PROFILE (the metrics are the "
-                       f"emulator's)")
+        raise BadValue(f"--metrics-port {opts.metrics_port}: needs --emulate PROFILE (the metrics are the emulator's)")
     if opts.metrics_port is not None:  # taken, or privileged: said now, not by the server once mounted
         with socket.socket() as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's listener does
             try:
                 probe.bind(("127.0.0.1", opts.metrics_port))
             except OSError as exc:
-                raise UserError(f"--metrics-port {opts.metrics_port}: cannot listen on 127.0.0.1:"
-                                f"{opts.metrics_port} ({exc.strerror or exc})") from None
+                raise UserError(
+                    f"--metrics-port {opts.metrics_port}: cannot listen on 127.0.0.1:"
+                    f"{opts.metrics_port} ({exc.strerror or exc})"
+                ) from None
     for item in opts.fuse_options:
         for option in item.split(","):
             name = option.partition("=")[0].strip()
@@ -173,8 +182,9 @@ def preflight(opts: MountOptions) -> None:
     # it; a trace directory inside it
     mounts.check_mountpoint(opts.source, opts.mountpoint, opts.trace_dir)
     if not os.path.exists("/dev/fuse"):
-        raise UserError("/dev/fuse: no such device; load the fuse module (modprobe fuse) or give "
-                        "the container the device")
+        raise UserError(
+            "/dev/fuse: no such device; load the fuse module (modprobe fuse) or give the container the device"
+        )
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         raise UserError("/dev/fuse: permission denied")
     if opts.overrides and opts.emulate is None:
@@ -189,12 +199,16 @@ def preflight(opts: MountOptions) -> None:
         from ..shaping.redis_hub import check_url, shown
 
         if opts.writeback_cache:
-            raise UserError(f"--shared {shown(opts.shared)}: not with --writeback-cache (the kernel would keep "
-                            f"each mount's file sizes and pages as its own, and the mounts would not see one "
-                            f"another's writes)")
+            raise UserError(
+                f"--shared {shown(opts.shared)}: not with --writeback-cache (the kernel would keep "
+                f"each mount's file sizes and pages as its own, and the mounts would not see one "
+                f"another's writes)"
+            )
         if opts.emulate is None:
-            raise UserError(f"--shared {shown(opts.shared)}: needs --emulate PROFILE (what is shared is the "
-                            f"emulated file system's state)")
+            raise UserError(
+                f"--shared {shown(opts.shared)}: needs --emulate PROFILE (what is shared is the "
+                f"emulated file system's state)"
+            )
         from ..shaping.sharing import check_fs_id
 
         check_url(opts.shared)
@@ -214,8 +228,10 @@ def _check_faults(opts: MountOptions) -> None:
     for i, raw in enumerate(rules, 1):
         trial.add(raw, 0, f"--faults {opts.faults}: rule {i}", trial=True)
     if events and opts.emulate is None:
-        raise UserError(f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
-                        f"emulated file system's timeline)")
+        raise UserError(
+            f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
+            f"emulated file system's timeline)"
+        )
 
 
 def _inline_threshold_us(opts: MountOptions) -> float:
@@ -277,12 +293,18 @@ def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[s
     where NFS would not (stats after the timeouts, which NFS trusts longer; listings it
     keeps)."""
     if emulation is None:
-        return {"attr_timeout": CACHE_TIMEOUT if opts.attr_timeout is None else opts.attr_timeout,
-                "entry_timeout": CACHE_TIMEOUT if opts.entry_timeout is None else opts.entry_timeout,
-                "negative_timeout": opts.negative_timeout or 0.0}
+        return {
+            "attr_timeout": CACHE_TIMEOUT if opts.attr_timeout is None else opts.attr_timeout,
+            "entry_timeout": CACHE_TIMEOUT if opts.entry_timeout is None else opts.entry_timeout,
+            "negative_timeout": opts.negative_timeout or 0.0,
+        }
     p = emulation.model.params
-    return {"attr_timeout": p.nfs_acregmin_s, "dir_attr_timeout": p.nfs_acdirmin_s, "entry_timeout": p.nfs_acdirmin_s,
-            "negative_timeout": p.nfs_acdirmin_s}
+    return {
+        "attr_timeout": p.nfs_acregmin_s,
+        "dir_attr_timeout": p.nfs_acdirmin_s,
+        "entry_timeout": p.nfs_acdirmin_s,
+        "negative_timeout": p.nfs_acdirmin_s,
+    }
 
 
 def _raise_fd_limit() -> None:
@@ -314,12 +336,16 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     os.umask(0)  # modes arrive with the caller's umask applied already
     _raise_fd_limit()
     workers = Workers(opts.threads)
-    ops = Operations(opts.source, workers=workers, inline=InlinePolicy(_inline_threshold_us(opts)),
-                     tracer=tracer,
-                     shaper=emulation.shaper if emulation else None,
-                     **_cache_timeouts(opts, emulation),
-                     xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
-                     writeback_cache=bool(opts.writeback_cache))
+    ops = Operations(
+        opts.source,
+        workers=workers,
+        inline=InlinePolicy(_inline_threshold_us(opts)),
+        tracer=tracer,
+        shaper=emulation.shaper if emulation else None,
+        **_cache_timeouts(opts, emulation),
+        xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
+        writeback_cache=bool(opts.writeback_cache),
+    )
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
         ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
     try:
@@ -338,18 +364,26 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     if fuse_fd is None:
         log.warning("this server's /dev/fuse descriptor not found: its reader waits in trio for every request")
     if emulation is not None and info is not None:
-        why = emulation.watch_kernel_queue(fusectl.connection(info.dev_minor),
-                                           None if fuse_fd is None else fuseread.queued_check(fuse_fd),
-                                           lambda: ops.serving, opts.max_requests)
+        why = emulation.watch_kernel_queue(
+            fusectl.connection(info.dev_minor),
+            None if fuse_fd is None else fuseread.queued_check(fuse_fd),
+            lambda: ops.serving,
+            opts.max_requests,
+        )
         if why:
             log.warning("%s", why)
     control = runstate.path_for(opts.mountpoint, ".sock")
     # absolute: umount, run from anywhere, names it and reads its loss summary
     trace = os.path.abspath(opts.trace_dir) if opts.trace_dir else None
-    runstate.write(opts.mountpoint, pid=os.getpid(), source=opts.source, trace=trace,
-                   control=control, emulate=opts.emulate)
-    log.debug("FUSE options %s, inline threshold %g us, descriptor limit %d", sorted(_fuse_options(opts)),
-              _inline_threshold_us(opts), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    runstate.write(
+        opts.mountpoint, pid=os.getpid(), source=opts.source, trace=trace, control=control, emulate=opts.emulate
+    )
+    log.debug(
+        "FUSE options %s, inline threshold %g us, descriptor limit %d",
+        sorted(_fuse_options(opts)),
+        _inline_threshold_us(opts),
+        resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
             trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation, reads), control)
@@ -418,8 +452,13 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
 class _Status:
     """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
 
-    def __init__(self, ops: Operations, tracer: "TraceWriter | None", emulation: "Emulation | None",
-                 reads: fuseread.ReadWaits | None) -> None:
+    def __init__(
+        self,
+        ops: Operations,
+        tracer: "TraceWriter | None",
+        emulation: "Emulation | None",
+        reads: fuseread.ReadWaits | None,
+    ) -> None:
         self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
 
     def stats(self, _request: Json) -> Json:
@@ -436,8 +475,12 @@ class _Status:
     def counters(self) -> dict[str, int]:
         """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
         ops = self.ops
-        return {"faults_fired": ops.pipeline.faults.fired, "open_descriptors": ops.fds.open,
-                "inode_descriptors": ops.inodes.stats()["held"], "opens_refused": ops.fds.refused}
+        return {
+            "faults_fired": ops.pipeline.faults.fired,
+            "open_descriptors": ops.fds.open,
+            "inode_descriptors": ops.inodes.stats()["held"],
+            "opens_refused": ops.fds.refused,
+        }
 
     def set(self, request: Json) -> Json:
         if self.emulation is None:
@@ -486,9 +529,16 @@ class _Status:
         return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
 
     def handlers(self) -> dict[str, Callable[[Json], Json]]:
-        return {"stats": self.stats, "held": self.held, "set": self.set, "fault_add": self.fault_add,
-                "fault_list": self.fault_list, "fault_clear": self.fault_clear, "event_add": self.event_add,
-                "event_clear": self.event_clear}
+        return {
+            "stats": self.stats,
+            "held": self.held,
+            "set": self.set,
+            "fault_add": self.fault_add,
+            "fault_list": self.fault_list,
+            "fault_clear": self.fault_clear,
+            "event_add": self.event_add,
+            "event_clear": self.event_clear,
+        }
 
 
 async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:
@@ -497,13 +547,19 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         nursery.start_soon(serve_control, control, status.handlers())
         nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
-            await status.emulation.start(nursery, status.tracer, opts.metrics_port,
-                                         status.counters)
+            await status.emulation.start(nursery, status.tracer, opts.metrics_port, status.counters)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
         await _measure_round_trip(opts.mountpoint, status)
         _say(ready_fd, "ok")
-        log.info("%s mounted on %s (pid %d; fusetrace %s, pyfuse3 %s, python %s)", opts.source, opts.mountpoint,
-                 os.getpid(), __version__, pyfuse3.__version__, platform.python_version())
+        log.info(
+            "%s mounted on %s (pid %d; fusetrace %s, pyfuse3 %s, python %s)",
+            opts.source,
+            opts.mountpoint,
+            os.getpid(),
+            __version__,
+            pyfuse3.__version__,
+            platform.python_version(),
+        )
 
 
 async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
@@ -523,8 +579,11 @@ async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
     finally:
         status.ops.pipeline.untraced_pid = -1
     if whole is None:
-        log.warning("%s: FUSE's round trip could not be measured (statfs through the mount failed): "
-                    "the trace does not record it, and the emulator does not reply early by it", mountpoint)
+        log.warning(
+            "%s: FUSE's round trip could not be measured (statfs through the mount failed): "
+            "the trace does not record it, and the emulator does not reply early by it",
+            mountpoint,
+        )
     elif status.tracer is not None:
         status.tracer.update_metadata(fuse_round_trip_ns=whole)
 
@@ -572,4 +631,3 @@ def _close(ops: Operations, workers: Workers, tracer: "TraceWriter | None") -> N
     workers.close()
     if tracer is not None:
         tracer.close()
-

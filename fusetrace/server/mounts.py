@@ -45,16 +45,16 @@ class NotAnswering(UserError):
 
     def __init__(self, what: str, path: str, mount: MountInfo, answer: str, at: str | None = None):
         """`path` as given; `at`, where it led (resolved), when not `path` itself."""
-        how = (f"fusetrace umount {mount.mountpoint}" if mount.fstype == FSTYPE
-               else f"fusermount3 -u {mount.mountpoint}")
+        how = f"fusetrace umount {mount.mountpoint}" if mount.fstype == FSTYPE else f"fusermount3 -u {mount.mountpoint}"
         where = "" if (at or path) == mount.mountpoint else f"on {mount.mountpoint}, "
         if answer == STALE:
             why = f"{where}a stale FUSE mount (transport endpoint is not connected)"
         elif where:
             why = f"{where}whose FUSE server does not answer (hung or stopped; no reply in {PROBE_TIMEOUT:g} s)"
         else:
-            why = (f"a FUSE server is mounted there and does not answer (hung or stopped; "
-                   f"no reply in {PROBE_TIMEOUT:g} s)")
+            why = (
+                f"a FUSE server is mounted there and does not answer (hung or stopped; no reply in {PROBE_TIMEOUT:g} s)"
+            )
         super().__init__(f"{what + ' ' if what else ''}{path}: {why}; clear it with: {how}")
 
 
@@ -101,8 +101,12 @@ def probe(path: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     """Whether `path` answers a stat within `timeout` seconds: None when it does (with
     its attributes or an error), STALE when its FUSE server has gone (ENOTCONN), HUNG
     when no answer came.  The stat runs in a child process, killed when late."""
-    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _STAT, path], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _STAT, path],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         code = child.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -227,8 +231,10 @@ def check_mountpoint(source: str, mountpoint: str, trace_dir: str | None) -> Non
     if trace_dir is not None:
         trace = reachable(trace_dir, "--trace")
         if trace == mountpoint or trace.startswith(mountpoint.rstrip("/") + "/"):
-            raise UserError(f"--trace {trace_dir}: inside the mountpoint {mountpoint}, which the mount "
-                            f"would hide (its records would be lost); trace outside the mount")
+            raise UserError(
+                f"--trace {trace_dir}: inside the mountpoint {mountpoint}, which the mount "
+                f"would hide (its records would be lost); trace outside the mount"
+            )
 
 
 def users(mountpoint: str, most: int = 5) -> list[str]:
@@ -242,8 +248,7 @@ def users(mountpoint: str, most: int = 5) -> list[str]:
     for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
-            links = [os.readlink(f"/proc/{pid}/{what}")
-                     for what in ("cwd", "root", "exe", *(f"fd/{fd}" for fd in fds))]
+            links = [os.readlink(f"/proc/{pid}/{what}") for what in ("cwd", "root", "exe", *(f"fd/{fd}" for fd in fds))]
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:  # mapped, fd closed
                 links += [line.split(maxsplit=5)[-1].rstrip("\n") for line in f if line.count(" ") >= 5]
             if any(link == mountpoint or link.startswith(inside) for link in links):

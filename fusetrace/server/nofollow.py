@@ -71,8 +71,12 @@ def create(dirfd: int, name: str, flags: int, mode: int, owner: Owner) -> tuple[
     with syscalls.credentials(owner):
         # O_NONBLOCK: a FIFO planted at the name since the kernel's lookup must not block
         # the server; anything but a regular file is refused.
-        fd = as_asked(flags, lambda f: os.open(name, f | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                                                 stat.S_IMODE(mode), dir_fd=dirfd))
+        fd = as_asked(
+            flags,
+            lambda f: os.open(
+                name, f | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, stat.S_IMODE(mode), dir_fd=dirfd
+            ),
+        )
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(E.EEXIST, "not a regular file")
@@ -217,8 +221,9 @@ def rmdir(name: str, dirfd: int, owner: Owner) -> None:
         os.rmdir(name, dir_fd=dirfd)
 
 
-def rename(olddir: int, old: str, newdir: int, new: str, flags: int, owner: Owner,
-           owed: bool = False) -> tuple[list[Key | None], list[Key | None]]:
+def rename(
+    olddir: int, old: str, newdir: int, new: str, flags: int, owner: Owner, owed: bool = False
+) -> tuple[list[Key | None], list[Key | None]]:
     """Rename as `owner` (the caller: the sticky bit, permissions and the owner of a
     whiteout are the source's, as natively); return the (st_dev, st_ino) keys now at the
     new and the old name, and, if `owed`, those of the regular files whose times the
@@ -280,7 +285,6 @@ def cached_pread(fd: int, size: int, offset: int) -> bytes | None:
     if n == size:
         return bytes(buf)
     return b"" if n == 0 else None
-
 
 
 def list_chunk(dirfd: int, names: list[str] | None, start: int, count: int) -> "Listing":

@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 
 
-
 Entry = tuple[int, str]  # (directory's node id, name)
 
 
@@ -44,8 +43,9 @@ class Handle:
         self.dirty = False  # written since the last commit (flush/fsync)
         self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
         # how its writes reach the server (worked out once: every write asks)
-        self.write_mode = (WriteMode.DIRECT if flags & os.O_DIRECT else
-                           WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED)
+        self.write_mode = (
+            WriteMode.DIRECT if flags & os.O_DIRECT else WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED
+        )
 
 
 class DirHandle:
@@ -145,12 +145,16 @@ class OpenFiles:
             node = self.inodes.get(directory)
             if node is not None and node.path == path:
                 self.rmdirs_nfs_refuses += 1
-                log.warning("%r: removed, where NFS would refuse (ENOTEMPTY): a file in it was unlinked while "
-                            "open, and NFS keeps it there as .nfsXXXX until its last close", path)
+                log.warning(
+                    "%r: removed, where NFS would refuse (ENOTEMPTY): a file in it was unlinked while "
+                    "open, and NFS keeps it there as .nfsXXXX until its last close",
+                    path,
+                )
                 return
 
-    def renamed(self, moved: list[tuple[int, int] | None], old: Entry, new: Entry, old_path: str, new_path: str,
-                exchange: bool) -> None:
+    def renamed(
+        self, moved: list[tuple[int, int] | None], old: Entry, new: Entry, old_path: str, new_path: str, exchange: bool
+    ) -> None:
         """A rename (or exchange) of `old` to `new` moved the objects whose keys are
         `moved` (now at the new name, now at the old): keep their best known paths (for
         traces) and the entries they and their open files hold, as the kernel moves its
@@ -184,7 +188,7 @@ class OpenFiles:
         opened: list[Inode] = [h.inode for h in self.handles.values()]
         for node in opened + [d.inode for d in self.dirs.values()]:
             if node.path.startswith(below):
-                node.path = new + node.path[len(old):]
+                node.path = new + node.path[len(old) :]
 
     def resized(self, node: Inode, size: int) -> None:
         """An open found a file resized beside the mount (in the source, or through another
@@ -197,9 +201,14 @@ class OpenFiles:
         self.resized_beside += 1
         if node.key not in self._said_resized:
             self._said_resized.add(node.key)
-            log.warning("%r: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
-                        "the kernel keeps its own size; mount with --no-writeback-cache if the source changes beside "
-                        "the mount", node.path, size, node.size)  # (%r: a writer of the source names files)
+            log.warning(
+                "%r: resized beside the mount (%d bytes, the kernel holds %d): with the write-back cache "
+                "the kernel keeps its own size; mount with --no-writeback-cache if the source changes beside "
+                "the mount",
+                node.path,
+                size,
+                node.size,
+            )  # (%r: a writer of the source names files)
             if len(self._said_resized) > 100_000:
                 self._said_resized.clear()
 

@@ -74,12 +74,12 @@ class Site(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-def at(node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0,
-       flags: int = 0) -> Site:
+def at(
+    node: Inode, name: str | None = None, path2: str | None = None, fh: int = 0, offset: int = 0, flags: int = 0
+) -> Site:
     """The site of a request on `node`, or on the entry `name` in directory `node`
     (made as a plain tuple is, which is cheaper than the named tuple's own __new__)."""
-    return _new_tuple(Site, (node.id, node.path if name is None else join(node.path, name), path2, fh, offset,
-                             flags))
+    return _new_tuple(Site, (node.id, node.path if name is None else join(node.path, name), path2, fh, offset, flags))
 
 
 def join(parent: str, name: str) -> str:
@@ -101,9 +101,18 @@ class Pipeline:
     """The stages of every request, and what they need: the inode table (descriptors),
     the placement, the shaper, the tracer, the fault rules, the held requests."""
 
-    def __init__(self, *, inodes: InodeTable, files: OpenFiles, fds: Budget, workers: Workers,
-                 inline: InlinePolicy, tracer: "TraceWriter | None", shaper: "Shaper | None",
-                 writeback_cache: bool) -> None:
+    def __init__(
+        self,
+        *,
+        inodes: InodeTable,
+        files: OpenFiles,
+        fds: Budget,
+        workers: Workers,
+        inline: InlinePolicy,
+        tracer: "TraceWriter | None",
+        shaper: "Shaper | None",
+        writeback_cache: bool,
+    ) -> None:
         self.inodes = inodes
         self.fds = fds
         self.workers = workers
@@ -119,14 +128,38 @@ class Pipeline:
         self.watched = tracer is not None or shaper is not None  # else a write may skip to timed
 
     @overload
-    async def call(self, req: Request, site: Site, who: Caller, fn: Callable[..., T], *args: Any,
-                   nowait: Call | None = None, reply: None = None) -> T: ...
+    async def call(
+        self,
+        req: Request,
+        site: Site,
+        who: Caller,
+        fn: Callable[..., T],
+        *args: Any,
+        nowait: Call | None = None,
+        reply: None = None,
+    ) -> T: ...
     @overload
-    async def call(self, req: Request, site: Site, who: Caller, fn: Call, *args: Any,
-                   nowait: Call | None = None, reply: Callable[[Any], R]) -> R: ...
+    async def call(
+        self,
+        req: Request,
+        site: Site,
+        who: Caller,
+        fn: Call,
+        *args: Any,
+        nowait: Call | None = None,
+        reply: Callable[[Any], R],
+    ) -> R: ...
 
-    async def call(self, req: Request, site: Site, who: Caller, fn: Call, *args: Any,
-                   nowait: Call | None = None, reply: Reply | None = None) -> Any:
+    async def call(
+        self,
+        req: Request,
+        site: Site,
+        who: Caller,
+        fn: Call,
+        *args: Any,
+        nowait: Call | None = None,
+        reply: Reply | None = None,
+    ) -> Any:
         """Run fn(*args) for `req` through every stage switched on (the module's
         docstring), on behalf of `who` (a request context or an open handle).
         `nowait(*args)`, if given, is tried first on the loop (see place)."""
@@ -157,20 +190,46 @@ class Pipeline:
         if reply is not None and not err:
             out = reply(out)
         if self.tracer is not None and who.pid != self.untraced_pid:
-            self._trace(self.tracer, req, site, who, start, out, err, held, ticket,
-                        None if firing is None else firing.rule or None)
+            self._trace(
+                self.tracer,
+                req,
+                site,
+                who,
+                start,
+                out,
+                err,
+                held,
+                ticket,
+                None if firing is None else firing.rule or None,
+            )
         if err:
             raise FUSEError(err)
         return out
 
-    async def _faulted(self, req: Request, site: Site, who: Caller, start: int, firing: Firing,
-                       args: tuple[Any, ...], nowait: Call | None) -> tuple[int, tuple[Any, ...], Call | None]:
+    async def _faulted(
+        self,
+        req: Request,
+        site: Site,
+        who: Caller,
+        start: int,
+        firing: Firing,
+        args: tuple[Any, ...],
+        nowait: Call | None,
+    ) -> tuple[int, tuple[Any, ...], Call | None]:
         """The fault stage before the call: wait out a stall, or answer without reaching
         the source, or carry fewer bytes.  Returns (errno, args, nowait) for the rest."""
         if firing.effect == "stall":
             until = min(firing.until_ns, firing.fail_ns) if firing.fail_ns else firing.until_ns
-            with self.holds.holding_of(req.op, site.path, who, start, f"fault rule {firing.rule} (a stall)", until,
-                                       rule=True, killable=self._waited_on(req, who)) as scope:
+            with self.holds.holding_of(
+                req.op,
+                site.path,
+                who,
+                start,
+                f"fault rule {firing.rule} (a stall)",
+                until,
+                rule=True,
+                killable=self._waited_on(req, who),
+            ) as scope:
                 err = await self.fault_stage.stalled(firing)
             if scope is not None and scope.cancelled_caught:  # its caller is being killed: nothing is sent
                 if self.tracer is not None:
@@ -181,8 +240,9 @@ class Pipeline:
             return 0, shortened(req.op, args, firing.short), None
         return self.fault_stage.answered(req, firing), args, nowait
 
-    async def opening(self, req: Request, site: Site, ctx: Caller, reply: Callable[[Any], R], fn: Call,
-                      *args: Any) -> R:
+    async def opening(
+        self, req: Request, site: Site, ctx: Caller, reply: Callable[[Any], R], fn: Call, *args: Any
+    ) -> R:
         """call for a request that makes a handle (open, create, opendir): one of the
         caller's share of descriptors is taken first (fdbudget.py), and given back if no
         handle is made.  Beyond the share or the budget: EMFILE, traced, nothing placed
@@ -199,8 +259,9 @@ class Pipeline:
 
     # ---- hold: the shaper's deadline -------------------------------------------------
 
-    def _hold(self, req: Request, ticket: "Ticket | None", since: int, site: Site, who: Caller,
-              reply: Reply | None) -> Awaitable[int]:
+    def _hold(
+        self, req: Request, ticket: "Ticket | None", since: int, site: Site, who: Caller, reply: Reply | None
+    ) -> Awaitable[int]:
         """The shaper's hold of the request admitted at `since` (Shaper.hold), listed as
         held long (holds.py) when its deadline is over a second away.  (A plain call that
         returns the coroutine to await: no frame of its own on the hot path.)"""
@@ -209,8 +270,9 @@ class Pipeline:
             return self.shaper.hold(req, ticket, since)
         return self._hold_listed(req, ticket, since, site, who, ticket.deadline_ns, reply)
 
-    async def _hold_listed(self, req: Request, ticket: "Ticket", since: int, site: Site, who: Caller, until: int,
-                           reply: Reply | None) -> int:
+    async def _hold_listed(
+        self, req: Request, ticket: "Ticket", since: int, site: Site, who: Caller, until: int, reply: Reply | None
+    ) -> int:
         """_hold's long case: raises Killed if the caller is being killed meanwhile.  The
         call has run on the source by now, so one whose answer the server or the kernel
         must act on is not let go: one whose `reply` hands the kernel something new (a
@@ -219,8 +281,9 @@ class Pipeline:
         assert self.shaper is not None
         entered = monotonic_ns()
         killable = reply is None and req.kind is not Kind.META_WRITE and self._waited_on(req, who)
-        with self.holds.holding_of(req.op, site.path, who, since, f"the emulated file system ({ticket.gate})",
-                                   until, killable=killable):
+        with self.holds.holding_of(
+            req.op, site.path, who, since, f"the emulated file system ({ticket.gate})", until, killable=killable
+        ):
             return await self.shaper.hold(req, ticket, since)
         raise Killed(monotonic_ns() - entered)  # reached only when the caller's kill let it go
 
@@ -230,8 +293,12 @@ class Pipeline:
         write-back cache's WRITEs (the kernel sends them for data already written, and
         they must complete, as an NFS client's write-back does), nor a request the kernel
         names no process for (pid 0)."""
-        return not (req.kernel_only or who.pid <= 0 or req.op in CLOSES
-                    or (req.op == "write" and self.writeback_cache and req.write_mode is not WriteMode.DIRECT))
+        return not (
+            req.kernel_only
+            or who.pid <= 0
+            or req.op in CLOSES
+            or (req.op == "write" and self.writeback_cache and req.write_mode is not WriteMode.DIRECT)
+        )
 
     def end_stalls(self) -> None:
         """The server is stopping: every stalled request goes on now, those a fault rule
@@ -292,8 +359,9 @@ class Pipeline:
             if not calm or ns > inline.threshold_ns:
                 inline.observe(key, ns, size)
 
-    async def _elsewhere(self, why: tuple[str], req: Request, fn: Call, args: tuple[Any, ...],
-                         nowait: Call | None) -> Placed:
+    async def _elsewhere(
+        self, why: tuple[str], req: Request, fn: Call, args: tuple[Any, ...], nowait: Call | None
+    ) -> Placed:
         """place's second half: every Inode among args pinned (so attach's trim cannot
         close it) and opened again if it was closed; then the call runs as _now decides
         (why is _CLOSED) or in a worker thread (IN_WORKER)."""
@@ -334,8 +402,19 @@ class Pipeline:
 
     # ---- trace -----------------------------------------------------------------------
 
-    def _trace(self, tracer: "TraceWriter", req: Request, site: Site, who: Caller, start: int, out: Any, errno: int,
-               shaped_ns: int, ticket: "Ticket | None", fault: str | None = None) -> None:
+    def _trace(
+        self,
+        tracer: "TraceWriter",
+        req: Request,
+        site: Site,
+        who: Caller,
+        start: int,
+        out: Any,
+        errno: int,
+        shaped_ns: int,
+        ticket: "Ticket | None",
+        fault: str | None = None,
+    ) -> None:
         """Queue the request's trace record, with the model's account of it if it was shaped."""
         fh, mode, entry, result = site.fh, 0, 0, 0
         flags = site.flags if req.op == "rename" else 0  # renameat2's, whatever the outcome (replay issues them)
@@ -358,8 +437,23 @@ class Pipeline:
             elif kind is os.stat_result:  # getattr, setattr
                 mode = out.st_mode
         process = self.callers.who(who.pid, start)
-        tracer.add(start, monotonic_ns() - start, req, site, who, process, _UNSHAPED if ticket is None else ticket,
-                   fh, result, errno, flags, mode, entry, shaped_ns, fault)  # each by add's name for it
+        tracer.add(
+            start,
+            monotonic_ns() - start,
+            req,
+            site,
+            who,
+            process,
+            _UNSHAPED if ticket is None else ticket,
+            fh,
+            result,
+            errno,
+            flags,
+            mode,
+            entry,
+            shaped_ns,
+            fault,
+        )  # each by add's name for it
 
 
 def _new_handle(out: Any) -> int:

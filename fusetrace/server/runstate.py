@@ -78,8 +78,7 @@ def write(mountpoint: str, **state: Any) -> None:
     data = json.dumps(state).encode()
     with _state() as d:
         tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=d)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=d)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -97,8 +96,9 @@ def read(mountpoint: str) -> dict[str, Any] | None:
         if d is None:
             return None
         try:
-            fd = os.open(_name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                         dir_fd=d)
+            fd = os.open(
+                _name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=d
+            )
         except OSError:
             return None
         with os.fdopen(fd, "rb") as f:

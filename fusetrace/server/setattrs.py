@@ -24,8 +24,9 @@ class Change:
     change (Linux has no lchmod), so those answer as the kernel would natively rather
     than reach the link's target."""
 
-    def __init__(self, is_link: bool, fh: int | None, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
-                 now: int) -> None:
+    def __init__(
+        self, is_link: bool, fh: int | None, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields, now: int
+    ) -> None:
         self.is_link, self.fh = is_link, fh
         self.size = attr.st_size if fields.update_size else None
         self.mode = stat.S_IMODE(attr.st_mode) if fields.update_mode else None
@@ -37,10 +38,18 @@ class Change:
         # clock's when the request reached it: both times, and lately, may mean now
         self.touch = all(t is not None and -_NOW_AHEAD <= now - t <= _NOW_BEHIND for t in (self.atime, self.mtime))
         # for the trace: what it sets, in the order it sets them
-        self.names = ",".join(n for n, on in (("size", self.size is not None), ("mode", self.mode is not None),
-                                              ("uid", self.uid != -1), ("gid", self.gid != -1),
-                                              ("atime", self.atime is not None),
-                                              ("mtime", self.mtime is not None)) if on)
+        self.names = ",".join(
+            n
+            for n, on in (
+                ("size", self.size is not None),
+                ("mode", self.mode is not None),
+                ("uid", self.uid != -1),
+                ("gid", self.gid != -1),
+                ("atime", self.atime is not None),
+                ("mtime", self.mtime is not None),
+            )
+            if on
+        )
 
     def hand_over(self, path_fd: int) -> os.stat_result:
         """apply() for the kernel's hand-over of a file's times: where the source refuses
@@ -87,13 +96,20 @@ class Change:
         st = os.stat(path_fd)
         now = stat.S_IMODE(st.st_mode)
         cleared = now & ~self.mode
-        return (stat.S_ISREG(st.st_mode) and self.mode & ~now == 0 and cleared != 0
-                and not cleared & ~(stat.S_ISUID | stat.S_ISGID))
+        return (
+            stat.S_ISREG(st.st_mode)
+            and self.mode & ~now == 0
+            and cleared != 0
+            and not cleared & ~(stat.S_ISUID | stat.S_ISGID)
+        )
 
     def _times(self, path_fd: int, owner: Owner) -> None:
         # a link itself (AT_EMPTY_PATH here needs Linux 5.8); anything else by its magic link
-        at = ((path_fd, b"", syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW) if self.is_link
-              else (syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), 0))
+        at = (
+            (path_fd, b"", syscalls.AT_EMPTY_PATH | syscalls.AT_SYMLINK_NOFOLLOW)
+            if self.is_link
+            else (syscalls.AT_FDCWD, f"/proc/self/fd/{path_fd}".encode(), 0)
+        )
         with syscalls.credentials(owner):
             try:
                 syscalls.utimensat(at[0], at[1], self.atime, self.mtime, at[2])

@@ -128,8 +128,11 @@ MAX_HANDLE_SZ = 128
 
 
 class _FileHandle(ctypes.Structure):
-    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
-                ("f_handle", ctypes.c_ubyte * MAX_HANDLE_SZ)]
+    _fields_ = [
+        ("handle_bytes", ctypes.c_uint),
+        ("handle_type", ctypes.c_int),
+        ("f_handle", ctypes.c_ubyte * MAX_HANDLE_SZ),
+    ]
 
 
 def name_to_handle(fd: int) -> tuple[bytes, int]:

@@ -53,8 +53,7 @@ class Workers:
         self._runs: dict[trio.lowlevel.TrioToken, _Run] = {}
         self._closed = False
         self._threads = [
-            threading.Thread(target=self._serve, name=f"fusetrace-io-{i}", daemon=True)
-            for i in range(nthreads)
+            threading.Thread(target=self._serve, name=f"fusetrace-io-{i}", daemon=True) for i in range(nthreads)
         ]
         for t in self._threads:
             t.start()

@@ -140,8 +140,9 @@ class Emulation:
         self.sharing = Sharing(self.model, url, fs_id, self.source, _now)
         self.sharing.join()
 
-    def watch_kernel_queue(self, connection: str, queued: Callable[[], bool] | None, held: Callable[[], int],
-                           server_cap: int) -> str | None:
+    def watch_kernel_queue(
+        self, connection: str, queued: Callable[[], bool] | None, held: Callable[[], int], server_cap: int
+    ) -> str | None:
         """Measure how long requests wait unread in the FUSE connection whose counters are
         in `connection` while the model has room for them (kernelqueue.py): `queued()`
         says whether a request is queued on the server's /dev/fuse descriptor (None: the
@@ -164,11 +165,19 @@ class Emulation:
         return cls(profile, load_params(profile, overrides), source)
 
     def describe(self) -> Json:
-        return {"profile": self.name, "params": dataclasses.asdict(self.model.params),
-                "started_monotonic_ns": self.started_ns}
+        return {
+            "profile": self.name,
+            "params": dataclasses.asdict(self.model.params),
+            "started_monotonic_ns": self.started_ns,
+        }
 
-    async def start(self, nursery: trio.Nursery, tracer: _Tracer | None, metrics_port: int | None,
-                    counters: Callable[[], dict[str, int]] | None = None) -> None:
+    async def start(
+        self,
+        nursery: trio.Nursery,
+        tracer: _Tracer | None,
+        metrics_port: int | None,
+        counters: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         """Run the timer and the samplers; serve the metrics (the model's, the host's and
         `counters()`) on metrics_port."""
         self._tracer = tracer
@@ -196,7 +205,7 @@ class Emulation:
                 rtts = await roundtrip.probe(mountpoint, probes, started)
         finally:
             self._calibrated.set()
-        handler = handler_ns[roundtrip.WARM_UP_PROBES:] or handler_ns
+        handler = handler_ns[roundtrip.WARM_UP_PROBES :] or handler_ns
         whole = roundtrip.typical(rtts)
         if whole is None or not handler:
             return whole
@@ -235,8 +244,11 @@ class Emulation:
         """How the host keeps up with the model since mounting: its counters, and
         host_load() over them."""
         loop = self.loop.reading()
-        counters: Json = {**self.shaper.counters(),
-                          "loop_elapsed_ns": loop["elapsed_ns"], "loop_idle_ns": loop["idle_ns"]}
+        counters: Json = {
+            **self.shaper.counters(),
+            "loop_elapsed_ns": loop["elapsed_ns"],
+            "loop_idle_ns": loop["idle_ns"],
+        }
         queue = self.kernel_queue
         if queue is not None and queue.failed is None:
             counters["queued_ns"] = queue.wait.queued_ns
@@ -256,8 +268,13 @@ class Emulation:
         """For `fusetrace stats`: the metrics, how the host keeps up, what held the
         operations (Shaper.gates) and what the run should be warned of."""
         host = self.host()
-        out = {"profile": self.name, "metrics": self.model.metrics(_now()), "host": host,
-               "gates": self.shaper.gates(), "warnings": self._warnings(host)}
+        out = {
+            "profile": self.name,
+            "metrics": self.model.metrics(_now()),
+            "host": host,
+            "gates": self.shaper.gates(),
+            "warnings": self._warnings(host),
+        }
         if self.sharing is not None:
             out["shared"] = self.sharing.describe()
         return out
@@ -300,8 +317,11 @@ class Emulation:
             raise UserError(f"no event {unknown[0]!r} (events: {', '.join(sorted(known)) or 'none'})")
         off = []
         for e in self._events:
-            if (ids is None or e["id"] in ids) and not e.get("called_off") \
-                    and self.model.unschedule(self._numbers[e["id"]], _now()):
+            if (
+                (ids is None or e["id"] in ids)
+                and not e.get("called_off")
+                and self.model.unschedule(self._numbers[e["id"]], _now())
+            ):
                 e["called_off"] = time.time()
                 off.append(e["id"])
         return off
@@ -317,14 +337,22 @@ class Emulation:
         """The model's CloudWatch-named metrics and the host's counters at one instant,
         for prometheus.METRICS; on the loop's thread (prometheus.serve runs it there)."""
         host = self.host()
-        return {**self.model.metrics(_now()), **host, "loop_busy_ns": host["loop_elapsed_ns"] - host["loop_idle_ns"],
-                **self._counters()}
+        return {
+            **self.model.metrics(_now()),
+            **host,
+            "loop_busy_ns": host["loop_elapsed_ns"] - host["loop_idle_ns"],
+            **self._counters(),
+        }
 
     def final_metadata(self) -> Json:
         self._sample()
         host = self.host()
-        out = {"metrics_per_minute": self.series, "host_load": host, "emulation": self.describe(),
-               "warnings": self._warnings(host)}
+        out = {
+            "metrics_per_minute": self.series,
+            "host_load": host,
+            "emulation": self.describe(),
+            "warnings": self._warnings(host),
+        }
         if self.sharing is not None:
             out["shared"] = self.sharing.describe()
         return out

@@ -82,8 +82,14 @@ class UnreadWait:
 class KernelQueue:
     """Samples a FUSE connection's counters into an UnreadWait (`wait`), from a thread."""
 
-    def __init__(self, connection: str, queued: Callable[[], bool], held: Callable[[], int],
-                 room: Callable[[int], bool], server_cap: int):
+    def __init__(
+        self,
+        connection: str,
+        queued: Callable[[], bool],
+        held: Callable[[], int],
+        room: Callable[[int], bool],
+        server_cap: int,
+    ):
         """`connection`: the connection's directory under /sys/fs/fuse/connections;
         `queued()`: whether a request is queued on the server's /dev/fuse descriptor for
         it to read (server/fuseread.queued_check, this thread's own); `held()`: the requests the
@@ -139,8 +145,9 @@ class KernelQueue:
         except Exception as exc:  # the thread's end: whatever stopped it is said, not lost
             if not stop.is_set():  # not the connection going away at unmount
                 self.failed = f"{type(exc).__name__}: {exc}"
-                log.warning("the FUSE kernel's queue is no longer measured (%s): %s from now on", self.failed,
-                            LOOP_STANDS_IN)
+                log.warning(
+                    "the FUSE kernel's queue is no longer measured (%s): %s from now on", self.failed, LOOP_STANDS_IN
+                )
         finally:
             self.close()
 

@@ -38,6 +38,7 @@ KEEP_MS = 86_400_000  # a file system's keys go a day after its last exchange
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
+
 _EXCHANGE = """
 local p, client, cursor, usage, sets = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local source, stored, balance = ARGV[5], ARGV[6], ARGV[7]
@@ -146,8 +147,11 @@ def shown(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is not None:
         parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[-1]}")
-    query = "&".join("password=***" if q.split("=", 1)[0] == "password" else q for q in parts.query.split("&")) \
-        if parts.query else ""
+    query = (
+        "&".join("password=***" if q.split("=", 1)[0] == "password" else q for q in parts.query.split("&"))
+        if parts.query
+        else ""
+    )
     return parts._replace(query=query).geturl()
 
 
@@ -156,8 +160,9 @@ class RedisHub:
 
     def __init__(self, url: str, fs_id: str):
         self.url, self.fs_id = check_url(url), fs_id
-        self._redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
-                                           retry_on_timeout=False)
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, retry_on_timeout=False
+        )
         self._script = self._redis.register_script(_EXCHANGE)
         self._join = self._redis.register_script(_JOIN)
         self._base = ""  # the file system's base parameters, as JSON, once join() has agreed them
@@ -185,23 +190,48 @@ class RedisHub:
         with self._one_at_a_time:
             if self._left:  # an exchange the loop abandoned, late: it would count the client live again
                 raise redis.ConnectionError("this client has left the file system")
-            out = self._script(keys=[f"fusetrace:{self.fs_id}"], args=[
-                report.client, self._cursors.get(report.client, ""), usage, sets, report.source,
-                repr(report.stored), balance, CLIENT_TTL, SOURCE_TTL, LOG_LENGTH,
-                json.dumps(report.totals, separators=(",", ":")), "1" if report.announce else "0",
-                BATCH, KEEP_MS, self._base,
-                "" if report.params is None else json.dumps(report.params, separators=(",", ":"))])
+            out = self._script(
+                keys=[f"fusetrace:{self.fs_id}"],
+                args=[
+                    report.client,
+                    self._cursors.get(report.client, ""),
+                    usage,
+                    sets,
+                    report.source,
+                    repr(report.stored),
+                    balance,
+                    CLIENT_TTL,
+                    SOURCE_TTL,
+                    LOG_LENGTH,
+                    json.dumps(report.totals, separators=(",", ":")),
+                    "1" if report.announce else "0",
+                    BATCH,
+                    KEEP_MS,
+                    self._base,
+                    "" if report.params is None else json.dumps(report.params, separators=(",", ":")),
+                ],
+            )
         cursor, clients, stored, prior, more, params, known, got = out
         self._cursors[report.client] = _text(cursor)
-        reports = [(_text(got[i]), [tuple(u) for u in json.loads(got[i + 1])],
-                    [tuple(t) for t in json.loads(got[i + 2])]) for i in range(0, len(got), 3)]
-        return Reply(reports=reports, params={_text(params[i]): json.loads(params[i + 1])
-                                              for i in range(0, len(params), 2)},
-                     known=None if not known else {
-                         _text(known[i]): [tuple(t) for t in json.loads(known[i + 1])]
-                         for i in range(0, len(known), 2) if _text(known[i]) != report.client},
-                     more=bool(more), clients=int(clients), stored=float(stored) if stored else -1.0,
-                     balance=float(prior) if prior else math.nan)
+        reports = [
+            (_text(got[i]), [tuple(u) for u in json.loads(got[i + 1])], [tuple(t) for t in json.loads(got[i + 2])])
+            for i in range(0, len(got), 3)
+        ]
+        return Reply(
+            reports=reports,
+            params={_text(params[i]): json.loads(params[i + 1]) for i in range(0, len(params), 2)},
+            known=None
+            if not known
+            else {
+                _text(known[i]): [tuple(t) for t in json.loads(known[i + 1])]
+                for i in range(0, len(known), 2)
+                if _text(known[i]) != report.client
+            },
+            more=bool(more),
+            clients=int(clients),
+            stored=float(stored) if stored else -1.0,
+            balance=float(prior) if prior else math.nan,
+        )
 
     def leave(self, client: str) -> None:
         """`client` is gone: counted out of ClientConnections now, not when its report ages."""

@@ -40,8 +40,11 @@ for _ in range(int(sys.argv[2])):
 async def probe(mountpoint: str, probes: int, started: Callable[[int], None]) -> list[int]:
     """The round trips (ns) of `probes` statfs calls on `mountpoint`, warm-up ones
     included; `started(pid)` is told the probing process's id before its first call."""
-    proc = await trio.lowlevel.open_process([sys.executable, "-c", _PROBE, mountpoint, str(probes), str(PAUSE_S)],
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", _PROBE, mountpoint, str(probes), str(PAUSE_S)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     chunks = []
     try:

@@ -81,8 +81,10 @@ class Ticket:
         return self.adm.rpcs  # the NFS RPCs the emulated client sent for it ("" where none)
 
     def __repr__(self) -> str:
-        return (f"Ticket(deadline_ns={self.deadline_ns}, gate={self.gate!r}, wait_ns={self.wait_ns}, "
-                f"latency_ns={self.latency_ns}, transfer_ns={self.transfer_ns}, nfs={self.nfs!r})")
+        return (
+            f"Ticket(deadline_ns={self.deadline_ns}, gate={self.gate!r}, wait_ns={self.wait_ns}, "
+            f"latency_ns={self.latency_ns}, transfer_ns={self.transfer_ns}, nfs={self.nfs!r})"
+        )
 
 
 class ShaperCounters(TypedDict):
@@ -117,8 +119,9 @@ class _Tally:
 
 
 class Shaper:
-    def __init__(self, model: Model, timer: PreciseTimer | None, *, late_share: float = 0.10,
-                 slack_share: float = 0.02):
+    def __init__(
+        self, model: Model, timer: PreciseTimer | None, *, late_share: float = 0.10, slack_share: float = 0.02
+    ):
         self.model = model
         self.client = NfsClient(model)  # what a Linux NFS client would send for each request
         self.timer = timer
@@ -163,8 +166,14 @@ class Shaper:
         their share, their lateness and the modelled time in all (hostload.host_load()
         compares two readings), the FUSE round trip share replies leave early, and the
         O_DIRECT writes FUSE serialised because they extended their file."""
-        return {"ops": self.ops, "late": self.late, "late_ns": self.late_ns, "modelled_ns": self.modelled_ns,
-                "compensation_us": self.compensation_ns / 1e3, "extending_writes": self.extending_writes}
+        return {
+            "ops": self.ops,
+            "late": self.late,
+            "late_ns": self.late_ns,
+            "modelled_ns": self.modelled_ns,
+            "compensation_us": self.compensation_ns / 1e3,
+            "extending_writes": self.extending_writes,
+        }
 
     def gates(self) -> dict[str, GateTotals]:
         """Since the mount, per gate (the model's Gate values): the operations it held
@@ -172,9 +181,15 @@ class Shaper:
         time in all, split into `wait_ns`, `latency_ns` and `transfer_ns`; most
         operations first."""
         tallies = sorted(self._gates.items(), key=lambda item: -item[1].ops)
-        return {gate: {"ops": t.ops, "wait_ns": int(t.wait * _NS), "latency_ns": int(t.latency * _NS),
-                       "transfer_ns": int(t.transfer * _NS)}
-                for gate, t in tallies}
+        return {
+            gate: {
+                "ops": t.ops,
+                "wait_ns": int(t.wait * _NS),
+                "latency_ns": int(t.latency * _NS),
+                "transfer_ns": int(t.transfer * _NS),
+            }
+            for gate, t in tallies
+        }
 
     def compensate(self, ns: int) -> None:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""

@@ -79,20 +79,29 @@ class Sharing:
         except redis.RedisError as exc:
             refused = isinstance(exc, redis.AuthenticationError) or "authenticat" in str(exc).lower()
             given = urlsplit(self.url).password is not None or "password=" in urlsplit(self.url).query
-            why = ("Redis does not answer" if not refused else "Redis answered but refused this mount's password"
-                   if given else "Redis answered but wants a password (redis://:PASSWORD@HOST:PORT/DB, or ?password=)")
+            why = (
+                "Redis does not answer"
+                if not refused
+                else "Redis answered but refused this mount's password"
+                if given
+                else "Redis answered but wants a password (redis://:PASSWORD@HOST:PORT/DB, or ?password=)"
+            )
             raise UserError(f"--shared {shown(self.url)}: {why} ({exc})") from None
         if held is None:
-            raise UserError(f"--fs-id {self.fs_id}: Redis lost its parameters and its live clients have not given "
-                            f"them back within {JOIN_TRIES * ANNOUNCE_EVERY / 4:g} s; mount again")
+            raise UserError(
+                f"--fs-id {self.fs_id}: Redis lost its parameters and its live clients have not given "
+                f"them back within {JOIN_TRIES * ANNOUNCE_EVERY / 4:g} s; mount again"
+            )
         differ = base_differences(base, held)
         if differ:
             try:
                 self.hub.leave(self.client.client)  # counted live as it joined: not a client after all
             except redis.RedisError:
                 pass  # it ages out in CLIENT_TTL
-            raise UserError(f"--fs-id {self.fs_id}: its live clients emulate it otherwise ({'; '.join(differ)}): "
-                            f"mount with the same --emulate and --set, or another --fs-id")
+            raise UserError(
+                f"--fs-id {self.fs_id}: its live clients emulate it otherwise ({'; '.join(differ)}): "
+                f"mount with the same --emulate and --set, or another --fs-id"
+            )
 
     async def run(self) -> None:
         while True:
@@ -126,24 +135,41 @@ class Sharing:
             return
         self.state, self.since = "unreachable", time.time()
         self.outages.append({"from": self.since, "to": None, "error": str(exc)})
-        log.warning("shared state: Redis at %s does not answer (%s); serving on this mount's own copy "
-                    "of file system %s until it does", shown(self.url), exc, self.fs_id)
+        log.warning(
+            "shared state: Redis at %s does not answer (%s); serving on this mount's own copy "
+            "of file system %s until it does",
+            shown(self.url),
+            exc,
+            self.fs_id,
+        )
 
     def _up(self) -> None:
         if self.state == "ok":
             return
         if self.state == "unreachable":
             self.outages[-1]["to"] = time.time()
-            log.warning("shared state: Redis at %s answers again after %.1f s; what this mount kept has gone "
-                        "to the others", shown(self.url), time.time() - self.since)
+            log.warning(
+                "shared state: Redis at %s answers again after %.1f s; what this mount kept has gone to the others",
+                shown(self.url),
+                time.time() - self.since,
+            )
         self.state, self.since = "ok", time.time()
 
     def describe(self) -> dict[str, Any]:
         """For stats and the trace's metadata."""
-        return {"url": shown(self.url), "fs_id": self.fs_id, "client": self.client.client,
-                "state": self.state, "since": self.since, "exchanges": self.exchanges, "failed": self.failed,
-                "round_trips": self.hub.round_trips, "clients": self.client.model.clients,
-                "outages": list(self.outages), "refused_sets": list(self.client.refused.values())}
+        return {
+            "url": shown(self.url),
+            "fs_id": self.fs_id,
+            "client": self.client.client,
+            "state": self.state,
+            "since": self.since,
+            "exchanges": self.exchanges,
+            "failed": self.failed,
+            "round_trips": self.hub.round_trips,
+            "clients": self.client.model.clients,
+            "outages": list(self.outages),
+            "refused_sets": list(self.client.refused.values()),
+        }
 
     def close(self) -> None:
         """At unmount (the loop has stopped): report what is left and leave the file system, if
@@ -152,6 +178,10 @@ class Sharing:
             self.hub.exchange(self.client.report(self._now()))  # the last of this mount's usage, and what it kept
             self.hub.leave(self.client.client)
         except (redis.RedisError, OSError, ValueError) as exc:  # it is counted live until CLIENT_TTL passes
-            log.warning("shared state: Redis at %s did not answer at unmount (%s): this mount's usage since its "
-                        "last exchange did not reach the other clients", shown(self.url), exc)
+            log.warning(
+                "shared state: Redis at %s did not answer at unmount (%s): this mount's usage since its "
+                "last exchange did not reach the other clients",
+                shown(self.url),
+                exc,
+            )
         self.hub.close()

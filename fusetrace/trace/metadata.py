@@ -28,12 +28,29 @@ _INT, _NONE, _STR, _DICT, _LIST = (int,), (type(None),), (str,), (dict,), (list,
 # What each key a reader uses must be (JSON's types): a hand-made or hostile file's other
 # values are refused in read(), once, rather than each reader meeting them as a traceback.
 _TYPES: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(("format_version", "start_wall_ns", "start_monotonic_ns", "end_wall_ns", "end_monotonic_ns",
-                     "fuse_round_trip_ns", "records", "dropped", "lost", "files", "write_errors", "pid"), _INT),
+    **dict.fromkeys(
+        (
+            "format_version",
+            "start_wall_ns",
+            "start_monotonic_ns",
+            "end_wall_ns",
+            "end_monotonic_ns",
+            "fuse_round_trip_ns",
+            "records",
+            "dropped",
+            "lost",
+            "files",
+            "write_errors",
+            "pid",
+        ),
+        _INT,
+    ),
     **dict.fromkeys(("max_pending", "max_pending_bytes"), _INT + _NONE),
     **dict.fromkeys(("source", "mountpoint", "host", "hostname", "clock", "locks"), _STR),
-    "last_error": _STR + _NONE, "flush_interval": (int, float),
-    **dict.fromkeys(("options", "versions", "host_load"), _DICT), "emulation": _DICT + _NONE,
+    "last_error": _STR + _NONE,
+    "flush_interval": (int, float),
+    **dict.fromkeys(("options", "versions", "host_load"), _DICT),
+    "emulation": _DICT + _NONE,
     **dict.fromkeys(("warnings", "metrics_per_minute"), _LIST),
 }
 
@@ -54,13 +71,17 @@ def _checked(data: object) -> Metadata:
         want = _TYPES.get(key)
         if want is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, want) or \
-                (isinstance(value, float) and not math.isfinite(value)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, want)
+            or (isinstance(value, float) and not math.isfinite(value))
+        ):
             raise ValueError(f"{NAME}: {key} {str(value)[:40]!r}: expected {' or '.join(t.__name__ for t in want)}")
         most = _MOST.get(key, MAX_INT - 1)
         if isinstance(value, int) and not 0 <= value <= most:
-            raise ValueError(f"{NAME}: {key} {str(value)[:40]}{'...' if len(str(value)) > 40 else ''}: "
-                             f"out of range (0 to {most:,})")
+            raise ValueError(
+                f"{NAME}: {key} {str(value)[:40]}{'...' if len(str(value)) > 40 else ''}: out of range (0 to {most:,})"
+            )
     return data
 
 
@@ -93,8 +114,7 @@ def atomic_write(path: str, fill: Callable[[BinaryIO], object], dir_fd: int | No
         os.unlink(tmp, dir_fd=dir_fd)  # left by a crash: O_EXCL below must create it with our mode
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                 dir_fd=dir_fd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         with open(fd, "wb") as f:
             fill(f)
@@ -112,8 +132,9 @@ def atomic_write(path: str, fill: Callable[[BinaryIO], object], dir_fd: int | No
 def write(directory: str, metadata: Metadata, dir_fd: int | None = None) -> None:
     """Write the metadata into `directory` (or, given `dir_fd`, the directory it opens)."""
     data = json.dumps(metadata, indent=2, default=str).encode() + b"\n"
-    atomic_write(NAME if dir_fd is not None else os.path.join(directory, NAME), lambda f: _write_all(f, data),
-                 dir_fd=dir_fd)
+    atomic_write(
+        NAME if dir_fd is not None else os.path.join(directory, NAME), lambda f: _write_all(f, data), dir_fd=dir_fd
+    )
 
 
 def read(directory: str) -> Metadata:
@@ -150,14 +171,18 @@ def loss_summary(directory: str | os.PathLike[str]) -> str | None:
         return None
     said = []
     if dropped:
-        said.append(f"{dropped:,} records dropped (the writer's queue was full, or a field was bad: the "
-                    f"server's log says which)")
+        said.append(
+            f"{dropped:,} records dropped (the writer's queue was full, or a field was bad: the "
+            f"server's log says which)"
+        )
     if lost or errors:
         said.append(f"{lost:,} records lost in {errors:,} failed writes (last: {m.get('last_error')})")
     text = "; ".join(said) or "nothing dropped or lost as of its last flush"
     if not closed:
-        text += (f"; its final {NAME} was not written (the trace disk full, or the server killed): "
-                 f"the counts are from an earlier flush")
+        text += (
+            f"; its final {NAME} was not written (the trace disk full, or the server killed): "
+            f"the counts are from an earlier flush"
+        )
     return f"trace {directory}: {text}"
 
 

@@ -50,9 +50,15 @@ def _literal(value: int | str | None, field: pa.Field) -> str:
     return "''" if value == "" else f"{'null' if value is None else value}::{sql}"
 
 
-_DEFAULTS = {**{f.name: _literal(TraceRecord._field_defaults[f.name], f) for f in RECORD_SCHEMA
-                if f.name in TraceRecord._field_defaults},
-             "path_raw": "null::blob", "path2_raw": "null::blob"}  # and host: the trace's own (host_literal)
+_DEFAULTS = {
+    **{
+        f.name: _literal(TraceRecord._field_defaults[f.name], f)
+        for f in RECORD_SCHEMA
+        if f.name in TraceRecord._field_defaults
+    },
+    "path_raw": "null::blob",
+    "path2_raw": "null::blob",
+}  # and host: the trace's own (host_literal)
 MEMORY_LIMIT = "512MB"
 
 
@@ -82,7 +88,8 @@ RANGES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("offset", "size", "result"), (0, 2**63 - 1)),
     **dict.fromkeys(("inode", "fh", "entry"), (0, 2**64 - 1)),
     **dict.fromkeys(("pid", "uid", "gid", "mode"), (0, 2**32 - 1)),
-    "errno": (0, 4095), "flags": (-(2**31), 2**31 - 1),
+    "errno": (0, 4095),
+    "flags": (-(2**31), 2**31 - 1),
 }
 _checked: dict[tuple[object, ...], list[str]] = {}  # what checked_parts found, by the parts' names, sizes and times
 _unreadable: set[str] = set()  # directories whose metadata was warned of
@@ -101,15 +108,18 @@ def parts(directory: str) -> list[str]:
         raise NoTrace(f"{shown}: no such trace directory")
     files = sorted(glob.glob(os.path.join(glob.escape(os.path.abspath(directory)), "*.parquet")))
     if not files:
-        below = sorted({os.path.dirname(f) for f in
-                        glob.glob(os.path.join(glob.escape(directory), "*", "*.parquet"))})
+        below = sorted({os.path.dirname(f) for f in glob.glob(os.path.join(glob.escape(directory), "*", "*.parquet"))})
         if below:  # a fleet's directory, one trace per host below it
-            raise NoTrace(f"{shown}: no trace files (*.parquet) in it, but {len(below)} trace directories "
-                          f"below it ({printable(os.path.basename(below[0]))}, ...): give "
-                          f"'{os.path.join(shown, '*')}' (quoted) to read them together")
+            raise NoTrace(
+                f"{shown}: no trace files (*.parquet) in it, but {len(below)} trace directories "
+                f"below it ({printable(os.path.basename(below[0]))}, ...): give "
+                f"'{os.path.join(shown, '*')}' (quoted) to read them together"
+            )
         if os.path.exists(os.path.join(directory, "_metadata.json")):  # a mount's trace, with no record
-            raise EmptyTrace(f"{shown}: no trace files (*.parquet) in it: the mount recorded no operation "
-                             f"(its _metadata.json is there)")
+            raise EmptyTrace(
+                f"{shown}: no trace files (*.parquet) in it: the mount recorded no operation "
+                f"(its _metadata.json is there)"
+            )
         raise NoTrace(f"{shown}: no trace files (*.parquet) in it")
     for f in files:  # a FIFO among them would hold the reader for good
         try:
@@ -155,11 +165,17 @@ def checked_parts(directory: str) -> list[str]:
     good = [opened[f] for f in files if f not in damaged]
     if not good:
         f, why = next(iter(damaged.items()))
-        raise DamagedTrace(f"{printable(f)}: not a readable trace part ({why})" + (
-            f", nor are the other {len(damaged) - 1} parts" if len(damaged) > 1 else ""))
+        raise DamagedTrace(
+            f"{printable(f)}: not a readable trace part ({why})"
+            + (f", nor are the other {len(damaged) - 1} parts" if len(damaged) > 1 else "")
+        )
     for f, why in damaged.items():
-        log.warning("fusetrace: warning: %s: not a readable trace part (%s): skipped, %s read", printable(f), why,
-                    "the other part" if len(good) == 1 else f"the {len(good):,} others")
+        log.warning(
+            "fusetrace: warning: %s: not a readable trace part (%s): skipped, %s read",
+            printable(f),
+            why,
+            "the other part" if len(good) == 1 else f"the {len(good):,} others",
+        )
     _checked[key] = good
     return good
 
@@ -214,8 +230,10 @@ def _check_types(f: str, schema: pa.Schema) -> None:
     format 1's columns are all there."""
     missing = [c for c in REQUIRED if c not in schema.names]
     if missing:
-        raise DamagedTrace(f"{printable(f)}: no column {', '.join(missing)} (every format of trace has {len(REQUIRED)} "
-                           f"columns, start_ns to shaped_ns)")
+        raise DamagedTrace(
+            f"{printable(f)}: no column {', '.join(missing)} (every format of trace has {len(REQUIRED)} "
+            f"columns, start_ns to shaped_ns)"
+        )
     for name in schema.names:
         want = SCHEMA.field(name).type if name in COLUMNS else None
         if want is None:
@@ -245,8 +263,11 @@ def _check_values(schemas: dict[str, pa.Schema], shown: dict[str, str]) -> dict[
     damaged: dict[str, str] = {}
     for names, files in groups.items():
         tests = [(c, f'"{c}" is null', "") for c in names if c not in NULLABLE]
-        tests += [(c, f'"{c}" not between {least} and {most}', f"out of range ({least:,} to {most:,})")
-                  for c, (least, most) in RANGES.items() if c in names]
+        tests += [
+            (c, f'"{c}" not between {least} and {most}', f"out of range ({least:,} to {most:,})")
+            for c, (least, most) in RANGES.items()
+            if c in names
+        ]
         db = duckdb.connect()
         try:
             db.execute("set enable_progress_bar = false")  # its bar would be a second line
@@ -270,8 +291,13 @@ class _Undecodable(Exception):
     """A part DuckDB reads inconsistently (a damaged page): as one it cannot decode."""
 
 
-def _first_bad(db: duckdb.DuckDBPyConnection, files: list[str], names: tuple[str, ...],
-               tests: list[tuple[str, str, str]], shown: dict[str, str]) -> str | None:
+def _first_bad(
+    db: duckdb.DuckDBPyConnection,
+    files: list[str],
+    names: tuple[str, ...],
+    tests: list[tuple[str, str, str]],
+    shown: dict[str, str],
+) -> str | None:
     """'part: record N: column value: why' of the first record failing a test, else None.
     Every column is counted, so that a page that cannot be decoded raises here.  `shown`
     gives each part's path for the name it is read by."""
@@ -281,15 +307,19 @@ def _first_bad(db: duckdb.DuckDBPyConnection, files: list[str], names: tuple[str
     row = db.execute(f"select count(*) filter (where {failing}), {counts} from {source}", [files]).fetchone()
     if row is None or not row[0]:
         return None
-    found = db.execute(f"select filename, file_row_number, [{', '.join(f'({sql})' for _, sql, _ in tests)}] "
-                       f"from {source} where {failing} order by filename, file_row_number limit 1",
-                       [files]).fetchone()
+    found = db.execute(
+        f"select filename, file_row_number, [{', '.join(f'({sql})' for _, sql, _ in tests)}] "
+        f"from {source} where {failing} order by filename, file_row_number limit 1",
+        [files],
+    ).fetchone()
     if found is None:  # counted above, yet not there: its pages decode one way, then another
         raise _Undecodable("its pages decode differently from one read to the next")
     f, number, failed = found
     column, _, why = tests[failed.index(True)]
-    value = db.execute(f'select "{column}"::varchar from read_parquet(?, file_row_number=true) '
-                       f"where file_row_number = ?", [[f], number]).fetchone()
+    value = db.execute(
+        f'select "{column}"::varchar from read_parquet(?, file_row_number=true) where file_row_number = ?',
+        [[f], number],
+    ).fetchone()
     if not why:
         return f"{printable(shown[f])}: record {number + 1:,}: {column} is null (every record of a trace has one)"
     text = printable(value[0][:40]) if value and value[0] is not None else "?"
@@ -338,13 +368,17 @@ def metadata(directory: str) -> meta.Metadata:
         if directory not in _unreadable:
             _unreadable.add(directory)
             why = _first_line(exc).removeprefix(f"{meta.NAME}: ").removeprefix(f"{meta.NAME} ")
-            log.warning("fusetrace: warning: %s: unreadable (%s): the trace read without it (source, clock and "
-                        "host unknown)", printable(os.path.join(directory, meta.NAME)), why)
+            log.warning(
+                "fusetrace: warning: %s: unreadable (%s): the trace read without it (source, clock and host unknown)",
+                printable(os.path.join(directory, meta.NAME)),
+                why,
+            )
         return {}
 
 
-def ordered_batches(directory: str, columns: list[str] | None = None, *, where: str | None = None,
-                    batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+def ordered_batches(
+    directory: str, columns: list[str] | None = None, *, where: str | None = None, batch_rows: int = 65_536
+) -> Iterator[pa.RecordBatch]:
     """The trace's records, `columns` of them (default all, in schema order), sorted by
     start_ns, `batch_rows` at a time; `where` is a DuckDB condition on the columns.
     Memory stays near MEMORY_LIMIT however long the trace."""
@@ -356,15 +390,15 @@ def ordered_batches(directory: str, columns: list[str] | None = None, *, where: 
     defaults = {**_DEFAULTS, "host": host_literal(metadata(directory))}
     scratch = tempfile.mkdtemp(prefix="fusetrace-sort-")  # 0700, ours
     try:
-        db = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "temp_directory": scratch,
-                                    "preserve_insertion_order": False})
+        db = duckdb.connect(
+            config={"memory_limit": MEMORY_LIMIT, "temp_directory": scratch, "preserve_insertion_order": False}
+        )
         try:
             db.read_parquet(files, union_by_name=True, hive_partitioning=False).create_view("trace")
             have = {row[0] for row in db.execute("describe trace").fetchall()}
             select = ", ".join(f'"{c}"' if c in have else f'{defaults[c]} as "{c}"' for c in wanted)
             condition = f"where {where}" if where else ""
-            reader = db.sql(f"select {select} from trace {condition} order by start_ns").to_arrow_reader(
-                batch_rows)
+            reader = db.sql(f"select {select} from trace {condition} order by start_ns").to_arrow_reader(batch_rows)
             yield from reader
         finally:
             db.close()
@@ -396,8 +430,18 @@ class Member:
         """Its metadata's format_version, else what its columns say."""
         c = self.columns
         return self.metadata.get("format_version") or (
-            6 if "path_raw" in c else 5 if "host" in c else 4 if "fault" in c else 3 if "comm" in c
-            else 2 if "gate" in c else 1)
+            6
+            if "path_raw" in c
+            else 5
+            if "host" in c
+            else 4
+            if "fault" in c
+            else 3
+            if "comm" in c
+            else 2
+            if "gate" in c
+            else 1
+        )
 
 
 class TraceSet:
@@ -431,8 +475,9 @@ class TraceSet:
         self.base: meta.Metadata = min((m.metadata for m in clocked), key=lambda d: d["start_wall_ns"], default={})
         if len(self.members) > 1:
             for m in clocked:
-                m.offset_ns = ((m.metadata["start_wall_ns"] - m.metadata["start_monotonic_ns"])
-                               - (self.base["start_wall_ns"] - self.base["start_monotonic_ns"]))
+                m.offset_ns = (m.metadata["start_wall_ns"] - m.metadata["start_monotonic_ns"]) - (
+                    self.base["start_wall_ns"] - self.base["start_monotonic_ns"]
+                )
             # clocks 73 years apart are a metadata's nonsense, and would overflow start_ns
             clocked = [m for m in clocked if abs(m.offset_ns) < MAX_START_NS // 2]
             for m in self.members:

@@ -55,8 +55,9 @@ class TraceRecord(NamedTuple):
     fault: Annotated[str | None, _NAME] = None
 
 
-RECORD_SCHEMA = pa.schema([(name, hint.__metadata__[0])
-                           for name, hint in get_type_hints(TraceRecord, include_extras=True).items()])
+RECORD_SCHEMA = pa.schema(
+    [(name, hint.__metadata__[0]) for name, hint in get_type_hints(TraceRecord, include_extras=True).items()]
+)
 # Format 5: the host the trace was taken on (the mount's --host, else its host name), for
 # reading a fleet's traces as one; int32 indices, so that a fleet of thousands unifies
 HOST = pa.field("host", pa.dictionary(pa.int32(), pa.string()))

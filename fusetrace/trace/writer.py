@@ -71,9 +71,9 @@ _NONES = (None,) * _BLOCK_REFS
 # nature (a file's inode and handle, sizes, ids, flags).  Times and offsets rarely repeat:
 # a dictionary of them costs the writer thread time before Parquet gives up on it, and the
 # file bytes (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py").
-_DICTIONARY = [f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
-               or pa.types.is_binary(f.type)] + [
-    "inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
+_DICTIONARY = [
+    f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type) or pa.types.is_binary(f.type)
+] + ["inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
 
 MAX_PENDING_BYTES = 64 << 20
 # Disk space held back (a hidden file, freed at close) so that a trace whose disk filled up
@@ -96,9 +96,12 @@ def _cost(strs: list[str | None]) -> int:
     """Estimated bytes of the queued records whose references are `strs` (see _RECORD_BYTES)."""
     path2s = strs[_PATH2::_WIDTH]
     gates = strs[_GATE::_WIDTH]
-    return (len(gates) * _RECORD_BYTES + sum(map(len, filter(None, strs[_PATH::_WIDTH])))
-            + sum(_STR_BYTES + len(p) for p in path2s if p is not None)
-            + (len(gates) - gates.count(None)) * _SHAPED_BYTES)
+    return (
+        len(gates) * _RECORD_BYTES
+        + sum(map(len, filter(None, strs[_PATH::_WIDTH])))
+        + sum(_STR_BYTES + len(p) for p in path2s if p is not None)
+        + (len(gates) - gates.count(None)) * _SHAPED_BYTES
+    )
 
 
 class Counters(TypedDict):
@@ -135,8 +138,15 @@ class TraceDirError(UserError):
 
 
 class TraceWriter:
-    def __init__(self, directory: str | os.PathLike[str], metadata: meta.Metadata, *, flush_interval: float = 0.5,
-                 max_pending: int | None = None, max_pending_bytes: int | None = MAX_PENDING_BYTES):
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        metadata: meta.Metadata,
+        *,
+        flush_interval: float = 0.5,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = MAX_PENDING_BYTES,
+    ):
         """metadata: what _metadata.json says of the trace; its `host` is also every
         record's host column.  max_pending: at most this many records wait (None: no count
         limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit)."""
@@ -200,9 +210,24 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._run, name="fusetrace-trace-writer", daemon=True)
         self._thread.start()
 
-    def add(self, start_ns: int, dur_ns: int, request: Operation, site: Place, user: User, process: Process,
-            model: Account, fh: int, result: int, errno: int, flags: int, mode: int, entry: int, shaped_ns: int,
-            fault: str | None) -> None:
+    def add(
+        self,
+        start_ns: int,
+        dur_ns: int,
+        request: Operation,
+        site: Place,
+        user: User,
+        process: Process,
+        model: Account,
+        fh: int,
+        result: int,
+        errno: int,
+        flags: int,
+        mode: int,
+        entry: int,
+        shaped_ns: int,
+        fault: str | None,
+    ) -> None:
         """Queue one record, each column read from the attribute or the parameter of its name
         (see sources.py).  Never blocks: when the queue is full (max_pending records or
         max_pending_bytes waiting), the record is counted in `dropped` instead, as is one
@@ -212,13 +237,35 @@ class TraceWriter:
         as keywords they would cost every record about 100 ns more (docs/BENCHMARKS.md,
         "Figures behind design choices: trace/writer.py")."""
         path, path2, gate = site.path, site.path2, model.gate
-        after = (self._bytes_in + _RECORD_BYTES + len(path or "")  # _cost, inline: this runs for every operation
-                 + (0 if path2 is None else _STR_BYTES + len(path2)) + (0 if gate is None else _SHAPED_BYTES))
+        after = (
+            self._bytes_in
+            + _RECORD_BYTES
+            + len(path or "")  # _cost, inline: this runs for every operation
+            + (0 if path2 is None else _STR_BYTES + len(path2))
+            + (0 if gate is None else _SHAPED_BYTES)
+        )
         if after - self._bytes_out <= self._max_bytes and self._added - self._taken < self._max_pending:
             try:
-                row = _PACK.pack(start_ns, dur_ns, site.inode, fh, site.offset, request.size, result, errno,
-                                 process.pid, user.uid, user.gid, shaped_ns, model.wait_ns, model.latency_ns,
-                                 model.transfer_ns, flags, mode, entry)  # as _INT_COLUMNS
+                row = _PACK.pack(
+                    start_ns,
+                    dur_ns,
+                    site.inode,
+                    fh,
+                    site.offset,
+                    request.size,
+                    result,
+                    errno,
+                    process.pid,
+                    user.uid,
+                    user.gid,
+                    shaped_ns,
+                    model.wait_ns,
+                    model.latency_ns,
+                    model.transfer_ns,
+                    flags,
+                    mode,
+                    entry,
+                )  # as _INT_COLUMNS
             except struct.error as exc:
                 self._bad(request.op, exc)
                 return
@@ -250,8 +297,23 @@ class TraceWriter:
     def record(self, rec: TraceRecord) -> None:
         """Queue one record given as a TraceRecord (tests, benchmarks): it is all of add's
         parts itself, but that it names the request's kind `kind`."""
-        self.add(rec.start_ns, rec.dur_ns, _Labelled(rec.op, rec.size, rec.kind), rec, rec, rec, rec, rec.fh,
-                 rec.result, rec.errno, rec.flags, rec.mode, rec.entry, rec.shaped_ns, rec.fault)
+        self.add(
+            rec.start_ns,
+            rec.dur_ns,
+            _Labelled(rec.op, rec.size, rec.kind),
+            rec,
+            rec,
+            rec,
+            rec,
+            rec.fh,
+            rec.result,
+            rec.errno,
+            rec.flags,
+            rec.mode,
+            rec.entry,
+            rec.shaped_ns,
+            rec.fault,
+        )
 
     @property
     def queued(self) -> int:
@@ -270,11 +332,19 @@ class TraceWriter:
 
     def stats(self) -> WriterStats:
         """The counters, for `fusetrace stats`."""
-        return {"records": self.records, "queued": self.queued, "recorded": self.recorded,
-                "queued_bytes": self.queued_bytes,
-                "max_pending_bytes": None if self._max_bytes == sys.maxsize else self._max_bytes,
-                "dropped": self.dropped, "lost": self.lost, "files": self.files,
-                "write_errors": self.write_errors, "deferred": self.deferred, "last_error": self.last_error}
+        return {
+            "records": self.records,
+            "queued": self.queued,
+            "recorded": self.recorded,
+            "queued_bytes": self.queued_bytes,
+            "max_pending_bytes": None if self._max_bytes == sys.maxsize else self._max_bytes,
+            "dropped": self.dropped,
+            "lost": self.lost,
+            "files": self.files,
+            "write_errors": self.write_errors,
+            "deferred": self.deferred,
+            "last_error": self.last_error,
+        }
 
     def update_metadata(self, **extra: Any) -> None:
         """Add keys to _metadata.json; they are written at the next flush or at close."""
@@ -304,8 +374,10 @@ class TraceWriter:
 
     def closing_line(self) -> str:
         """The counters in one line, as the server logs them at exit."""
-        line = (f"trace {self.directory} closed: {self.records:,} records in {self.files:,} parts, "
-                f"{self.dropped:,} dropped, {self.lost:,} lost, {self.write_errors:,} failed writes")
+        line = (
+            f"trace {self.directory} closed: {self.records:,} records in {self.files:,} parts, "
+            f"{self.dropped:,} dropped, {self.lost:,} lost, {self.write_errors:,} failed writes"
+        )
         if self.last_error:
             line += f" (last: {self.last_error})"
         if self.final_metadata_written is False:
@@ -347,10 +419,10 @@ class TraceWriter:
             block_ints, block_strs = self._blocks[0]
             first = self._read
             last = min(first + left, _ROW_GROUP)
-            ints.append(block_ints[first * _PACK.size:last * _PACK.size])  # a copy: a view would stop it growing
+            ints.append(block_ints[first * _PACK.size : last * _PACK.size])  # a copy: a view would stop it growing
             refs = slice(first * _WIDTH, last * _WIDTH)
             strs += block_strs[refs]
-            block_strs[refs] = _NONES[:refs.stop - refs.start]  # its paths go with it, not with the block
+            block_strs[refs] = _NONES[: refs.stop - refs.start]  # its paths go with it, not with the block
             left -= last - first
             if last == _ROW_GROUP:  # all of it read: the loop has moved on to another block
                 self._blocks.popleft()
@@ -415,8 +487,14 @@ class TraceWriter:
         self.last_error = text
 
     def _counters(self) -> Counters:
-        return {"records": self.records, "dropped": self.dropped, "lost": self.lost,
-                "files": self.files, "write_errors": self.write_errors, "last_error": self.last_error}
+        return {
+            "records": self.records,
+            "dropped": self.dropped,
+            "lost": self.lost,
+            "files": self.files,
+            "write_errors": self.write_errors,
+            "last_error": self.last_error,
+        }
 
     def _final_metadata(self) -> None:
         """The closing metadata write.  On a full disk the space kept in `.reserve` since
@@ -478,8 +556,7 @@ def _reserve(dirfd: int) -> bool:
     except OSError:
         pass
     try:
-        fd = os.open(_RESERVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=dirfd)
+        fd = os.open(_RESERVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
     except OSError:
         return False
     try:
@@ -541,12 +618,15 @@ def _prepare(directory: str) -> int:
             raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
         parts = [n for n in names if n.endswith(".parquet") and not n.startswith(".")]
         if parts or meta.NAME in names:
-            raise TraceDirError(f"trace directory {directory}: already holds a trace ({len(parts)} parts); "
-                                f"give a new or empty directory")
+            raise TraceDirError(
+                f"trace directory {directory}: already holds a trace ({len(parts)} parts); "
+                f"give a new or empty directory"
+            )
         visible = sorted(n for n in names if not n.startswith("."))
         if visible:
-            raise TraceDirError(f"trace directory {directory}: not empty (holds {visible[0]!r}); "
-                                f"give a new or empty directory")
+            raise TraceDirError(
+                f"trace directory {directory}: not empty (holds {visible[0]!r}); give a new or empty directory"
+            )
     except BaseException:
         os.close(fd)
         raise

@@ -46,8 +46,11 @@ def _part(module: str) -> str:
 def _modules() -> list[tuple[str, Path]]:
     """(installed module name, file) for every module of the package."""
     out = []
-    for folder, package in ((REPO / "fusetrace", "fusetrace"), (REPO / "emulator", "fusetrace.emulator"),
-                            (REPO / "scenarios", "fusetrace.scenarios")):
+    for folder, package in (
+        (REPO / "fusetrace", "fusetrace"),
+        (REPO / "emulator", "fusetrace.emulator"),
+        (REPO / "scenarios", "fusetrace.scenarios"),
+    ):
         for path in sorted(folder.rglob("*.py")):
             rel = path.relative_to(folder).with_suffix("")
             names = [n for n in rel.parts if n != "__init__"]
@@ -98,8 +101,11 @@ def _known(name: str) -> str | None:
     return name or None
 
 
-@pytest.mark.parametrize("module, path", [(m, p) for m, p in MODULES if _part(m) == "emulator"],
-                         ids=[m for m, _ in MODULES if _part(m) == "emulator"])
+@pytest.mark.parametrize(
+    "module, path",
+    [(m, p) for m, p in MODULES if _part(m) == "emulator"],
+    ids=[m for m, _ in MODULES if _part(m) == "emulator"],
+)
 def test_the_model_is_pure(module, path):
     reached = {name.split(".")[0] for name in _imports(module, path)} & IMPURE
     assert not reached, f"{module} imports {sorted(reached)}"

@@ -31,8 +31,11 @@ def _value(i: int, field: pa.Field) -> object:
 def _calls(fn: Callable[..., object], name: str) -> list[ast.Call]:
     """The calls of a method called `name` in the source of `fn`."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr == name]
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == name
+    ]
 
 
 def _name(arg: ast.expr) -> str:
@@ -56,7 +59,7 @@ def test_every_trace_column_is_filled_from_a_source_of_its_name():
     parts = params.index("model") + 1  # self, the times and the five parts (sources.py)
     for fn in (Pipeline._trace, TraceWriter.record):
         (add,) = _calls(fn, "add")
-        assert [_name(a) for a in add.args[parts - 1:]] == params[parts:], fn.__qualname__
+        assert [_name(a) for a in add.args[parts - 1 :]] == params[parts:], fn.__qualname__
 
 
 def test_a_trace_column_is_a_field_of_trace_record_and_nothing_else(tmp_path):

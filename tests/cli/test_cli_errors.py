@@ -42,8 +42,9 @@ def test_unwritable_trace_dir(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
     (tmp_path / "afile").write_text("x")
-    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"),
-                     "--trace", str(tmp_path / "afile" / "trace"), check=False)
+    done = fusetrace(
+        "mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace", str(tmp_path / "afile" / "trace"), check=False
+    )
     one_line_error(done, "afile")
     assert not is_mounted(tmp_path / "mnt")
 
@@ -52,10 +53,10 @@ def test_no_dev_fuse(tmp_path):
     """In a mount namespace whose /dev has no fuse device."""
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
-    script = (f"mount -t tmpfs none /dev && {sys.executable} -m fusetrace "
-              f"mount {tmp_path}/src {tmp_path}/mnt")
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=60)
+    script = f"mount -t tmpfs none /dev && {sys.executable} -m fusetrace mount {tmp_path}/src {tmp_path}/mnt"
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script], capture_output=True, text=True, timeout=60
+    )
     one_line_error(done, "/dev/fuse")
 
 
@@ -114,8 +115,7 @@ def test_unknown_mount_option(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
     for form in (["mount"], []):
-        done = fusetrace(*form, str(tmp_path / "src"), str(tmp_path / "mnt"), "-o", "allow_other,bogus=1",
-                         check=False)
+        done = fusetrace(*form, str(tmp_path / "src"), str(tmp_path / "mnt"), "-o", "allow_other,bogus=1", check=False)
         line = one_line_error(done, "-o bogus", "unknown mount option", "trace", "allow_other", code=2)
         assert "fsname" not in line and "subtype" not in line  # FUSE's, but fusetrace sets them
         assert not is_mounted(tmp_path / "mnt")
@@ -125,24 +125,40 @@ def test_mount_option_values(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
     src, mnt = str(tmp_path / "src"), str(tmp_path / "mnt")
-    one_line_error(fusetrace(src, mnt, "-o", "no_xattrs=yes", check=False), "-o no_xattrs=yes", "takes no value",
-                   code=2)
+    one_line_error(
+        fusetrace(src, mnt, "-o", "no_xattrs=yes", check=False), "-o no_xattrs=yes", "takes no value", code=2
+    )
     one_line_error(fusetrace(src, mnt, "-o", "trace", check=False), "-o trace", "trace=DIR", code=2)
     one_line_error(fusetrace(src, mnt, "-o", "threads=0", check=False), "--threads 0", code=2)
     one_line_error(fusetrace(src, mnt, "-o", "fsname=x", check=False), "-o fsname=x", "fusetrace sets", code=2)
     one_line_error(fusetrace(src, "/dev/fd/3", "-o", "rw", check=False), "drop_privileges", code=2)
     # one option given two ways: which was meant is not guessed
-    one_line_error(fusetrace(src, mnt, "-o", "emulate=efs-2016", "--emulate", "efs-bursting", check=False),
-                   "-o emulate=efs-2016", "--emulate", "give it once", code=2)
-    one_line_error(fusetrace("mount", src, mnt, "-o", "trace=a,trace=b", check=False), "--trace", "give it once",
-                   code=2)
+    one_line_error(
+        fusetrace(src, mnt, "-o", "emulate=efs-2016", "--emulate", "efs-bursting", check=False),
+        "-o emulate=efs-2016",
+        "--emulate",
+        "give it once",
+        code=2,
+    )
+    one_line_error(
+        fusetrace("mount", src, mnt, "-o", "trace=a,trace=b", check=False), "--trace", "give it once", code=2
+    )
     for other in (["--emulate=efs-2018"], ["--emul", "efs-2018"]):  # argparse's other spellings of it
         one_line_error(fusetrace(src, mnt, "-o", "emulate=efs-2016", *other, check=False), "give it once", code=2)
-    one_line_error(fusetrace(src, mnt, "-o", "writeback_cache", "--no-writeback-cache", check=False),
-                   "-o writeback_cache", "give it once", code=2)  # one setting, two options
+    one_line_error(
+        fusetrace(src, mnt, "-o", "writeback_cache", "--no-writeback-cache", check=False),
+        "-o writeback_cache",
+        "give it once",
+        code=2,
+    )  # one setting, two options
     # options that only begin alike are not one given twice
-    assert mount_cli.mount_argv([src, mnt, "-o", "debug,debug_fuse"], cli.build_parser()[2]) == \
-        ["mount", src, mnt, "--debug", "--debug-fuse"]
+    assert mount_cli.mount_argv([src, mnt, "-o", "debug,debug_fuse"], cli.build_parser()[2]) == [
+        "mount",
+        src,
+        mnt,
+        "--debug",
+        "--debug-fuse",
+    ]
     assert not is_mounted(tmp_path / "mnt")
 
 
@@ -158,8 +174,9 @@ def test_a_reader_gone_ends_the_output_quietly(tmp_path, mount):
         read, write = os.pipe()
         os.close(read)
         try:
-            done = subprocess.run([sys.executable, "-m", "fusetrace", *args], stdout=write, stderr=subprocess.PIPE,
-                                  text=True, timeout=60)
+            done = subprocess.run(
+                [sys.executable, "-m", "fusetrace", *args], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60
+            )
         finally:
             os.close(write)
         assert done.returncode == 128 + signal.SIGPIPE and done.stderr == "", (args, done.stderr)
@@ -169,14 +186,22 @@ def test_umount_of_a_busy_mount_names_what_uses_it(mount):
     m = mount()
     fd = os.open(m.mountpoint / "held", os.O_CREAT | os.O_WRONLY, 0o644)
     # another user's process may name itself with a terminal's escape sequences: not printed as such
-    named = subprocess.Popen([sys.executable, "-c", "import ctypes, sys, time; ctypes.CDLL(None).prctl(15, "
-                              "b'\\x1b[2Jevil', 0, 0, 0); f = open(sys.argv[1]); print(flush=True); time.sleep(60)",
-                              str(m.mountpoint / "held")], stdout=subprocess.PIPE)
+    named = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, sys, time; ctypes.CDLL(None).prctl(15, "
+            "b'\\x1b[2Jevil', 0, 0, 0); f = open(sys.argv[1]); print(flush=True); time.sleep(60)",
+            str(m.mountpoint / "held"),
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert named.stdout is not None and named.stdout.readline() == b"\n"
         done = fusetrace("umount", str(m.mountpoint), check=False)
-        line = one_line_error(done, "cannot unmount", "busy", f"(pid {os.getpid()})", "fusermount3 -uz",
-                              f"?[2Jevil (pid {named.pid})")
+        line = one_line_error(
+            done, "cannot unmount", "busy", f"(pid {os.getpid()})", "fusermount3 -uz", f"?[2Jevil (pid {named.pid})"
+        )
         # (nothing held in the server: no word of fault rules, which could not help)
         assert "fault" not in line and "\x1b" not in line and is_mounted(m.mountpoint)
     finally:
@@ -190,11 +215,18 @@ def test_umount_of_a_busy_mount_names_a_process_that_only_maps_a_file_in_it(moun
     m = mount()
     (m.mountpoint / "mapped").write_bytes(b"m" * 4096)
     # (ctypes: Python's mmap keeps a descriptor of its own)
-    mapper = subprocess.Popen([sys.executable, "-c", "import ctypes, os, sys, time; libc = ctypes.CDLL(None); "
-                               "libc.mmap.restype = ctypes.c_void_p; fd = os.open(sys.argv[1], os.O_RDONLY); "
-                               "assert libc.mmap(None, 4096, 1, 1, fd, ctypes.c_long(0)) not in (None, 2**64 - 1); "
-                               "os.close(fd); print(flush=True); time.sleep(60)", str(m.mountpoint / "mapped")],
-                              stdout=subprocess.PIPE)
+    mapper = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, os, sys, time; libc = ctypes.CDLL(None); "
+            "libc.mmap.restype = ctypes.c_void_p; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "assert libc.mmap(None, 4096, 1, 1, fd, ctypes.c_long(0)) not in (None, 2**64 - 1); "
+            "os.close(fd); print(flush=True); time.sleep(60)",
+            str(m.mountpoint / "mapped"),
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert mapper.stdout is not None and mapper.stdout.readline() == b"\n"
         done = fusetrace("umount", str(m.mountpoint), check=False)
@@ -220,8 +252,14 @@ def test_umount_of_a_busy_mount_names_a_process_waiting_in_a_request_the_server_
         assert [(h["pid"], h["name"], h["op"], h["path"]) for h in held] == [(cat.pid, "cat", "open", "/f")]
         assert "waiting in the server: cat (pid" in fusetrace("stats", str(m.mountpoint)).stdout
         done = fusetrace("umount", str(m.mountpoint), check=False)
-        line = one_line_error(done, "cannot unmount", "busy", f"waiting in the server: cat (pid {cat.pid}) in open "
-                              "of '/f'", "held by fault rule outage (a stall), ", "clear lets go what a stall rule holds")
+        line = one_line_error(
+            done,
+            "cannot unmount",
+            "busy",
+            f"waiting in the server: cat (pid {cat.pid}) in open of '/f'",
+            "held by fault rule outage (a stall), ",
+            "clear lets go what a stall rule holds",
+        )
         left = re.search(r"\(a stall\), ([\d.]+) s left", line)
         assert left is not None and 3000 < float(left[1]) < 3600, line  # an hour's stall, however slow the host
         assert is_mounted(m.mountpoint)
@@ -239,8 +277,9 @@ def test_a_caller_the_emulated_file_system_holds_over_a_second_is_named(mount):
     toucher = subprocess.Popen(["touch", str(m.mountpoint / "new")])
     try:
         held = poll(lambda: _held(m))
-        assert [(h["pid"], h["name"], h["why"], h["rule"]) for h in held] == \
-            [(toucher.pid, "touch", "the emulated file system (stall)", False)]
+        assert [(h["pid"], h["name"], h["why"], h["rule"]) for h in held] == [
+            (toucher.pid, "touch", "the emulated file system (stall)", False)
+        ]
         assert 0 < held[0]["left_s"] <= 5
         # fault clear could not let it go: not offered
         line = one_line_error(fusetrace("umount", str(m.mountpoint), check=False), "busy", "touch", "s left")
@@ -265,6 +304,7 @@ def test_only_the_outputs_own_broken_pipe_is_taken_for_a_reader_gone(tmp_path):
 
 
 def test_a_command_started_with_its_output_closed_says_nothing_wrong():
-    done = subprocess.run(f"{sys.executable} -m fusetrace profiles >&-", shell=True, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        f"{sys.executable} -m fusetrace profiles >&-", shell=True, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -43,17 +43,20 @@ def test_mounts_from_the_folder_that_holds_a_folder_named_fusetrace(tmp_path, sh
     else:
         (here / "fusetrace").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    shadowed = subprocess.run([sys.executable, "-m", "fusetrace", "--version"], cwd=here, env=env,
-                              capture_output=True, text=True)
+    shadowed = subprocess.run(
+        [sys.executable, "-m", "fusetrace", "--version"], cwd=here, env=env, capture_output=True, text=True
+    )
     assert shadowed.returncode != 0, "the folder does not shadow the package: this test tests nothing"
     src, mnt = _tree(tmp_path)
     try:
-        done = subprocess.run([FUSETRACE, "mount", str(src), str(mnt)], cwd=here, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [FUSETRACE, "mount", str(src), str(mnt)], cwd=here, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         assert os.listdir(mnt) == ["f"] and (mnt / "f").read_text() == "hello\n"
-        done = subprocess.run([FUSETRACE, "umount", str(mnt)], cwd=here, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [FUSETRACE, "umount", str(mnt)], cwd=here, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         assert not is_mounted(mnt)
     finally:
@@ -135,8 +138,12 @@ _IN_NAMESPACE = 'mount --bind "$1" /usr/local/bin && shift && exec "$@"'
 
 
 def _as_mount8(bindir: Path, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _IN_NAMESPACE, "sh",
-                           str(bindir), *command], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", _IN_NAMESPACE, "sh", str(bindir), *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -179,14 +186,18 @@ def test_fstab_line(tmp_path, mount8):
     src, mnt = _tree(tmp_path)
     trace, log = tmp_path / "trace", tmp_path / "server.log"
     fstab = tmp_path / "fstab"
-    fstab.write_text(f"# a comment\n{src} {mnt} fuse.fusetrace "
-                     f"noauto,nofail,_netdev,x-systemd.automount,log={log},debug,set=nothing 0 0\n")
+    fstab.write_text(
+        f"# a comment\n{src} {mnt} fuse.fusetrace "
+        f"noauto,nofail,_netdev,x-systemd.automount,log={log},debug,set=nothing 0 0\n"
+    )
     done = mount8(FUSETRACE, "--version")  # the namespace works
     assert done.returncode == 0, done.stderr
     done = mount8("mount", "--fstab", str(fstab), str(mnt))  # set= without emulate=: refused
     one_line_error(done, "--set needs --emulate")
-    fstab.write_text(f"{src} {mnt} fuse.fusetrace noauto,nofail,_netdev,x-systemd.automount,log={log},"
-                     f"debug,emulate=efs-2016,set=read_latency_ms=1,trace={trace} 0 0\n")
+    fstab.write_text(
+        f"{src} {mnt} fuse.fusetrace noauto,nofail,_netdev,x-systemd.automount,log={log},"
+        f"debug,emulate=efs-2016,set=read_latency_ms=1,trace={trace} 0 0\n"
+    )
     done = mount8("sh", "-c", f"mount --fstab {fstab} {mnt} && ls {mnt} && {FUSETRACE} umount {mnt}")
     assert done.returncode == 0, done.stderr
     assert f"debug log in {log}" in done.stdout and "\nf\n" in done.stdout, done.stdout

@@ -22,7 +22,9 @@ def run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
 
 
 def test_a_user_test_gets_a_fresh_emulated_mount_with_its_own_trace(pytester):
-    result = run(pytester, '''
+    result = run(
+        pytester,
+        """
 import os, pytest
 
 def test_write_and_read(efs):
@@ -65,27 +67,34 @@ def test_short_writes_need_the_write_back_cache_off(efs):
         assert os.write(fd, b"hello") == 3
         os.close(fd)
     assert (efs.source / "f").read_bytes() == b"hel"
-''')
+""",
+    )
     result.assert_outcomes(passed=6)
     assert _mounts_under(pytester.path) == []
 
 
 def test_a_failing_or_interrupted_test_leaves_no_mount(pytester):
-    failing = run(pytester, '''
+    failing = run(
+        pytester,
+        """
 def test_fails(efs):
     (efs.path / "f").write_text("x")
     assert False, "the application broke"
-''')
+""",
+    )
     failing.assert_outcomes(failed=1)
     assert _mounts_under(pytester.path) == []
-    interrupted = run(pytester, '''
+    interrupted = run(
+        pytester,
+        """
 def test_interrupted(efs):
     (efs.path / "f").write_text("x")
     raise KeyboardInterrupt
 
 def test_never_reached(efs):
     pass
-''')
+""",
+    )
     assert interrupted.ret == pytest.ExitCode.INTERRUPTED
     assert _mounts_under(pytester.path) == []
 
@@ -95,15 +104,23 @@ def test_a_bad_option_fails_the_test_with_one_line(pytester):
         ('profile="no-such-profile"', "*efs fixture: *no-such-profile*"),
         ('colour="red"', "*efs fixture: @pytest.mark.efs: unknown key 'colour'*"),
         ('writeback_cache="no"', "*efs fixture: writeback_cache must be True or False, got 'no'*"),
-        ('"efs-elastic"', "*efs fixture: @pytest.mark.efs takes keywords*got 'efs-elastic': "
-                          "e.g. @pytest.mark.efs(profile='efs-elastic')*"),
-        ('set="burst_credit_balance=0"',
-         "*efs fixture: @pytest.mark.efs: set must be a dict of profile keys*got 'burst_credit_balance=0'*"),
+        (
+            '"efs-elastic"',
+            "*efs fixture: @pytest.mark.efs takes keywords*got 'efs-elastic': "
+            "e.g. @pytest.mark.efs(profile='efs-elastic')*",
+        ),
+        (
+            'set="burst_credit_balance=0"',
+            "*efs fixture: @pytest.mark.efs: set must be a dict of profile keys*got 'burst_credit_balance=0'*",
+        ),
         ('faults="no-such-faults.toml"', f"*--faults {pytester.path}/no-such-faults.toml: no such file*"),
         ("faults=3", "*efs fixture: faults must be the path of a faults file, got 3*"),
     ]
-    result = run(pytester, "import pytest\n" + "".join(
-        f"\n@pytest.mark.efs({marker})\ndef test_{i}(efs):\n    pass\n" for i, (marker, _) in enumerate(bad)))
+    result = run(
+        pytester,
+        "import pytest\n"
+        + "".join(f"\n@pytest.mark.efs({marker})\ndef test_{i}(efs):\n    pass\n" for i, (marker, _) in enumerate(bad)),
+    )
     result.assert_outcomes(errors=len(bad))
     result.stdout.fnmatch_lines_random([line for _, line in bad])
     assert "Traceback" not in result.stdout.str() and "TypeError" not in result.stdout.str()
@@ -112,8 +129,9 @@ def test_a_bad_option_fails_the_test_with_one_line(pytester):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc, tests", [(GUIDE, 4), (GUIDE.parent.parent / "README.md", 1)],
-                         ids=["PYTEST.md", "README.md"])
+@pytest.mark.parametrize(
+    "doc, tests", [(GUIDE, 4), (GUIDE.parent.parent / "README.md", 1)], ids=["PYTEST.md", "README.md"]
+)
 def test_the_worked_examples_run_as_written(pytester, doc, tests):
     [example] = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
     result = run(pytester, example)

@@ -56,6 +56,7 @@ def test_large_io_amortises_the_per_operation_cost():
 def _creates(model, depth, directories):
     def op(i):
         return Op(OpClass.META_WRITE, directory=1 + i % directories)
+
     return closed_loop(model, op, depth, duration=2.0).iops
 
 
@@ -239,8 +240,18 @@ def test_metrics_carry_the_cloudwatch_names():
     model.admit(write(MiB, mode="direct"), 0.0)
     model.admit(Op(OpClass.META_READ, file=1), 0.0)
     m = model.metrics(1.0)
-    for name in ("PermittedThroughput", "BurstCreditBalance", "MeteredIOBytes", "TotalIOBytes", "DataReadIOBytes",
-                 "DataWriteIOBytes", "MetadataIOBytes", "PercentIOLimit", "StorageBytes", "ClientConnections"):
+    for name in (
+        "PermittedThroughput",
+        "BurstCreditBalance",
+        "MeteredIOBytes",
+        "TotalIOBytes",
+        "DataReadIOBytes",
+        "DataWriteIOBytes",
+        "MetadataIOBytes",
+        "PercentIOLimit",
+        "StorageBytes",
+        "ClientConnections",
+    ):
         assert name in m
     assert m["DataReadIOBytes"] == 3 * MiB and m["DataWriteIOBytes"] == MiB and m["MetadataIOBytes"] == 4 * KiB
     assert m["MeteredIOBytes"] == pytest.approx(MiB + MiB + 4 * KiB / 3)
@@ -268,6 +279,7 @@ def test_runs_are_reproducible_and_latency_follows_its_distribution():
     def run(rng=None):
         model = Model(load_profile("efs-bursting"), 0.0, rng)
         return [model.admit(read(), i * 0.01).done_at - i * 0.01 for i in range(4000)]
+
     first = run()
     assert first == run() and first == run(random.Random(0)) and first != run(random.Random(1))
     first.sort()

@@ -17,19 +17,29 @@ TOLERANCE = 0.10
 
 
 def _fio_steps() -> list[tuple[spec.Scenario, spec.Step]]:
-    return [(s, step) for s in map(spec.load, spec.ids()) for step in s.steps
-            if step.kind == "fio" and (step.published or step.also_published)]
+    return [
+        (s, step)
+        for s in map(spec.load, spec.ids())
+        for step in s.steps
+        if step.kind == "fio" and (step.published or step.also_published)
+    ]
 
 
 # (scenario, step, figures): every fio figure published in a scenario file, less those the
 # file marks inconsistent (alinas 4k-randread-qd64's 9.2 ms: 64 outstanding at 13,800 ops/s
 # complete in 4.6 ms on average, Little's law, so no model that gives the IOPS gives 9.2 ms)
-FIO_ROWS = [(s, step, {k: v for k, v in step.published.items() if k not in step.inconsistent})
-            for s, step in _fio_steps() if step.published]
+FIO_ROWS = [
+    (s, step, {k: v for k, v in step.published.items() if k not in step.inconsistent})
+    for s, step in _fio_steps()
+    if step.published
+]
 # the same job at another depth, as the author reports in a note: "iops at iodepth 128" = 310
-OTHER_DEPTHS = [(s, step, int(m[2]), m[1], want) for s, step in _fio_steps()
-                for key, want in step.also_published.items()
-                if (m := re.fullmatch(r"(\w+) at iodepth (\d+)", key))]
+OTHER_DEPTHS = [
+    (s, step, int(m[2]), m[1], want)
+    for s, step in _fio_steps()
+    for key, want in step.also_published.items()
+    if (m := re.fullmatch(r"(\w+) at iodepth (\d+)", key))
+]
 DD = spec.load("efs-2018-dd")  # the 2018 tutorial on a c5.2xlarge; its [set] is the file system
 INSTANCES = spec.load("efs-2018-instances")  # the same dd from three client instances
 ERA_2018 = "efs-2018"  # the profile of the service the tutorial measured
@@ -58,15 +68,20 @@ def test_the_scenario_files_carry_the_published_fio_rows():
     assert len(FIO_ROWS) >= 12 and OTHER_DEPTHS
 
 
-@pytest.mark.parametrize("scenario, step, measured", FIO_ROWS, ids=[f"{s.profile}:{step.name}" for s, step, _ in FIO_ROWS])
+@pytest.mark.parametrize(
+    "scenario, step, measured", FIO_ROWS, ids=[f"{s.profile}:{step.name}" for s, step, _ in FIO_ROWS]
+)
 def test_fio_rows_within_ten_percent(scenario, step, measured):
     got = _metrics(simulate(scenario.profile, step.fio, overrides=scenario.overrides()))
     for key, want in measured.items():
         assert _close(got[key], want), f"{scenario.profile} {step.name} {key}: model {got[key]:.2f}, measured {want}"
 
 
-@pytest.mark.parametrize("scenario, step, depth, key, want", OTHER_DEPTHS,
-                         ids=[f"{s.profile}:{step.name}@{depth}" for s, step, depth, _, _ in OTHER_DEPTHS])
+@pytest.mark.parametrize(
+    "scenario, step, depth, key, want",
+    OTHER_DEPTHS,
+    ids=[f"{s.profile}:{step.name}@{depth}" for s, step, depth, _, _ in OTHER_DEPTHS],
+)
 def test_the_same_jobs_at_other_depths(scenario, step, depth, key, want):
     fio = re.sub(r"-iodepth[= ]\d+", f"-iodepth {depth}", step.fio)
     stats = simulate(scenario.profile, fio, overrides=scenario.overrides())
@@ -103,8 +118,11 @@ def test_dd_on_a_t2_micro_bursts_then_falls_to_its_baseline():
     figures = _step(INSTANCES, "t2.micro").also_published
     burst, baseline = figures["burst MB/s"], figures["baseline MB/s"]
     credit = figures["burst GB"] * 1e9 * (burst - baseline) / burst  # spent at burst - baseline until the fall
-    client = [f"client_network_mbps={burst}", f"client_network_baseline_mbps={baseline}",
-              f"client_network_credit={credit / 1e9:.1f} GB"]
+    client = [
+        f"client_network_mbps={burst}",
+        f"client_network_baseline_mbps={baseline}",
+        f"client_network_credit={credit / 1e9:.1f} GB",
+    ]
     model = Model(apply_overrides(load_profile(INSTANCES.profile), INSTANCES.overrides(client)), 0.0)
     first = dd_write(model, MiB, 13000)  # 13.6 GB
     assert _close(first.mb_per_s, burst)
@@ -118,6 +136,7 @@ def test_dd_on_a_t2_micro_bursts_then_falls_to_its_baseline():
 # famzah-efs-2018: "Amazon EFS benchmarks", blog.famzah.net, 2018 (small operations, one NFS
 # operation per call); kx-kdb-efs-2018: KX kdb+ documentation, "Appendix B - Amazon EFS", 2018
 # (mean time per call sequence on one file).  The profile's comments say how each key follows.
+
 
 def _era_2018(*overrides: str) -> Model:
     return Model(apply_overrides(load_profile(ERA_2018), list(overrides)), 0.0)

@@ -39,12 +39,21 @@ class CreditMachine(RuleBasedStateMachine):
     within [0, cap], and the metered bytes of any window within what the
     permitted throughput and the balance at the window's start allow."""
 
-    @initialize(stored=stored_sizes, balance=st.integers(0, 64 * MiB), floor=st.sampled_from([0.0, 1.0]),
-                read_factor=st.sampled_from([1 / 3, 1.0]))
+    @initialize(
+        stored=stored_sizes,
+        balance=st.integers(0, 64 * MiB),
+        floor=st.sampled_from([0.0, 1.0]),
+        read_factor=st.sampled_from([1 / 3, 1.0]),
+    )
     def start(self, stored, balance, floor, read_factor):
-        params = dataclasses.replace(TINY, stored_size=stored, burst_credit_balance=balance,
-                                     baseline_floor_mibps=floor, read_factor=read_factor,
-                                     storage_remeasure_s=0.0)
+        params = dataclasses.replace(
+            TINY,
+            stored_size=stored,
+            burst_credit_balance=balance,
+            baseline_floor_mibps=floor,
+            read_factor=read_factor,
+            storage_remeasure_s=0.0,
+        )
         self.model = Model(params, 0.0)
         self.now = 0.0
         self.samples: list[tuple[float, float]] = []  # (time, balance) after each step
@@ -117,7 +126,7 @@ class CreditMachine(RuleBasedStateMachine):
         hi = max(burst_rate(params, stored), base)
         for t1, balance in self.samples:
             window = self.now - t1
-            metered = sum(m for a, d, m in self.ops[self.since:] if a >= t1 and d <= self.now)
+            metered = sum(m for a, d, m in self.ops[self.since :] if a >= t1 and d <= self.now)
             slack = 1e-6 * (metered + 1)
             assert metered <= base * window + balance + slack
             assert metered <= hi * window + slack
@@ -134,12 +143,14 @@ class IopsMachine(RuleBasedStateMachine):
     """Operations granted in any 1 s window stay within each IOPS limit (plus its
     burst allowance), whatever the mix, the pauses and the live changes."""
 
-    @initialize(read=st.sampled_from([0, 50, 300]), write=st.sampled_from([0, 40, 200]),
-                total=st.sampled_from([0, 100, 250]))
+    @initialize(
+        read=st.sampled_from([0, 50, 300]), write=st.sampled_from([0, 40, 200]), total=st.sampled_from([0, 100, 250])
+    )
     def start(self, read, write, total):
         # no latency, no throughput limits, no slots: an operation completes when its token is granted
         params = dataclasses.replace(
-            _latency_free(), read_iops=float(read), write_iops=float(write), total_iops=float(total))
+            _latency_free(), read_iops=float(read), write_iops=float(write), total_iops=float(total)
+        )
         self.model = Model(params, 0.0)
         self.now = 0.0
         self.done: list[tuple[float, bool]] = []  # (completion, is a read)
@@ -164,7 +175,7 @@ class IopsMachine(RuleBasedStateMachine):
     def every_window_within_the_limits(self):
         p = self.model.params
         burst = p.iops_burst_ms / 1000
-        times = sorted(self.done[self.since:])
+        times = sorted(self.done[self.since :])
         for rate, which in ((p.read_iops, True), (p.write_iops, False), (p.total_iops, None)):
             if not rate:
                 continue
@@ -181,23 +192,43 @@ TestIopsMachine.settings = settings(max_examples=100, stateful_step_count=30, de
 
 
 def _latency_free() -> Params:
-    zero = {f"{c}_latency{s}_ms": 0.0 for c in ("read", "write", "meta_read", "meta_write", "commit")
-            for s in ("", "_p99")}
-    return dataclasses.replace(Params(), throughput_mode="elastic", elastic_read_gibps=0.0,
-                               elastic_write_gibps=0.0, per_client_mibps=0.0, read_iops=0.0, write_iops=0.0,
-                               file_write_slots=0, dir_write_slots=0, stream_mibps=0.0, **zero)
+    zero = {
+        f"{c}_latency{s}_ms": 0.0 for c in ("read", "write", "meta_read", "meta_write", "commit") for s in ("", "_p99")
+    }
+    return dataclasses.replace(
+        Params(),
+        throughput_mode="elastic",
+        elastic_read_gibps=0.0,
+        elastic_write_gibps=0.0,
+        per_client_mibps=0.0,
+        read_iops=0.0,
+        write_iops=0.0,
+        file_write_slots=0,
+        dir_write_slots=0,
+        stream_mibps=0.0,
+        **zero,
+    )
 
 
 @settings(max_examples=25, deadline=None)
-@given(stored=st.sampled_from([1 * MiB, 100 * MiB, 5 * GiB, 50 * GiB]), depth=st.integers(1, 16),
-       size=st.sampled_from([64 * KiB, 256 * KiB, 1 * MiB]), kind=st.sampled_from(["read", "write", "getattr"]))
+@given(
+    stored=st.sampled_from([1 * MiB, 100 * MiB, 5 * GiB, 50 * GiB]),
+    depth=st.integers(1, 16),
+    size=st.sampled_from([64 * KiB, 256 * KiB, 1 * MiB]),
+    kind=st.sampled_from(["read", "write", "getattr"]),
+)
 def test_with_no_credits_the_long_run_metered_rate_is_the_baseline(stored, depth, size, kind):
     """A demand above the baseline (here at most 2.5 MiB/s) is served at the baseline."""
     params = dataclasses.replace(TINY, stored_size=stored, burst_credit_balance=0.0)
     model = Model(params, 0.0)
     base = baseline_rate(params, stored)
-    per_op = size * params.read_factor if kind == "read" else size if kind == "write" else \
-        params.metadata_io_size * (params.read_factor if kind == "getattr" else 1)
+    per_op = (
+        size * params.read_factor
+        if kind == "read"
+        else size
+        if kind == "write"
+        else params.metadata_io_size * (params.read_factor if kind == "getattr" else 1)
+    )
     duration = 3000 * per_op / base  # some thousand operations
     stats = closed_loop(model, lambda i: _op(kind, size), depth, duration=duration)
     assert abs(stats.ops * per_op / duration / base - 1) < 0.01
@@ -216,15 +247,23 @@ def test_idle_time_earns_credit_at_the_baseline_rate(stored, balance, idle):
 
 
 @settings(max_examples=40, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["read", "write", "getattr", "create"]), sizes), max_size=30),
-       read_factor=st.sampled_from([1 / 3, 0.5, 1.0]), gap=st.floats(0, 0.05))
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["read", "write", "getattr", "create"]), sizes), max_size=30),
+    read_factor=st.sampled_from([1 / 3, 0.5, 1.0]),
+    gap=st.floats(0, 0.05),
+)
 def test_reads_cost_what_the_read_factor_says(ops, read_factor, gap):
-    params = dataclasses.replace(TINY, read_factor=read_factor, burst_credit_balance=400 * MiB,
-                                 burst_credit_cap_min=2 * GiB)
+    params = dataclasses.replace(
+        TINY, read_factor=read_factor, burst_credit_balance=400 * MiB, burst_credit_cap_min=2 * GiB
+    )
     model = Model(params, 0.0)
     md = params.metadata_io_size
-    cost = {"read": lambda n: n * read_factor, "write": lambda n: n,
-            "getattr": lambda n: md * read_factor, "create": lambda n: md}
+    cost = {
+        "read": lambda n: n * read_factor,
+        "write": lambda n: n,
+        "getattr": lambda n: md * read_factor,
+        "create": lambda n: md,
+    }
     now, last = 0.0, 0.0
     for kind, n in ops:
         last = max(last, model.admit(_op(kind, n), now).done_at)
@@ -242,8 +281,11 @@ def test_reads_cost_what_the_read_factor_says(ops, read_factor, gap):
 @given(n=st.integers(1, 200), latency_ms=st.floats(0.1, 50), kind=st.sampled_from(KINDS))
 def test_concurrent_operations_overlap(n, latency_ms, kind):
     """N operations at once under a latency-only profile take one latency, not N."""
-    lat = {f"{c}_latency{s}_ms": latency_ms for c in ("read", "write", "meta_read", "meta_write", "commit")
-           for s in ("", "_p99")}
+    lat = {
+        f"{c}_latency{s}_ms": latency_ms
+        for c in ("read", "write", "meta_read", "meta_write", "commit")
+        for s in ("", "_p99")
+    }
     model = Model(dataclasses.replace(_latency_free(), **lat), 5.0)
     done = [model.admit(_op(kind, 4 * KiB, file=1), 5.0).done_at for _ in range(n)]
     if kind == "buffered":  # acknowledged by the client; written back in the background

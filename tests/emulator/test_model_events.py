@@ -31,8 +31,11 @@ def test_a_set_takes_effect_at_its_instant_and_not_before(at, before):
 
 
 @settings(max_examples=40, deadline=None)
-@given(begin=st.floats(1.0, 50.0), length=st.floats(0.1, 60.0),
-       arrivals=st.lists(st.floats(0.0, 120.0), min_size=1, max_size=40))
+@given(
+    begin=st.floats(1.0, 50.0),
+    length=st.floats(0.1, 60.0),
+    arrivals=st.lists(st.floats(0.0, 120.0), min_size=1, max_size=40),
+)
 def test_nothing_completes_inside_a_stall_and_what_follows_is_untouched(begin, length, arrivals):
     stalled, plain = model_of("efs-bursting", "seed=3"), model_of("efs-bursting", "seed=3")
     stalled.schedule(Event(begin, stall=length), 0.0)
@@ -77,8 +80,11 @@ def test_overlapping_stalls_join_rather_than_add_up():
 
 
 @settings(max_examples=40, deadline=None)
-@given(stalls=st.lists(st.tuples(st.floats(1.0, 50.0), st.floats(0.1, 20.0)), min_size=1, max_size=5),
-       off=st.data(), arrivals=st.lists(st.floats(0.0, 80.0), min_size=1, max_size=30))
+@given(
+    stalls=st.lists(st.tuples(st.floats(1.0, 50.0), st.floats(0.1, 20.0)), min_size=1, max_size=5),
+    off=st.data(),
+    arrivals=st.lists(st.floats(0.0, 80.0), min_size=1, max_size=30),
+)
 def test_an_event_called_off_before_it_happens_leaves_the_others_as_if_alone(stalls, off, arrivals):
     """Calling off scheduled stalls and sets leaves the model as if only the others had been
     scheduled (the same seed, the same completions); one that has happened cannot be."""
@@ -130,8 +136,7 @@ def test_a_set_made_inconsistent_by_a_later_change_is_refused_and_said():
     model.set("meta_read_latency_ms", 30, 1.0)
     model.admit(read(), 6.0)
     assert model.params.meta_read_latency_p99_ms == 100
-    assert model.refused_events == {number: "set meta_read_latency_p99_ms: must not be below "
-                                              "meta_read_latency_ms (30)"}
+    assert model.refused_events == {number: "set meta_read_latency_p99_ms: must not be below meta_read_latency_ms (30)"}
 
 
 def test_credits_running_out_at_t_is_the_throughput_cliff_at_t():
@@ -154,19 +159,22 @@ def test_events_round_trip_and_durations_read_as_written():
     assert parse_event(event.describe(), "again") == event
 
 
-@pytest.mark.parametrize("raw, says", [
-    ({"stall": "1s"}, "at: missing"),
-    ({"at": "1s"}, "exactly one of set"),
-    ({"at": "1s", "stall": "2s", "set": {"seed": 1}}, "exactly one of set"),
-    ({"at": "soon", "stall": "2s"}, "at 'soon': expected seconds"),
-    ({"at": "-1", "stall": "2s"}, "at '-1': expected seconds"),
-    ({"at": "1s", "stall": 0}, "stall 0: must be longer than 0"),
-    ({"at": "1s", "stall": "9000h"}, "stall '9000h': must be longer than 0 and at most a year"),
-    ({"at": 1e300, "stall": "1s"}, "at 1e+300: at most a year"),
-    ({"at": "1s", "set": {"burst_credit_balanse": 0}}, "set burst_credit_balanse: unknown parameter (did you mean"),
-    ({"at": "1s", "set": {}}, "set: expected profile keys"),
-    ({"at": "1s", "stall": "1s", "colour": 1}, "unknown key 'colour'"),
-])
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        ({"stall": "1s"}, "at: missing"),
+        ({"at": "1s"}, "exactly one of set"),
+        ({"at": "1s", "stall": "2s", "set": {"seed": 1}}, "exactly one of set"),
+        ({"at": "soon", "stall": "2s"}, "at 'soon': expected seconds"),
+        ({"at": "-1", "stall": "2s"}, "at '-1': expected seconds"),
+        ({"at": "1s", "stall": 0}, "stall 0: must be longer than 0"),
+        ({"at": "1s", "stall": "9000h"}, "stall '9000h': must be longer than 0 and at most a year"),
+        ({"at": 1e300, "stall": "1s"}, "at 1e+300: at most a year"),
+        ({"at": "1s", "set": {"burst_credit_balanse": 0}}, "set burst_credit_balanse: unknown parameter (did you mean"),
+        ({"at": "1s", "set": {}}, "set: expected profile keys"),
+        ({"at": "1s", "stall": "1s", "colour": 1}, "unknown key 'colour'"),
+    ],
+)
 def test_a_bad_event_is_one_line_naming_it(raw, says):
     with pytest.raises(ValueError) as caught:
         parse_event(raw, "faults.toml: event 2")

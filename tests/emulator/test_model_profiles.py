@@ -11,8 +11,17 @@ from fusetrace.emulator.params import MB, SPECS, GiB, KiB, MiB, Params, ProfileE
 from fusetrace.emulator.profiles import PROFILE_DIR, apply_overrides, list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ["efs-2016", "efs-2018", "efs-bursting", "efs-elastic", "efs-provisioned", "efs-onezone", "efs-maxio",
-           "alinas-2016", "efs-tiny"]
+SHIPPED = [
+    "efs-2016",
+    "efs-2018",
+    "efs-bursting",
+    "efs-elastic",
+    "efs-provisioned",
+    "efs-onezone",
+    "efs-maxio",
+    "alinas-2016",
+    "efs-tiny",
+]
 
 
 def test_every_named_profile_ships_with_a_one_line_description():
@@ -42,9 +51,12 @@ def test_profiles_based_on_another_take_its_values():
 def test_every_key_of_a_shipped_profile_says_where_its_value_comes_from():
     """A comment on each key's line: a documented fact and its source, a measurement's row, or
     "(inference)" with the reasoning (docs/EMULATOR.md, "Profiles")."""
-    bare = [f"{path.name}:{number}" for path in sorted(PROFILE_DIR.glob("*.toml"))
-            for number, line in enumerate(path.read_text().splitlines(), 1)
-            if re.match(r"[a-z0-9_]+\s*=", line) and not line.startswith(("description", "base")) and "#" not in line]
+    bare = [
+        f"{path.name}:{number}"
+        for path in sorted(PROFILE_DIR.glob("*.toml"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"[a-z0-9_]+\s*=", line) and not line.startswith(("description", "base")) and "#" not in line
+    ]
     assert not bare
 
 
@@ -56,7 +68,9 @@ def test_each_era_follows_its_documented_changes():
     assert (ga.per_client_mibps, tutorial.per_client_mibps * MiB) == (0, pytest.approx(250 * MB, rel=1e-3))
     assert tutorial.total_iops == 7000  # the documented General Purpose limit of the time
     # before the 2022 latency improvements
-    assert tutorial.write_latency_ms > 2 * today.write_latency_ms and tutorial.read_latency_ms > 2 * today.read_latency_ms
+    assert (
+        tutorial.write_latency_ms > 2 * today.write_latency_ms and tutorial.read_latency_ms > 2 * today.read_latency_ms
+    )
     assert (today.baseline_floor_mibps, today.read_factor, today.per_client_mibps) == (1, pytest.approx(1 / 3), 500)
     elastic, onezone, maxio = load_profile("efs-elastic"), load_profile("efs-onezone"), load_profile("efs-maxio")
     assert (elastic.read_iops, elastic.write_iops, elastic.per_client_mibps) == (250_000, 50_000, 1500)
@@ -68,16 +82,26 @@ def test_each_era_follows_its_documented_changes():
 
 
 def test_sizes_take_units():
-    p = apply_overrides(Params(), ["stored_size=2 TiB", "burst_credit_balance=300MiB",
-                                   "client_dirty_limit=15 GB", "metadata_io_size=4096"])
+    p = apply_overrides(
+        Params(),
+        ["stored_size=2 TiB", "burst_credit_balance=300MiB", "client_dirty_limit=15 GB", "metadata_io_size=4096"],
+    )
     assert (p.stored_size, p.burst_credit_balance) == (2 * TiB, 300 * MiB)
     assert (p.client_dirty_limit, p.metadata_io_size) == (15 * 1000 * MB, 4 * KiB)
     assert load_profile("efs-2016").stored_size == 5 * GiB
 
 
 def test_overrides_are_typed_from_text():
-    p = apply_overrides(Params(), ["burst_mibps=250", "throughput_mode=provisioned",
-                                   "provisioned_mibps=64", "file_write_slots=2", "description=x = y"])
+    p = apply_overrides(
+        Params(),
+        [
+            "burst_mibps=250",
+            "throughput_mode=provisioned",
+            "provisioned_mibps=64",
+            "file_write_slots=2",
+            "description=x = y",
+        ],
+    )
     assert (p.burst_mibps, p.throughput_mode, p.file_write_slots, p.description) == (250.0, "provisioned", 2, "x = y")
 
 
@@ -87,19 +111,34 @@ def _write(tmp_path, text, name="mine.toml"):
     return path
 
 
-@pytest.mark.parametrize("text, message", [
-    ('description = "d"\nread_latency_ms = "fast"\n', "mine.toml:2: read_latency_ms: expected a number, got 'fast'"),
-    ("\n\nread_latncy_ms = 3\n", "mine.toml:3: read_latncy_ms: unknown parameter (did you mean read_latency_ms?)"),
-    ("burst_mibps = -5\n", "mine.toml:1: burst_mibps: must not be negative"),
-    ("file_write_slots = 2.5\n", "mine.toml:1: file_write_slots: expected a whole number, got 2.5"),
-    ("baseline_floor_mibps = true\n", "mine.toml:1: baseline_floor_mibps: expected a number, got True"),
-    ("throughput_mode = 'turbo'\n", "mine.toml:1: throughput_mode: expected one of bursting, provisioned, elastic, got 'turbo'"),
-    ("stored_size = '5 parsecs'\n", "mine.toml:1: stored_size: expected a size such as '300 MiB' or '15 GB', got '5 parsecs'"),
-    ("read_factor = 0\n", "mine.toml:1: read_factor: must be above 0 and at most 1"),
-    ("x\n", "mine.toml:1: Expected '=' after a key in a key/value pair"),
-    ("[table]\nread_iops = 1\n", "mine.toml:1: table: expected a single value (profiles are flat key = value lines)"),
-    ("\nwrite_latency_p99_ms = 1\n", "mine.toml:2: write_latency_p99_ms: must not be below write_latency_ms (2.7)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            'description = "d"\nread_latency_ms = "fast"\n',
+            "mine.toml:2: read_latency_ms: expected a number, got 'fast'",
+        ),
+        ("\n\nread_latncy_ms = 3\n", "mine.toml:3: read_latncy_ms: unknown parameter (did you mean read_latency_ms?)"),
+        ("burst_mibps = -5\n", "mine.toml:1: burst_mibps: must not be negative"),
+        ("file_write_slots = 2.5\n", "mine.toml:1: file_write_slots: expected a whole number, got 2.5"),
+        ("baseline_floor_mibps = true\n", "mine.toml:1: baseline_floor_mibps: expected a number, got True"),
+        (
+            "throughput_mode = 'turbo'\n",
+            "mine.toml:1: throughput_mode: expected one of bursting, provisioned, elastic, got 'turbo'",
+        ),
+        (
+            "stored_size = '5 parsecs'\n",
+            "mine.toml:1: stored_size: expected a size such as '300 MiB' or '15 GB', got '5 parsecs'",
+        ),
+        ("read_factor = 0\n", "mine.toml:1: read_factor: must be above 0 and at most 1"),
+        ("x\n", "mine.toml:1: Expected '=' after a key in a key/value pair"),
+        (
+            "[table]\nread_iops = 1\n",
+            "mine.toml:1: table: expected a single value (profiles are flat key = value lines)",
+        ),
+        ("\nwrite_latency_p99_ms = 1\n", "mine.toml:2: write_latency_p99_ms: must not be below write_latency_ms (2.7)"),
+    ],
+)
 def test_bad_profile_values_name_key_file_and_line(tmp_path, text, message):
     path = _write(tmp_path, text)
     with pytest.raises(ProfileError) as info:
@@ -130,14 +169,17 @@ def test_unknown_profile_lists_the_shipped_ones():
         load_profile("efs-3000")
 
 
-@pytest.mark.parametrize("item, message", [
-    ("burst_mibps=-1", "--set burst_mibps: must not be negative"),
-    ("burst_mibps=fast", "--set burst_mibps: expected a number, got 'fast'"),
-    ("burstmibps=1", "--set burstmibps: unknown parameter (did you mean burst_mibps?)"),
-    ("burst_mibps", "--set burst_mibps: expected KEY=VALUE"),
-    ("read_latency_ms=9", "--set read_latency_p99_ms: must not be below read_latency_ms (9)"),
-    ("throughput_mode=provisioned", "--set provisioned_mibps: provisioned mode needs a rate above 0"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("burst_mibps=-1", "--set burst_mibps: must not be negative"),
+        ("burst_mibps=fast", "--set burst_mibps: expected a number, got 'fast'"),
+        ("burstmibps=1", "--set burstmibps: unknown parameter (did you mean burst_mibps?)"),
+        ("burst_mibps", "--set burst_mibps: expected KEY=VALUE"),
+        ("read_latency_ms=9", "--set read_latency_p99_ms: must not be below read_latency_ms (9)"),
+        ("throughput_mode=provisioned", "--set provisioned_mibps: provisioned mode needs a rate above 0"),
+    ],
+)
 def test_bad_overrides_name_the_key(item, message):
     with pytest.raises(ProfileError) as info:
         apply_overrides(Params(), [item])

@@ -15,10 +15,21 @@ from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.emulator.simulate import dd_write, dd_writers
 
 # fixed latencies: reads 1 ms, writes and commits 10 ms, no transfer time, no slots
-FIXED = ["read_latency_ms=1", "read_latency_p99_ms=1", "meta_read_latency_ms=1", "meta_read_latency_p99_ms=1",
-         "write_latency_ms=10", "write_latency_p99_ms=10", "meta_write_latency_ms=10",
-         "meta_write_latency_p99_ms=10", "commit_latency_ms=10", "commit_latency_p99_ms=10", "stream_mibps=0",
-         "file_write_slots=0", "dir_write_slots=0"]
+FIXED = [
+    "read_latency_ms=1",
+    "read_latency_p99_ms=1",
+    "meta_read_latency_ms=1",
+    "meta_read_latency_p99_ms=1",
+    "write_latency_ms=10",
+    "write_latency_p99_ms=10",
+    "meta_write_latency_ms=10",
+    "meta_write_latency_p99_ms=10",
+    "commit_latency_ms=10",
+    "commit_latency_p99_ms=10",
+    "stream_mibps=0",
+    "file_write_slots=0",
+    "dir_write_slots=0",
+]
 MS = 1e-3
 
 
@@ -191,14 +202,18 @@ def test_a_listing_is_one_readdirplus_per_batch_and_kept_until_the_directory_cha
     assert set(again) == {Gate.CACHE}
     c.admit(Call("create", directory=3, name="x"), 2.0)
     assert c.admit(Call("readdir", file=3, offset=0, size=32), 3.0).rpcs == "READDIRPLUS"
-    assert c.admit(Call("readdir", file=3, offset=0, size=32), 70.0).rpcs == "READDIRPLUS"  # attributes stale (acdirmax)
+    assert (
+        c.admit(Call("readdir", file=3, offset=0, size=32), 70.0).rpcs == "READDIRPLUS"
+    )  # attributes stale (acdirmax)
 
 
 def test_two_listings_of_one_directory_at_once_are_each_charged():
     c = client("nfs_readdir_entries=100")
     assert c.admit(Call("readdir", file=3, handle=1, offset=0, size=50), 0.0).rpcs == "READDIRPLUS"
     assert c.admit(Call("readdir", file=3, handle=2, offset=0, size=50), 0.0).gate is Gate.CACHE  # the listing, cached
-    assert c.admit(Call("readdir", file=3, handle=1, offset=100, size=50), 0.0).rpcs == "READDIRPLUS"  # still handle 1's
+    assert (
+        c.admit(Call("readdir", file=3, handle=1, offset=100, size=50), 0.0).rpcs == "READDIRPLUS"
+    )  # still handle 1's
 
 
 def test_a_rename_changes_both_directories_and_names_the_new_entry():
@@ -247,8 +262,15 @@ def test_extended_attributes_are_answered_by_the_client_unless_the_profile_has_t
 
 def test_namespace_changes_send_their_rpc_and_a_removed_name_is_known_absent():
     c = client()
-    for op, rpc in (("mkdir", "CREATE"), ("symlink", "CREATE"), ("mknod", "CREATE"), ("link", "LINK"),
-                    ("rename", "RENAME"), ("unlink", "REMOVE"), ("rmdir", "REMOVE")):
+    for op, rpc in (
+        ("mkdir", "CREATE"),
+        ("symlink", "CREATE"),
+        ("mknod", "CREATE"),
+        ("link", "LINK"),
+        ("rename", "RENAME"),
+        ("unlink", "REMOVE"),
+        ("rmdir", "REMOVE"),
+    ):
         adm = c.admit(Call(op, directory=2, name=op), 0.0)
         assert adm.rpcs == rpc and took(adm, 0.0) == pytest.approx(10 * MS)
     c.admit(Call("getattr", file=2, is_dir=True), 1.0)
@@ -297,16 +319,28 @@ def test_dd_oflag_sync_is_one_flush_per_write_and_faster_per_mb_with_larger_bloc
 
 
 def test_parallel_oflag_sync_writers_add_up_to_the_file_systems_limit():
-    rates = {n: dd_writers(Model(apply_overrides(load_profile("efs-bursting"), TUTORIAL), 0.0), n, MiB, 64,
-                           sync=True).mb_per_s for n in (1, 4, 16)}
+    rates = {
+        n: dd_writers(
+            Model(apply_overrides(load_profile("efs-bursting"), TUTORIAL), 0.0), n, MiB, 64, sync=True
+        ).mb_per_s
+        for n in (1, 4, 16)
+    }
     assert rates[4] > 2 * rates[1]
     assert rates[16] == pytest.approx(200 * MiB / 1e6, rel=0.05)  # the burst throughput
 
 
 # ---- any sequence -------------------------------------------------------------------------------
 
-calls = st.lists(st.tuples(st.sampled_from(sorted(VFS_OPS)), st.integers(1, 4), st.integers(0, 3 * MiB),
-                           st.floats(0, 5), st.sampled_from(["buffered", "sync", "direct"])), max_size=60)
+calls = st.lists(
+    st.tuples(
+        st.sampled_from(sorted(VFS_OPS)),
+        st.integers(1, 4),
+        st.integers(0, 3 * MiB),
+        st.floats(0, 5),
+        st.sampled_from(["buffered", "sync", "direct"]),
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -316,9 +350,18 @@ def test_any_sequence_completes_no_sooner_than_asked_and_its_time_adds_up(seq):
     now = 0.0
     for op, inode, size, gap, mode in seq:
         now += gap
-        adm = c.admit(Call(op, file=inode, directory=inode, name=str(size % 3),
-                           size=size % 200 if op == "readdir" else size, offset=size % 300,
-                           write_mode=mode if op == "write" else "buffered"), now)
+        adm = c.admit(
+            Call(
+                op,
+                file=inode,
+                directory=inode,
+                name=str(size % 3),
+                size=size % 200 if op == "readdir" else size,
+                offset=size % 300,
+                write_mode=mode if op == "write" else "buffered",
+            ),
+            now,
+        )
         assert adm.done_at >= now
         assert adm.wait >= 0 and adm.latency >= 0 and adm.transfer >= 0
         if adm.gate is not Gate.BUFFERED:  # a buffered write's ack is its client cost, not a split
@@ -327,12 +370,14 @@ def test_any_sequence_completes_no_sooner_than_asked_and_its_time_adds_up(seq):
 
 
 @settings(max_examples=60, deadline=None)
-@given(calls, st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["setattr", "read"]), st.integers(1, 4)),
-                       max_size=20))
+@given(
+    calls, st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["setattr", "read"]), st.integers(1, 4)), max_size=20)
+)
 def test_the_kernels_own_requests_cost_nothing_and_change_nothing(seq, kernels):
     """FUSE's write-back cache adds requests an NFS client never sends (page fills, hand-overs
     of times): wherever they come in a sequence, each is answered at once with the gate
     `kernel` and no RPC, and every other request is admitted exactly as without them."""
+
     def run(extra: list) -> list:
         c = client("burst_credit_balance=100 MiB")
         now, out = 0.0, []
@@ -344,9 +389,20 @@ def test_the_kernels_own_requests_cost_nothing_and_change_nothing(seq, kernels):
                 break
             op, inode, size, gap, mode = seq[i]
             now += gap
-            out.append(c.admit(Call(op, file=inode, directory=inode, name=str(size % 3),
-                                    size=size % 200 if op == "readdir" else size, offset=size % 300,
-                                    write_mode=mode if op == "write" else "buffered"), now))
+            out.append(
+                c.admit(
+                    Call(
+                        op,
+                        file=inode,
+                        directory=inode,
+                        name=str(size % 3),
+                        size=size % 200 if op == "readdir" else size,
+                        offset=size % 300,
+                        write_mode=mode if op == "write" else "buffered",
+                    ),
+                    now,
+                )
+            )
         return out
 
     assert run(kernels) == run([])

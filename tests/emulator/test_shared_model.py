@@ -70,8 +70,9 @@ def test_each_clients_own_limit_holds_apart(hub):
     """A per-client limit well under the file system's: two clients get twice one's."""
     overrides = ("per_client_mibps=50",)
     apart, _, _ = together(hub, 2, "efs-elastic", "-rw=read -bs=1M -iodepth 16 -direct=1", 10.0, *overrides)
-    one = closed_loop(model_of("efs-elastic", *overrides), *fio_job("-rw=read -bs=1M -iodepth 16 -direct=1"),
-                      duration=10.0)
+    one = closed_loop(
+        model_of("efs-elastic", *overrides), *fio_job("-rw=read -bs=1M -iodepth 16 -direct=1"), duration=10.0
+    )
     assert one.mb_per_s == pytest.approx(50 * MiB / 1e6, rel=0.03)
     for s in apart:
         assert s.mb_per_s == pytest.approx(one.mb_per_s, rel=0.03)
@@ -108,8 +109,10 @@ def test_a_set_reaches_every_client_and_a_new_client_takes_the_balance(hub):
 
 
 def test_the_stored_size_is_the_sum_over_sources_each_counted_once(hub):
-    a, b, c = (SharedClient(model_of("efs-bursting", "storage_remeasure_s=0"), name, source=src)
-               for name, src in (("a", "host1:/data"), ("b", "host1:/data"), ("c", "host2:/data")))
+    a, b, c = (
+        SharedClient(model_of("efs-bursting", "storage_remeasure_s=0"), name, source=src)
+        for name, src in (("a", "host1:/data"), ("b", "host1:/data"), ("c", "host2:/data"))
+    )
     for client, size in ((a, 10 * MiB), (b, 10 * MiB), (c, 30 * MiB)):
         client.measured(size)
         client.apply(hub.exchange(client.report(0.0)), 0.0)
@@ -162,9 +165,10 @@ def test_reports_lost_in_a_redis_restart_are_made_up_from_the_totals(redis_serve
     assert b.model.metrics(3.2)["DataReadIOBytes"] == 110 * 4 * KiB
 
 
-@pytest.mark.parametrize("first, then", [((100, 4 * KiB, 1), (20, 4 * KiB, 1)),
-                                         ((1, 1 * MiB, 1), (1, 4 * KiB, 1)),
-                                         ((1, 4 * KiB, 8), (0, 0, 1))])
+@pytest.mark.parametrize(
+    "first, then",
+    [((100, 4 * KiB, 1), (20, 4 * KiB, 1)), ((1, 1 * MiB, 1), (1, 4 * KiB, 1)), ((1, 4 * KiB, 8), (0, 0, 1))],
+)
 def test_a_report_sent_twice_counts_once(first, then):
     """The hub took a report but its answer was lost: the client sends the usage again with the
     next, and the others take in what the totals say, not twice: operations, bytes and files

@@ -10,12 +10,25 @@ from fusetrace.scenarios import fio
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
-@pytest.mark.parametrize("text, size", [
-    # scenarios/fio.py's --size= values, as scenario files give them
-    ("4g", 4 * GiB), ("1G", GiB), ("512K", 512 * KiB), ("16M", 16 * MiB), ("1048576", MiB), (" 8m ", 8 * MiB),
-    # the model's fio jobs and fault rules: fractions and the forms with a B or an iB
-    ("4k", 4 * KiB), ("1.5m", 3 * MiB // 2), ("4KiB", 4 * KiB), ("64kb", 64 * KiB), ("2MB", 2 * MiB), ("0", 0),
-])
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        # scenarios/fio.py's --size= values, as scenario files give them
+        ("4g", 4 * GiB),
+        ("1G", GiB),
+        ("512K", 512 * KiB),
+        ("16M", 16 * MiB),
+        ("1048576", MiB),
+        (" 8m ", 8 * MiB),
+        # the model's fio jobs and fault rules: fractions and the forms with a B or an iB
+        ("4k", 4 * KiB),
+        ("1.5m", 3 * MiB // 2),
+        ("4KiB", 4 * KiB),
+        ("64kb", 64 * KiB),
+        ("2MB", 2 * MiB),
+        ("0", 0),
+    ],
+)
 def test_parse_size(text, size):
     assert parse_size(text) == size
 

@@ -32,24 +32,28 @@ def rows_and_integrity(db) -> tuple[list[int], str]:
     con = sqlite3.connect(db)
     try:
         return [r[0] for r in con.execute("select x from t order by x")], con.execute(
-            "pragma integrity_check").fetchone()[0]
+            "pragma integrity_check"
+        ).fetchone()[0]
     finally:
         con.close()
 
 
-@pytest.mark.parametrize("mode, synced, when, rows", [
-    # Rollback journal: a journal that could not be made durable stops the transaction before
-    # the database is touched, so row 2 never lands.
-    ("delete", "*.db-journal", ("--count", "1"), [1, 3]),
-    # WAL, the first sync of the log failing (the sync of its new header): the transaction
-    # stops before its frames count, so row 2 never lands.
-    ("wal", "*.db-wal", ("--count", "1"), [1, 3]),
-    # WAL, the commit's own sync failing: the frames, commit frame included, were written, so
-    # the next reader finds row 2 though its writer was told the commit failed.  This is how a
-    # failed fsync behaves on Linux (the data may still reach the disk); the fault did not
-    # garble anything, and the database is whole either way.
-    ("wal", "*.db-wal", ("--every", "2"), [1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "mode, synced, when, rows",
+    [
+        # Rollback journal: a journal that could not be made durable stops the transaction before
+        # the database is touched, so row 2 never lands.
+        ("delete", "*.db-journal", ("--count", "1"), [1, 3]),
+        # WAL, the first sync of the log failing (the sync of its new header): the transaction
+        # stops before its frames count, so row 2 never lands.
+        ("wal", "*.db-wal", ("--count", "1"), [1, 3]),
+        # WAL, the commit's own sync failing: the frames, commit frame included, were written, so
+        # the next reader finds row 2 though its writer was told the commit failed.  This is how a
+        # failed fsync behaves on Linux (the data may still reach the disk); the fault did not
+        # garble anything, and the database is whole either way.
+        ("wal", "*.db-wal", ("--every", "2"), [1, 2, 3]),
+    ],
+)
 def test_sqlite_reports_a_failed_fsync_and_its_database_stays_whole(mount, mode, synced, when, rows):
     m = mount()
     db = m.mountpoint / "app.db"
@@ -86,8 +90,14 @@ def test_sqlite_waits_out_a_hard_stall_and_fails_on_a_soft_one(mount):
 def test_git_calls_a_stale_object_corrupt_and_the_repository_is_intact(mount):
     m = mount()
     repo = m.mountpoint / "repo"
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com", "HOME": str(m.mountpoint)}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "HOME": str(m.mountpoint),
+    }
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, timeout=120)
@@ -117,12 +127,10 @@ def test_git_calls_a_stale_object_corrupt_and_the_repository_is_intact(mount):
     assert below.returncode == 0
 
 
-@pytest.mark.parametrize("errno_name, says", [("ENOSPC", "No space left on device"),
-                                              ("EDQUOT", "Disk quota exceeded")])
+@pytest.mark.parametrize("errno_name, says", [("ENOSPC", "No space left on device"), ("EDQUOT", "Disk quota exceeded")])
 def test_tar_stops_at_a_full_file_system_and_what_it_wrote_is_whole(mount, tmp_path, errno_name, says):
     m = mount()
-    originals = {name: os.urandom(size) for name, size in (("a.bin", 100_000), ("b.bin", 200_000),
-                                                           ("c.bin", 300_000))}
+    originals = {name: os.urandom(size) for name, size in (("a.bin", 100_000), ("b.bin", 200_000), ("c.bin", 300_000))}
     work = tmp_path / "work"
     work.mkdir()
     for name, data in originals.items():

@@ -50,8 +50,10 @@ def test_an_errno_fails_the_operation_without_reaching_the_source_and_is_traced(
     assert (listed(m)["eio"]["matched"], listed(m)["eio"]["fired"]) == (2, 1)
     stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
     assert stats["faults"]["fired"] == 1 and stats["faults"]["rules"][0]["id"] == "eio"
-    assert "faults: 1 fired since mounting; in force: eio (fired 1 of 2 matched)" in \
-        fusetrace("stats", str(m.mountpoint)).stdout
+    assert (
+        "faults: 1 fired since mounting; in force: eio (fired 1 of 2 matched)"
+        in fusetrace("stats", str(m.mountpoint)).stdout
+    )
     writes = records(m).query("op == 'write'")
     kept = json.loads((m.trace / "_metadata.json").read_text())["faults"]  # the rules at unmount
     assert [(r["id"], r["fired"]) for r in kept] == [("eio", 1)]
@@ -87,19 +89,24 @@ def test_fusetraces_own_probe_at_mount_passes_the_rules_by(mount, tmp_path, opti
     assert listed(m)["once"]["fired"] == 1
 
 
-@pytest.mark.parametrize("text, says", [
-    ('[[rule]]\nerrno = "EIOO"\n', "rule 1: errno 'EIOO': not an errno name"),
-    ('[[rule]]\nerrno = "EIO"\n[[rule]]\nstall = "5s"\nop = "nope"\n', "rule 2: op 'nope'"),
-    ('[[rules]]\nerrno = "EIO"\n', "unknown table 'rules'"),
-    ('[[rule]\n', "not TOML"),
-    ("x = " + "[" * 5000 + "]" * 5000 + "\n", "arrays or tables nested too deep to read"),
-    ("# " + "x" * (1 << 20) + "\n", "over 1,048,576 bytes, so not a faults file"),
-    ("[[rule]]\ncount = " + "9" * 5000 + "\n", "a number too long to read"),  # a traceback from tomllib's int()
-    (None, "not a regular file"),  # a FIFO: the mount waited on it for good
-    ('[[event]]\nat = "1s"\nstall = "1s"\n', "[[event]] tables need --emulate"),
-    ('[[rule]]\nid = "a"\nerrno = "EIO"\n[[rule]]\nid = "a"\nerrno = "EIO"\n',
-     "rule 2: id 'a': an earlier rule of the file has that id"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('[[rule]]\nerrno = "EIOO"\n', "rule 1: errno 'EIOO': not an errno name"),
+        ('[[rule]]\nerrno = "EIO"\n[[rule]]\nstall = "5s"\nop = "nope"\n', "rule 2: op 'nope'"),
+        ('[[rules]]\nerrno = "EIO"\n', "unknown table 'rules'"),
+        ("[[rule]\n", "not TOML"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "arrays or tables nested too deep to read"),
+        ("# " + "x" * (1 << 20) + "\n", "over 1,048,576 bytes, so not a faults file"),
+        ("[[rule]]\ncount = " + "9" * 5000 + "\n", "a number too long to read"),  # a traceback from tomllib's int()
+        (None, "not a regular file"),  # a FIFO: the mount waited on it for good
+        ('[[event]]\nat = "1s"\nstall = "1s"\n', "[[event]] tables need --emulate"),
+        (
+            '[[rule]]\nid = "a"\nerrno = "EIO"\n[[rule]]\nid = "a"\nerrno = "EIO"\n',
+            "rule 2: id 'a': an earlier rule of the file has that id",
+        ),
+    ],
+)
 def test_a_bad_faults_file_is_one_line_and_nothing_is_mounted(tmp_path, text, says):
     faults = tmp_path / "faults.toml"
     if text is None:
@@ -269,8 +276,9 @@ def test_a_write_back_error_surfaces_at_fsync_and_close_once_each_and_the_data_i
 def test_a_full_file_system_cuts_the_crossing_write_short_then_refuses(mount):
     m = mount()
     add(m, "--full", "10k", "--errno", "EDQUOT")
-    done = subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'big'}", "bs=4k", "count=8"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["dd", "if=/dev/zero", f"of={m.mountpoint / 'big'}", "bs=4k", "count=8"], capture_output=True, text=True
+    )
     assert done.returncode != 0 and "Disk quota exceeded" in done.stderr
     assert (m.source / "big").stat().st_size == 10 * 1024
     with pytest.raises(OSError) as failed:
@@ -304,16 +312,21 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     faults.write_text('[[event]]\nat = "0s"\nstall = "3s"\n')
     m = mount("--emulate", "efs-bursting", "--faults", str(faults), trace=True)
     (m.mountpoint / "f").write_text("x")  # its create waits for the server to answer again
-    answer = json.loads(fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--set",
-                                  "burst_credit_balance=0", "--json").stdout)
+    answer = json.loads(
+        fusetrace("fault", str(m.mountpoint), "event", "--at", "0", "--set", "burst_credit_balance=0", "--json").stdout
+    )
     assert answer["set"] == {"burst_credit_balance": 0.0}
     stats = json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
     assert stats["metrics"]["BurstCreditBalance"] < 1e9
-    assert [e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)
-            ["events"]] == [3.0, None]
+    assert [
+        e.get("stall") for e in json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)["events"]
+    ] == [3.0, None]
     later = fusetrace("fault", str(m.mountpoint), "event", "--at", "5m", "--set", "burst_credit_balance=1TiB").stdout
-    assert re.fullmatch(r"scheduled e3: set burst_credit_balance=1099511627776 at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d "
-                        r"\(due in (4m 5\ds|5m 0s)\)\n", later), later  # as set takes it back
+    assert re.fullmatch(
+        r"scheduled e3: set burst_credit_balance=1099511627776 at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d "
+        r"\(due in (4m 5\ds|5m 0s)\)\n",
+        later,
+    ), later  # as set takes it back
     listed_text = fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
     events = [line for line in listed_text if line.startswith("event ")]
     assert events[0].startswith("event e1: stall 3s at ") and "ended" in events[0], events
@@ -323,16 +336,19 @@ def test_events_script_the_emulated_file_system_at_mount_and_live(mount, tmp_pat
     assert fusetrace("fault", str(m.mountpoint), "clear", "e3").stdout == "called off e3\n"
     assert fusetrace("fault", str(m.mountpoint), "clear", "--events").stdout == "no event was still to happen\n"
     assert fusetrace("fault", str(m.mountpoint), "clear", "e1").stdout.startswith(
-        "e1: already happened or called off, nothing to call off")
+        "e1: already happened or called off, nothing to call off"
+    )
     # what the kernel was given at mount no event changes, as no set does
-    one_line_error(fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "nfs_acregmin_s=0",
-                             check=False), "nfs_acregmin_s: fixed at mount")
+    one_line_error(
+        fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "nfs_acregmin_s=0", check=False),
+        "nfs_acregmin_s: fixed at mount",
+    )
     assert "called off" in fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()[-2]
     one_line_error(fusetrace("fault", str(m.mountpoint), "clear", "e9", check=False), "no event 'e9'")
-    one_line_error(fusetrace("fault", str(m.mountpoint), "add", "--id", "e4", "--errno", "EIO", check=False),
-                   "id 'e4'", "events")
-    done = fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "burst_credit_balanse=0",
-                     check=False)
+    one_line_error(
+        fusetrace("fault", str(m.mountpoint), "add", "--id", "e4", "--errno", "EIO", check=False), "id 'e4'", "events"
+    )
+    done = fusetrace("fault", str(m.mountpoint), "event", "--at", "1s", "--set", "burst_credit_balanse=0", check=False)
     one_line_error(done, "burst_credit_balanse: unknown parameter")
     first = records(m).sort_values("start_ns").iloc[0]  # what the model decided, not how fast the host got there
     assert first.gate == "stall" and first.shaped_ns > 0
@@ -383,12 +399,16 @@ def test_an_event_a_later_set_made_inconsistent_is_listed_once_as_not_applied(mo
 
     def listed():
         (m.mountpoint / f"f{next(made)}").touch()  # time passes in the model as requests reach it
-        return [ln for ln in fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
-                if ln.startswith("event") and "not applied" in ln]
+        return [
+            ln
+            for ln in fusetrace("fault", str(m.mountpoint), "list").stdout.splitlines()
+            if ln.startswith("event") and "not applied" in ln
+        ]
 
     lines = poll(listed, timeout=60)
     assert len(lines) == 1 and lines[0].startswith("event e1: set meta_read_latency_p99_ms=20 at "), lines
-    assert lines[0].endswith("(not applied: set meta_read_latency_p99_ms: must not be below meta_read_latency_ms "
-                             "(30))"), lines
+    assert lines[0].endswith(
+        "(not applied: set meta_read_latency_p99_ms: must not be below meta_read_latency_ms (30))"
+    ), lines
     events = json.loads(fusetrace("fault", str(m.mountpoint), "list", "--json").stdout)["events"]
     assert [e["id"] for e in events] == ["e1"] and "must not be below" in events[0]["refused"]

@@ -24,10 +24,29 @@ def nobody() -> tuple[int, str, int]:
     return 4242, "app", 0
 
 
-def check(inj: Injector, op: str = "write", path: str = "/d/f.db", now: int = 0, kind: Kind | None = None,
-          file: int = 7, directory: int = 0, size: int = 4096, who=nobody):
-    kind = kind or {"write": Kind.WRITE, "read": Kind.READ, "fsync": Kind.COMMIT, "getattr": Kind.META_READ,
-                    "create": Kind.META_WRITE, "lookup": Kind.META_READ, "mkdir": Kind.META_WRITE}[op]
+def check(
+    inj: Injector,
+    op: str = "write",
+    path: str = "/d/f.db",
+    now: int = 0,
+    kind: Kind | None = None,
+    file: int = 7,
+    directory: int = 0,
+    size: int = 4096,
+    who=nobody,
+):
+    kind = (
+        kind
+        or {
+            "write": Kind.WRITE,
+            "read": Kind.READ,
+            "fsync": Kind.COMMIT,
+            "getattr": Kind.META_READ,
+            "create": Kind.META_WRITE,
+            "lookup": Kind.META_READ,
+            "mkdir": Kind.META_WRITE,
+        }[op]
+    )
     return inj.check(op, kind, file, directory, path, size, who, now)
 
 
@@ -90,8 +109,10 @@ def test_a_stall_is_one_outage_that_holds_what_the_rule_matches_until_it_ends():
 def test_a_soft_stall_fails_after_the_nfs_timeouts():
     rule = parse_rule({"stall": "10m", "soft": True, "timeo": 600, "retrans": 2}, "t", "r1")
     assert rule.soft_timeout_s() == 60 + 120 + 180  # linear back-off: timeo, 2 timeo, 3 timeo
-    assert parse_rule({"stall": "1h", "soft": True, "timeo": 3000, "retrans": 3}, "t", "r1").soft_timeout_s() == \
-        300 + 600 + 600 + 600  # each timeout capped at 600 s
+    assert (
+        parse_rule({"stall": "1h", "soft": True, "timeo": 3000, "retrans": 3}, "t", "r1").soft_timeout_s()
+        == 300 + 600 + 600 + 600
+    )  # each timeout capped at 600 s
     huge = parse_rule({"stall": "1h", "soft": True, "timeo": 600, "retrans": 10**12}, "t", "r1")
     assert huge.soft_timeout_s() == pytest.approx(600 * 10**12)  # at once: no loop over the retries
     inj = injector(stall="30s", soft=True, timeo=5, retrans=1, errno="ETIMEDOUT")
@@ -143,32 +164,38 @@ def test_with_the_write_back_cache_no_write_is_cut_short():
         assert "\n" not in str(caught.value) and "--no-writeback-cache" in str(caught.value)
 
 
-@pytest.mark.parametrize("rule, says", [
-    ({"errno": "EIOO"}, "errno 'EIOO': not an errno name"),
-    ({}, "exactly one effect"),
-    ({"errno": "EIO", "stale": True}, "exactly one effect"),
-    ({"errno": "EIO", "op": "wirte"}, "op 'wirte': not an operation"),
-    ({"errno": "EIO", "op": "release"}, "op 'release': not an operation"),
-    ({"errno": "EIO", "probability": 1.5}, "probability 1.5: must be a number above 0"),
-    ({"errno": "EIO", "seed": 3}, "seed: only with probability"),
-    ({"errno": "EIO", "count": 0}, "count 0: must be a whole number, 1 or more"),
-    ({"errno": "EIO", "after": "10 parsecs"}, "after '10 parsecs': expected seconds"),
-    ({"errno": "EIO", "after": "5s", "until": "2s"}, "until '2s': must be later than after"),
-    ({"errno": "EIO", "path": "a[b"}, "path a[b: a [ opens a character class"),
-    ({"errno": "EIO", "colour": "red"}, "unknown key 'colour'"),
-    ({"stall": "0s"}, "stall '0s': must be longer than 0"),
-    ({"stall": "5s", "timeo": 10}, "timeo, retrans and errno go with soft = true"),
-    ({"short": 0}, "short 0: expected bytes (1 or more)"),
-    ({"short": 10, "op": "fsync"}, "short applies to read and write only"),
-    ({"full": "1M", "count": 2}, "count: a full rule counts every matched write"),
-    ({"write_error": "EIO", "op": "read"}, "write_error applies to write only"),
-    ({"stale": "yes"}, "stale 'yes': write stale = true"),
-    ({"errno": "EIO", "id": "a b"}, "id 'a b': letters, digits"),
-    ({"errno": "EIO", "pid": -1}, "pid -1: a process id is a number above 0"),
-    ({"errno": "EIO", "comm": "averyveryverylongname"}, "give 'averyveryverylo'"),  # it would never match
-    ({"errno": "EIO", "comm": "b\udcffd-name-of-sixteen"}, "Linux keeps 1 to 15 bytes"),  # undecodable, as argv gives
-    ({"full": "1M", "errno": "EIO"}, "errno 'EIO': a full file system answers ENOSPC, or EDQUOT"),
-])
+@pytest.mark.parametrize(
+    "rule, says",
+    [
+        ({"errno": "EIOO"}, "errno 'EIOO': not an errno name"),
+        ({}, "exactly one effect"),
+        ({"errno": "EIO", "stale": True}, "exactly one effect"),
+        ({"errno": "EIO", "op": "wirte"}, "op 'wirte': not an operation"),
+        ({"errno": "EIO", "op": "release"}, "op 'release': not an operation"),
+        ({"errno": "EIO", "probability": 1.5}, "probability 1.5: must be a number above 0"),
+        ({"errno": "EIO", "seed": 3}, "seed: only with probability"),
+        ({"errno": "EIO", "count": 0}, "count 0: must be a whole number, 1 or more"),
+        ({"errno": "EIO", "after": "10 parsecs"}, "after '10 parsecs': expected seconds"),
+        ({"errno": "EIO", "after": "5s", "until": "2s"}, "until '2s': must be later than after"),
+        ({"errno": "EIO", "path": "a[b"}, "path a[b: a [ opens a character class"),
+        ({"errno": "EIO", "colour": "red"}, "unknown key 'colour'"),
+        ({"stall": "0s"}, "stall '0s': must be longer than 0"),
+        ({"stall": "5s", "timeo": 10}, "timeo, retrans and errno go with soft = true"),
+        ({"short": 0}, "short 0: expected bytes (1 or more)"),
+        ({"short": 10, "op": "fsync"}, "short applies to read and write only"),
+        ({"full": "1M", "count": 2}, "count: a full rule counts every matched write"),
+        ({"write_error": "EIO", "op": "read"}, "write_error applies to write only"),
+        ({"stale": "yes"}, "stale 'yes': write stale = true"),
+        ({"errno": "EIO", "id": "a b"}, "id 'a b': letters, digits"),
+        ({"errno": "EIO", "pid": -1}, "pid -1: a process id is a number above 0"),
+        ({"errno": "EIO", "comm": "averyveryverylongname"}, "give 'averyveryverylo'"),  # it would never match
+        (
+            {"errno": "EIO", "comm": "b\udcffd-name-of-sixteen"},
+            "Linux keeps 1 to 15 bytes",
+        ),  # undecodable, as argv gives
+        ({"full": "1M", "errno": "EIO"}, "errno 'EIO': a full file system answers ENOSPC, or EDQUOT"),
+    ],
+)
 def test_every_mistake_is_one_line_naming_the_rule_and_key(rule, says):
     with pytest.raises(UserError) as caught:
         parse_rule(rule, "faults.toml: rule 3", "r1")
@@ -189,9 +216,12 @@ def test_ids_are_unique_and_clear_names_what_it_removed():
 
 def test_a_rule_listed_is_a_rule_that_can_be_added_again():
     inj = Injector()
-    for rule in ({"op": "fsync,write", "path": "*.db", "errno": "EIO", "probability": 0.5, "seed": 7},
-                 {"stall": "1500ms", "soft": True, "errno": "ETIMEDOUT", "after": "10s", "until": "1m"},
-                 {"full": "1M", "errno": "EDQUOT"}, {"short": 100, "op": "read", "pid": [3], "comm": ["x"]}):
+    for rule in (
+        {"op": "fsync,write", "path": "*.db", "errno": "EIO", "probability": 0.5, "seed": 7},
+        {"stall": "1500ms", "soft": True, "errno": "ETIMEDOUT", "after": "10s", "until": "1m"},
+        {"full": "1M", "errno": "EDQUOT"},
+        {"short": 100, "op": "read", "pid": [3], "comm": ["x"]},
+    ):
         listed = inj.add(rule, 0)
         again = parse_rule({k: v for k, v in listed.items()}, "again", "x")
         assert again.describe() == listed
@@ -207,10 +237,13 @@ def test_a_probability_rule_fires_at_its_rate_within_the_binomial_bound(p, seed,
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1),
-       workload=st.lists(st.tuples(st.sampled_from(["read", "write", "fsync"]), st.integers(0, 5)),
-                         min_size=1, max_size=200),
-       other=st.lists(st.integers(6, 9), max_size=50))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    workload=st.lists(
+        st.tuples(st.sampled_from(["read", "write", "fsync"]), st.integers(0, 5)), min_size=1, max_size=200
+    ),
+    other=st.lists(st.integers(6, 9), max_size=50),
+)
 def test_a_seed_reproduces_the_same_firings_whatever_else_interleaves(seed, workload, other):
     def firings(interleave: list[int]) -> list[bool]:
         inj = injector(errno="EIO", probability=0.3, seed=seed)

@@ -15,8 +15,9 @@ from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
 
-def write_trace(directory, latencies: dict[str, np.ndarray], round_trip_ns: int = 40_000,
-                options: dict | None = None) -> None:
+def write_trace(
+    directory, latencies: dict[str, np.ndarray], round_trip_ns: int = 40_000, options: dict | None = None
+) -> None:
     with TraceWriter(directory, {"fuse_round_trip_ns": round_trip_ns, "options": options or {}}) as w:
         t = 0
         for op, durs in latencies.items():
@@ -29,12 +30,15 @@ def stats(p50: float, p99: float, count: int = 100) -> dict:
     return {"count": count, "mean_ns": p50, "p50_ns": p50, "p90_ns": p50, "p99_ns": p99}
 
 
-@pytest.mark.parametrize("b, verdict", [
-    (stats(1.05e6, 3.3e6), "pass"),
-    (stats(1.2e6, 3.0e6), "fail"),  # p50 20 % off
-    (stats(1.0e6, 3.6e6), "fail"),  # p99 20 % off
-    (stats(1.0e6, 3.0e6, count=19), "too few"),
-])
+@pytest.mark.parametrize(
+    "b, verdict",
+    [
+        (stats(1.05e6, 3.3e6), "pass"),
+        (stats(1.2e6, 3.0e6), "fail"),  # p50 20 % off
+        (stats(1.0e6, 3.6e6), "fail"),  # p99 20 % off
+        (stats(1.0e6, 3.0e6, count=19), "too few"),
+    ],
+)
 def test_verdicts(b, verdict):
     assert judge(stats(1e6, 3e6), b, 10, 15, 40_000)["verdict"] == verdict
 
@@ -49,15 +53,20 @@ def test_the_command_judges_each_op_and_exits_by_the_verdicts(tmp_path):
     rng = np.random.default_rng(5)
     base = rng.lognormal(np.log(1e6), 0.3, 2000)
     write_trace(tmp_path / "a", {"getattr": base, "mkdir": base, "rmdir": base[:10], "unlink": base})
-    write_trace(tmp_path / "b", {"getattr": base * 1.02, "mkdir": base * 1.5, "rmdir": base[:10],
-                                 "rename": base})
-    done = fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "--out", str(tmp_path / "o"),
-                     check=False)
+    write_trace(tmp_path / "b", {"getattr": base * 1.02, "mkdir": base * 1.5, "rmdir": base[:10], "rename": base})
+    done = fusetrace(
+        "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "--out", str(tmp_path / "o"), check=False
+    )
     assert done.returncode == 1
     r = json.loads(done.stdout)
     verdicts = {row["op"]: row["verdict"] for row in r["ops"]}
-    assert verdicts == {"getattr": "pass", "mkdir": "fail", "rmdir": "too few", "unlink": "only in A",
-                        "rename": "only in B"}
+    assert verdicts == {
+        "getattr": "pass",
+        "mkdir": "fail",
+        "rmdir": "too few",
+        "unlink": "only in A",
+        "rename": "only in B",
+    }
     row = next(row for row in r["ops"] if row["op"] == "mkdir")
     assert row["p50_ratio"] == pytest.approx(1.5) and row["a"]["p50_ns"] == pytest.approx(np.median(base))
     assert r["judged"] == 2 and r["failed"] == 1
@@ -79,8 +88,11 @@ def test_a_write_back_cache_on_one_side_only_is_a_caution(tmp_path):
     assert "caution: only B's mounts" in text
     alike = json.loads(fusetrace("compare", str(tmp_path / "b"), str(tmp_path / "b"), "--json").stdout)
     assert alike["caution"] is None
-    mixed = json.loads(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--against", str(tmp_path / "b"),
-                                 "--json", check=False).stdout)
+    mixed = json.loads(
+        fusetrace(
+            "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--against", str(tmp_path / "b"), "--json", check=False
+        ).stdout
+    )
     assert mixed["a"]["writeback_cache"] is None and mixed["caution"].startswith("some of A's mounts had")
 
 
@@ -99,11 +111,18 @@ def test_two_real_traces_compare(mount):
 
 def test_bad_input_is_one_line(tmp_path):
     write_trace(tmp_path / "a", {"getattr": np.ones(5)})
-    one_line_error(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "none"), check=False),
-                   "no such trace directory", code=2)
+    one_line_error(
+        fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "none"), check=False),
+        "no such trace directory",
+        code=2,
+    )
     (tmp_path / "file").write_text("")
-    one_line_error(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "file"),
-                             check=False), "--out", "not a directory", code=2)
+    one_line_error(
+        fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "file"), check=False),
+        "--out",
+        "not a directory",
+        code=2,
+    )
 
 
 def test_operations_of_equal_counts_come_in_one_order(tmp_path):
@@ -113,8 +132,13 @@ def test_operations_of_equal_counts_come_in_one_order(tmp_path):
     write_trace(tmp_path / "a", {op: base for op in ("unlink", "getattr", "mkdir", "rmdir", "lookup")})
     outputs = set()
     for seed in ("1", "2", "3", "4"):
-        done = subprocess.run([sys.executable, "-m", "fusetrace", "compare", str(tmp_path / "a"), str(tmp_path / "a"),
-                               "--json"], capture_output=True, text=True, timeout=120, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": seed})
+        done = subprocess.run(
+            [sys.executable, "-m", "fusetrace", "compare", str(tmp_path / "a"), str(tmp_path / "a"), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
         outputs.add(tuple(row["op"] for row in json.loads(done.stdout)["ops"]))
     assert outputs == {("getattr", "lookup", "mkdir", "rmdir", "unlink")}

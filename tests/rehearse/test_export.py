@@ -25,12 +25,41 @@ FIO = shutil.which("fio")
 need_fio = pytest.mark.skipif(FIO is None, reason="fio is not installed")
 
 
-def rec(at_us: float, dur_us: float, op: str, path: str, *, fh=0, offset=0, size=0, result=0, errno=0,
-        pid=100, comm="app", **more) -> TraceRecord:
+def rec(
+    at_us: float,
+    dur_us: float,
+    op: str,
+    path: str,
+    *,
+    fh=0,
+    offset=0,
+    size=0,
+    result=0,
+    errno=0,
+    pid=100,
+    comm="app",
+    **more,
+) -> TraceRecord:
     """A record starting `at_us` after T0."""
-    return TraceRecord(T0 + round(at_us * 1000), round(dur_us * 1000), op, 7, path, more.pop("path2", None),
-                       fh, offset, size, result, errno, pid, 1000, 1000, more.pop("shaped_ns", 0), comm=comm,
-                       **more)
+    return TraceRecord(
+        T0 + round(at_us * 1000),
+        round(dur_us * 1000),
+        op,
+        7,
+        path,
+        more.pop("path2", None),
+        fh,
+        offset,
+        size,
+        result,
+        errno,
+        pid,
+        1000,
+        1000,
+        more.pop("shaped_ns", 0),
+        comm=comm,
+        **more,
+    )
 
 
 def trace(directory: Path, records: list[TraceRecord]) -> Path:
@@ -48,8 +77,13 @@ def export(trace_dir: Path, fmt: str, output: Path, check: bool = True):
 def fio_replay(iolog: Path, directory: Path) -> dict:
     """fio's JSON account of replaying `iolog` in `directory` (the command the docs give)."""
     out = directory.parent / "fio.json"
-    done = subprocess.run([FIO, "--name=replay", f"--read_iolog={iolog}", "--output-format=json",
-                           f"--output={out}"], cwd=directory, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [FIO, "--name=replay", f"--read_iolog={iolog}", "--output-format=json", f"--output={out}"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     job = json.loads(out.read_text())["jobs"][0]
     assert done.returncode == 0 and job["error"] == 0, (done.stdout, done.stderr, out.read_text()[:2000])
     return job
@@ -111,18 +145,25 @@ def test_iolog_holds_the_data_operations_with_their_files_and_times(tmp_path):
     t = trace(tmp_path / "t", SYNTHETIC)
     done = export(t, "fio-iolog", tmp_path / "x.iolog")
     assert (tmp_path / "x.iolog").read_bytes() == IOLOG
-    assert done.stdout == f"{tmp_path / 'x.iolog'}: fio iolog v3: 3 reads (12,800 bytes), 4 writes (8,194 bytes), " \
-                          "1 sync on 5 files\n"
+    assert (
+        done.stdout == f"{tmp_path / 'x.iolog'}: fio iolog v3: 3 reads (12,800 bytes), 4 writes (8,194 bytes), "
+        "1 sync on 5 files\n"
+    )
     notes = done.stderr.splitlines()
     assert notes[0] == "fusetrace export: left out 2 operations whose file names fio cannot take (2 files):"
     assert set(notes[1:3]) == {
         "fusetrace export:   1 with white space (fio splits iolog lines on it): 'a b'",
-        f"fusetrace export:   1 with longer than 256 bytes (fio reads at most that much of a name): {LONG[1:]!r}"}
+        f"fusetrace export:   1 with longer than 256 bytes (fio reads at most that much of a name): {LONG[1:]!r}",
+    }
     assert notes[3] == "fusetrace export: left out 2 operations (read, write, fsync) that failed or moved no bytes"
-    assert notes[4] == ("fusetrace export: the directory fio replays in must hold 2 files the log reads before it "
-                        "writes them, each at least as large as read: 'd/pre' (69,632 bytes), 'old' (512 bytes)")
-    assert notes[5] == ("fusetrace export: fio makes the files the log writes first, not directories: the directory "
-                        "it replays in must hold 1 directory (mkdir -p): 'd'")
+    assert notes[4] == (
+        "fusetrace export: the directory fio replays in must hold 2 files the log reads before it "
+        "writes them, each at least as large as read: 'd/pre' (69,632 bytes), 'old' (512 bytes)"
+    )
+    assert notes[5] == (
+        "fusetrace export: fio makes the files the log writes first, not directories: the directory "
+        "it replays in must hold 1 directory (mkdir -p): 'd'"
+    )
     assert len(notes) == 6
 
 
@@ -183,8 +224,10 @@ def test_fio_replays_a_real_trace_to_the_same_ios(mount, tmp_path):
 
     done = export(m.trace, "fio-iolog", tmp_path / "real.iolog")
     assert "1 with white space (fio splits iolog lines on it): 'with space'" in done.stderr
-    assert "must hold 1 file the log reads before it writes them, each at least as large as read: " \
-           "'before' (300,000 bytes)" in done.stderr
+    assert (
+        "must hold 1 file the log reads before it writes them, each at least as large as read: "
+        "'before' (300,000 bytes)" in done.stderr
+    )
     assert "the directory it replays in must hold 1 directory (mkdir -p): 'sub'" in done.stderr
 
     df = pd.read_parquet(m.trace)
@@ -204,6 +247,7 @@ def test_fio_replays_a_real_trace_to_the_same_ios(mount, tmp_path):
 
 
 # ---- Perfetto ------------------------------------------------------------------------------
+
 
 def events(path: Path) -> tuple[dict, list[dict]]:
     doc = json.loads(path.read_text())
@@ -231,8 +275,24 @@ def test_perfetto_puts_overlapping_operations_on_their_own_tracks(tmp_path):
         rec(20, 110, "getattr", "/f", mode=0o100644),  # overlaps both, and the flush
         rec(100, 5, "flush", "/f", fh=1),  # starts as the first ends: the guard keeps it off that lane
         rec(200.001, 5, "lookup", "/nope", errno=2, pid=200, comm="ls"),
-        rec(201, 1, "read", "/g", fh=3, offset=4096, size=4096, result=4096, pid=201, comm="",
-            gate="throughput", nfs="READ", wait_ns=500, latency_ns=300, transfer_ns=100, shaped_ns=800),
+        rec(
+            201,
+            1,
+            "read",
+            "/g",
+            fh=3,
+            offset=4096,
+            size=4096,
+            result=4096,
+            pid=201,
+            comm="",
+            gate="throughput",
+            nfs="READ",
+            wait_ns=500,
+            latency_ns=300,
+            transfer_ns=100,
+            shaped_ns=800,
+        ),
         # back to back, where a viewer that truncates ts*1000 and dur*1000 ends the first 1 ns too late
         rec(255.996, 0.005, "getattr", "/h", pid=300, comm="stat"),
         rec(256.001, 1, "getattr", "/h", pid=300, comm="stat"),
@@ -245,7 +305,11 @@ def test_perfetto_puts_overlapping_operations_on_their_own_tracks(tmp_path):
     assert len(slices) == len(records)
     assert_tracks_never_overlap(slices)
     assert [(e["name"], e["ts"], e["dur"]) for e in slices[:4]] == [
-        ("write", 0.0, 100.0), ("write", 10.0, 100.0), ("getattr", 20.0, 110.0), ("flush", 100.0, 5.0)]
+        ("write", 0.0, 100.0),
+        ("write", 10.0, 100.0),
+        ("getattr", 20.0, 110.0),
+        ("flush", 100.0, 5.0),
+    ]
     tracks = [(e["pid"], e["tid"]) for e in slices]
     assert tracks[0] == (100, 100) and len(set(tracks[:4])) == 4  # lane 0 is the pid; 3 more lanes
     assert all(tid > 1 << 22 for _, tid in tracks[1:4])
@@ -254,8 +318,18 @@ def test_perfetto_puts_overlapping_operations_on_their_own_tracks(tmp_path):
     assert names == {100: "app", 200: "ls", 300: "stat"}  # pid 201's name is unknown: the viewer says "Process 201"
     threads = {e["tid"]: e["args"]["name"] for e in evs if e["name"] == "thread_name"}
     assert threads[100] == "app ops" and threads[tracks[1][1]] == "app ops, lane 1"
-    assert slices[0]["args"] == {"path": "/f", "size": 10, "result": 10, "errno": 0, "offset": 0, "inode": 7,
-                                 "fh": 1, "uid": 1000, "gid": 1000, "kind": "buffered"}
+    assert slices[0]["args"] == {
+        "path": "/f",
+        "size": 10,
+        "result": 10,
+        "errno": 0,
+        "offset": 0,
+        "inode": 7,
+        "fh": 1,
+        "uid": 1000,
+        "gid": 1000,
+        "kind": "buffered",
+    }
     assert slices[0]["cat"] == "buffered" and slices[2]["cat"] == "fuse"
     assert slices[2]["args"]["mode"] == 0o100644
     assert slices[4]["args"]["errno"] == 2 and slices[4]["args"]["error"] == "ENOENT"
@@ -296,6 +370,7 @@ def test_a_real_trace_with_concurrent_threads_opens_in_perfetto_without_overlaps
 
 # ---- nfsslower CSV -------------------------------------------------------------------------
 
+
 def test_csv_rows_are_what_nfsslower_prints(tmp_path):
     records = [
         rec(0, 1500.5, "read", "/d/big", fh=1, offset=1 << 20, size=131072, result=131072, comm="dd"),
@@ -314,7 +389,7 @@ def test_csv_rows_are_what_nfsslower_prints(tmp_path):
     assert text.splitlines()[0] == "ENDTIME_us,TASK,PID,TYPE,BYTES,OFFSET_b,LATENCY_us,FILE"
     assert text.splitlines()[1:] == [
         f"{end + 120},ls,9,G,0,0,20,/",
-        f"{end + 340},ls,9,O,0,0,40,\"a,b\"",
+        f'{end + 340},ls,9,O,0,0,40,"a,b"',
         f"{end + 410},app,100,O,4294967294,0,10,nope",  # a failed call's -ENOENT, as a u32
         f"{end + 1500},dd,100,R,131072,1048576,1500,big",  # in end order: 1500.5 us after its start
         f"{end + 2500},dd,100,W,4096,4096,2000,big",
@@ -343,6 +418,7 @@ def test_csv_of_a_real_trace_matches_its_records(mount, tmp_path):
 
 
 # ---- output and bad input ------------------------------------------------------------------
+
 
 @pytest.fixture
 def small(tmp_path) -> Path:
@@ -375,8 +451,9 @@ def test_an_unreadable_trace_leaves_no_output(tmp_path, small, fmt):
     out = tmp_path / "out" / "x"
     out.parent.mkdir()
     done = export(small, fmt, out, check=False)
-    assert done.returncode == 0 and done.stderr.startswith(f"fusetrace: warning: {damaged}: not a readable trace "
-                                                           f"part"), done.stderr
+    assert done.returncode == 0 and done.stderr.startswith(
+        f"fusetrace: warning: {damaged}: not a readable trace part"
+    ), done.stderr
     assert "skipped, the other part read" in done.stderr and out.stat().st_size > 0
     out.unlink()
     part.write_bytes(damaged.read_bytes())

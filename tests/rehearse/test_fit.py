@@ -27,10 +27,43 @@ def write_trace(directory, records: list[TraceRecord], **metadata) -> None:
             w.record(r)
 
 
-def rec(t: int, op: str, dur_ns: int, *, inode: int = 5, size: int = 0, kind: str = "meta_read",
-        nfs: str | None = None, latency_ns: int = 0, transfer_ns: int = 0, gate: str | None = None) -> TraceRecord:
-    return TraceRecord(t, dur_ns, op, inode, f"/f{inode}", None, 0, 0, size, size, 0, 100, 0, 0, 0,
-                       gate, 0, latency_ns, transfer_ns, nfs, "app", kind)
+def rec(
+    t: int,
+    op: str,
+    dur_ns: int,
+    *,
+    inode: int = 5,
+    size: int = 0,
+    kind: str = "meta_read",
+    nfs: str | None = None,
+    latency_ns: int = 0,
+    transfer_ns: int = 0,
+    gate: str | None = None,
+) -> TraceRecord:
+    return TraceRecord(
+        t,
+        dur_ns,
+        op,
+        inode,
+        f"/f{inode}",
+        None,
+        0,
+        0,
+        size,
+        size,
+        0,
+        100,
+        0,
+        0,
+        0,
+        gate,
+        0,
+        latency_ns,
+        transfer_ns,
+        nfs,
+        "app",
+        kind,
+    )
 
 
 def fitted(tmp_path, trace, *extra: str) -> tuple[dict, str]:
@@ -85,10 +118,20 @@ def test_an_emulated_trace_gives_the_models_own_latency(tmp_path):
     records, t = [], 0
     for ms in lognormal(rng, 2.7, 6.0, 2000):
         t += 50_000
-        records.append(rec(t, "unlink", int(ms * 3e6), kind="meta_write", nfs="REMOVE", latency_ns=int(ms * 1e6),
-                           gate="latency"))
-        records.append(rec(t + 1, "flush", int(ms * 2e6), kind="commit", nfs="WRITE x4,COMMIT",
-                           latency_ns=int(ms * 9e6), gate="writeback"))
+        records.append(
+            rec(t, "unlink", int(ms * 3e6), kind="meta_write", nfs="REMOVE", latency_ns=int(ms * 1e6), gate="latency")
+        )
+        records.append(
+            rec(
+                t + 1,
+                "flush",
+                int(ms * 2e6),
+                kind="commit",
+                nfs="WRITE x4,COMMIT",
+                latency_ns=int(ms * 9e6),
+                gate="writeback",
+            )
+        )
     write_trace(tmp_path / "t", records, emulation={"profile": "efs-bursting"})
     profile, text = fitted(tmp_path, tmp_path / "t", "--base", "efs-2018")
     assert profile["base"] == "efs-2018"
@@ -101,10 +144,22 @@ def test_an_emulated_trace_gives_the_models_own_latency(tmp_path):
 def test_names_made_after_their_lookup_are_left_out_of_an_emulated_fit(tmp_path):
     """The emulated client takes a preceding lookup's time off a create or mkdir, so their
     latency_ns is below a request's: they are not fitted from."""
-    records = [rec(i * 50_000, "mkdir", 3_000_000, kind="meta_write", nfs="CREATE", latency_ns=1_000_000,
-                   gate="latency") for i in range(100)]
-    records += [rec(10**8 + i * 50_000, "rmdir", 3_000_000, kind="meta_write", nfs="REMOVE", latency_ns=2_700_000,
-                    gate="latency") for i in range(100)]
+    records = [
+        rec(i * 50_000, "mkdir", 3_000_000, kind="meta_write", nfs="CREATE", latency_ns=1_000_000, gate="latency")
+        for i in range(100)
+    ]
+    records += [
+        rec(
+            10**8 + i * 50_000,
+            "rmdir",
+            3_000_000,
+            kind="meta_write",
+            nfs="REMOVE",
+            latency_ns=2_700_000,
+            gate="latency",
+        )
+        for i in range(100)
+    ]
     write_trace(tmp_path / "t", records, emulation={"profile": "efs-bursting"})
     profile, _ = fitted(tmp_path, tmp_path / "t")
     assert profile["meta_write_latency_ms"] == pytest.approx(2.7)
@@ -145,10 +200,13 @@ def test_a_fitted_profile_emulates(tmp_path, mount):
     assert (m.source / "f").read_bytes() == b"x"
 
 
-@pytest.mark.parametrize("args, needles, code", [
-    (["--base", "no-such"], ["--base no-such", "no such profile"], 2),
-    (["-o", "/nonexistent/dir/p.toml"], ["-o /nonexistent/dir/p.toml", "no such directory"], 2),
-])
+@pytest.mark.parametrize(
+    "args, needles, code",
+    [
+        (["--base", "no-such"], ["--base no-such", "no such profile"], 2),
+        (["-o", "/nonexistent/dir/p.toml"], ["-o /nonexistent/dir/p.toml", "no such directory"], 2),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, args, needles, code):
     write_trace(tmp_path / "t", [rec(1, "getattr", 500_000)])
     out = ["-o", str(tmp_path / "p.toml")] if "-o" not in args else []

@@ -30,8 +30,9 @@ def test_record_fit_emulate_replay_compare(mount, tmp_path):
         assert fitted[key] == pytest.approx(getattr(truth, key), rel=0.15), key
 
     rehearsal = mount("--emulate", str(profile), trace=True)
-    replayed = json.loads(fusetrace("replay", str(original.trace), str(rehearsal.mountpoint), "--json",
-                                    timeout=600).stdout)
+    replayed = json.loads(
+        fusetrace("replay", str(original.trace), str(rehearsal.mountpoint), "--json", timeout=600).stdout
+    )
     assert replayed["differences"]["count"] == 0, replayed["differences"]
     rehearsal.unmount()
 

@@ -33,12 +33,43 @@ DIRECT = RDONLY | os.O_DIRECT  # every read reaches the mount (its direct_io)
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_LARGEFILE
 
 
-def rec(at_ms: float, op: str, path: str, *, dur_ms: float = 1, path2: str | None = None, fh: int = 0,
-        offset: int = 0, size: int = 0, result: int = 0, err: int = 0, pid: int = 100, flags: int = 0,
-        mode: int = 0) -> TraceRecord:
+def rec(
+    at_ms: float,
+    op: str,
+    path: str,
+    *,
+    dur_ms: float = 1,
+    path2: str | None = None,
+    fh: int = 0,
+    offset: int = 0,
+    size: int = 0,
+    result: int = 0,
+    err: int = 0,
+    pid: int = 100,
+    flags: int = 0,
+    mode: int = 0,
+) -> TraceRecord:
     """A record as the mount writes one, `at_ms` into the trace."""
-    return TraceRecord(10**12 + int(at_ms * MS), int(dur_ms * MS), op, 1, path, path2, fh, offset, size, result, err,
-                       pid, os.getuid(), os.getgid(), 0, comm="test", flags=flags, mode=mode)
+    return TraceRecord(
+        10**12 + int(at_ms * MS),
+        int(dur_ms * MS),
+        op,
+        1,
+        path,
+        path2,
+        fh,
+        offset,
+        size,
+        result,
+        err,
+        pid,
+        os.getuid(),
+        os.getgid(),
+        0,
+        comm="test",
+        flags=flags,
+        mode=mode,
+    )
 
 
 def synthetic(directory: Path, records: list[TraceRecord]) -> Path:
@@ -69,32 +100,35 @@ def tree(root: Path) -> dict[str, tuple]:
 def test_a_synthetic_trace_replays_its_operations(tmp_path):
     """Entries, data and attributes, each as its system call; and what cannot be matched
     (the data, an owner's value) is still the same size and kind."""
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "mkdir", "/d", mode=stat.S_IFDIR | 0o750),
-        rec(2, "create", "/d/f", fh=7, flags=CREATE, mode=stat.S_IFREG | 0o640),
-        rec(4, "write", "/d/f", fh=7, size=5000, result=5000),
-        rec(5, "write", "/d/f", fh=7, offset=5000, size=3000, result=3000),
-        rec(6, "flush", "/d/f", fh=7),
-        rec(7, "release", "/d/f", fh=7),
-        rec(8, "setattr", "/d/f", path2="mode", mode=stat.S_IFREG | 0o600),
-        rec(9, "symlink", "/d/l", path2="f", mode=stat.S_IFLNK | 0o777),
-        rec(10, "link", "/d/f", path2="/d/g"),
-        rec(11, "rename", "/d/g", path2="/d/h"),
-        rec(12, "mknod", "/d/fifo", mode=stat.S_IFIFO | 0o600),
-        rec(13, "open", "/d/f", fh=9, flags=RDONLY),
-        rec(14, "read", "/d/f", fh=9, size=4096, result=4096),
-        rec(15, "read", "/d/f", fh=9, offset=4096, size=8192, result=3904),
-        rec(16, "release", "/d/f", fh=9),
-        rec(17, "opendir", "/d", fh=11),
-        rec(18, "readdir", "/d", fh=11, size=32, result=6),
-        rec(19, "readdir", "/d", fh=11, offset=6, size=32, result=0),
-        rec(20, "releasedir", "/d", fh=11),
-        rec(21, "readlink", "/d/l", result=1),
-        rec(22, "lookup", "/d/h", mode=stat.S_IFREG | 0o600),
-        rec(23, "setattr", "/d/h", path2="size", size=10),
-        rec(24, "unlink", "/d/fifo"),
-        rec(25, "statfs", "/"),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "mkdir", "/d", mode=stat.S_IFDIR | 0o750),
+            rec(2, "create", "/d/f", fh=7, flags=CREATE, mode=stat.S_IFREG | 0o640),
+            rec(4, "write", "/d/f", fh=7, size=5000, result=5000),
+            rec(5, "write", "/d/f", fh=7, offset=5000, size=3000, result=3000),
+            rec(6, "flush", "/d/f", fh=7),
+            rec(7, "release", "/d/f", fh=7),
+            rec(8, "setattr", "/d/f", path2="mode", mode=stat.S_IFREG | 0o600),
+            rec(9, "symlink", "/d/l", path2="f", mode=stat.S_IFLNK | 0o777),
+            rec(10, "link", "/d/f", path2="/d/g"),
+            rec(11, "rename", "/d/g", path2="/d/h"),
+            rec(12, "mknod", "/d/fifo", mode=stat.S_IFIFO | 0o600),
+            rec(13, "open", "/d/f", fh=9, flags=RDONLY),
+            rec(14, "read", "/d/f", fh=9, size=4096, result=4096),
+            rec(15, "read", "/d/f", fh=9, offset=4096, size=8192, result=3904),
+            rec(16, "release", "/d/f", fh=9),
+            rec(17, "opendir", "/d", fh=11),
+            rec(18, "readdir", "/d", fh=11, size=32, result=6),
+            rec(19, "readdir", "/d", fh=11, offset=6, size=32, result=0),
+            rec(20, "releasedir", "/d", fh=11),
+            rec(21, "readlink", "/d/l", result=1),
+            rec(22, "lookup", "/d/h", mode=stat.S_IFREG | 0o600),
+            rec(23, "setattr", "/d/h", path2="size", size=10),
+            rec(24, "unlink", "/d/fifo"),
+            rec(25, "statfs", "/"),
+        ],
+    )
     target = tmp_path / "target"
     target.mkdir()
     s = replay(trace, target, "--as-fast-as-possible")
@@ -120,14 +154,17 @@ def test_direct_io_replays_into_a_directory_that_takes_it(tmp_path):
         pytest.skip(f"{target}: no O_DIRECT here ({exc.strerror})")
     os.unlink(target / "probe")
     direct_rw = os.O_RDWR | os.O_CREAT | os.O_DIRECT | os.O_LARGEFILE
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "create", "/f", fh=3, flags=direct_rw, mode=stat.S_IFREG | 0o644),
-        rec(1, "write", "/f", fh=3, size=65536, result=65536),
-        rec(2, "write", "/f", fh=3, offset=65536, size=4096, result=4096),
-        rec(3, "read", "/f", fh=3, size=4096, result=4096),
-        rec(4, "read", "/f", fh=3, offset=4096, size=131072, result=65536),
-        rec(5, "release", "/f", fh=3),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "create", "/f", fh=3, flags=direct_rw, mode=stat.S_IFREG | 0o644),
+            rec(1, "write", "/f", fh=3, size=65536, result=65536),
+            rec(2, "write", "/f", fh=3, offset=65536, size=4096, result=4096),
+            rec(3, "read", "/f", fh=3, size=4096, result=4096),
+            rec(4, "read", "/f", fh=3, offset=4096, size=131072, result=65536),
+            rec(5, "release", "/f", fh=3),
+        ],
+    )
     s = replay(trace, target, "--as-fast-as-possible")
     assert s["differences"]["count"] == 0, s["differences"]
     assert (target / "f").stat().st_size == 69632
@@ -136,13 +173,16 @@ def test_direct_io_replays_into_a_directory_that_takes_it(tmp_path):
 def test_a_fifo_where_a_file_was_opened_is_a_difference_not_a_hang(tmp_path):
     """FUSE sends no open for a FIFO, so a trace that opens one (or a target with one
     planted at the name) is hostile: the replay must not wait for a writer."""
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "mknod", "/fifo", mode=stat.S_IFIFO | 0o600),
-        rec(1, "open", "/fifo", fh=3, flags=RDONLY),
-        rec(2, "release", "/fifo", fh=3),
-        rec(3, "open", "/planted", fh=4, flags=RDONLY),
-        rec(4, "release", "/planted", fh=4),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "mknod", "/fifo", mode=stat.S_IFIFO | 0o600),
+            rec(1, "open", "/fifo", fh=3, flags=RDONLY),
+            rec(2, "release", "/fifo", fh=3),
+            rec(3, "open", "/planted", fh=4, flags=RDONLY),
+            rec(4, "release", "/planted", fh=4),
+        ],
+    )
     target = tmp_path / "target"
     target.mkdir()
     os.mkfifo(target / "planted")
@@ -152,12 +192,15 @@ def test_a_fifo_where_a_file_was_opened_is_a_difference_not_a_hang(tmp_path):
 
 
 def test_a_read_or_write_larger_than_fuse_sends_is_not_issued(tmp_path):
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "create", "/f", fh=3, flags=CREATE, mode=stat.S_IFREG | 0o644),
-        rec(1, "write", "/f", fh=3, size=1 << 40, result=1 << 40),
-        rec(2, "read", "/f", fh=3, size=1 << 62, result=0),
-        rec(3, "release", "/f", fh=3),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "create", "/f", fh=3, flags=CREATE, mode=stat.S_IFREG | 0o644),
+            rec(1, "write", "/f", fh=3, size=1 << 40, result=1 << 40),
+            rec(2, "read", "/f", fh=3, size=1 << 62, result=0),
+            rec(3, "release", "/f", fh=3),
+        ],
+    )
     target = tmp_path / "target"
     target.mkdir()
     s = replay(trace, target, "--as-fast-as-possible")
@@ -167,16 +210,19 @@ def test_a_read_or_write_larger_than_fuse_sends_is_not_issued(tmp_path):
 def test_a_handle_number_reused_while_its_release_is_under_way(tmp_path):
     """The kernel's releasedir of handle 30 overlaps the next opendir, which the server
     answered with the number just freed: each record acts on its own handle."""
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "opendir", "/d", fh=30),
-        rec(2, "readdir", "/d", fh=30, size=32, result=3),
-        rec(3, "readdir", "/d", fh=30, offset=3, size=32, result=0),
-        rec(10, "releasedir", "/d", fh=30, dur_ms=5),
-        rec(12, "opendir", "/e", fh=30),
-        rec(20, "readdir", "/e", fh=30, size=32, result=5),
-        rec(21, "readdir", "/e", fh=30, offset=5, size=32, result=0),
-        rec(30, "releasedir", "/e", fh=30),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "opendir", "/d", fh=30),
+            rec(2, "readdir", "/d", fh=30, size=32, result=3),
+            rec(3, "readdir", "/d", fh=30, offset=3, size=32, result=0),
+            rec(10, "releasedir", "/d", fh=30, dur_ms=5),
+            rec(12, "opendir", "/e", fh=30),
+            rec(20, "readdir", "/e", fh=30, size=32, result=5),
+            rec(21, "readdir", "/e", fh=30, offset=5, size=32, result=0),
+            rec(30, "releasedir", "/e", fh=30),
+        ],
+    )
     target = tmp_path / "target"
     for name in ("d/1", "e/1", "e/2", "e/3"):
         (target / name).parent.mkdir(parents=True, exist_ok=True)
@@ -190,28 +236,39 @@ def test_outcomes_that_differ_are_listed_with_their_paths(tmp_path):
     """A file the recording found is missing here: its lookup and open fail, the read on
     its handle cannot be issued; a read comes back short; an error recorded is an
     outcome like any other (matched here: no difference)."""
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "lookup", "/input", mode=stat.S_IFREG | 0o644),
-        rec(1, "open", "/input", fh=5, flags=RDONLY),
-        rec(2, "read", "/input", fh=5, size=4096, result=4096),
-        rec(3, "release", "/input", fh=5),
-        rec(4, "lookup", "/gone", err=2),
-        rec(5, "open", "/small", fh=6, flags=RDONLY),
-        rec(6, "read", "/small", fh=6, size=4096, result=4096),
-        rec(7, "release", "/small", fh=6),
-        rec(8, "lookup", "/small", mode=stat.S_IFDIR | 0o755),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "lookup", "/input", mode=stat.S_IFREG | 0o644),
+            rec(1, "open", "/input", fh=5, flags=RDONLY),
+            rec(2, "read", "/input", fh=5, size=4096, result=4096),
+            rec(3, "release", "/input", fh=5),
+            rec(4, "lookup", "/gone", err=2),
+            rec(5, "open", "/small", fh=6, flags=RDONLY),
+            rec(6, "read", "/small", fh=6, size=4096, result=4096),
+            rec(7, "release", "/small", fh=6),
+            rec(8, "lookup", "/small", mode=stat.S_IFDIR | 0o755),
+        ],
+    )
     target = tmp_path / "target"
     target.mkdir()
     (target / "small").write_bytes(b"x" * 100)
     s = replay(trace, target)
     by = {(d["op"], d["kind"]): d["count"] for d in s["differences"]["by_op"]}
-    assert by == {("lookup", "ENOENT, recorded ok"): 1, ("open", "ENOENT, recorded ok"): 1,
-                  ("read", "fewer bytes read"): 1, ("lookup", "another file type"): 1}
+    assert by == {
+        ("lookup", "ENOENT, recorded ok"): 1,
+        ("open", "ENOENT, recorded ok"): 1,
+        ("read", "fewer bytes read"): 1,
+        ("lookup", "another file type"): 1,
+    }
     assert s["not_replayed"] == {REFUSED_HANDLE: 2}  # the read and release of /input
     first = s["differences"]["first"]
-    assert [(d["op"], d["path"]) for d in first] == [("lookup", "/input"), ("open", "/input"), ("read", "/small"),
-                                                      ("lookup", "/small")]
+    assert [(d["op"], d["path"]) for d in first] == [
+        ("lookup", "/input"),
+        ("open", "/input"),
+        ("read", "/small"),
+        ("lookup", "/small"),
+    ]
     assert first[2]["detail"] == "100, recorded 4,096"
     text = fusetrace("replay", str(trace), str(target)).stdout
     assert "outcomes that differ from the recording: 4" in text
@@ -221,8 +278,10 @@ def test_outcomes_that_differ_are_listed_with_their_paths(tmp_path):
 def test_speed_scales_the_recorded_gaps_and_the_drift_says_how_well(tmp_path):
     """Two operations a second apart: at --speed 10 the second is due 100 ms after the
     first, never earlier; the span and drift reported agree with each other."""
-    trace = synthetic(tmp_path / "t", [rec(0, "mkdir", "/a", mode=stat.S_IFDIR | 0o755),
-                                       rec(1000, "mkdir", "/b", mode=stat.S_IFDIR | 0o755)])
+    trace = synthetic(
+        tmp_path / "t",
+        [rec(0, "mkdir", "/a", mode=stat.S_IFDIR | 0o755), rec(1000, "mkdir", "/b", mode=stat.S_IFDIR | 0o755)],
+    )
     target = tmp_path / "target"
     target.mkdir()
     s = replay(trace, target, "--speed", "10")
@@ -247,43 +306,61 @@ def test_paths_that_would_leave_the_target_are_refused(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     (target / "out").symlink_to(outside)
-    trace = synthetic(tmp_path / "t", [
-        rec(0, "mkdir", "/../outside/a", mode=stat.S_IFDIR | 0o755),
-        rec(1, "create", "/x/../../outside/b", fh=5, flags=CREATE),
-        rec(2, "rename", "/y", path2="/../outside/c"),
-        rec(3, "create", "/out/d", fh=6, flags=CREATE),  # through the target's own link
-        rec(4, "symlink", "/up", path2=str(outside)),
-        rec(5, "mkdir", "/up/e", mode=stat.S_IFDIR | 0o755),  # through the trace's
-        rec(6, "setattr", "/out", path2="size", size=0),
-        rec(7, "setxattr", "/up/f", path2="user.x", size=3),
-        rec(8, "lookup", "relative"),
-    ])
+    trace = synthetic(
+        tmp_path / "t",
+        [
+            rec(0, "mkdir", "/../outside/a", mode=stat.S_IFDIR | 0o755),
+            rec(1, "create", "/x/../../outside/b", fh=5, flags=CREATE),
+            rec(2, "rename", "/y", path2="/../outside/c"),
+            rec(3, "create", "/out/d", fh=6, flags=CREATE),  # through the target's own link
+            rec(4, "symlink", "/up", path2=str(outside)),
+            rec(5, "mkdir", "/up/e", mode=stat.S_IFDIR | 0o755),  # through the trace's
+            rec(6, "setattr", "/out", path2="size", size=0),
+            rec(7, "setxattr", "/up/f", path2="user.x", size=3),
+            rec(8, "lookup", "relative"),
+        ],
+    )
     s = replay(trace, target)
     assert s["not_replayed"] == {REFUSED_PATH: 4}
     by = {(d["op"], d["kind"]): d["count"] for d in s["differences"]["by_op"]}
-    assert by == {("create", "ELOOP, recorded ok"): 1, ("mkdir", "ELOOP, recorded ok"): 1,
-                  ("setxattr", "ELOOP, recorded ok"): 1,
-                  ("setattr", "EINVAL, recorded ok"): 1}  # truncate(2) of the link itself, not where it leads
+    assert by == {
+        ("create", "ELOOP, recorded ok"): 1,
+        ("mkdir", "ELOOP, recorded ok"): 1,
+        ("setxattr", "ELOOP, recorded ok"): 1,
+        ("setattr", "EINVAL, recorded ok"): 1,
+    }  # truncate(2) of the link itself, not where it leads
     assert list(outside.iterdir()) == []
 
 
 def test_a_bad_target_or_trace_is_one_line(tmp_path):
     trace = synthetic(tmp_path / "t", [rec(0, "getattr", "/")])
-    one_line_error(fusetrace("replay", str(trace), str(tmp_path / "missing"), check=False), "missing",
-                   "no such file or directory", code=1)
+    one_line_error(
+        fusetrace("replay", str(trace), str(tmp_path / "missing"), check=False),
+        "missing",
+        "no such file or directory",
+        code=1,
+    )
     (tmp_path / "file").write_text("")
-    one_line_error(fusetrace("replay", str(trace), str(tmp_path / "file"), check=False), "file", "not a directory",
-                   code=1)
-    one_line_error(fusetrace("replay", str(tmp_path / "nothing"), str(tmp_path), check=False), "nothing",
-                   "no such trace directory", code=2)
+    one_line_error(
+        fusetrace("replay", str(trace), str(tmp_path / "file"), check=False), "file", "not a directory", code=1
+    )
+    one_line_error(
+        fusetrace("replay", str(tmp_path / "nothing"), str(tmp_path), check=False),
+        "nothing",
+        "no such trace directory",
+        code=2,
+    )
     old = synthetic(tmp_path / "old", [rec(0, "getattr", "/")])
     meta.write(str(old), {**meta.read(str(old)), "format_version": 2})
-    one_line_error(fusetrace("replay", str(old), str(tmp_path), check=False), "old", "format 2",
-                   "needs format 3", code=1)
+    one_line_error(
+        fusetrace("replay", str(old), str(tmp_path), check=False), "old", "format 2", "needs format 3", code=1
+    )
     broken = tmp_path / "broken"
     broken.mkdir(mode=0o700)
     (broken / "part-000000.parquet").write_bytes(b"not parquet at all")
-    one_line_error(fusetrace("replay", str(broken), str(tmp_path), check=False), "broken", "not a readable trace part", code=2)
+    one_line_error(
+        fusetrace("replay", str(broken), str(tmp_path), check=False), "broken", "not a readable trace part", code=2
+    )
 
 
 def test_lateness_percentiles_within_a_bucket():
@@ -302,14 +379,17 @@ def test_lateness_percentiles_within_a_bucket():
 def test_ctrl_c_stops_the_replay_cleanly(tmp_path):
     """Interrupted between two operations a minute apart: a summary of what was replayed,
     exit 130, no traceback."""
-    trace = synthetic(tmp_path / "t", [rec(0, "create", "/f", fh=5, flags=CREATE),
-                                       rec(60_000, "release", "/f", fh=5)])
+    trace = synthetic(tmp_path / "t", [rec(0, "create", "/f", fh=5, flags=CREATE), rec(60_000, "release", "/f", fh=5)])
     target = tmp_path / "target"
     target.mkdir()
     # SIGINT at its default, as in a terminal: a suite run in the background passes it on ignored
-    p = subprocess.Popen([sys.executable, "-m", "fusetrace", "replay", str(trace), str(target)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fusetrace", "replay", str(trace), str(target)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     poll(lambda: (target / "f").exists())
     started = time.monotonic()
     p.send_signal(signal.SIGINT)
@@ -326,14 +406,17 @@ def test_ctrl_c_stops_the_replay_cleanly(tmp_path):
 def _two_reads(tmp_path: Path, second_at_ms: float) -> Path:
     """One process, two handles of the slow file, a 200 ms read on each: the second
     starting `second_at_ms` after the first."""
-    return synthetic(tmp_path / f"t{second_at_ms:g}", [
-        rec(0, "open", "/f", fh=5, flags=DIRECT),
-        rec(1, "open", "/f", fh=6, flags=DIRECT),
-        rec(10, "read", "/f", fh=5, size=4096, result=4096, dur_ms=200),
-        rec(10 + second_at_ms, "read", "/f", fh=6, offset=4096, size=4096, result=4096, dur_ms=200),
-        rec(500, "release", "/f", fh=5),
-        rec(501, "release", "/f", fh=6),
-    ])
+    return synthetic(
+        tmp_path / f"t{second_at_ms:g}",
+        [
+            rec(0, "open", "/f", fh=5, flags=DIRECT),
+            rec(1, "open", "/f", fh=6, flags=DIRECT),
+            rec(10, "read", "/f", fh=5, size=4096, result=4096, dur_ms=200),
+            rec(10 + second_at_ms, "read", "/f", fh=6, offset=4096, size=4096, result=4096, dur_ms=200),
+            rec(500, "release", "/f", fh=5),
+            rec(501, "release", "/f", fh=6),
+        ],
+    )
 
 
 def _reads_seen(trace: Path) -> list[tuple[int, int]]:
@@ -381,6 +464,7 @@ ls -lR . > /dev/null
 
 def _threads_writing(root: Path) -> None:
     """Four threads of this process writing files at once."""
+
     def write(i: int) -> None:
         with open(root / "logs" / f"t{i}", "wb") as f:
             for _ in range(16):
@@ -401,8 +485,7 @@ def _record_workload(mount) -> tuple:
     (m.source / "input").write_bytes(b"i" * 70_000)
     subprocess.run(["sh", "-c", WORKLOAD, "sh", str(m.mountpoint)], check=True)
     _threads_writing(m.mountpoint)
-    subprocess.run(["sh", "-c", 'cd "$1" && cat logs/* > logs/all && rm -r src', "sh", str(m.mountpoint)],
-                   check=True)
+    subprocess.run(["sh", "-c", 'cd "$1" && cat logs/* > logs/all && rm -r src', "sh", str(m.mountpoint)], check=True)
     m.unmount()
     return m, tree(m.source)
 

@@ -38,15 +38,53 @@ from fusetrace.trace.writer import TraceWriter
 # ---- the handlers in process, driven as the kernel would drive them ----------------------
 
 NAMES = [b"a", b"b", b"c", b"d"]
-FLAGS = [os.O_RDONLY, os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_SYNC, os.O_RDWR | os.O_DIRECT,
-         os.O_WRONLY | os.O_DSYNC | os.O_APPEND, os.O_WRONLY | os.O_TRUNC]
-ACTIONS = ["mkdir", "create", "open", "write", "write", "read", "flush", "fsync", "release", "lookup", "getattr",
-           "setattr", "access", "unlink", "rmdir", "rename", "link", "symlink", "readlink", "mknod", "opendir",
-           "readdir", "releasedir", "fsyncdir", "statfs", "getxattr", "setxattr", "listxattr", "removexattr"]
+FLAGS = [
+    os.O_RDONLY,
+    os.O_WRONLY,
+    os.O_RDWR,
+    os.O_WRONLY | os.O_SYNC,
+    os.O_RDWR | os.O_DIRECT,
+    os.O_WRONLY | os.O_DSYNC | os.O_APPEND,
+    os.O_WRONLY | os.O_TRUNC,
+]
+ACTIONS = [
+    "mkdir",
+    "create",
+    "open",
+    "write",
+    "write",
+    "read",
+    "flush",
+    "fsync",
+    "release",
+    "lookup",
+    "getattr",
+    "setattr",
+    "access",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "symlink",
+    "readlink",
+    "mknod",
+    "opendir",
+    "readdir",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "getxattr",
+    "setxattr",
+    "listxattr",
+    "removexattr",
+]
 # Every program starts with a directory, a file open for reading and writing, and a listing.
 PROLOGUE = [("mkdir", 0, 0, 0), ("create", 0, 1, 2), ("write", 0, 3, 0), ("create", 1, 2, 1), ("opendir", 0, 0, 0)]
-PROGRAMS = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 15), st.integers(0, 15),
-                              st.integers(0, 15)), min_size=5, max_size=80).map(lambda steps: PROLOGUE + steps)
+PROGRAMS = st.lists(
+    st.tuples(st.sampled_from(ACTIONS), st.integers(0, 15), st.integers(0, 15), st.integers(0, 15)),
+    min_size=5,
+    max_size=80,
+).map(lambda steps: PROLOGUE + steps)
 
 
 class Token:
@@ -78,8 +116,9 @@ async def _run(ops, program) -> None:
         """The kernel opens regular files through FUSE, never a FIFO (it opens those itself)."""
         if entry.st_ino:
             mode = entry.st_mode
-            kind = (dirs if stat.S_ISDIR(mode) else files if stat.S_ISREG(mode) else links if stat.S_ISLNK(mode)
-                    else fifos)
+            kind = (
+                dirs if stat.S_ISDIR(mode) else files if stat.S_ISREG(mode) else links if stat.S_ISLNK(mode) else fifos
+            )
             for known in (dirs, files, links, fifos):  # a node id now another object's: the number was reused
                 if entry.st_ino in known and known is not kind:
                     known.remove(entry.st_ino)
@@ -131,8 +170,14 @@ async def _run(ops, program) -> None:
                 attr = pyfuse3.EntryAttributes()
                 attr.st_size, attr.st_mode = 100 * c, stat.S_IFREG | 0o640
                 attr.st_atime_ns = attr.st_mtime_ns = 10**18
-                fields = SimpleNamespace(update_size=b % 2 == 0, update_mode=b % 3 == 0, update_uid=False,
-                                         update_gid=False, update_atime=b % 5 == 0, update_mtime=b % 2 == 1)
+                fields = SimpleNamespace(
+                    update_size=b % 2 == 0,
+                    update_mode=b % 3 == 0,
+                    update_uid=False,
+                    update_gid=False,
+                    update_atime=b % 5 == 0,
+                    update_mtime=b % 2 == 1,
+                )
                 fh = _pick(handles, c) if c % 2 and handles else None
                 await ops.setattr(_pick(dirs + files, a), attr, fields, fh, CTX)
             elif action in ("unlink", "rmdir"):
@@ -187,8 +232,9 @@ def _rebuilt(rows: list[dict]) -> list[Request | None]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROGRAMS)
-@example([*PROLOGUE, ("mkdir", 0, 0, 0), ("mkdir", 0, 0, 0), ("mkdir", 0, 2, 0), ("rmdir", 0, 2, 0),
-          ("rename", 0, 0, 2)])  # a rename into a directory just removed names it still
+@example(
+    [*PROLOGUE, ("mkdir", 0, 0, 0), ("mkdir", 0, 0, 0), ("mkdir", 0, 2, 0), ("rmdir", 0, 2, 0), ("rename", 0, 0, 2)]
+)  # a rename into a directory just removed names it still
 @example([*PROLOGUE, ("unlink", 0, 1, 0), ("release", 0, 0, 0)])  # an open file unlinked, then its last close
 def test_the_records_give_back_the_requests_the_handlers_made(program):
     served, _ = _served(program)
@@ -214,22 +260,36 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
     client = NfsClient(direct)
     for (request, row), t in zip(served, times):
         client.admit(request.call(row["uid"]), t)
-    calls = [(t, r.call(row["uid"])) for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
-             if r is not None]
+    calls = [
+        (t, r.call(row["uid"]))
+        for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
+        if r is not None
+    ]
     seen: list[tuple[str, str, int, int, int]] = []
     model = Model(params, origin)
-    TraceSim(model, lambda: calls, origin=origin, first=times[0], span=end - times[0], every=0.01,
-             admitted=lambda c, t, a: seen.append((str(a.gate), a.rpcs, int(a.wait * 1e9), int(a.latency * 1e9),
-                                                     int(a.transfer * 1e9)))).run(end - origin)
+    TraceSim(
+        model,
+        lambda: calls,
+        origin=origin,
+        first=times[0],
+        span=end - times[0],
+        every=0.01,
+        admitted=lambda c, t, a: seen.append(
+            (str(a.gate), a.rpcs, int(a.wait * 1e9), int(a.latency * 1e9), int(a.transfer * 1e9))
+        ),
+    ).run(end - origin)
     assert model.metrics(end) == direct.metrics(end)
-    assert seen == [(row["gate"], row["nfs"], row["wait_ns"], row["latency_ns"], row["transfer_ns"])
-                    for _, row in served]
+    assert seen == [
+        (row["gate"], row["nfs"], row["wait_ns"], row["latency_ns"], row["transfer_ns"]) for _, row in served
+    ]
 
 
 # ---- repetition in virtual time: fast-forward against every operation simulated -----------
 
-def _workload(rounds: int = 50, writes: int = 4, size: int = 64 * 1024, start: float = 1000.0,
-              gap: float = 0.1) -> list[Timed]:
+
+def _workload(
+    rounds: int = 50, writes: int = 4, size: int = 64 * 1024, start: float = 1000.0, gap: float = 0.1
+) -> list[Timed]:
     """A small job, round after round: look a file up, open it, write it, close it, stat it."""
     calls, t = [], start
     for i in range(rounds):
@@ -250,8 +310,7 @@ def _simulated(overrides: list[str], calls: list[Timed], reps: float, profile: s
     span = _span(calls)
     first = calls[0][0]
     model = Model(load_params(profile, overrides), first)
-    return TraceSim(model, lambda: calls, origin=first, first=first, span=span,
-                    every=span / 4).run(reps * span)
+    return TraceSim(model, lambda: calls, origin=first, first=first, span=span, every=span / 4).run(reps * span)
 
 
 def _every_operation(overrides: list[str], calls: list[Timed], reps: float, profile: str = "efs-bursting") -> dict:
@@ -336,8 +395,12 @@ def test_elastic_throughput_has_no_cliff():
 def _read_twice(gaps: list[float]) -> list[Timed]:
     """A file looked up, opened, read and closed, twice: a trace of a few milliseconds, hardly
     longer than its operations' latencies, asking a thousandth of what is permitted."""
-    once = [Call("open", file=100), Call("read", file=100, size=4096),
-            Call("flush", file=100, writable=False), Call("release", file=100)]
+    once = [
+        Call("open", file=100),
+        Call("read", file=100, size=4096),
+        Call("flush", file=100, writable=False),
+        Call("release", file=100),
+    ]
     look = Call("lookup", file=ROOT, directory=ROOT, name="f")
     kinds = [Call("getattr", file=ROOT, is_dir=True), look, *once, look, look, *once]
     t, calls = 1000.0, []
@@ -349,12 +412,38 @@ def _read_twice(gaps: list[float]) -> list[Timed]:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0.00005, 0.0015), min_size=12, max_size=12))
-@example([0.000587, 0.001428, 0.00034, 0.000481, 0.000656, 0.000394, 0.000487, 0.001269, 0.00076, 0.000171,
-          0.001278, 0.00038])  # was taken as saturated: 2.1µs waited in all, 17 min at most
-@example([0.0011138898839685944, 0.0014917880276701717, 0.0014917880276701717, 0.0014700886010311346,
-          0.0007207000544166278, 0.0009172563448383822, 0.0005588178213796608, 0.0004158039142608807,
-          0.0004158039142608807, 0.00010298188224824036, 0.0009172563448383822,
-          0.00010298188224824036])  # a "queue" rising 0.16 → 0.65 ms by chance, shorter than a read
+@example(
+    [
+        0.000587,
+        0.001428,
+        0.00034,
+        0.000481,
+        0.000656,
+        0.000394,
+        0.000487,
+        0.001269,
+        0.00076,
+        0.000171,
+        0.001278,
+        0.00038,
+    ]
+)  # was taken as saturated: 2.1µs waited in all, 17 min at most
+@example(
+    [
+        0.0011138898839685944,
+        0.0014917880276701717,
+        0.0014917880276701717,
+        0.0014700886010311346,
+        0.0007207000544166278,
+        0.0009172563448383822,
+        0.0005588178213796608,
+        0.0004158039142608807,
+        0.0004158039142608807,
+        0.00010298188224824036,
+        0.0009172563448383822,
+        0.00010298188224824036,
+    ]
+)  # a "queue" rising 0.16 → 0.65 ms by chance, shorter than a read
 def test_latencies_are_not_a_growing_queue(gaps):
     """Repeated back to back for a day, a tiny trace's operations end past its span by
     their latencies, more in one repetition than the one before by chance: not a queue.
@@ -387,8 +476,19 @@ def test_write_back_nobody_waits_for_grows_no_wait():
 
 # ---- the rebuilding's guesses ------------------------------------------------------------
 
-def _record(op: str, inode: int, path: str, path2: str | None = None, fh: int = 0, errno: int = 0,
-            kind: str | None = None, flags: int = 0, mode: int = 0, entry: int = 0) -> tuple:
+
+def _record(
+    op: str,
+    inode: int,
+    path: str,
+    path2: str | None = None,
+    fh: int = 0,
+    errno: int = 0,
+    kind: str | None = None,
+    flags: int = 0,
+    mode: int = 0,
+    entry: int = 0,
+) -> tuple:
     return (op, inode, path, path2, fh, 0, 0, errno, kind, flags, mode, entry, None)
 
 
@@ -418,6 +518,7 @@ def test_a_handle_whose_open_is_not_in_the_trace():
 
 # ---- the command -------------------------------------------------------------------------
 
+
 def _trace(directory: Path, rounds: int = 300, gap_ms: int = 150) -> int:
     """A format 3 trace of the job _workload describes, as a mount records it."""
     t, n = 10**12, 0
@@ -427,8 +528,30 @@ def _trace(directory: Path, rounds: int = 300, gap_ms: int = 150) -> int:
 
     def record(op, inode, path, fh=0, offset=0, size=0, result=0, kind="meta_read", flags=0, mode=0, entry=0):
         nonlocal t, n
-        w.record(TraceRecord(t, 500_000, op, inode, path, None, fh, offset, size, result, 0, 42, 0, 0, 0,
-                             comm="job", kind=kind, flags=flags, mode=mode, entry=entry))
+        w.record(
+            TraceRecord(
+                t,
+                500_000,
+                op,
+                inode,
+                path,
+                None,
+                fh,
+                offset,
+                size,
+                result,
+                0,
+                42,
+                0,
+                0,
+                0,
+                comm="job",
+                kind=kind,
+                flags=flags,
+                mode=mode,
+                entry=entry,
+            )
+        )
         t, n = t + 1_000_000, n + 1
 
     for i in range(rounds):
@@ -447,8 +570,16 @@ def _trace(directory: Path, rounds: int = 300, gap_ms: int = 150) -> int:
 
 def test_simulate_says_when_credits_run_out(tmp_path):
     records = _trace(tmp_path / "t")
-    args = ["simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst_credit_balance=2 GiB",
-            "--days", "7"]
+    args = [
+        "simulate",
+        str(tmp_path / "t"),
+        "--profile",
+        "efs-bursting",
+        "--set",
+        "burst_credit_balance=2 GiB",
+        "--days",
+        "7",
+    ]
     began = time.monotonic()
     out = json.loads(fusetrace(*args, "--json").stdout)
     took = time.monotonic() - began
@@ -462,16 +593,17 @@ def test_simulate_says_when_credits_run_out(tmp_path):
     assert c["change_per_repetition_bytes"] < 0
     # About a day in: the credits fall by what the job meters less what the baseline earns
     per_rep = out["metered_bytes_per_s"] * out["span_s"]
-    assert c["run_out_s"] == pytest.approx(2 * GiB / (per_rep - 1 * MiB * out["span_s"]) * out["span_s"],
-                                           rel=0.05)
+    assert c["run_out_s"] == pytest.approx(2 * GiB / (per_rep - 1 * MiB * out["span_s"]) * out["span_s"], rel=0.05)
     assert out["operations"]["simulated"] < out["operations"]["total"] / 100
     assert [s["simulated"] for s in out["spans"]][:3] == [True, False, True]
     assert out["samples"][-1]["t_s"] == 7 * 86400 and out["duration_s"] == 7 * 86400
     assert took < 60, took  # a week in seconds (under 3 s here, both runs of the command)
 
     text = fusetrace(*args, "--plot", str(tmp_path / "credits.png")).stdout
-    assert f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start " \
-           f"(simulated op by op); then 1.0 MiB/s is permitted" in text
+    assert (
+        f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
+        f"(simulated op by op); then 1.0 MiB/s is permitted" in text
+    )
     assert "extrapolated: 0+00:" in text and "op by op" in text
     assert (tmp_path / "credits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -503,21 +635,46 @@ def test_a_trace_too_large_to_keep_is_read_again_for_each_repetition(tmp_path, m
 
 def test_simulate_refuses_bad_input(tmp_path):
     _trace(tmp_path / "t", rounds=2)
-    one_line_error(fusetrace("simulate", str(tmp_path / "none"), "--profile", "efs-bursting", check=False),
-                   "no such trace directory", code=2)
-    one_line_error(fusetrace("simulate", str(tmp_path / "t"), "--profile", "no-such-profile", check=False),
-                   "no-such-profile", code=2)
-    one_line_error(fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst=1",
-                             check=False), "burst: unknown parameter", code=2)
-    one_line_error(fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--plot",
-                             str(tmp_path / "no" / "p.png"), check=False), "no such directory")
+    one_line_error(
+        fusetrace("simulate", str(tmp_path / "none"), "--profile", "efs-bursting", check=False),
+        "no such trace directory",
+        code=2,
+    )
+    one_line_error(
+        fusetrace("simulate", str(tmp_path / "t"), "--profile", "no-such-profile", check=False),
+        "no-such-profile",
+        code=2,
+    )
+    one_line_error(
+        fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst=1", check=False),
+        "burst: unknown parameter",
+        code=2,
+    )
+    one_line_error(
+        fusetrace(
+            "simulate",
+            str(tmp_path / "t"),
+            "--profile",
+            "efs-bursting",
+            "--plot",
+            str(tmp_path / "no" / "p.png"),
+            check=False,
+        ),
+        "no such directory",
+    )
 
 
 # ---- a real emulated mount against the simulation of its own trace ----------------------
 
-WORKLOADS = st.lists(st.tuples(st.sampled_from(["write", "append", "sync", "read", "stat", "mkdir", "rename",
-                                                "list", "remove"]), st.integers(0, 3), st.integers(1, 2048)),
-                     min_size=4, max_size=16)
+WORKLOADS = st.lists(
+    st.tuples(
+        st.sampled_from(["write", "append", "sync", "read", "stat", "mkdir", "rename", "list", "remove"]),
+        st.integers(0, 3),
+        st.integers(1, 2048),
+    ),
+    min_size=4,
+    max_size=16,
+)
 BALANCE = 64 * MiB
 
 
@@ -553,8 +710,9 @@ def _work(root: Path, steps) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(WORKLOADS)
 def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, workload):
     """The mount's own figures at unmount (its last per-minute sample) against the trace's
@@ -569,15 +727,25 @@ def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, wor
     final = metadata["metrics_per_minute"][-1]  # taken as the server stopped
     at = (metadata["start_monotonic_ns"] + final["wall_time"] * 1e9 - metadata["start_wall_ns"]) / 1e9
     rows = sorted(pq.read_table(m.trace).to_pylist(), key=lambda row: row["start_ns"])
-    calls = [(row["start_ns"] / 1e9, request.call(row["uid"]))
-             for request, row in zip(_rebuilt(rows), rows) if request is not None]
+    calls = [
+        (row["start_ns"] / 1e9, request.call(row["uid"]))
+        for request, row in zip(_rebuilt(rows), rows)
+        if request is not None
+    ]
     assert len(calls) == len(rows)
     params = load_params("efs-bursting", [f"burst_credit_balance={BALANCE}"])
     origin, first = metadata["emulation"]["started_monotonic_ns"] / 1e9, rows[0]["start_ns"] / 1e9
     model = Model(params, origin)
     charged: list[tuple] = []
-    TraceSim(model, lambda: calls, origin=origin, first=first, span=at - first, every=at - origin,
-             admitted=lambda c, t, a: charged.append((str(a.gate), a.rpcs, int(a.latency * 1e9)))).run(at - origin)
+    TraceSim(
+        model,
+        lambda: calls,
+        origin=origin,
+        first=first,
+        span=at - first,
+        every=at - origin,
+        admitted=lambda c, t, a: charged.append((str(a.gate), a.rpcs, int(a.latency * 1e9))),
+    ).run(at - origin)
     simulated = model.metrics(at)
 
     assert charged == [(row["gate"], row["nfs"], row["latency_ns"]) for row in rows]

@@ -47,8 +47,18 @@ def fleet(tmp_path_factory) -> Path:
         src.mkdir()
         mnt.mkdir()
         named = ("--host", host) if host == "web2" else ()
-        fusetrace("mount", str(src), str(mnt), "--attr-timeout", "0", "--entry-timeout", "0",
-                  "--trace", str(traces / f"host={host}"), *named)
+        fusetrace(
+            "mount",
+            str(src),
+            str(mnt),
+            "--attr-timeout",
+            "0",
+            "--entry-timeout",
+            "0",
+            "--trace",
+            str(traces / f"host={host}"),
+            *named,
+        )
         try:
             for i in range(n):
                 (mnt / f"f{i}").write_bytes(b"x" * 1000)
@@ -81,7 +91,11 @@ def test_report_over_two_hosts_has_a_line_per_host(fleet):
     for host, h in hosts.items():
         mine = df[df.host == host]
         assert (h["traces"], h["count"], h["errors"], h["total_ns"]) == (
-            1, len(mine), int((mine.errno != 0).sum()), int(mine.dur_ns.sum()))
+            1,
+            len(mine),
+            int((mine.errno != 0).sum()),
+            int(mine.dur_ns.sum()),
+        )
     assert sum(h["share"] for h in hosts.values()) == pytest.approx(1)
     # each host's files were created on that host
     by_host = json.loads(fusetrace("report", str(fleet / "*"), "--json", "--by", "host", "--op", "create").stdout)
@@ -89,7 +103,7 @@ def test_report_over_two_hosts_has_a_line_per_host(fleet):
     text = fusetrace("report", str(fleet / "*")).stdout
     lines = text.splitlines()
     assert lines[0].startswith("traces      2 traces from 2 hosts  (")
-    table = lines[lines.index("per host") + 1:]
+    table = lines[lines.index("per host") + 1 :]
     assert table[0].split() == ["host", "traces", "ops", "errors", "ops/s", "total", "%total", "span"]
     for host in FILES:
         row = next(ln for ln in table if ln.startswith(host + " ")).split()
@@ -106,8 +120,10 @@ def test_an_idle_hosts_trace_is_left_out_of_a_fleet_with_a_warning(fleet, tmp_pa
     (tmp_path / "mnt").mkdir()
     fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace", str(traces / "host=idle"))
     fusetrace("umount", str(tmp_path / "mnt"))  # nothing done through it
-    for command in (["report", str(traces / "*")], ["compare", str(traces / "host=web*"), "--against",
-                                                        str(traces / "*")]):
+    for command in (
+        ["report", str(traces / "*")],
+        ["compare", str(traces / "host=web*"), "--against", str(traces / "*")],
+    ):
         done = fusetrace(*command)
         assert f"{traces / 'host=idle'}: the mount recorded no operation; left out" in done.stderr, done.stderr
     assert fusetrace("report", str(traces / "*")).stdout.startswith("traces      2 traces from 2 hosts")
@@ -126,21 +142,26 @@ def test_duckdb_reads_the_fleet_as_documented(fleet):
     try:
         rows = db.sql(per_host).fetchall()
         first = db.sql(wall).fetchall()
-        unpartitioned = db.sql(per_host.replace("read_parquet('traces/*/*.parquet')",
-                                                "read_parquet('traces/*/*.parquet', hive_partitioning = false)")).fetchall()
+        unpartitioned = db.sql(
+            per_host.replace(
+                "read_parquet('traces/*/*.parquet')", "read_parquet('traces/*/*.parquet', hive_partitioning = false)"
+            )
+        ).fetchall()
     finally:
         os.chdir(cwd)
     assert unpartitioned == rows
-    assert [r[:3] for r in rows] == [(h, int((df.host == h).sum()), int(((df.host == h) & (df.errno != 0)).sum()))
-                                     for h in sorted(FILES)]
+    assert [r[:3] for r in rows] == [
+        (h, int((df.host == h).sum()), int(((df.host == h) & (df.errno != 0)).sum())) for h in sorted(FILES)
+    ]
     assert [r[3] for r in rows] == pytest.approx([df[df.host == h].dur_ns.sum() / 1e9 for h in sorted(FILES)])
     assert len(first) == 20 and [r[3] for r in first] == sorted(r[3] for r in first)
     assert first[0][0] == "web1"  # web1 was mounted, written and unmounted before web2 was mounted
 
 
 def test_compare_takes_globs_and_several_directories(fleet):
-    one = json.loads(fusetrace("compare", str(fleet / "host=web1"), str(fleet / "host=web2"), "--json",
-                               check=False).stdout)
+    one = json.loads(
+        fusetrace("compare", str(fleet / "host=web1"), str(fleet / "host=web2"), "--json", check=False).stdout
+    )
     assert one["a"]["hosts"] == ["web1"] and one["b"]["hosts"] == ["web2"]
     assert {r["op"]: r["a"]["count"] for r in one["ops"] if r["op"] == "create"} == {"create": FILES["web1"]}
     done = fusetrace("compare", str(fleet / "*"), "--against", str(fleet / "host=web2"), "--json", check=False)
@@ -193,8 +214,10 @@ def test_a_format_4_trace_still_reports_alone_and_in_a_fleet(fleet, tmp_path):
     meta.write(str(old), {**m, "format_version": 4, "host": "old-box"})
     alone = json.loads(fusetrace("report", str(old), "--json").stdout)
     assert alone["format_version"] == 4 and [h["host"] for h in alone["hosts"]] == ["old-box"]
-    assert alone["records"] == m["records"] and alone["ops"] == json.loads(
-        fusetrace("report", str(fleet / "host=web1"), "--json").stdout)["ops"]
+    assert (
+        alone["records"] == m["records"]
+        and alone["ops"] == json.loads(fusetrace("report", str(fleet / "host=web1"), "--json").stdout)["ops"]
+    )
     mixed = json.loads(fusetrace("report", str(old), str(fleet / "host=web2"), "--json", "--by", "host").stdout)
     assert mixed["format_version"] == 4 and {h["host"] for h in mixed["hosts"]} == {"old-box", "web2"}
     assert {r["host"] for r in mixed["ops"]} == {"old-box", "web2"}
@@ -208,28 +231,45 @@ def test_mistakes_are_one_line(fleet, tmp_path):
     (tmp_path / "empty").mkdir()
     for argv, needles in [
         (["report", str(tmp_path / "nothing-*")], [f"{tmp_path / 'nothing-*'}: matches nothing"]),
-        (["report", str(fleet / "host=web1"), str(tmp_path / "notes.txt")],
-         [f"{tmp_path / 'notes.txt'}: not a trace directory"]),
+        (
+            ["report", str(fleet / "host=web1"), str(tmp_path / "notes.txt")],
+            [f"{tmp_path / 'notes.txt'}: not a trace directory"],
+        ),
         (["report", str(tmp_path / "*")], [f"{tmp_path / 'empty'}: no trace files (*.parquet) in it"]),
-        (["report", str(fleet)], [f"{fleet}: no trace files (*.parquet) in it, but 2 trace directories below it",
-                                  f"give '{fleet / '*'}' (quoted)"]),
-        (["compare", str(fleet / "host=web1"), str(tmp_path / "none")], [f"{tmp_path / 'none'}: no such trace directory"]),
+        (
+            ["report", str(fleet)],
+            [
+                f"{fleet}: no trace files (*.parquet) in it, but 2 trace directories below it",
+                f"give '{fleet / '*'}' (quoted)",
+            ],
+        ),
+        (
+            ["compare", str(fleet / "host=web1"), str(tmp_path / "none")],
+            [f"{tmp_path / 'none'}: no such trace directory"],
+        ),
         (["compare", str(fleet / "x*"), str(fleet / "host=web1")], [f"{fleet / 'x*'}: matches nothing"]),
-        (["compare", str(fleet / "host=web1"), str(fleet / "host=web2"), str(fleet / "host=web2")],
-         ["give two traces, A B", "--against", "got 3"]),
+        (
+            ["compare", str(fleet / "host=web1"), str(fleet / "host=web2"), str(fleet / "host=web2")],
+            ["give two traces, A B", "--against", "got 3"],
+        ),
     ]:
         one_line_error(fusetrace(*argv, check=False), *needles, code=2)
 
 
-@pytest.mark.parametrize("argv, needles", [
-    (["--host", "web 1"], ["--host 'web 1': not a host name (1 to 64 letters, digits"]),
-    (["--host", "a/b"], ["--host 'a/b': not a host name"]),
-    (["--host", "x" * 65], ["not a host name"]),
-    (["--host", "web2", "--trace", "{tmp}/t/host=web1"],
-     ["--host web2: the trace directory {tmp}/t/host=web1 is named for host web1", "give --host web1"]),
-    (["--trace", "{tmp}/t/host=-bad"], ["--trace {tmp}/t/host=-bad: host='-bad' is not a host name"]),
-    (["--host", "web1"], ["--host web1: names the host in the trace; give --trace DIR with it"]),
-])
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["--host", "web 1"], ["--host 'web 1': not a host name (1 to 64 letters, digits"]),
+        (["--host", "a/b"], ["--host 'a/b': not a host name"]),
+        (["--host", "x" * 65], ["not a host name"]),
+        (
+            ["--host", "web2", "--trace", "{tmp}/t/host=web1"],
+            ["--host web2: the trace directory {tmp}/t/host=web1 is named for host web1", "give --host web1"],
+        ),
+        (["--trace", "{tmp}/t/host=-bad"], ["--trace {tmp}/t/host=-bad: host='-bad' is not a host name"]),
+        (["--host", "web1"], ["--host web1: names the host in the trace; give --trace DIR with it"]),
+    ],
+)
 def test_a_bad_host_is_refused_before_mounting(tmp_path, argv, needles):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
@@ -245,10 +285,10 @@ def test_pyspark_reads_the_fleet_as_documented(fleet):
     pytest.importorskip("pyspark")
     [example] = blocks("python")
     script = example + "\nimport json\nprint(json.dumps([row.asDict() for row in per_host.collect()]))\nspark.stop()\n"
-    done = subprocess.run([sys.executable, "-c", script], cwd=fleet.parent, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], cwd=fleet.parent, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])
     df = records(fleet)
     assert [(r["host"], r["ops"], r["total_ns"]) for r in rows] == [
-        (h, int((df.host == h).sum()), int(df[df.host == h].dur_ns.sum())) for h in sorted(FILES)]
+        (h, int((df.host == h).sum()), int(df[df.host == h].dur_ns.sum())) for h in sorted(FILES)
+    ]

@@ -47,15 +47,33 @@ def synthetic(n: int, seed: int = 7) -> dict[str, np.ndarray]:
 
 def write(directory, cols: dict[str, np.ndarray], batches: int = 4, **writer_args) -> TraceWriter:
     """Feed the records through a real TraceWriter, in `batches` flushes (several parts)."""
-    w = TraceWriter(directory, {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box"},
-                    flush_interval=0.01, **writer_args)
+    w = TraceWriter(
+        directory, {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box"}, flush_interval=0.01, **writer_args
+    )
     n = len(cols["start_ns"])
-    rows = [(int(cols["start_ns"][i]), int(cols["dur_ns"][i]), str(cols["op"][i]), 2, str(cols["path"][i]),
-             None, 3, 0, int(cols["size"][i]), int(cols["result"][i]), int(cols["errno"][i]),
-             int(cols["pid"][i]), 0, 0, 0) for i in range(n)]
+    rows = [
+        (
+            int(cols["start_ns"][i]),
+            int(cols["dur_ns"][i]),
+            str(cols["op"][i]),
+            2,
+            str(cols["path"][i]),
+            None,
+            3,
+            0,
+            int(cols["size"][i]),
+            int(cols["result"][i]),
+            int(cols["errno"][i]),
+            int(cols["pid"][i]),
+            0,
+            0,
+            0,
+        )
+        for i in range(n)
+    ]
     for b in range(batches):
         done = w.files
-        for r in rows[b * n // batches:(b + 1) * n // batches]:
+        for r in rows[b * n // batches : (b + 1) * n // batches]:
             w.record(TraceRecord(*r))
         poll(lambda done=done: w.files > done, timeout=5)
     return w
@@ -77,10 +95,15 @@ def expected(cols, mask) -> dict:
     dur = cols["dur_ns"][mask]
     io = np.isin(cols["op"][mask], ["read", "write"])
     span = (cols["start_ns"] + cols["dur_ns"]).max() - cols["start_ns"].min()
-    out = {"count": int(mask.sum()), "errors": int((cols["errno"][mask] != 0).sum()),
-           "bytes": int(cols["result"][mask][io].sum()), "total_ns": int(dur.sum()),
-           "mean_ns": dur.mean(), "max_ns": int(dur.max()),
-           "ops_per_s": mask.sum() / (span / 1e9)}
+    out = {
+        "count": int(mask.sum()),
+        "errors": int((cols["errno"][mask] != 0).sum()),
+        "bytes": int(cols["result"][mask][io].sum()),
+        "total_ns": int(dur.sum()),
+        "mean_ns": dur.mean(),
+        "max_ns": int(dur.max()),
+        "ops_per_s": mask.sum() / (span / 1e9),
+    }
     out.update({k: np.percentile(dur, p) for k, p in PCTS.items()})
     return out
 
@@ -145,14 +168,27 @@ def test_text_report(trace):
     assert "source      /mnt/efs on box, mounted at /mnt/t" in lines
     assert "dropped" not in text and "warning" not in text
     header = next(ln for ln in lines if ln.startswith("op "))
-    assert header.split() == ["op", "count", "errors", "ops/s", "MB/s", "mean", "p50", "p90", "p99",
-                              "p99.9", "max", "total", "%total", "errno"]
+    assert header.split() == [
+        "op",
+        "count",
+        "errors",
+        "ops/s",
+        "MB/s",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "max",
+        "total",
+        "%total",
+        "errno",
+    ]
     assert "█" in text and "read  (" in text
 
 
 def fusetrace(*args):
-    return subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_cli_json(trace, data):
@@ -201,8 +237,9 @@ def test_header_tells_of_drops_and_an_open_trace(tmp_path):
 
 
 def test_duckdb_reads_the_directory(trace, data):
-    rows = duckdb.sql(f"select op, quantile_cont(dur_ns, 0.99), count(*) from '{trace}/*.parquet' "
-                      f"group by op").fetchall()
+    rows = duckdb.sql(
+        f"select op, quantile_cont(dur_ns, 0.99), count(*) from '{trace}/*.parquet' group by op"
+    ).fetchall()
     for op, p99, n in rows:
         dur = data["dur_ns"][data["op"] == op]
         assert n == len(dur) and p99 == pytest.approx(np.percentile(dur, 99), rel=1e-9)
@@ -218,7 +255,8 @@ def test_pandas_reads_the_directory_while_a_part_is_being_written(trace, data):
     assert len(df) == 20_000 and list(df["dur_ns"]) == list(data["dur_ns"])
     assert isinstance(df["op"].dtype, pd.CategoricalDtype)
     assert df.groupby("op", observed=True)["dur_ns"].quantile(0.99)["read"] == pytest.approx(
-        np.percentile(data["dur_ns"][data["op"] == "read"], 99))
+        np.percentile(data["dur_ns"][data["op"] == "read"], 99)
+    )
 
 
 def test_parts_without_metadata_still_report(trace, tmp_path):
@@ -234,10 +272,21 @@ def test_parts_without_metadata_still_report(trace, tmp_path):
 # ---- an emulated trace: where the modelled time went ---------------------------------------
 
 GATES = np.array(["latency", "iops", "file", "throughput", "cache"])
-EMULATED = {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box",
-            "emulation": {"profile": "efs-2016", "params": {}},
-            "host_load": {"ops": 900, "added_share": 0.031, "queued_share": 0.011, "loop_busy": 0.42,
-                          "host_bound": False, "extending_writes": 0}, "warnings": []}
+EMULATED = {
+    "source": "/mnt/efs",
+    "mountpoint": "/mnt/t",
+    "host": "box",
+    "emulation": {"profile": "efs-2016", "params": {}},
+    "host_load": {
+        "ops": 900,
+        "added_share": 0.031,
+        "queued_share": 0.011,
+        "loop_busy": 0.42,
+        "host_bound": False,
+        "extending_writes": 0,
+    },
+    "warnings": [],
+}
 
 
 def shaped(n: int, seed: int = 3) -> dict[str, np.ndarray]:
@@ -255,11 +304,30 @@ def write_shaped(directory, cols: dict[str, np.ndarray], metadata: dict) -> None
     with TraceWriter(directory, metadata, flush_interval=3600) as w:
         for i in range(len(cols["start_ns"])):
             gate = cols["gate"][i]
-            w.record(TraceRecord(int(cols["start_ns"][i]), int(cols["dur_ns"][i]), str(cols["op"][i]), 2,
-                                 str(cols["path"][i]), None, 3, 0, int(cols["size"][i]), int(cols["result"][i]),
-                                 int(cols["errno"][i]), int(cols["pid"][i]), 0, 0, 0, gate,
-                                 int(cols["wait_ns"][i]), int(cols["latency_ns"][i]), int(cols["transfer_ns"][i]),
-                                 None if gate is None else "GETATTR"))
+            w.record(
+                TraceRecord(
+                    int(cols["start_ns"][i]),
+                    int(cols["dur_ns"][i]),
+                    str(cols["op"][i]),
+                    2,
+                    str(cols["path"][i]),
+                    None,
+                    3,
+                    0,
+                    int(cols["size"][i]),
+                    int(cols["result"][i]),
+                    int(cols["errno"][i]),
+                    int(cols["pid"][i]),
+                    0,
+                    0,
+                    0,
+                    gate,
+                    int(cols["wait_ns"][i]),
+                    int(cols["latency_ns"][i]),
+                    int(cols["transfer_ns"][i]),
+                    None if gate is None else "GETATTR",
+                )
+            )
 
 
 def test_where_the_modelled_time_went_matches_numpy(tmp_path):
@@ -281,12 +349,23 @@ def test_where_the_modelled_time_went_matches_numpy(tmp_path):
 def test_text_report_of_an_emulated_trace(tmp_path):
     write_shaped(tmp_path / "t", shaped(500), EMULATED)
     lines = render(Trace(tmp_path / "t").summary()).splitlines()
-    assert ("emulated    efs-2016; the host kept up with the model (the host added 3.1 % to the modelled time "
-            "(replies late 2.0 %, unread in the kernel 1.1 %), loop busy 42 %)") in lines
+    assert (
+        "emulated    efs-2016; the host kept up with the model (the host added 3.1 % to the modelled time "
+        "(replies late 2.0 %, unread in the kernel 1.1 %), loop busy 42 %)"
+    ) in lines
     assert "warning" not in "\n".join(lines) and not any(ln.startswith("write-back") for ln in lines)
     at = lines.index("where the modelled time went")
-    assert lines[at + 1].split() == ["op", "shaped", "modelled", "mean", "wait%", "latency%", "transfer%", "gates",
-                                     "(operations)"]
+    assert lines[at + 1].split() == [
+        "op",
+        "shaped",
+        "modelled",
+        "mean",
+        "wait%",
+        "latency%",
+        "transfer%",
+        "gates",
+        "(operations)",
+    ]
     read = next(ln for ln in lines[at:] if ln.startswith("read "))
     assert sum(float(x) for x in read.split()[4:7]) == pytest.approx(100, abs=0.2)
 
@@ -300,14 +379,19 @@ def test_a_write_back_trace_says_what_its_writes_are(tmp_path):
 
 def test_an_emulated_run_that_was_flagged_or_host_bound_says_so(tmp_path):
     note = "kernel-serialised extending writes: 250 (FUSE runs O_DIRECT writes past the end of a file ...)"
-    bound = {**EMULATED, "warnings": [note],
-             "host_load": {**EMULATED["host_load"], "added_share": 0.4, "host_bound": True, "extending_writes": 250}}
+    bound = {
+        **EMULATED,
+        "warnings": [note],
+        "host_load": {**EMULATED["host_load"], "added_share": 0.4, "host_bound": True, "extending_writes": 250},
+    }
     del bound["host_load"]["queued_share"]  # a trace from before the kernel's queue was measured
     write_shaped(tmp_path / "t", shaped(100), bound)
     text = render(Trace(tmp_path / "t").summary())
-    assert ("emulated    efs-2016; HOST-BOUND: the host, not the model, set the pace (the host added 40.0 % to "
-            "the modelled time (replies late 40.0 %, kernel queue not measured: a loop busy over 75 % counts), "
-            "loop busy 42 %)") in text
+    assert (
+        "emulated    efs-2016; HOST-BOUND: the host, not the model, set the pace (the host added 40.0 % to "
+        "the modelled time (replies late 40.0 %, kernel queue not measured: a loop busy over 75 % counts), "
+        "loop busy 42 %)"
+    ) in text
     assert f"warning     {note}" in text
 
 
@@ -345,19 +429,34 @@ def rich(n: int, seed: int = 11) -> pd.DataFrame:
     directory = rng.choice(DIRS, n)
     path = np.array([f"{d.rstrip('/')}/f{i}" for d, i in zip(directory, rng.integers(0, 6, n))])
     u = rng.random(n)
-    err = np.select([(op == "lookup") & (u < 0.3), (op == "getxattr") & (u < 0.8), (op == "read") & (u < 0.05),
-                     (op == "write") & (u < 0.03)], [errno.ENOENT, errno.ENODATA, errno.EACCES, 999], 0)
+    err = np.select(
+        [
+            (op == "lookup") & (u < 0.3),
+            (op == "getxattr") & (u < 0.8),
+            (op == "read") & (u < 0.05),
+            (op == "write") & (u < 0.03),
+        ],
+        [errno.ENOENT, errno.ENODATA, errno.EACCES, 999],
+        0,
+    )
     pid = rng.integers(200, 205, n)
     comm = np.array([COMMS.get(p, "") for p in pid], dtype=object)
     comm[(pid == 204) & (u < 0.5)] = "cat"  # 204: half its records named, half not (the process was gone)
     size = np.where(np.isin(op, ["read", "write"]), rng.choice([4096, 65536], n), 0)
-    return pd.DataFrame({
-        "start_ns": T0 + np.concatenate([[0], np.cumsum(rng.integers(0, 400_000, n - 1))]),
-        "dur_ns": np.rint(rng.lognormal(11, 1.5, n)).astype(np.int64),
-        "op": op, "path": path,
-        "path2": np.where(op == "getxattr", rng.choice(["security.capability", "user.x"], n, p=[0.9, 0.1]), None),
-        "size": size, "result": np.where(err == 0, size, 0), "errno": err, "pid": pid, "comm": comm,
-    })
+    return pd.DataFrame(
+        {
+            "start_ns": T0 + np.concatenate([[0], np.cumsum(rng.integers(0, 400_000, n - 1))]),
+            "dur_ns": np.rint(rng.lognormal(11, 1.5, n)).astype(np.int64),
+            "op": op,
+            "path": path,
+            "path2": np.where(op == "getxattr", rng.choice(["security.capability", "user.x"], n, p=[0.9, 0.1]), None),
+            "size": size,
+            "result": np.where(err == 0, size, 0),
+            "errno": err,
+            "pid": pid,
+            "comm": comm,
+        }
+    )
 
 
 def write3(directory, df: pd.DataFrame, metadata: dict | None = None) -> None:
@@ -366,9 +465,26 @@ def write3(directory, df: pd.DataFrame, metadata: dict | None = None) -> None:
     with TraceWriter(directory, {**base, **(metadata or {})}, flush_interval=3600) as w:
         for r in df.itertuples(index=False):
             path2 = r.path2 if isinstance(r.path2, str) else None  # pandas holds a missing one as NaN
-            w.record(TraceRecord(int(r.start_ns), int(r.dur_ns), str(r.op), 2, str(r.path), path2, 0, 0,
-                                 int(r.size), int(r.result), int(r.errno), int(r.pid), 0, 0, 0,
-                                 comm=str(r.comm)))
+            w.record(
+                TraceRecord(
+                    int(r.start_ns),
+                    int(r.dur_ns),
+                    str(r.op),
+                    2,
+                    str(r.path),
+                    path2,
+                    0,
+                    0,
+                    int(r.size),
+                    int(r.result),
+                    int(r.errno),
+                    int(r.pid),
+                    0,
+                    0,
+                    0,
+                    comm=str(r.comm),
+                )
+            )
 
 
 @pytest.fixture(scope="module")
@@ -395,22 +511,59 @@ def errnos_of(df: pd.DataFrame) -> dict[str, int]:
     return {errno.errorcode.get(int(k), f"errno {k}"): int(v) for k, v in counts.items()}
 
 
-@pytest.mark.parametrize("glob, path, matches", [
-    ("/a/*", "/a/b", True), ("/a/*", "/a/b/c", False), ("/a/*", "/a", False), ("/a/*", "/a/", True),
-    ("/a/**", "/a/b", True), ("/a/**", "/a/b/c", True), ("/a/**", "/a", False),
-    ("/a/**/c", "/a/c", True), ("/a/**/c", "/a/b/c", True), ("/a/**/c", "/a/b/x/c", True), ("/a/**/c", "/a/bc", False),
-    ("/a**", "/a/b/c", True), ("/a/***", "/a/b/c", True),
-    ("*.o", "/x.o", True), ("*.o", "/d/e/x.o", True), ("*.o", "/d/x.oo", False), ("*.o", "/d.o/x", False),
-    ("d/*.c", "/d/a.c", True), ("d/*.c", "/x/d/a.c", True), ("d/*.c", "/xd/a.c", False),
-    ("/f?", "/f1", True), ("/f?", "/f12", False), ("/f?", "/f/", False),
-    ("/[ab]*", "/a1", True), ("/[ab]*", "/b", True), ("/[ab]*", "/c", False),
-    ("/[!ab]", "/c", True), ("/[!ab]", "/a", False), ("/x[!a]y", "/x/y", False),
-    ("/[a-c]", "/b", True), ("/[a-c]", "/-", False), ("/x[]]", "/x]", True), ("/x[[]", "/x[", True),
-    ("/x[\\]", "/x\\", True), ("/x[!]]", "/xa", True), ("/x[!]]", "/x]", False), ("/x[!^]", "/xa", True),
-    ("/a.b", "/axb", False), ("/a+b", "/aab", False), ("/a+b", "/a+b", True), ("/(1)|x", "/(1)|x", True),
-    ("/it's", "/it's", True), ("/\\x80*", "/\\x80abc", True), ("/\\x80*", "/x80abc", False),
-    ("/é?", "/éa", True), ("/{a,b}", "/{a,b}", True), ("/{a,b}", "/a", False), ("/$^", "/$^", True),
-])
+@pytest.mark.parametrize(
+    "glob, path, matches",
+    [
+        ("/a/*", "/a/b", True),
+        ("/a/*", "/a/b/c", False),
+        ("/a/*", "/a", False),
+        ("/a/*", "/a/", True),
+        ("/a/**", "/a/b", True),
+        ("/a/**", "/a/b/c", True),
+        ("/a/**", "/a", False),
+        ("/a/**/c", "/a/c", True),
+        ("/a/**/c", "/a/b/c", True),
+        ("/a/**/c", "/a/b/x/c", True),
+        ("/a/**/c", "/a/bc", False),
+        ("/a**", "/a/b/c", True),
+        ("/a/***", "/a/b/c", True),
+        ("*.o", "/x.o", True),
+        ("*.o", "/d/e/x.o", True),
+        ("*.o", "/d/x.oo", False),
+        ("*.o", "/d.o/x", False),
+        ("d/*.c", "/d/a.c", True),
+        ("d/*.c", "/x/d/a.c", True),
+        ("d/*.c", "/xd/a.c", False),
+        ("/f?", "/f1", True),
+        ("/f?", "/f12", False),
+        ("/f?", "/f/", False),
+        ("/[ab]*", "/a1", True),
+        ("/[ab]*", "/b", True),
+        ("/[ab]*", "/c", False),
+        ("/[!ab]", "/c", True),
+        ("/[!ab]", "/a", False),
+        ("/x[!a]y", "/x/y", False),
+        ("/[a-c]", "/b", True),
+        ("/[a-c]", "/-", False),
+        ("/x[]]", "/x]", True),
+        ("/x[[]", "/x[", True),
+        ("/x[\\]", "/x\\", True),
+        ("/x[!]]", "/xa", True),
+        ("/x[!]]", "/x]", False),
+        ("/x[!^]", "/xa", True),
+        ("/a.b", "/axb", False),
+        ("/a+b", "/aab", False),
+        ("/a+b", "/a+b", True),
+        ("/(1)|x", "/(1)|x", True),
+        ("/it's", "/it's", True),
+        ("/\\x80*", "/\\x80abc", True),
+        ("/\\x80*", "/x80abc", False),
+        ("/é?", "/éa", True),
+        ("/{a,b}", "/{a,b}", True),
+        ("/{a,b}", "/a", False),
+        ("/$^", "/$^", True),
+    ],
+)
 def test_path_glob_matches_as_documented(glob, path, matches):
     """DuckDB (RE2) runs the expression: `*` stays within a name, `**` crosses `/`."""
     [(found,)] = duckdb.execute("select regexp_full_match(?, ?)", [path, glob_regex(glob)]).fetchall()
@@ -427,10 +580,22 @@ def test_path_glob_refuses_an_open_class():
 def test_filters_combined_match_pandas(trace3, rich_df):
     df = rich_df
     t = (df.start_ns - T0) / 1e9
-    f = Filters(ops=("read", "write", "lookup"), pids=(200, 201, 202, 204), comms=("make", "cc1", "cat"),
-                path="/src/**", since="0.2", until="0.9")
-    mine = df[df.op.isin(["read", "write", "lookup"]) & df.pid.isin([200, 201, 202, 204])
-              & df.comm.isin(["make", "cc1", "cat"]) & df.path.str.startswith("/src/") & (t >= 0.2) & (t < 0.9)]
+    f = Filters(
+        ops=("read", "write", "lookup"),
+        pids=(200, 201, 202, 204),
+        comms=("make", "cc1", "cat"),
+        path="/src/**",
+        since="0.2",
+        until="0.9",
+    )
+    mine = df[
+        df.op.isin(["read", "write", "lookup"])
+        & df.pid.isin([200, 201, 202, 204])
+        & df.comm.isin(["make", "cc1", "cat"])
+        & df.path.str.startswith("/src/")
+        & (t >= 0.2)
+        & (t < 0.9)
+    ]
     assert 100 < len(mine) < len(df) / 4
     trace = Trace(trace3, f)
     assert (trace.records, trace.matched) == (len(df), len(mine))
@@ -447,13 +612,24 @@ def test_filters_combined_match_pandas(trace3, rich_df):
     timeline = trace.timeline()
     assert timeline is not None and sum(b["ops"] for b in timeline["buckets"]) == len(mine)
     s = trace.summary()
-    assert s["filters"]["options"] == ["--op read,write,lookup", "--pid 200", "--pid 201", "--pid 202", "--pid 204",
-                                       "--comm make", "--comm cc1", "--comm cat", "--path /src/**",
-                                       "--since 0.2", "--until 0.9"]
+    assert s["filters"]["options"] == [
+        "--op read,write,lookup",
+        "--pid 200",
+        "--pid 201",
+        "--pid 202",
+        "--pid 204",
+        "--comm make",
+        "--comm cc1",
+        "--comm cat",
+        "--path /src/**",
+        "--since 0.2",
+        "--until 0.9",
+    ]
     assert s["coverage"]["span_ns"] == trace.span_ns
     header = render(s).splitlines()[3]
     assert header.startswith("filters     --op read,write,lookup  --pid 200") and header.endswith(
-        f": {len(mine):,} of {len(df):,} records")
+        f": {len(mine):,} of {len(df):,} records"
+    )
     assert "(since +0.200 s, " in header and "; until +0.900 s, " in header
 
 
@@ -482,7 +658,11 @@ def test_by_comm_dir_and_pid_match_pandas(trace3, rich_df, by):
     for r in rows:
         sel = df[(df[by] == r[by]) & (df.op == r["op"])]
         assert (r["count"], r["total_ns"], r["errors"], r["errnos"]) == (
-            len(sel), sel.dur_ns.sum(), (sel.errno != 0).sum(), errnos_of(sel))
+            len(sel),
+            sel.dur_ns.sum(),
+            (sel.errno != 0).sum(),
+            errnos_of(sel),
+        )
     assert sum(r["count"] for r in rows) == len(df)
     if by == "pid":
         comms = {r["pid"]: r["comms"] for r in rows}
@@ -490,15 +670,30 @@ def test_by_comm_dir_and_pid_match_pandas(trace3, rich_df, by):
 
 
 def test_by_dir_files_a_directory_listing_under_the_directory(tmp_path):
-    df = pd.DataFrame({"start_ns": T0 + np.arange(6) * 1000, "dur_ns": 10,
-                       "op": ["readdir", "opendir", "lookup", "getattr", "mkdir", "getattr"],
-                       "path": ["/a/b", "/a/b", "/a/b/c", "/a/b", "/x", "/"], "path2": None, "size": 0,
-                       "result": 0, "errno": 0, "pid": 1, "comm": "ls"})
+    df = pd.DataFrame(
+        {
+            "start_ns": T0 + np.arange(6) * 1000,
+            "dur_ns": 10,
+            "op": ["readdir", "opendir", "lookup", "getattr", "mkdir", "getattr"],
+            "path": ["/a/b", "/a/b", "/a/b/c", "/a/b", "/x", "/"],
+            "path2": None,
+            "size": 0,
+            "result": 0,
+            "errno": 0,
+            "pid": 1,
+            "comm": "ls",
+        }
+    )
     write3(tmp_path / "t", df)
     rows, _ = Trace(tmp_path / "t").ops("dir")
     assert sorted((r["dir"], r["op"]) for r in rows) == [
-        ("/", "getattr"), ("/", "mkdir"), ("/a", "getattr"), ("/a/b", "lookup"), ("/a/b", "opendir"),
-        ("/a/b", "readdir")]
+        ("/", "getattr"),
+        ("/", "mkdir"),
+        ("/a", "getattr"),
+        ("/a/b", "lookup"),
+        ("/a/b", "opendir"),
+        ("/a/b", "readdir"),
+    ]
 
 
 def test_text_names_processes_and_errors(trace3, rich_df, capsys):
@@ -560,17 +755,27 @@ def test_coverage_lines(trace3, tmp_path):
     flight = next(ln for ln in lines if ln.startswith("in flight   "))
     assert "had an operation in flight; their latencies sum to" in flight
     assert next(ln for ln in lines if ln.startswith("round trip  ")).startswith(
-        "round trip  with FUSE's (40.0µs each, measured at mount) added to each operation: ")
+        "round trip  with FUSE's (40.0µs each, measured at mount) added to each operation: "
+    )
     assert next(ln for ln in lines if ln.startswith("the rest    ")).endswith(
-        "of the span: the application's own time (CPU, other I/O, waiting) and what the kernel answered from its "
-        "caches")
+        "of the span: the application's own time (CPU, other I/O, waiting) and what the kernel answered from its caches"
+    )
     write3(tmp_path / "t", rich(50))  # no round trip in the metadata
-    assert "round trip  FUSE's own, before and after each operation: not measured (not in its _metadata.json)" in \
-        render(Trace(tmp_path / "t").summary())
+    assert (
+        "round trip  FUSE's own, before and after each operation: not measured (not in its _metadata.json)"
+        in render(Trace(tmp_path / "t").summary())
+    )
 
 
-def hint_trace(tmp_path, ops: dict[str, int], errors: dict[str, int] | None = None, metadata: dict | None = None,
-               files: int = 3, other_writes: int = 0, size: int = 0) -> list[str]:
+def hint_trace(
+    tmp_path,
+    ops: dict[str, int],
+    errors: dict[str, int] | None = None,
+    metadata: dict | None = None,
+    files: int = 3,
+    other_writes: int = 0,
+    size: int = 0,
+) -> list[str]:
     """The hints of a trace of `ops` ({op: count}) on `files` files, `errors[op]` of them
     failing as lookups and getxattrs do (ENOENT, ENODATA), and `other_writes` to other files;
     every record of `size` bytes."""
@@ -581,8 +786,15 @@ def hint_trace(tmp_path, ops: dict[str, int], errors: dict[str, int] | None = No
         rows += [(op, code if i < failing else 0, f"/d/f{i % files}") for i in range(count)]
     df = pd.DataFrame(rows, columns=["op", "errno", "path"])
     n = len(df)
-    df = df.assign(start_ns=T0 + np.arange(n) * 1000, dur_ns=500, size=size, result=0, pid=7, comm="sqlite3",
-                   path2=np.where(df.op == "getxattr", "security.capability", None))
+    df = df.assign(
+        start_ns=T0 + np.arange(n) * 1000,
+        dur_ns=500,
+        size=size,
+        result=0,
+        pid=7,
+        comm="sqlite3",
+        path2=np.where(df.op == "getxattr", "security.capability", None),
+    )
     d = tmp_path / f"t{len(list(tmp_path.iterdir()))}"
     write3(d, df, metadata)
     return [h["hint"] for h in Trace(d).hints()]
@@ -594,17 +806,25 @@ def test_xattr_miss_hint(tmp_path):
     assert hint_trace(tmp_path, {"getxattr": 25, "write": 75}) == []  # found: not a miss
 
 
-@pytest.mark.parametrize("names, said", [
-    ({"user.a": 10, "user.b": 6, "user.c": 3, "user.d": 1}, "user.a 10, user.b 6, 2 other names 4"),
-    ({"user.a": 10, "user.b": 6, "user.c": 4}, "user.a 10, user.b 6, 1 other name 4"),
-    ({"user.a": 10, "user.b": 10}, "user.a 10, user.b 10"),
-])
+@pytest.mark.parametrize(
+    "names, said",
+    [
+        ({"user.a": 10, "user.b": 6, "user.c": 3, "user.d": 1}, "user.a 10, user.b 6, 2 other names 4"),
+        ({"user.a": 10, "user.b": 6, "user.c": 4}, "user.a 10, user.b 6, 1 other name 4"),
+        ({"user.a": 10, "user.b": 10}, "user.a 10, user.b 10"),
+    ],
+)
 def test_xattr_miss_hint_counts_the_names_it_does_not_name(tmp_path, capsys, names, said):
     attrs = [name for name, k in names.items() for _ in range(k)]
     n = 2 * len(attrs)
-    df = pd.DataFrame({"op": ["getxattr"] * len(attrs) + ["read"] * len(attrs),
-                       "errno": [errno.ENODATA] * len(attrs) + [0] * len(attrs),
-                       "path": "/d/f", "path2": attrs + [None] * len(attrs)})
+    df = pd.DataFrame(
+        {
+            "op": ["getxattr"] * len(attrs) + ["read"] * len(attrs),
+            "errno": [errno.ENODATA] * len(attrs) + [0] * len(attrs),
+            "path": "/d/f",
+            "path2": attrs + [None] * len(attrs),
+        }
+    )
     df = df.assign(start_ns=T0 + np.arange(n) * 1000, dur_ns=500, size=0, result=0, pid=7, comm="ls")
     write3(tmp_path / "t", df)
     [hint] = [ln for ln in report(capsys, str(tmp_path / "t")).stdout.splitlines() if ln.startswith("- getxattr")]
@@ -613,18 +833,36 @@ def test_xattr_miss_hint_counts_the_names_it_does_not_name(tmp_path, capsys, nam
 
 def test_removed_while_open_hint_counts_the_names_an_nfs_client_hides(tmp_path, capsys):
     rows = [("unlink", 5, 0), ("unlink", 0, 0), ("rename", 6, 0), ("unlink", 7, errno.ENOENT), ("read", 0, 0)]
-    records = [TraceRecord(T0 + i * 1000, 500, op, 2, f"/d/f{i}", None, 0, 0, 0, 0, err, 7, 0, 0, 0, comm="app",
-                           entry=entry) for i, (op, entry, err) in enumerate(rows)]
-    with TraceWriter(tmp_path / "t", {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box"},
-                     flush_interval=3600) as w:
+    records = [
+        TraceRecord(T0 + i * 1000, 500, op, 2, f"/d/f{i}", None, 0, 0, 0, 0, err, 7, 0, 0, 0, comm="app", entry=entry)
+        for i, (op, entry, err) in enumerate(rows)
+    ]
+    with TraceWriter(
+        tmp_path / "t", {"source": "/mnt/efs", "mountpoint": "/mnt/t", "host": "box"}, flush_interval=3600
+    ) as w:
         for r in records:
             w.record(r)
     [hint] = [ln for ln in report(capsys, str(tmp_path / "t")).stdout.splitlines() if ln.startswith("- unlink")]
-    assert hint.startswith("- unlink, rename: 2 names of files still open removed or replaced: an NFS client "
-                           "renames each"), hint
-    write3(tmp_path / "u", pd.DataFrame({"op": ["unlink"], "path": ["/f"], "path2": [None], "start_ns": [T0],
-                                         "dur_ns": [1], "size": [0], "result": [0], "errno": [0], "pid": [7],
-                                         "comm": ["app"]}))
+    assert hint.startswith(
+        "- unlink, rename: 2 names of files still open removed or replaced: an NFS client renames each"
+    ), hint
+    write3(
+        tmp_path / "u",
+        pd.DataFrame(
+            {
+                "op": ["unlink"],
+                "path": ["/f"],
+                "path2": [None],
+                "start_ns": [T0],
+                "dur_ns": [1],
+                "size": [0],
+                "result": [0],
+                "errno": [0],
+                "pid": [7],
+                "comm": ["app"],
+            }
+        ),
+    )
     assert "- unlink" not in report(capsys, str(tmp_path / "u")).stdout  # a name not open: no hint
 
 
@@ -656,8 +894,7 @@ def test_fsync_hint_judges_each_process_by_its_own_writes(tmp_path):
     rows = [("write", "/bulk", 8) for _ in range(2000)] + [("fsync", "/bulk", 8)]
     rows += [(op, "/db", 7) for _ in range(30) for op in ("write", "write", "fsync")]
     df = pd.DataFrame(rows, columns=["op", "path", "pid"])
-    df = df.assign(start_ns=T0 + np.arange(len(df)) * 1000, dur_ns=500, size=0, result=0, comm="x",
-                   errno=0, path2=None)
+    df = df.assign(start_ns=T0 + np.arange(len(df)) * 1000, dur_ns=500, size=0, result=0, comm="x", errno=0, path2=None)
     write3(tmp_path / "t", df, None)
     [hint] = [h for h in Trace(tmp_path / "t").hints() if h["hint"] == "fsync-per-write"]
     assert (hint["syncs"], hint["writes"], hint["synced"]) == (30, 60, 1)
@@ -684,14 +921,17 @@ def test_hints_in_text_and_json(tmp_path, capsys):
     d = next(tmp_path.iterdir())
     text = report(capsys, str(d)).stdout
     at = text.splitlines().index("hints")
-    hints = text.splitlines()[at + 1:]
+    hints = text.splitlines()[at + 1 :]
     assert len(hints) == 3 and all(h.startswith("- ") for h in hints)
-    assert hints[0].startswith("- getxattr: 26.1 % of the records are look-ups of extended attributes the file does "
-                               "not have (security.capability 30): mount with --no-xattrs")
+    assert hints[0].startswith(
+        "- getxattr: 26.1 % of the records are look-ups of extended attributes the file does "
+        "not have (security.capability 30): mount with --no-xattrs"
+    )
     assert hints[1].startswith("- lookup: 26.1 % of the records look up names that do not exist (most in /d: 30)")
     assert "this mount caches no absent names" in hints[1]
-    assert hints[2].startswith("- fsync: 25 calls (fsyncdir included) on 3 files and directories, one for every 1.2 "
-                               "writes to them, ")
+    assert hints[2].startswith(
+        "- fsync: 25 calls (fsyncdir included) on 3 files and directories, one for every 1.2 writes to them, "
+    )
     out = json.loads(report(capsys, str(d), "--json").stdout)
     assert [h["hint"] for h in out["hints"]] == ["xattr-misses", "failed-lookups", "fsync-per-write"]
     assert out["hints"][2]["syncs"] == 25 and out["hints"][2]["writes"] == 30
@@ -709,9 +949,12 @@ def test_timeline_matches_numpy(trace3, rich_df):
     assert len(timeline["buckets"]) == n <= 60
     assert n > 60 / 2.5  # the next width down, 1, 2 or 5 times a power of ten, would need more than 60
     ok = rich_df.errno == 0
-    want = {"ops": np.bincount(b, minlength=n), "errors": np.bincount(b, weights=~ok, minlength=n),
-            "read_bytes": np.bincount(b, weights=np.where(rich_df.op == "read", rich_df.result, 0), minlength=n),
-            "write_bytes": np.bincount(b, weights=np.where(rich_df.op == "write", rich_df.result, 0), minlength=n)}
+    want = {
+        "ops": np.bincount(b, minlength=n),
+        "errors": np.bincount(b, weights=~ok, minlength=n),
+        "read_bytes": np.bincount(b, weights=np.where(rich_df.op == "read", rich_df.result, 0), minlength=n),
+        "write_bytes": np.bincount(b, weights=np.where(rich_df.op == "write", rich_df.result, 0), minlength=n),
+    }
     for k, v in want.items():
         assert [x[k] for x in timeline["buckets"]] == v.tolist(), k
     first = timeline["buckets"][3]
@@ -739,7 +982,7 @@ def test_timeline_text_and_plot(trace3, tmp_path, capsys):
     at = lines.index("timeline")
     assert lines[at + 1].split() == ["t", "(s)", "time", "ops", "ops/s", "read", "MB/s", "write", "MB/s", "errors"]
     assert f"drawn into {png}" in done.stdout
-    rows = lines[at + 3:next(i for i, ln in enumerate(lines) if ln.startswith("(operations that started"))]
+    rows = lines[at + 3 : next(i for i, ln in enumerate(lines) if ln.startswith("(operations that started"))]
     assert sum(int(r.split()[2].replace(",", "")) for r in rows) == Trace(trace3, Filters(ops=("read",))).matched
     assert "█" in "\n".join(rows)
     out = json.loads(report(capsys, str(trace3), "--timeline", "--json").stdout)
@@ -751,8 +994,14 @@ def test_json_has_everything(trace3, rich_df, capsys):
     assert out["format_version"] == 6 and out["by"] == "dir" and out["top"] is None
     assert out["faults"] == []  # no rule acted on any of its records
     assert out["filters"]["comm"] == ["make"] and out["matched"] == (rich_df.comm == "make").sum()
-    assert set(out["coverage"]) >= {"span_ns", "busy_ns", "busy_share", "round_trip_ns", "busy_with_round_trip_ns",
-                                    "rest_share"}
+    assert set(out["coverage"]) >= {
+        "span_ns",
+        "busy_ns",
+        "busy_share",
+        "round_trip_ns",
+        "busy_with_round_trip_ns",
+        "rest_share",
+    }
     assert out["hints"] and out["histograms"]
     assert sum(sum(r["errnos"].values()) for r in out["ops"]) == ((rich_df.comm == "make") & (rich_df.errno != 0)).sum()
 
@@ -784,18 +1033,21 @@ def test_since_and_until_as_wall_clock_times(tmp_path, capsys, monkeypatch):
         _time.tzset()
 
 
-@pytest.mark.parametrize("argv, needles", [
-    (["--since", "abc"], ["--since abc: not seconds since the trace's first record (12.5), a time of day"]),
-    (["--until", "-1"], ["--until -1: seconds since the trace's first record must be 0 or more"]),
-    (["--since", "25:00"], ["--since 25:00: not seconds"]),
-    (["--since", "nan"], ["--since nan: seconds since"]),
-    (["--since", "2", "--until", "1"], ["--since 2 is not before --until 1"]),
-    (["--path", "/src/[ab"], ["--path /src/[ab: a [ opens a character class that has no ]"]),
-    (["--op", "reed"], ["--op reed: not a FUSE operation (one of: lookup, getattr"]),
-    (["--plot", "x.png"], ["--plot x.png: draws the timeline; give --timeline with it"]),
-    (["--timeline", "--plot", "x.jpg"], ["--plot x.jpg: the plot is a PNG; name the file .png"]),
-    (["--timeline", "--plot", "/nonexistent/x.png"], ["--plot /nonexistent/x.png: no such directory /nonexistent"]),
-])
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["--since", "abc"], ["--since abc: not seconds since the trace's first record (12.5), a time of day"]),
+        (["--until", "-1"], ["--until -1: seconds since the trace's first record must be 0 or more"]),
+        (["--since", "25:00"], ["--since 25:00: not seconds"]),
+        (["--since", "nan"], ["--since nan: seconds since"]),
+        (["--since", "2", "--until", "1"], ["--since 2 is not before --until 1"]),
+        (["--path", "/src/[ab"], ["--path /src/[ab: a [ opens a character class that has no ]"]),
+        (["--op", "reed"], ["--op reed: not a FUSE operation (one of: lookup, getattr"]),
+        (["--plot", "x.png"], ["--plot x.png: draws the timeline; give --timeline with it"]),
+        (["--timeline", "--plot", "x.jpg"], ["--plot x.jpg: the plot is a PNG; name the file .png"]),
+        (["--timeline", "--plot", "/nonexistent/x.png"], ["--plot /nonexistent/x.png: no such directory /nonexistent"]),
+    ],
+)
 def test_bad_options_are_one_line_errors(trace3, capsys, argv, needles):
     done = report(capsys, str(trace3), *argv)
     one_line_error(done, *needles, code=1)
@@ -807,14 +1059,19 @@ def test_a_wall_clock_time_needs_the_metadata(trace, tmp_path, capsys):
     d.mkdir()
     for p in trace.glob("*.parquet"):
         (d / p.name).write_bytes(p.read_bytes())
-    one_line_error(report(capsys, str(d), "--since", "12:00"), "--since 12:00: this trace has no clock mapping (no "
-                   "_metadata.json: source, start time and drops unknown); give seconds since its first record")
+    one_line_error(
+        report(capsys, str(d), "--since", "12:00"),
+        "--since 12:00: this trace has no clock mapping (no "
+        "_metadata.json: source, start time and drops unknown); give seconds since its first record",
+    )
 
 
 def test_a_plot_that_cannot_be_written_is_one_line(trace3, tmp_path, capsys):
     (tmp_path / "x.png").mkdir()  # a directory where the file should go
-    one_line_error(report(capsys, str(trace3), "--timeline", "--plot", str(tmp_path / "x.png")),
-                   f"--plot {tmp_path / 'x.png'}: cannot write it: ")
+    one_line_error(
+        report(capsys, str(trace3), "--timeline", "--plot", str(tmp_path / "x.png")),
+        f"--plot {tmp_path / 'x.png'}: cannot write it: ",
+    )
 
 
 def test_a_format_2_trace_reports_and_refuses_comm_in_one_line(trace3, tmp_path, capsys):
@@ -833,16 +1090,21 @@ def test_a_format_2_trace_reports_and_refuses_comm_in_one_line(trace3, tmp_path,
     assert was["coverage"]["busy_ns"] == new["coverage"]["busy_ns"] and was["coverage"]["round_trip_ns"] is None
     assert "not measured (a trace from before format 3)" in render(was)
     for argv, what in ((["--by", "comm"], "--by comm"), (["--comm", "sh"], "--comm")):
-        one_line_error(report(capsys, str(old), *argv), f"{old}: {what}: this trace names no processes (format 2, "
-                       "recorded before format 3 added comm); --pid and --by pid work on it")
+        one_line_error(
+            report(capsys, str(old), *argv),
+            f"{old}: {what}: this trace names no processes (format 2, "
+            "recorded before format 3 added comm); --pid and --by pid work on it",
+        )
 
 
 def test_report_of_a_real_mount_names_the_tools(mount, tmp_path, capsys):
     """sh, mkdir, cat and tar on a traced mount: the report names each, finds cat's missing
     file by its errno's name, measures the round trip, and filters by path and process."""
     m = mount("--attr-timeout", "0", "--entry-timeout", "0", trace=True)
-    script = (f"mkdir {m.mountpoint}/src && for i in 1 2 3; do echo $i > {m.mountpoint}/src/f$i; done; "
-              f"cat {m.mountpoint}/src/f1 {m.mountpoint}/src/nope; tar cf {tmp_path}/x.tar -C {m.mountpoint} src")
+    script = (
+        f"mkdir {m.mountpoint}/src && for i in 1 2 3; do echo $i > {m.mountpoint}/src/f$i; done; "
+        f"cat {m.mountpoint}/src/f1 {m.mountpoint}/src/nope; tar cf {tmp_path}/x.tar -C {m.mountpoint} src"
+    )
     subprocess.run(["sh", "-c", script], capture_output=True, check=False)
     m.unmount()
     out = json.loads(report(capsys, str(m.trace), "--json", "--by", "comm").stdout)
@@ -869,11 +1131,30 @@ def test_names_a_trace_holds_reach_the_terminal_without_escape_sequences(tmp_pat
     an escape sequence among them (a window title set, the screen cleared) or a newline
     (a forged row) is printed as '?'."""
     evil = "\x1b]0;pwned\x07\x1b[2J"
-    w = TraceWriter(tmp_path / "t", {"source": f"/src{evil}", "mountpoint": "/mnt", "host": f"h{evil}"},
-                    flush_interval=3600)
+    w = TraceWriter(
+        tmp_path / "t", {"source": f"/src{evil}", "mountpoint": "/mnt", "host": f"h{evil}"}, flush_interval=3600
+    )
     for i in range(30):
-        w.record(TraceRecord(10**12 + i * 1000, 500, "getxattr", 2, f"/f{evil}\nrow", f"user.{evil}", 0, 0, 0, 0,
-                             errno.ENODATA, 100, 0, 0, 0, comm=f"c{evil}"))
+        w.record(
+            TraceRecord(
+                10**12 + i * 1000,
+                500,
+                "getxattr",
+                2,
+                f"/f{evil}\nrow",
+                f"user.{evil}",
+                0,
+                0,
+                0,
+                0,
+                errno.ENODATA,
+                100,
+                0,
+                0,
+                0,
+                comm=f"c{evil}",
+            )
+        )
     w.close()
     for by in ("comm", "path"):
         out = report(capsys, str(tmp_path / "t"), "--by", by).stdout
@@ -895,10 +1176,19 @@ def test_a_fifo_in_a_trace_directory_is_said_not_waited_on(tmp_path, capsys, pla
         assert done.returncode == 0 and f"{planted} unreadable: {planted} is not a regular file" in done.stdout
 
 
-@pytest.mark.parametrize("key, value", [
-    ("fuse_round_trip_ns", float("inf")), ("start_wall_ns", "x"), ("start_monotonic_ns", [1]), ("dropped", "x"),
-    ("options", 5), ("emulation", 3), ("format_version", "9"), ("flush_interval", float("nan")),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("fuse_round_trip_ns", float("inf")),
+        ("start_wall_ns", "x"),
+        ("start_monotonic_ns", [1]),
+        ("dropped", "x"),
+        ("options", 5),
+        ("emulation", 3),
+        ("format_version", "9"),
+        ("flush_interval", float("nan")),
+    ],
+)
 def test_a_metadata_value_of_the_wrong_type_is_said_once_not_a_traceback(tmp_path, capsys, key, value):
     w = TraceWriter(tmp_path / "t", {"source": "/s", "mountpoint": "/m"}, flush_interval=3600)
     w.record(TraceRecord(10**12, 500, "getattr", 2, "/f", None, 0, 0, 0, 0, 0, 100, 0, 0, 0, comm="c"))

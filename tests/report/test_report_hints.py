@@ -30,8 +30,11 @@ def write(directory: Path, rows: list[tuple], metadata: dict | None = None) -> P
     with TraceWriter(directory, {**base, **(metadata or {})}, flush_interval=3600) as w:
         for i, (op, err, path, entry) in enumerate(rows):
             path2 = "user.x" if op == "getxattr" else None
-            w.record(TraceRecord(T0 + i * 1000, 500, op, 2, path, path2, 0, 0, 0, 0, err, 7, 0, 0, 0,
-                                 comm="app", entry=entry))
+            w.record(
+                TraceRecord(
+                    T0 + i * 1000, 500, op, 2, path, path2, 0, 0, 0, 0, err, 7, 0, 0, 0, comm="app", entry=entry
+                )
+            )
     return directory
 
 
@@ -52,6 +55,7 @@ def missing(n: int) -> Callable[[Path], Path]:
         write(d, [("read", 0, "/d/f", 0)])
         meta.write(str(d), {**meta.read(str(d)), "dropped": n, "lost": 0})
         return d
+
     return make
 
 
@@ -63,15 +67,23 @@ def least(share: float) -> int:
 ENODATA, ENOENT = 61, 2
 # {rule name: (a trace that fires it, one just short of it)}
 CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Path]]] = {
-    "xattr-misses": (share("getxattr", ENODATA, least(hints.XATTR_MISS_SHARE)),
-                     share("getxattr", ENODATA, least(hints.XATTR_MISS_SHARE) - 1)),
-    "failed-lookups": (share("lookup", ENOENT, least(hints.FAILED_LOOKUP_SHARE)),
-                       share("lookup", ENOENT, least(hints.FAILED_LOOKUP_SHARE) - 1)),
+    "xattr-misses": (
+        share("getxattr", ENODATA, least(hints.XATTR_MISS_SHARE)),
+        share("getxattr", ENODATA, least(hints.XATTR_MISS_SHARE) - 1),
+    ),
+    "failed-lookups": (
+        share("lookup", ENOENT, least(hints.FAILED_LOOKUP_SHARE)),
+        share("lookup", ENOENT, least(hints.FAILED_LOOKUP_SHARE) - 1),
+    ),
     "fsync-per-write": (syncs(hints.FSYNC_HINT_COUNT), syncs(hints.FSYNC_HINT_COUNT - 1)),
-    "removed-while-open": (lambda d: write(d, [("unlink", 0, "/d/f", 5)] * hints.REMOVED_WHILE_OPEN_COUNT),
-                           lambda d: write(d, [("unlink", 0, "/d/f", 0)])),
-    "attr-timeout-0": (share("getattr", 0, least(hints.ATTR_TIMEOUT_0_SHARE), {"options": {"attr_timeout": 0}}),
-                       share("getattr", 0, least(hints.ATTR_TIMEOUT_0_SHARE) - 1, {"options": {"attr_timeout": 0}})),
+    "removed-while-open": (
+        lambda d: write(d, [("unlink", 0, "/d/f", 5)] * hints.REMOVED_WHILE_OPEN_COUNT),
+        lambda d: write(d, [("unlink", 0, "/d/f", 0)]),
+    ),
+    "attr-timeout-0": (
+        share("getattr", 0, least(hints.ATTR_TIMEOUT_0_SHARE), {"options": {"attr_timeout": 0}}),
+        share("getattr", 0, least(hints.ATTR_TIMEOUT_0_SHARE) - 1, {"options": {"attr_timeout": 0}}),
+    ),
     "missing-records": (missing(hints.MISSING_RECORDS_COUNT), missing(hints.MISSING_RECORDS_COUNT - 1)),
 }
 

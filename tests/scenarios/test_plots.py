@@ -14,8 +14,22 @@ from fusetrace.server.handlers import Operations
 
 # the 13 operations a traced run of scenarios/efs-2018-touch.toml shows, most frequent first, and
 # access: 14, past the ten colours a palette cycled per plot has
-TOUCH_OPS = ["getattr", "flush", "lookup", "create", "setattr", "release", "unlink", "readdir", "statfs",
-             "opendir", "releasedir", "mkdir", "rmdir", "access"]
+TOUCH_OPS = [
+    "getattr",
+    "flush",
+    "lookup",
+    "create",
+    "setattr",
+    "release",
+    "unlink",
+    "readdir",
+    "statfs",
+    "opendir",
+    "releasedir",
+    "mkdir",
+    "rmdir",
+    "access",
+]
 
 
 @pytest.fixture
@@ -37,14 +51,22 @@ def _records(ops: list[str], per_op: int = 50, seed: int = 1) -> plots.Records:
     rng = np.random.default_rng(seed)
     n = per_op * len(ops)
     op = np.repeat(np.arange(len(ops), dtype=np.int8), per_op)
-    return plots.Records(start_s=np.sort(rng.uniform(0, 60, n)), dur_ns=rng.integers(1_000, 10**7, n), op=op,
-                         ops=ops, result=rng.integers(0, 1 << 20, n), missing=0)
+    return plots.Records(
+        start_s=np.sort(rng.uniform(0, 60, n)),
+        dur_ns=rng.integers(1_000, 10**7, n),
+        op=op,
+        ops=ops,
+        result=rng.integers(0, 1 << 20, n),
+        missing=0,
+    )
 
 
 def _curve_styles(fig) -> dict[str, tuple[str, str]]:
     """Operation -> (colour, dash) of the latency plot's curves, read from the drawn lines."""
-    return {line.get_label().split(" (")[0]: (to_hex(line.get_color()), line.get_linestyle())
-            for line in fig.axes[0].get_lines()}
+    return {
+        line.get_label().split(" (")[0]: (to_hex(line.get_color()), line.get_linestyle())
+        for line in fig.axes[0].get_lines()
+    }
 
 
 def test_fourteen_operations_have_fourteen_colours(tmp_path, figures):
@@ -63,8 +85,11 @@ def test_an_operation_keeps_its_colour_from_plot_to_plot(tmp_path, figures):
 
 
 def test_every_fuse_operation_has_a_style_of_its_own():
-    served = {name for name in vars(Operations)
-              if name in vars(pyfuse3.Operations) and callable(getattr(pyfuse3.Operations, name))}
+    served = {
+        name
+        for name in vars(Operations)
+        if name in vars(pyfuse3.Operations) and callable(getattr(pyfuse3.Operations, name))
+    }
     assert len(served) >= 29
     assert served <= set(plots.OP_STYLE)
     assert len({colour for colour, _ in plots.OP_STYLE.values()}) == len(plots.OP_STYLE)
@@ -81,8 +106,12 @@ def _steps(*spans: tuple[str, float, float]) -> list[dict]:
 
 
 # the credit-cliff scenario's steps: two at the same instant, one of them no time at all
-CLIFF_STEPS = _steps(("ls -l, credits left", 1.6, 3.1), ("stream files", 3.1, 50.1),
-                     ("ls -l after the cliff", 50.1, 50.1), ("ls -l behind another writer", 50.1, 56.8))
+CLIFF_STEPS = _steps(
+    ("ls -l, credits left", 1.6, 3.1),
+    ("stream files", 3.1, 50.1),
+    ("ls -l after the cliff", 50.1, 50.1),
+    ("ls -l behind another writer", 50.1, 56.8),
+)
 
 
 def test_step_names_do_not_overprint_on_the_throughput_plot(tmp_path, figures):
@@ -94,9 +123,14 @@ def test_step_names_do_not_overprint_on_the_throughput_plot(tmp_path, figures):
 
 
 def test_step_names_do_not_overprint_on_the_credits_plot(tmp_path, figures):
-    result = {"steps": CLIFF_STEPS, "duration_s": 56.8,
-              "samples": [{"t": t, "BurstCreditBalance": max(2.6e8 - t * 5e7, 0), "PermittedThroughput": 1e8}
-                          for t in np.arange(0, 56.8, 0.5).tolist()]}
+    result = {
+        "steps": CLIFF_STEPS,
+        "duration_s": 56.8,
+        "samples": [
+            {"t": t, "BurstCreditBalance": max(2.6e8 - t * 5e7, 0), "PermittedThroughput": 1e8}
+            for t in np.arange(0, 56.8, 0.5).tolist()
+        ],
+    }
     assert plots.plot_credits(tmp_path / "c.png", result).drawn
     top, bottom = figures[0].axes
     assert len(top.texts) == len(CLIFF_STEPS) and not bottom.texts

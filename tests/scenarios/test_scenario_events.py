@@ -12,13 +12,17 @@ from fusetrace.scenarios import spec
 def run(tmp_path, text: str):
     """Write the scenario `text` and run it: (the command's result, the run's result.json)."""
     out = tmp_path / "out"
-    done = fusetrace("scenario", "run", str(write_scenario(tmp_path, text)), "--out", str(out), check=False, timeout=300)
+    done = fusetrace(
+        "scenario", "run", str(write_scenario(tmp_path, text)), "--out", str(out), check=False, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return done, json.loads((out / "sc" / "result.json").read_text())
 
 
 def test_a_scripted_scenario_reports_what_the_application_saw(tmp_path):
-    done, result = run(tmp_path, '''
+    done, result = run(
+        tmp_path,
+        """
 [vars]
 AT = "0"
 
@@ -38,7 +42,8 @@ setup = "mkdir -p tx"
 run = 'for i in 1 2 3 4; do dd if=/dev/zero of="tx/t$i" bs=4k count=1 conv=fsync status=none || true; done'
 count = "4"
 unit = "transactions"
-''')
+""",
+    )
     assert [r["id"] for r in result["scripted"]["faults"]] == ["r1"]
     assert result["scripted"]["events"][0]["set"] == {"burst_credit_balance": 0.0}
     seen = {o["op"]: o for o in result["application"]}
@@ -49,7 +54,9 @@ unit = "transactions"
 
 
 def test_an_event_naming_a_step_happens_as_that_step_starts(tmp_path):
-    _, result = run(tmp_path, '''
+    _, result = run(
+        tmp_path,
+        """
 [vars]
 ERR = "ENOSPC"
 
@@ -70,9 +77,9 @@ run = 'echo data > first'
 [[steps]]
 name = "second"
 run = 'echo data > second || true'
-''')
-    assert [(e["step"], e["set"]) for e in result["scripted"]["events"]] == [
-        ("second", {"burst_credit_balance": 0.0})]
+""",
+    )
+    assert [(e["step"], e["set"]) for e in result["scripted"]["events"]] == [("second", {"burst_credit_balance": 0.0})]
     assert result["scripted"]["faults"][0]["errno"] == "ENOSPC"
     seen = {o["op"]: o for o in result["application"]}
     assert seen["write"]["errors"] == {"ENOSPC": 1}
@@ -83,4 +90,5 @@ def test_the_rehearsal_scenarios_script_a_failover_and_the_day_credits_ran_out()
     assert failover.timeline(fast=False) == [{"at": "5", "stall": "40"}]
     assert failover.timeline(fast=True) == [{"at": "0.5", "stall": "2"}]
     assert credits.timeline(fast=True) == [
-        {"step": "reads after the credits ran out", "at": 0, "set": {"burst_credit_balance": 0}}]
+        {"step": "reads after the credits ran out", "at": 0, "set": {"burst_credit_balance": 0}}
+    ]

@@ -62,29 +62,38 @@ def test_a_step_can_need_a_phase_of_the_run(tmp_path):
     path = write_scenario(tmp_path, '[[steps]]\nname = "after"\nrun = "true"\nneeds = "cliff"\n')
     assert spec.load(str(path)).steps[0].needs == "cliff"
     assert [step.name for step in spec.load("efs-2019-credit-cliff").steps if step.needs == "cliff"] == [
-        "ls -l after the cliff", "ls -l behind another writer"]
+        "ls -l after the cliff",
+        "ls -l behind another writer",
+    ]
     from fusetrace.scenarios.runner import PHASE_CHECKS
 
     assert set(PHASE_CHECKS) == set(spec.PHASES)
 
 
-@pytest.mark.parametrize("text, says", [
-    ('[[steps]]\nname = "a"\nrun = "true"\nfio = "-bs=4k"\n', "exactly one of 'fio'"),
-    ('[[steps]]\nname = "a"\nrun = "true"\nneeds = "dawn"\n', "needs = 'dawn': must be one of 'cliff'"),
-    ('[[steps]]\nname = "a"\nrun = "true"\nrepeats = 2\n', "unknown key 'repeats'"),
-    ('[[steps]]\nname = "a"\nrun = "true"\nunit = "files"\n', "'unit' needs 'count'"),
-    ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nruntime = -1\n', "runtime = -1"),
-    ('colour = "red"\n[[steps]]\nrun = "true"\n', "unknown key 'colour'"),
-    ('[[events]]\nat = "1s"\n[[steps]]\nrun = "true"\n', "event 1: an event has exactly one of set"),
-    ('[[events]]\nat = "$LATER"\nstall = "1s"\n[[steps]]\nrun = "true"\n', "event 1: no variable 'LATER'"),
-    ('[fast_vars]\nAT = "soon"\n[vars]\nAT = "1"\n[[events]]\nat = "$AT"\nstall = "1s"\n[[steps]]\nrun = "true"\n',
-     "event 1: at 'soon'"),
-    ('[[faults]]\nerrno = "EIOO"\n[[steps]]\nrun = "true"\n', "fault 1: errno 'EIOO'"),
-    ('[[faults]]\nerrno = "$ERR"\n[[steps]]\nrun = "true"\n', "fault 1: no variable 'ERR'"),
-    ('[[events]]\nat = "$"\nstall = "1s"\n[[steps]]\nrun = "true"\n', "event 1: Invalid placeholder"),
-    ('[[events]]\nstep = "b"\nat = 0\nstall = "1s"\n[[steps]]\nname = "a"\nrun = "true"\n',
-     "event 1: step = 'b': no such step"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('[[steps]]\nname = "a"\nrun = "true"\nfio = "-bs=4k"\n', "exactly one of 'fio'"),
+        ('[[steps]]\nname = "a"\nrun = "true"\nneeds = "dawn"\n', "needs = 'dawn': must be one of 'cliff'"),
+        ('[[steps]]\nname = "a"\nrun = "true"\nrepeats = 2\n', "unknown key 'repeats'"),
+        ('[[steps]]\nname = "a"\nrun = "true"\nunit = "files"\n', "'unit' needs 'count'"),
+        ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nruntime = -1\n', "runtime = -1"),
+        ('colour = "red"\n[[steps]]\nrun = "true"\n', "unknown key 'colour'"),
+        ('[[events]]\nat = "1s"\n[[steps]]\nrun = "true"\n', "event 1: an event has exactly one of set"),
+        ('[[events]]\nat = "$LATER"\nstall = "1s"\n[[steps]]\nrun = "true"\n', "event 1: no variable 'LATER'"),
+        (
+            '[fast_vars]\nAT = "soon"\n[vars]\nAT = "1"\n[[events]]\nat = "$AT"\nstall = "1s"\n[[steps]]\nrun = "true"\n',
+            "event 1: at 'soon'",
+        ),
+        ('[[faults]]\nerrno = "EIOO"\n[[steps]]\nrun = "true"\n', "fault 1: errno 'EIOO'"),
+        ('[[faults]]\nerrno = "$ERR"\n[[steps]]\nrun = "true"\n', "fault 1: no variable 'ERR'"),
+        ('[[events]]\nat = "$"\nstall = "1s"\n[[steps]]\nrun = "true"\n', "event 1: Invalid placeholder"),
+        (
+            '[[events]]\nstep = "b"\nat = 0\nstall = "1s"\n[[steps]]\nname = "a"\nrun = "true"\n',
+            "event 1: step = 'b': no such step",
+        ),
+    ],
+)
 def test_a_mistake_in_a_data_file_is_one_line_naming_it(tmp_path, text, says):
     path = write_scenario(tmp_path, text)
     with pytest.raises(UserError, match=says) as err:
@@ -109,8 +118,10 @@ def test_unknown_scenario_missing_tool_and_wrong_key_are_one_line_each(tmp_path,
 
 
 def test_a_failing_step_names_itself_and_leaves_no_mount(tmp_path, new_scenario_mounts):
-    path = write_scenario(tmp_path, '[[steps]]\nname = "ok"\nrun = "touch a"\n'
-                            '[[steps]]\nname = "breaks"\nrun = "echo gone wrong >&2; exit 3"\n')
+    path = write_scenario(
+        tmp_path,
+        '[[steps]]\nname = "ok"\nrun = "touch a"\n[[steps]]\nname = "breaks"\nrun = "echo gone wrong >&2; exit 3"\n',
+    )
     done = _run(str(path), "--out", str(tmp_path / "o"))
     assert done.returncode == 1
     assert "step 'breaks': gone wrong" in done.stderr
@@ -121,9 +132,12 @@ def test_ctrl_c_unmounts(tmp_path, new_scenario_mounts):
     path = write_scenario(tmp_path, '[[steps]]\nname = "long"\nrun = "sleep 600"\n')
     # SIGINT at its default, as in a terminal: a suite started in the background (`cmd &` in a
     # script) passes it on ignored, and Python then leaves Ctrl-C ignored too.
-    proc = subprocess.Popen([sys.executable, "-m", "fusetrace", "scenario", "run", str(path),
-                             "--out", str(tmp_path / "o")], stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fusetrace", "scenario", "run", str(path), "--out", str(tmp_path / "o")],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         poll(new_scenario_mounts, timeout=60)
         poll(lambda: "sleep 600" in descendants(proc.pid).values(), timeout=30)  # the step runs
@@ -147,9 +161,13 @@ def test_clients_are_mounts_of_one_file_system(tmp_path, new_scenario_mounts):
     """--clients 3: three mounts over one directory, one emulated file system between them;
     the file's three write slots are the file system's, so three clients together write at
     one file's rate (efs-2016: 3 slots / 9.68 ms = 310 writes/s), not three times it."""
-    path = write_scenario(tmp_path, 'profile = "efs-2016"\ntools = ["fio", "redis-server"]\n[[steps]]\nname = "w"\n'
-                            'fio = "-direct=1 -iodepth 16 -rw=randwrite -ioengine=libaio -bs=4K -size=64M"\n'
-                            '[steps.published]\niops = 310\n', "clients.toml")
+    path = write_scenario(
+        tmp_path,
+        'profile = "efs-2016"\ntools = ["fio", "redis-server"]\n[[steps]]\nname = "w"\n'
+        'fio = "-direct=1 -iodepth 16 -rw=randwrite -ioengine=libaio -bs=4K -size=64M"\n'
+        "[steps.published]\niops = 310\n",
+        "clients.toml",
+    )
     path.write_text(path.read_text().replace('profile = "efs-tiny"\n', ""))
     out = tmp_path / "out"
     done = _run(str(path), "--fast", "--clients", "3", "--out", str(out))
@@ -164,12 +182,19 @@ def test_clients_are_mounts_of_one_file_system(tmp_path, new_scenario_mounts):
 
 
 # The ones that take over ten seconds, or near it, run with --all only (./run.sh).
-SLOW_SCENARIOS = {"efs-2016-fio", "alinas-2016-fio", "efs-2018-transfer", "alinas-2016-tar", "efs-2016-two-clients",
-                  "efs-2019-credit-cliff"}
+SLOW_SCENARIOS = {
+    "efs-2016-fio",
+    "alinas-2016-fio",
+    "efs-2018-transfer",
+    "alinas-2016-tar",
+    "efs-2016-two-clients",
+    "efs-2019-credit-cliff",
+}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SCENARIOS else n
-                                  for n in spec.ids()])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SCENARIOS else n for n in spec.ids()]
+)
 def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, new_scenario_mounts, name):
     out = tmp_path / "out"
     done = _run(name, "--fast", "--out", str(out), timeout=600)
@@ -203,21 +228,48 @@ def test_the_table_keeps_published_metrics_and_says_when_the_host_set_the_pace()
     from fusetrace.scenarios.runner import rows
 
     steps = [
-        {"name": "qd1", "metrics": {"iops": 100.0, "mbps": 0.4, "lat_ms": 10.0}, "published": {"iops": 110},
-         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
-        {"name": "qd1024", "metrics": {"iops": 5000.0}, "published": {"iops": 7449}, "inconsistent": {},
-         "load": {"added_share": 0.3, "loop_busy": 0.5, "host_bound": True}},
-        {"name": "mixed", "metrics": {"read_iops": 30.0, "write_iops": 10.0}, "published": {},
-         "inconsistent": {}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
-        {"name": "odd", "metrics": {"lat_ms": 9.0}, "published": {"lat_ms": 9.2},
-         "inconsistent": {"lat_ms": "Little's law"}, "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False}},
+        {
+            "name": "qd1",
+            "metrics": {"iops": 100.0, "mbps": 0.4, "lat_ms": 10.0},
+            "published": {"iops": 110},
+            "inconsistent": {},
+            "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False},
+        },
+        {
+            "name": "qd1024",
+            "metrics": {"iops": 5000.0},
+            "published": {"iops": 7449},
+            "inconsistent": {},
+            "load": {"added_share": 0.3, "loop_busy": 0.5, "host_bound": True},
+        },
+        {
+            "name": "mixed",
+            "metrics": {"read_iops": 30.0, "write_iops": 10.0},
+            "published": {},
+            "inconsistent": {},
+            "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False},
+        },
+        {
+            "name": "odd",
+            "metrics": {"lat_ms": 9.0},
+            "published": {"lat_ms": 9.2},
+            "inconsistent": {"lat_ms": "Little's law"},
+            "load": {"added_share": 0.0, "loop_busy": 0.2, "host_bound": False},
+        },
     ]
     table = rows(steps)
     assert [(r["step"], r["metric"]) for r in table] == [
-        ("qd1", "iops"), ("qd1024", "iops"), ("mixed", "read_iops"), ("mixed", "write_iops"), ("odd", "lat_ms")]
+        ("qd1", "iops"),
+        ("qd1024", "iops"),
+        ("mixed", "read_iops"),
+        ("mixed", "write_iops"),
+        ("odd", "lat_ms"),
+    ]
     assert table[0]["ratio"] == pytest.approx(100 / 110) and table[0]["note"] == ""
-    assert table[1]["note"] == ("host-bound: the host added 30.0 % to the modelled time (replies late 30.0 %, "
-                                "kernel queue not measured: a loop busy over 75 % counts), loop busy 50 %")
+    assert table[1]["note"] == (
+        "host-bound: the host added 30.0 % to the modelled time (replies late 30.0 %, "
+        "kernel queue not measured: a loop busy over 75 % counts), loop busy 50 %"
+    )
     assert table[2]["published"] is None and table[2]["ratio"] is None
     assert table[2]["note"] == table[3]["note"] == "no published figure in this repo"
     assert "Little's law" in table[4]["note"]
@@ -230,10 +282,19 @@ def test_a_step_short_of_its_phase_is_not_run_and_its_rows_say_why():
     assert phase_missing("cliff", 256 * MiB, 2 * MiB) == ""  # under 1% of the start: the cliff
     missing = phase_missing("cliff", 256 * MiB, 200 * MiB)
     assert missing == "not reached in this run (credits left: 200 MiB)"
-    skipped = {"name": "ls after", "metrics": {"seconds": None, "files/s": None}, "published": {}, "inconsistent": {},
-               "missing": missing, "load": {"added_share": 0.0, "loop_busy": 0.0, "host_bound": False}}
+    skipped = {
+        "name": "ls after",
+        "metrics": {"seconds": None, "files/s": None},
+        "published": {},
+        "inconsistent": {},
+        "missing": missing,
+        "load": {"added_share": 0.0, "loop_busy": 0.0, "host_bound": False},
+    }
     table = rows([skipped])
-    assert [(r["metric"], r["emulated"], r["ratio"]) for r in table] == [("seconds", None, None), ("files/s", None, None)]
+    assert [(r["metric"], r["emulated"], r["ratio"]) for r in table] == [
+        ("seconds", None, None),
+        ("files/s", None, None),
+    ]
     assert table[0]["note"] == f"{missing}; no published figure in this repo"
     assert "-" in command.table(table).splitlines()[2].split()
 
@@ -241,10 +302,13 @@ def test_a_step_short_of_its_phase_is_not_run_and_its_rows_say_why():
 def test_the_runner_checks_a_phase_before_each_step_that_needs_it(tmp_path):
     from fusetrace.scenarios.runner import run
 
-    path = write_scenario(tmp_path, '[[steps]]\nname = "early"\nneeds = "cliff"\nrun = "touch early"\n'
-                            '[[steps]]\nname = "spend"\nset = { burst_credit_balance = 0 }\nrun = "true"\n'
-                            '[[steps]]\nname = "late"\nneeds = "cliff"\nrun = "test ! -e early"\n'
-                            'count = "1"\nunit = "files"\n')
+    path = write_scenario(
+        tmp_path,
+        '[[steps]]\nname = "early"\nneeds = "cliff"\nrun = "touch early"\n'
+        '[[steps]]\nname = "spend"\nset = { burst_credit_balance = 0 }\nrun = "true"\n'
+        '[[steps]]\nname = "late"\nneeds = "cliff"\nrun = "test ! -e early"\n'
+        'count = "1"\nunit = "files"\n',
+    )
     result = run(spec.load(str(path)), None, fast=True)
     notes = {r["step"]: (r["emulated"], r["note"]) for r in result["rows"]}
     assert notes["early"] == (None, "not reached in this run (credits left: 256 MiB); no published figure in this repo")
@@ -292,15 +356,21 @@ def test_the_ceiling_check_runs_a_short_job_on_a_plain_mount(tmp_path):
     from fusetrace.scenarios.runner import run_checked
 
     job = "-direct=1 -rw=randread -ioengine=libaio -bs=4k -size=16M"
-    path = write_scenario(tmp_path, f'tools = ["fio"]\n'
-                            f'[[steps]]\nname = "far"\nfio = "{job} -iodepth 4"\nfast_runtime = 1\n'
-                            f'[steps.published]\niops = 10000000\nlat_ms = 0.001\n'
-                            f'[[steps]]\nname = "near"\nfio = "{job} -iodepth 1"\nfast_runtime = 1\n'
-                            f'[steps.published]\niops = 1\nlat_ms = 1\n[steps.inconsistent]\nlat_ms = "why"\n')
+    path = write_scenario(
+        tmp_path,
+        f'tools = ["fio"]\n'
+        f'[[steps]]\nname = "far"\nfio = "{job} -iodepth 4"\nfast_runtime = 1\n'
+        f"[steps.published]\niops = 10000000\nlat_ms = 0.001\n"
+        f'[[steps]]\nname = "near"\nfio = "{job} -iodepth 1"\nfast_runtime = 1\n'
+        f'[steps.published]\niops = 1\nlat_ms = 1\n[steps.inconsistent]\nlat_ms = "why"\n',
+    )
     rows = {(r["step"], r["metric"]): r for r in run_checked(spec.load(str(path)), fast=True)["rows"]}
     far = rows["far", "iops"]
     assert far["ceiling"] > 0 and not far["checked"]
-    assert far["note"].startswith("host-bound: ") and f"a plain mount here drives {far['ceiling']:,.0f} IOPS" in far["note"]
+    assert (
+        far["note"].startswith("host-bound: ")
+        and f"a plain mount here drives {far['ceiling']:,.0f} IOPS" in far["note"]
+    )
     assert rows["far", "lat_ms"]["ceiling"] == far["ceiling"] and not rows["far", "lat_ms"]["checked"]
     assert rows["near", "iops"]["ceiling"] is None and rows["near", "iops"]["checked"]
     assert not rows["near", "lat_ms"]["checked"]  # inconsistent: shown, not matched

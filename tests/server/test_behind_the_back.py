@@ -224,8 +224,13 @@ def test_cwd_in_a_renamed_directory_in_a_child_process(mount):
     """The same through a shell that stays in the directory across the rename."""
     m = mount(*NO_CACHE)
     (m.source / "d").mkdir()
-    shell = subprocess.Popen(["sh", "-c", "read go; echo made > file-from-shell; ls"],
-                             cwd=m.mountpoint / "d", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    shell = subprocess.Popen(
+        ["sh", "-c", "read go; echo made > file-from-shell; ls"],
+        cwd=m.mountpoint / "d",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     os.rename(m.source / "d", m.source / "e")
     out, _ = shell.communicate("go\n", timeout=30)
     assert shell.returncode == 0
@@ -243,8 +248,9 @@ def test_file_system_mounted_in_the_source(mount, tmp_path):
     m = mount(*NO_CACHE)
     sub = m.source / "sub"
     sub.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "fusetrace-test", str(sub)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "fusetrace-test", str(sub)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:

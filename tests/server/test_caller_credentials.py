@@ -51,8 +51,15 @@ except OSError as exc:
 
 def _as_nobody(directory: Path, old: str, new: str, flags: str, *mine: str) -> int:
     """The errno of _CALL run as nobody (0: done)."""
-    done = subprocess.run([PYTHON, "-c", _CALL, str(directory), old, new, flags, "--", *mine],
-                          user=NOBODY, group=NOBODY, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [PYTHON, "-c", _CALL, str(directory), old, new, flags, "--", *mine],
+        user=NOBODY,
+        group=NOBODY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout)
 
@@ -73,8 +80,9 @@ def _state(path: Path) -> tuple | None:
     return st.st_uid, st.st_gid, st.st_mode, st.st_rdev, st.st_nlink
 
 
-def _both_ways(shared, name: str, flags: str, mine: tuple[str, ...], roots: dict[str, int],
-               old: str = "a", new: str = "b") -> tuple[tuple, tuple]:
+def _both_ways(
+    shared, name: str, flags: str, mine: tuple[str, ...], roots: dict[str, int], old: str = "a", new: str = "b"
+) -> tuple[tuple, tuple]:
     """Run the call natively in one fresh sticky directory and through the mount in
     another, each set up alike: `roots` are root's files (name: mode; a mode of 0 a
     symbolic link), `mine` the caller's, made by the caller.  Returns, for each, (errno
@@ -105,37 +113,57 @@ _MINE_TWICE, _ROOTS_TWICE = (*_MINE[:4], 2), (*_ROOTS[:4], 2)  # with a second l
 _WHITEOUT = (NOBODY, NOBODY, 0o020000, 0, 1)  # a 0,0 character device, mode 000
 
 
-@pytest.mark.parametrize("flags, mine, roots, expected", [
-    # (errno of the call, then what a and b hold, then errno of the caller's removing a)
-    # the reported case: the whiteout is the caller's, and the caller can remove it
-    (WHITEOUT, ("a",), {}, (0, _WHITEOUT, _MINE, 0)),
-    (WHITEOUT, ("a", "b"), {}, (0, _WHITEOUT, _MINE, 0)),  # over the caller's own b
-    (WHITEOUT, (), {"a": 0o666}, (errno.EPERM, _ROOTS, None, errno.EPERM)),  # root's a: sticky
-    (EXCHANGE, ("a", "b"), {}, (0, _MINE, _MINE, 0)),
-    (EXCHANGE, ("a",), {"b": 0o666}, (errno.EPERM, _MINE, _ROOTS, 0)),  # root's b cannot leave its name
-    (NOREPLACE, ("a",), {}, (0, None, _MINE, errno.ENOENT)),
-    (NOREPLACE, ("a", "b"), {}, (errno.EEXIST, _MINE, _MINE, 0)),
-    (NOREPLACE, (), {"a": 0o666}, (errno.EPERM, _ROOTS, None, errno.EPERM)),
-    (0, ("a",), {"b": 0o666}, (errno.EPERM, _MINE, _ROOTS, 0)),  # onto root's file: sticky
-], ids=["whiteout", "whiteout-over-own", "whiteout-roots", "exchange", "exchange-roots", "noreplace",
-        "noreplace-exists", "noreplace-roots", "over-roots"])
+@pytest.mark.parametrize(
+    "flags, mine, roots, expected",
+    [
+        # (errno of the call, then what a and b hold, then errno of the caller's removing a)
+        # the reported case: the whiteout is the caller's, and the caller can remove it
+        (WHITEOUT, ("a",), {}, (0, _WHITEOUT, _MINE, 0)),
+        (WHITEOUT, ("a", "b"), {}, (0, _WHITEOUT, _MINE, 0)),  # over the caller's own b
+        (WHITEOUT, (), {"a": 0o666}, (errno.EPERM, _ROOTS, None, errno.EPERM)),  # root's a: sticky
+        (EXCHANGE, ("a", "b"), {}, (0, _MINE, _MINE, 0)),
+        (EXCHANGE, ("a",), {"b": 0o666}, (errno.EPERM, _MINE, _ROOTS, 0)),  # root's b cannot leave its name
+        (NOREPLACE, ("a",), {}, (0, None, _MINE, errno.ENOENT)),
+        (NOREPLACE, ("a", "b"), {}, (errno.EEXIST, _MINE, _MINE, 0)),
+        (NOREPLACE, (), {"a": 0o666}, (errno.EPERM, _ROOTS, None, errno.EPERM)),
+        (0, ("a",), {"b": 0o666}, (errno.EPERM, _MINE, _ROOTS, 0)),  # onto root's file: sticky
+    ],
+    ids=[
+        "whiteout",
+        "whiteout-over-own",
+        "whiteout-roots",
+        "exchange",
+        "exchange-roots",
+        "noreplace",
+        "noreplace-exists",
+        "noreplace-roots",
+        "over-roots",
+    ],
+)
 def test_a_rename_by_a_user_in_a_sticky_directory_is_as_native(shared, request, flags, mine, roots, expected):
     native, through = _both_ways(shared, request.node.callspec.id, str(flags), mine, roots)
     assert through == native
     assert native == expected
 
 
-@pytest.mark.parametrize("mine, roots, old, expected", [
-    # (errno of linking OLD as g, what OLD and g hold then, errno of the caller's removing OLD)
-    (("f",), {}, "f", (0, _MINE_TWICE, _MINE_TWICE, 0)),
-    ((), {"f": 0o666}, "f", (0, _ROOTS_TWICE, _ROOTS_TWICE, errno.EPERM)),  # readable, writable: linkable
-    pytest.param((), {"f": 0o644}, "f", (errno.EPERM, (0, 0, 0o100644, 0, 1), None, errno.EPERM),
-                 marks=_UNLESS_PROTECTED),  # not writable by the caller: protected_hardlinks
-    pytest.param((), {"f": 0o4777}, "f", (errno.EPERM, (0, 0, 0o104777, 0, 1), None, errno.EPERM),
-                 marks=_UNLESS_PROTECTED),  # set-user-ID
-    pytest.param((), {"l": 0}, "l", (errno.EPERM, (0, 0, 0o120777, 0, 1), None, errno.EPERM),
-                 marks=_UNLESS_PROTECTED),  # root's symbolic link
-], ids=["own", "roots-rw", "roots-ro", "roots-setuid", "roots-symlink"])
+@pytest.mark.parametrize(
+    "mine, roots, old, expected",
+    [
+        # (errno of linking OLD as g, what OLD and g hold then, errno of the caller's removing OLD)
+        (("f",), {}, "f", (0, _MINE_TWICE, _MINE_TWICE, 0)),
+        ((), {"f": 0o666}, "f", (0, _ROOTS_TWICE, _ROOTS_TWICE, errno.EPERM)),  # readable, writable: linkable
+        pytest.param(
+            (), {"f": 0o644}, "f", (errno.EPERM, (0, 0, 0o100644, 0, 1), None, errno.EPERM), marks=_UNLESS_PROTECTED
+        ),  # not writable by the caller: protected_hardlinks
+        pytest.param(
+            (), {"f": 0o4777}, "f", (errno.EPERM, (0, 0, 0o104777, 0, 1), None, errno.EPERM), marks=_UNLESS_PROTECTED
+        ),  # set-user-ID
+        pytest.param(
+            (), {"l": 0}, "l", (errno.EPERM, (0, 0, 0o120777, 0, 1), None, errno.EPERM), marks=_UNLESS_PROTECTED
+        ),  # root's symbolic link
+    ],
+    ids=["own", "roots-rw", "roots-ro", "roots-setuid", "roots-symlink"],
+)
 def test_a_link_by_a_user_is_as_native(shared, request, mine, roots, old, expected):
     native, through = _both_ways(shared, "link-" + request.node.callspec.id, "link", mine, roots, old=old, new="g")
     assert through == native
@@ -148,12 +176,20 @@ def cached():
     yield from served("fusetrace-creds-", "--attr-timeout", "60", "--entry-timeout", "60")
 
 
-@pytest.mark.parametrize("flags, owner, change", [
-    ("0", NOBODY, lambda p: os.chown(p, 0, 0)),  # the kernel still holds a as the caller's
-    ("unlink", NOBODY, lambda p: os.chown(p, 0, 0)),
-    pytest.param("link", 0, lambda p: os.chmod(p, 0o644),  # ... root's a as writable by the caller
-                 marks=_UNLESS_PROTECTED),
-], ids=["rename", "unlink", "link"])
+@pytest.mark.parametrize(
+    "flags, owner, change",
+    [
+        ("0", NOBODY, lambda p: os.chown(p, 0, 0)),  # the kernel still holds a as the caller's
+        ("unlink", NOBODY, lambda p: os.chown(p, 0, 0)),
+        pytest.param(
+            "link",
+            0,
+            lambda p: os.chmod(p, 0o644),  # ... root's a as writable by the caller
+            marks=_UNLESS_PROTECTED,
+        ),
+    ],
+    ids=["rename", "unlink", "link"],
+)
 def test_the_source_decides_with_the_callers_credentials(cached, request, flags, owner, change):
     """What the kernel checks are the attributes it holds; the source below changed since,
     and refuses the caller natively: it refuses them through the mount too (as root the
@@ -183,8 +219,15 @@ def test_a_user_cannot_remove_a_directory_chowned_below_the_mount(cached):
     os.chown(src / "rmdir" / "d", 0, 0)
     code = "import os, sys\ntry:\n    os.rmdir(sys.argv[1])\nexcept OSError as e:\n    print(e.errno)"
     for base in (src, mnt):
-        done = subprocess.run([PYTHON, "-c", code, str(base / "rmdir" / "d")], user=NOBODY, group=NOBODY,
-                              capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [PYTHON, "-c", code, str(base / "rmdir" / "d")],
+            user=NOBODY,
+            group=NOBODY,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.stdout.strip() == str(errno.EPERM), (base, done.stdout, done.stderr)
     assert (src / "rmdir" / "d").is_dir()
 
@@ -193,10 +236,19 @@ def test_a_user_links_their_own_symbolic_link_itself(shared):
     src, mnt = shared
     (src / "ownlink").mkdir()
     os.chmod(src / "ownlink", 0o1777)
-    make = ("import os, sys; d = sys.argv[1]; os.symlink('target', d + '/l');"
-            " os.link(d + '/l', d + '/g', follow_symlinks=False)")
-    done = subprocess.run([PYTHON, "-c", make, str(mnt / "ownlink")], user=NOBODY, group=NOBODY,
-                          capture_output=True, text=True, timeout=60, check=False)
+    make = (
+        "import os, sys; d = sys.argv[1]; os.symlink('target', d + '/l');"
+        " os.link(d + '/l', d + '/g', follow_symlinks=False)"
+    )
+    done = subprocess.run(
+        [PYTHON, "-c", make, str(mnt / "ownlink")],
+        user=NOBODY,
+        group=NOBODY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     st = os.lstat(src / "ownlink" / "g")
     assert (st.st_uid, st.st_nlink, os.readlink(src / "ownlink" / "g")) == (NOBODY, 2, "target")
@@ -208,11 +260,20 @@ def test_a_link_into_a_directory_the_user_cannot_write_is_refused(shared):
     (src / "closed").mkdir(mode=0o755)  # root's, not writable by others
     (src / "open").mkdir()
     os.chmod(src / "open", 0o1777)
-    make = ("import os, sys\nopen(sys.argv[1] + '/f', 'w').close()\n"
-            "try:\n    os.link(sys.argv[1] + '/f', sys.argv[2] + '/g')\nexcept OSError as e:\n    print(e.errno)")
+    make = (
+        "import os, sys\nopen(sys.argv[1] + '/f', 'w').close()\n"
+        "try:\n    os.link(sys.argv[1] + '/f', sys.argv[2] + '/g')\nexcept OSError as e:\n    print(e.errno)"
+    )
     for base in (src, mnt):
-        done = subprocess.run([PYTHON, "-c", make, str(base / "open"), str(base / "closed")], user=NOBODY,
-                              group=NOBODY, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [PYTHON, "-c", make, str(base / "open"), str(base / "closed")],
+            user=NOBODY,
+            group=NOBODY,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.stdout.strip() == str(errno.EACCES), (base, done.stdout, done.stderr)
         os.unlink(src / "open" / "f")
     assert not (src / "closed" / "g").exists()

@@ -70,15 +70,17 @@ def test_with_the_write_back_cache_truncations_through_the_mount_are_not_taken_f
     m = mount("--emulate", "efs-tiny", "--set", "meta_write_latency_ms=0.02", "--set", "meta_read_latency_ms=0.02")
     path = m.mountpoint / "f"
     path.write_bytes(b"x" * 1000)
-    script = ("import os, sys, time\n"
-              "p, role = sys.argv[1], sys.argv[2]\n"
-              "end = time.monotonic() + 2\n"
-              "while time.monotonic() < end:\n"
-              "    if role == 't':\n"
-              "        os.truncate(p, 100); os.truncate(p, 1000)\n"
-              "        with open(p, 'wb') as f: f.write(b'y' * 500)\n"
-              "    else:\n"
-              "        with open(p, 'rb') as f: f.read()\n")
+    script = (
+        "import os, sys, time\n"
+        "p, role = sys.argv[1], sys.argv[2]\n"
+        "end = time.monotonic() + 2\n"
+        "while time.monotonic() < end:\n"
+        "    if role == 't':\n"
+        "        os.truncate(p, 100); os.truncate(p, 1000)\n"
+        "        with open(p, 'wb') as f: f.write(b'y' * 500)\n"
+        "    else:\n"
+        "        with open(p, 'rb') as f: f.read()\n"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", script, str(path), role]) for role in "trrr"]
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
     assert "resized beside" not in fusetrace("stats", str(m.mountpoint)).stdout

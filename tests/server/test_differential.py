@@ -111,13 +111,21 @@ data = st.one_of(
 )
 times_ns = st.sampled_from([0, 1_000_000_000, 1_234_567_891_234_567_891, 1_700_000_000_123_456_789, 999_999_999])
 ACCESS = {"r": os.O_RDONLY, "w": os.O_WRONLY, "rw": os.O_RDWR}
-EXTRA = {"creat": os.O_CREAT, "excl": os.O_EXCL, "trunc": os.O_TRUNC, "append": os.O_APPEND,
-         "directory": os.O_DIRECTORY, "nofollow": os.O_NOFOLLOW}
+EXTRA = {
+    "creat": os.O_CREAT,
+    "excl": os.O_EXCL,
+    "trunc": os.O_TRUNC,
+    "append": os.O_APPEND,
+    "directory": os.O_DIRECTORY,
+    "nofollow": os.O_NOFOLLOW,
+}
 open_flags = st.tuples(st.sampled_from(sorted(ACCESS)), st.sets(st.sampled_from(sorted(EXTRA)), max_size=2))
-creat_flags = st.tuples(st.sampled_from(["w", "rw"]),
-                        st.sets(st.sampled_from(["excl", "trunc", "append"])).map(lambda s: s | {"creat"}))
+creat_flags = st.tuples(
+    st.sampled_from(["w", "rw"]), st.sets(st.sampled_from(["excl", "trunc", "append"])).map(lambda s: s | {"creat"})
+)
 
 USER = (65534, 65534)  # nobody:nogroup, the uid of the unprivileged run
+
 
 class Fds:
     """An open file on both sides."""
@@ -227,10 +235,12 @@ class Differential(RuleBasedStateMachine):
                 name, to = item.split("->")
                 self.both(lambda s, to=to, name=name: os.symlink(to, self.path(s, name)), f"symlink {to} {name}")
             else:
+
                 def make(s, item=item):
                     fd = os.open(self.path(s, item), os.O_CREAT | os.O_WRONLY, 0o644)
                     os.write(fd, item.encode() * 10)
                     os.close(fd)
+
                 self.both(make, f"create {item}")
 
     # ---- open files -------------------------------------------------------------------
@@ -323,8 +333,10 @@ class Differential(RuleBasedStateMachine):
 
     @rule(src=some_names, dst=names, follow=st.booleans())
     def link(self, src, dst, follow):
-        self.both(lambda s: os.link(self.path(s, src), self.path(s, dst), follow_symlinks=follow),
-                  f"link {src} {dst} follow={follow}")
+        self.both(
+            lambda s: os.link(self.path(s, src), self.path(s, dst), follow_symlinks=follow),
+            f"link {src} {dst} follow={follow}",
+        )
 
     @rule(to=targets, rel=names)
     def symlink(self, to, rel):
@@ -350,11 +362,17 @@ class Differential(RuleBasedStateMachine):
     def chmod(self, rel, mode):
         self.both(lambda s: os.chmod(self.path(s, rel), mode), f"chmod {rel} {mode:o}")
 
-    @rule(rel=some_names, uid=st.sampled_from([-1, 0, 1000, USER[0]]), gid=st.sampled_from([-1, 0, 1000, USER[1]]),
-          follow=st.booleans())
+    @rule(
+        rel=some_names,
+        uid=st.sampled_from([-1, 0, 1000, USER[0]]),
+        gid=st.sampled_from([-1, 0, 1000, USER[1]]),
+        follow=st.booleans(),
+    )
     def chown(self, rel, uid, gid, follow):
-        self.both(lambda s: os.chown(self.path(s, rel), uid, gid, follow_symlinks=follow),
-                  f"chown {rel} {uid}:{gid} follow={follow}")
+        self.both(
+            lambda s: os.chown(self.path(s, rel), uid, gid, follow_symlinks=follow),
+            f"chown {rel} {uid}:{gid} follow={follow}",
+        )
 
     @rule(rel=some_names, atime=st.none() | times_ns, mtime=st.none() | times_ns, nofollow=st.booleans())
     def utimens(self, rel, atime, mtime, nofollow):
@@ -367,8 +385,10 @@ class Differential(RuleBasedStateMachine):
             utimensat(p, atime, mtime, nofollow)
             after = os.stat(p, follow_symlinks=not nofollow)
             # a time given must show as given; a time omitted must not move
-            return tuple(getattr(after, f) if t is not None else getattr(after, f) == getattr(before, f)
-                         for t, f in ((atime, "st_atime_ns"), (mtime, "st_mtime_ns")))
+            return tuple(
+                getattr(after, f) if t is not None else getattr(after, f) == getattr(before, f)
+                for t, f in ((atime, "st_atime_ns"), (mtime, "st_mtime_ns"))
+            )
 
         self.both(set_and_stat, what)
 
@@ -376,26 +396,39 @@ class Differential(RuleBasedStateMachine):
     def utime_now(self, rel):
         self.both(lambda s: os.utime(self.path(s, rel)), f"utime {rel} now")
 
-    @rule(rel=some_names, name=xattr_names, value=xattr_values,
-          flags=st.sampled_from([0, os.XATTR_CREATE, os.XATTR_REPLACE]), follow=st.booleans())
+    @rule(
+        rel=some_names,
+        name=xattr_names,
+        value=xattr_values,
+        flags=st.sampled_from([0, os.XATTR_CREATE, os.XATTR_REPLACE]),
+        follow=st.booleans(),
+    )
     def setxattr(self, rel, name, value, flags, follow):
-        self.both(lambda s: os.setxattr(self.path(s, rel), name, value, flags, follow_symlinks=follow),
-                  f"setxattr {rel} {name} flags {flags} follow={follow}")
+        self.both(
+            lambda s: os.setxattr(self.path(s, rel), name, value, flags, follow_symlinks=follow),
+            f"setxattr {rel} {name} flags {flags} follow={follow}",
+        )
 
     @rule(rel=some_names, name=xattr_names, follow=st.booleans())
     def getxattr(self, rel, name, follow):
-        self.both(lambda s: os.getxattr(self.path(s, rel), name, follow_symlinks=follow),
-                  f"getxattr {rel} {name} follow={follow}")
+        self.both(
+            lambda s: os.getxattr(self.path(s, rel), name, follow_symlinks=follow),
+            f"getxattr {rel} {name} follow={follow}",
+        )
 
     @rule(rel=some_names, follow=st.booleans())
     def listxattr(self, rel, follow):
-        self.both(lambda s: sorted(os.listxattr(self.path(s, rel), follow_symlinks=follow)),
-                  f"listxattr {rel} follow={follow}")
+        self.both(
+            lambda s: sorted(os.listxattr(self.path(s, rel), follow_symlinks=follow)),
+            f"listxattr {rel} follow={follow}",
+        )
 
     @rule(rel=some_names, name=xattr_names, follow=st.booleans())
     def removexattr(self, rel, name, follow):
-        self.both(lambda s: os.removexattr(self.path(s, rel), name, follow_symlinks=follow),
-                  f"removexattr {rel} {name} follow={follow}")
+        self.both(
+            lambda s: os.removexattr(self.path(s, rel), name, follow_symlinks=follow),
+            f"removexattr {rel} {name} follow={follow}",
+        )
 
     @rule(rel=st.sampled_from(["", "d", "e", "a", "d/e", "nowhere"]))
     def listdir(self, rel):
@@ -403,8 +436,9 @@ class Differential(RuleBasedStateMachine):
 
     @rule(rel=some_names, follow=st.booleans())
     def stat(self, rel, follow):
-        self.both(lambda s: norm_stat(os.stat(self.path(s, rel), follow_symlinks=follow)),
-                  f"stat {rel} follow={follow}")
+        self.both(
+            lambda s: norm_stat(os.stat(self.path(s, rel), follow_symlinks=follow)), f"stat {rel} follow={follow}"
+        )
 
     @rule(rel=some_names, mode=st.sampled_from([os.F_OK, os.R_OK, os.W_OK, os.X_OK, os.R_OK | os.W_OK]))
     def access(self, rel, mode):
@@ -463,7 +497,8 @@ class Differential(RuleBasedStateMachine):
         assert mi.keys() == pi.keys()
         pairs = {(pi[k], mi[k]) for k in pi}
         assert len({p for p, _ in pairs}) == len(pairs) == len({m for _, m in pairs}), (
-            f"st_ino does not follow objects: plain {pi}, mount {mi}")
+            f"st_ino does not follow objects: plain {pi}, mount {mi}"
+        )
         # An object keeps its st_ino through the mount while it lives.
         for p, m in pairs:
             assert self.ino_map.get(p, m) == m, f"st_ino of one object changed from {self.ino_map[p]} to {m}"
@@ -521,8 +556,11 @@ def trees():
 # with the profile's latencies cut to tens of microseconds and extended attributes on, as the
 # plain directory has them: everything the kernel keeps for itself must still add up to what
 # a plain directory shows.
-FAST = [f"--set={key}={ms}" for kind in ("read", "write", "meta_read", "meta_write", "commit")
-        for key, ms in ((f"{kind}_latency_ms", 0.02), (f"{kind}_latency_p99_ms", 0.05))] + ["--set=xattrs=true"]
+FAST = [
+    f"--set={key}={ms}"
+    for kind in ("read", "write", "meta_read", "meta_write", "commit")
+    for key, ms in ((f"{kind}_latency_ms", 0.02), (f"{kind}_latency_p99_ms", 0.05))
+] + ["--set=xattrs=true"]
 
 
 @pytest.fixture(scope="module")
@@ -530,18 +568,30 @@ def cached_trees():
     yield from _trees("fusetrace-diff-wb-", "--emulate", "efs-bursting", *FAST)
 
 
-SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 
 def _machine(trees, user, tag):
     m, plain = trees
     for side in (m.mountpoint, plain):
         (side / tag).mkdir()
-    return type(f"Differential_{tag}", (Differential,),
-                {"mnt_base": m.mountpoint / tag, "plain_base": plain / tag, "source_base": m.source / tag,
-                 "user": user,
-                 "counter": itertools.count(), "errnos_seen": collections.Counter()})
+    return type(
+        f"Differential_{tag}",
+        (Differential,),
+        {
+            "mnt_base": m.mountpoint / tag,
+            "plain_base": plain / tag,
+            "source_base": m.source / tag,
+            "user": user,
+            "counter": itertools.count(),
+            "errnos_seen": collections.Counter(),
+        },
+    )
 
 
 def _run_and_check_errors(machine) -> None:
@@ -578,12 +628,14 @@ def _script(m, as_root, fd):
         def go(s):
             fd[key, s] = os.open(P(s, rel), flags | os.O_CLOEXEC, mode)
             return "open"
+
         return go
 
     def read_all(rel):
         def go(s):
             with open(P(s, rel), "rb") as f:
                 return f.read()
+
         return go
 
     def ino_pair(r1, r2):
@@ -602,25 +654,32 @@ def _script(m, as_root, fd):
         ("write-open a directory", lambda s: os.open(P(s, "d"), os.O_WRONLY), ("err", "EISDIR")),
         ("O_EXCL on existing", lambda s: os.open(P(s, "a"), os.O_CREAT | os.O_EXCL | os.O_WRONLY), ("err", "EEXIST")),
         ("getxattr missing", lambda s: os.getxattr(P(s, "a"), "user.x"), ("err", "ENODATA")),
-        ("setxattr REPLACE missing", lambda s: os.setxattr(P(s, "a"), "user.x", b"1", os.XATTR_REPLACE),
-         ("err", "ENODATA")),
+        (
+            "setxattr REPLACE missing",
+            lambda s: os.setxattr(P(s, "a"), "user.x", b"1", os.XATTR_REPLACE),
+            ("err", "ENODATA"),
+        ),
         ("setxattr CREATE", lambda s: os.setxattr(P(s, "a"), "user.x", b"1", os.XATTR_CREATE), (ok, None)),
-        ("setxattr CREATE again", lambda s: os.setxattr(P(s, "a"), "user.x", b"2", os.XATTR_CREATE),
-         ("err", "EEXIST")),
+        ("setxattr CREATE again", lambda s: os.setxattr(P(s, "a"), "user.x", b"2", os.XATTR_CREATE), ("err", "EEXIST")),
         ("setxattr on a directory", lambda s: os.setxattr(P(s, "d"), "user.y", b"dir"), (ok, None)),
         ("listxattr", lambda s: sorted(os.listxattr(P(s, "a"))), (ok, ["user.x"])),
         ("getxattr", lambda s: os.getxattr(P(s, "a"), "user.x"), (ok, b"1")),
         ("removexattr", lambda s: os.removexattr(P(s, "a"), "user.x"), (ok, None)),
         ("removexattr missing", lambda s: os.removexattr(P(s, "a"), "user.x"), ("err", "ENODATA")),
-        ("RENAME_NOREPLACE onto existing", lambda s: renameat2(P(s, "a"), P(s, "b"), RENAME_NOREPLACE),
-         ("err", "EEXIST")),
+        (
+            "RENAME_NOREPLACE onto existing",
+            lambda s: renameat2(P(s, "a"), P(s, "b"), RENAME_NOREPLACE),
+            ("err", "EEXIST"),
+        ),
         ("RENAME_NOREPLACE", lambda s: renameat2(P(s, "b"), P(s, "c"), RENAME_NOREPLACE), (ok, None)),
         ("RENAME_EXCHANGE", lambda s: renameat2(P(s, "a"), P(s, "c"), RENAME_EXCHANGE), (ok, None)),
         ("contents exchanged", read_all("a"), (ok, b"b" * 10)),
-        ("RENAME_EXCHANGE with a missing name", lambda s: renameat2(P(s, "a"), P(s, "b"), RENAME_EXCHANGE),
-         ("err", "ENOENT")),
-        ("RENAME_EXCHANGE file and directory", lambda s: renameat2(P(s, "a"), P(s, "d"), RENAME_EXCHANGE),
-         (ok, None)),
+        (
+            "RENAME_EXCHANGE with a missing name",
+            lambda s: renameat2(P(s, "a"), P(s, "b"), RENAME_EXCHANGE),
+            ("err", "ENOENT"),
+        ),
+        ("RENAME_EXCHANGE file and directory", lambda s: renameat2(P(s, "a"), P(s, "d"), RENAME_EXCHANGE), (ok, None)),
         ("rename a directory into itself", lambda s: os.rename(P(s, "a"), P(s, "a/x")), ("err", "EINVAL")),
         ("rename a file over a directory", lambda s: os.rename(P(s, "c"), P(s, "a")), ("err", "EISDIR")),
         ("hard link", lambda s: os.link(P(s, "c"), P(s, "b")), (ok, None)),
@@ -633,10 +692,20 @@ def _script(m, as_root, fd):
         ("appended", read_all("c"), (ok, b"a" * 10 + b"tail")),
         ("utimens mtime only", lambda s: utimensat(P(s, "c"), None, 1_500_000_000_000_000_001, False), (ok, None)),
         ("utimens atime only", lambda s: utimensat(P(s, "c"), 1_400_000_000_000_000_002, None, False), (ok, None)),
-        ("both times kept", lambda s: (os.stat(P(s, "c")).st_atime_ns, os.stat(P(s, "c")).st_mtime_ns),
-         (ok, (1_400_000_000_000_000_002, 1_500_000_000_000_000_001))),
-        ("utimens symlink itself", lambda s: (os.symlink("nowhere", P(s, "e")), utimensat(P(s, "e"), 5, 7, True),
-                                              os.lstat(P(s, "e")).st_mtime_ns)[-1], (ok, 7)),
+        (
+            "both times kept",
+            lambda s: (os.stat(P(s, "c")).st_atime_ns, os.stat(P(s, "c")).st_mtime_ns),
+            (ok, (1_400_000_000_000_000_002, 1_500_000_000_000_000_001)),
+        ),
+        (
+            "utimens symlink itself",
+            lambda s: (
+                os.symlink("nowhere", P(s, "e")),
+                utimensat(P(s, "e"), 5, 7, True),
+                os.lstat(P(s, "e")).st_mtime_ns,
+            )[-1],
+            (ok, 7),
+        ),
         ("O_NOFOLLOW on a symlink", lambda s: os.open(P(s, "e"), os.O_RDONLY | os.O_NOFOLLOW), ("err", "ELOOP")),
         ("O_CREAT through a dangling symlink", opened("e", os.O_CREAT | os.O_WRONLY, "dangle"), (ok, "open")),
         ("made its target", lambda s: os.path.isfile(P(s, "nowhere")), (ok, True)),
@@ -646,12 +715,19 @@ def _script(m, as_root, fd):
         ("unlinked file still written", lambda s: os.write(fd["app", s], b"more"), (ok, 4)),
         ("unlinked file nlink", lambda s: os.fstat(fd["app", s]).st_nlink, (ok, 0)),
         ("chmod 000", lambda s: os.chmod(P(s, "nowhere"), 0), (ok, None)),
-        ("open mode 000", opened("nowhere", os.O_RDONLY, "zero"),
-         (ok, "open") if as_root else ("err", "EACCES")),
-        ("create in a read-only directory", lambda s: (os.chmod(P(s, "a"), 0o555), os.mkdir(P(s, "a/q")))[1],
-         (ok, None) if as_root else ("err", "EACCES")),
-        ("set-user-ID kept on create", lambda s: (os.close(os.open(P(s, "s"), os.O_CREAT | os.O_WRONLY, 0o4755)),
-                                                   oct(os.stat(P(s, "s")).st_mode))[1], (ok, "0o104755")),
+        ("open mode 000", opened("nowhere", os.O_RDONLY, "zero"), (ok, "open") if as_root else ("err", "EACCES")),
+        (
+            "create in a read-only directory",
+            lambda s: (os.chmod(P(s, "a"), 0o555), os.mkdir(P(s, "a/q")))[1],
+            (ok, None) if as_root else ("err", "EACCES"),
+        ),
+        (
+            "set-user-ID kept on create",
+            lambda s: (os.close(os.open(P(s, "s"), os.O_CREAT | os.O_WRONLY, 0o4755)), oct(os.stat(P(s, "s")).st_mode))[
+                1
+            ],
+            (ok, "0o104755"),
+        ),
     ]
 
 

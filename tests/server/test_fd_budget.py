@@ -65,10 +65,32 @@ def limited_shared():
     mnt.mkdir(mode=0o755)
     m = Mount(src, mnt, trace)
     try:
-        subprocess.run(["prlimit", f"--nofile={LIMIT}:{LIMIT}", "--", sys.executable, "-m", "fusetrace", "mount",
-                        str(src), str(mnt), "-o", "allow_other", "--attr-timeout", "0", "--entry-timeout", "0",
-                        "--trace", str(trace), "--log", str(base / "server.log")],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                "prlimit",
+                f"--nofile={LIMIT}:{LIMIT}",
+                "--",
+                sys.executable,
+                "-m",
+                "fusetrace",
+                "mount",
+                str(src),
+                str(mnt),
+                "-o",
+                "allow_other",
+                "--attr-timeout",
+                "0",
+                "--entry-timeout",
+                "0",
+                "--trace",
+                str(trace),
+                "--log",
+                str(base / "server.log"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield m
     finally:
         m.unmount()
@@ -87,8 +109,14 @@ def test_one_user_holding_files_leaves_descriptors_for_others(limited_shared):
     m = limited_shared
     mine = _files(m.source, "n", FILES)
     roots = _files(m.source, "r", 40)
-    holder = subprocess.Popen([PYTHON, "-c", _HOLDER, *(m.mountpoint / p.name for p in mine)], user=NOBODY,
-                              group=NOBODY, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [PYTHON, "-c", _HOLDER, *(m.mountpoint / p.name for p in mine)],
+        user=NOBODY,
+        group=NOBODY,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdin is not None
         held = json.loads(holder.stdout.readline())
@@ -138,18 +166,21 @@ def test_one_user_holding_files_leaves_descriptors_for_others(limited_shared):
 def _in_a_full_process(code: str, *args) -> dict:
     """Run `code` in a child whose descriptor limit is 64; `fill()` there opens /dev/null
     until none is free and returns the descriptors.  Its last line of output is JSON."""
-    prelude = ("import errno, json, os, resource, sys, time\n"
-               "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
-               "def fill():\n"
-               "    fds = []\n"
-               "    try:\n"
-               "        while True:\n"
-               "            fds.append(os.open('/dev/null', os.O_RDONLY))\n"
-               "    except OSError as e:\n"
-               "        assert e.errno == errno.EMFILE\n"
-               "    return fds\n")
-    done = subprocess.run([sys.executable, "-c", prelude + code, *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
+    prelude = (
+        "import errno, json, os, resource, sys, time\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "def fill():\n"
+        "    fds = []\n"
+        "    try:\n"
+        "        while True:\n"
+        "            fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "    except OSError as e:\n"
+        "        assert e.errno == errno.EMFILE\n"
+        "    return fds\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + code, *map(str, args)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -158,10 +189,12 @@ def test_a_close_with_no_descriptor_free_still_reports_write_back_errors(mount):
     """FLUSH's close(dup(fd)) with the table full: the kept slot (dup2 onto it), or fsync
     when none is kept, both report a write-back error as close(2) would."""
     m = mount()
-    done = fusetrace("fault", str(m.mountpoint), "add", "--op", "write", "--path", "/x.log", "--write-error", "EIO",
-                     "--count", "1")
+    done = fusetrace(
+        "fault", str(m.mountpoint), "add", "--op", "write", "--path", "/x.log", "--write-error", "EIO", "--count", "1"
+    )
     assert done.returncode == 0
-    out = _in_a_full_process("""
+    out = _in_a_full_process(
+        """
 from fusetrace.server.fdbudget import Spares
 a, b = (os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644) for _ in range(2))
 os.write(a, b"buffered")
@@ -176,13 +209,16 @@ def errno_of(fn, *args):
 seen = {"dup": errno_of(os.dup, a), "kept": errno_of(kept.close_dup, a), "fsync": errno_of(none.close_dup, b)}
 seen["again"] = [errno_of(kept.close_dup, a) for _ in range(10)]
 print(json.dumps({**seen, "used": kept.used}))
-""", m.mountpoint / "x.log")
+""",
+        m.mountpoint / "x.log",
+    )
     assert out == {"dup": errno.EMFILE, "kept": errno.EIO, "fsync": errno.EIO, "again": [0] * 10, "used": 11}
     assert (m.source / "x.log").read_bytes() == b"buffered"
 
 
 def test_the_trace_writer_puts_off_a_write_with_no_descriptor_free_and_loses_nothing(tmp_path):
-    out = _in_a_full_process("""
+    out = _in_a_full_process(
+        """
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 w = TraceWriter(sys.argv[1], {"source": "/src"}, flush_interval=0.01)
@@ -198,7 +234,9 @@ for fd in held:
 while w.records < 100 and time.monotonic() < deadline:
     time.sleep(0.01)
 print(json.dumps({"put_off": put_off, **w.close()}))
-""", tmp_path / "t")
+""",
+        tmp_path / "t",
+    )
     assert out["put_off"][0] >= 3 and out["put_off"][1:] == [0, 100]  # nothing written meanwhile, all kept
     assert (out["records"], out["dropped"], out["lost"], out["write_errors"]) == (100, 0, 0, 0)
     assert len(pd.read_parquet(tmp_path / "t")) == 100
@@ -210,7 +248,8 @@ def test_a_listing_short_of_descriptors_returns_a_shorter_chunk(tmp_path):
     the entries it could open (the kernel asks on from there), with none, EMFILE."""
     for i in range(40):
         (tmp_path / f"f{i:02d}").write_bytes(b"")
-    out = _in_a_full_process("""
+    out = _in_a_full_process(
+        """
 from fusetrace.server.nofollow import list_chunk
 d = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 names = [".", "..", *os.listdir(d)]
@@ -229,7 +268,9 @@ try:
 except OSError as e:
     none = e.errno
 print(json.dumps({"got": got, "none": none}))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert len(out["got"]) == 2 + 5 and out["got"][:2] == [".", ".."]  # 5 descriptors: 5 entries
     assert out["none"] == errno.EMFILE
 

@@ -34,6 +34,7 @@ def _alive(pid: int) -> bool:
 
 # -- paths that would deadlock the server or lose the trace --------------------------------
 
+
 def test_mountpoint_equal_to_the_source_is_refused(tmp_path):
     (tmp_path / "src" / "sub").mkdir(parents=True)
     (tmp_path / "link").symlink_to("src")
@@ -48,14 +49,16 @@ def test_trace_inside_the_mountpoint_is_refused(tmp_path):
         (tmp_path / d).mkdir()
     (tmp_path / "mlink").symlink_to("mnt")
     for trace in ("mnt", "mnt/t", "mlink/deeper/t"):
-        done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace",
-                         str(tmp_path / trace), check=False)
+        done = fusetrace(
+            "mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace", str(tmp_path / trace), check=False
+        )
         one_line_error(done, "inside the mountpoint", str(tmp_path / "mnt"))
         assert not is_mounted(tmp_path / "mnt")
     assert not (tmp_path / "mnt" / "t").exists()
 
 
 # -- a hung server at the mountpoint -------------------------------------------------------
+
 
 def test_a_stopped_server_is_named_quickly_and_umount_is_bounded(mount, tmp_path):
     m = mount()
@@ -125,6 +128,7 @@ def test_umount_waits_while_the_server_works_and_not_when_it_stalls(monkeypatch)
 
 # -- the source walk of an emulated mount --------------------------------------------------
 
+
 def test_the_source_walk_runs_in_the_background_and_is_abandoned_at_unmount(monkeypatch, tmp_path):
     """Emulation.start returns, and the loop runs, while the walk is still blocked; the
     profile's stored_size holds until the walk completes; a walk in progress does not hold
@@ -184,6 +188,7 @@ def test_the_source_walk_follows_no_symlink(tmp_path):
 
 # -- SIGTERM and SIGHUP to long-running commands -------------------------------------------
 
+
 def _tagged(tag: str) -> dict[int, dict[str, str]]:
     """The processes whose environment carries `tag`: this run's, whoever their parent."""
     found = {}
@@ -216,9 +221,13 @@ def _run_and_signal(tmp_path, args, signum, ready):
     was seen (mount, processes, scratch and work directories) and the exit code."""
     tag = uuid.uuid4().hex
     env = dict(os.environ, FUSETRACE_TEST_TAG=tag)
-    proc = subprocess.Popen([sys.executable, "-m", "fusetrace", "scenario", "run", *args,
-                             "--out", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fusetrace", "scenario", "run", *args, "--out", str(tmp_path / "out")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = {}
     try:
         mnt = poll(lambda: _our_mount(tag), timeout=60, interval=0.05)
@@ -242,8 +251,7 @@ def _assert_all_gone(mnt, seen, tag):
     assert not is_mounted(mnt)
     poll(lambda: not [pid for pid in seen if _alive(pid)], timeout=10, interval=0.05)
     groups = {pgid for _, pgid in seen.values()} - {None, os.getpgrp()}
-    in_groups = [p for p in map(int, filter(str.isdigit, os.listdir("/proc")))
-                 if _alive(p) and _pgid(p) in groups]
+    in_groups = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if _alive(p) and _pgid(p) in groups]
     assert not in_groups
     assert not _tagged(tag)
     assert not os.path.exists(os.path.dirname(mnt))  # the scratch directory
@@ -258,8 +266,10 @@ def _pgid(pid: int) -> int | None:
 
 def test_sigterm_during_a_step_unwinds_like_ctrl_c(tmp_path):
     path = tmp_path / "long.toml"
-    path.write_text('title = "t"\nsystem = "s"\nsource = "none"\nprofile = "efs-tiny"\n'
-                    '[[steps]]\nname = "long"\nrun = "sleep 600 & sleep 600; wait"\n')
+    path.write_text(
+        'title = "t"\nsystem = "s"\nsource = "none"\nprofile = "efs-tiny"\n'
+        '[[steps]]\nname = "long"\nrun = "sleep 600 & sleep 600; wait"\n'
+    )
 
     def two_sleeps(tag):
         return sum(1 for env in _tagged(tag).values() if "WORK" in env) >= 3  # the shell, 2 sleeps
@@ -276,7 +286,6 @@ def test_sigterm_during_a_step_unwinds_like_ctrl_c(tmp_path):
 def test_sighup_while_the_mount_comes_up_unwinds(tmp_path):
     """Signalled as soon as the mount shows, while `fusetrace mount` still waits for it to
     be ready: the mount that comes up is taken down again."""
-    code, err, mnt, seen, tag = _run_and_signal(tmp_path, ["efs-2018-touch", "--fast"], signal.SIGHUP,
-                                                lambda tag: True)
+    code, err, mnt, seen, tag = _run_and_signal(tmp_path, ["efs-2018-touch", "--fast"], signal.SIGHUP, lambda tag: True)
     assert code == 128 + signal.SIGHUP, err
     _assert_all_gone(mnt, seen, tag)

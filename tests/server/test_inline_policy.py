@@ -95,9 +95,19 @@ KEYS = [KEY, ("write", "buffered"), ("fsync", "commit"), ("write", "sync")]
 
 
 @settings(deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 5_000 * US), st.sampled_from([0, 4096, 1 << 20]),
-                          st.booleans(), st.integers(1, 60)), max_size=40),
-       st.sampled_from([0, 50]))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(KEYS),
+            st.integers(0, 5_000 * US),
+            st.sampled_from([0, 4096, 1 << 20]),
+            st.booleans(),
+            st.integers(1, 60),
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([0, 50]),
+)
 def test_a_calm_key_is_exactly_one_whose_quick_calls_the_policy_would_ignore(calls, threshold_us):
     """Pipeline.timed asks the policy nothing for a calm key's call within the
     threshold: so a calm key must be one inline() lets run and such a call's observe()

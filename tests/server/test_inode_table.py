@@ -193,7 +193,9 @@ def test_only_the_first_reopened_descriptor_is_kept(tree):
     table.attach(node, first)
     table.attach(node, second)
     assert node.fd == first and table.reopened == 1
-    assert _fds() == before and table.stats()["held"] == 16  # one more held, the oldest closed, the other reopen's dropped
+    assert (
+        _fds() == before and table.stats()["held"] == 16
+    )  # one more held, the oldest closed, the other reopen's dropped
 
 
 def _closed_f0(tree, by_handle: bool):

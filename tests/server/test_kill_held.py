@@ -27,8 +27,13 @@ from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.server import kills
 
 STALL_S = 60
-RATE_KEYS = ["baseline_kibps_per_gib", "baseline_floor_mibps", "burst_mibps", "burst_mibps_per_tib",
-             "provisioned_mibps"]
+RATE_KEYS = [
+    "baseline_kibps_per_gib",
+    "baseline_floor_mibps",
+    "burst_mibps",
+    "burst_mibps_per_tib",
+    "provisioned_mibps",
+]
 # the least throughput a profile may give (efs-tiny bursts: its credits last)
 CRAWL = ["burst_mibps=0.001", "baseline_floor_mibps=0.001"]
 
@@ -58,8 +63,9 @@ def test_a_process_killed_in_a_stall_ends_and_the_mount_serves_on(mount):
     m = mount(trace=True)  # a plain mount writes through: dd's write is its own request
     (m.source / "f").write_bytes(b"x" * 8192)
     fusetrace("fault", str(m.mountpoint), "add", "--op", "write", "--stall", f"{STALL_S}s", "--id", "outage")
-    dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={m.mountpoint}/g", "bs=64k", "count=4"],
-                          stderr=subprocess.DEVNULL)
+    dd = subprocess.Popen(
+        ["dd", "if=/dev/zero", f"of={m.mountpoint}/g", "bs=64k", "count=4"], stderr=subprocess.DEVNULL
+    )
     held = _held(m, "write")
     assert (held["pid"], held["name"]) == (dd.pid, "dd")
     _kill_and_wait(dd)
@@ -78,8 +84,7 @@ def test_a_process_killed_while_a_thread_other_than_its_first_waits_ends(mount):
     """FUSE names the calling thread, not its process: the watcher reads that thread."""
     m = mount()
     fusetrace("fault", str(m.mountpoint), "add", "--op", "lookup", "--stall", f"{STALL_S}s")
-    code = ("import os, sys, threading\n"
-            "t = threading.Thread(target=os.stat, args=(sys.argv[1],))\nt.start()\nt.join()\n")
+    code = "import os, sys, threading\nt = threading.Thread(target=os.stat, args=(sys.argv[1],))\nt.start()\nt.join()\n"
     proc = subprocess.Popen([sys.executable, "-c", code, f"{m.mountpoint}/nosuch"])
     held = _held(m, "lookup")
     assert held["pid"] == proc.pid  # the process, its thread's request
@@ -91,8 +96,9 @@ def test_a_process_killed_while_the_emulated_file_system_holds_it_ends(mount):
     """The least throughput (1 MiB: about 1,000 s): an O_DIRECT write is held by the
     model, and dd killed in it ends."""
     m = mount("--emulate", "efs-tiny", *[a for s in CRAWL for a in ("--set", s)], trace=True)
-    dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={m.mountpoint}/g", "bs=1M", "count=2", "oflag=direct"],
-                          stderr=subprocess.DEVNULL)
+    dd = subprocess.Popen(
+        ["dd", "if=/dev/zero", f"of={m.mountpoint}/g", "bs=1M", "count=2", "oflag=direct"], stderr=subprocess.DEVNULL
+    )
     held = _held(m, "write")
     assert held["why"] == "the emulated file system (throughput)" and held["left_s"] > 60, held
     _kill_and_wait(dd)
@@ -108,8 +114,14 @@ def test_a_process_killed_while_the_emulated_file_system_holds_it_ends(mount):
 def test_a_namespace_change_the_emulated_file_system_holds_completes(mount):
     """What the model holds has run on the source already: an unlink answered EINTR would
     leave the server's tables behind the source, so a killed `rm` waits its hold out."""
-    m = mount("--emulate", "efs-tiny", *[a for s in CRAWL for a in ("--set", s)], "--set", "metadata_io_size=24 KiB",
-              trace=True)  # a REMOVE metered as 24 KiB: held about 2.5 s
+    m = mount(
+        "--emulate",
+        "efs-tiny",
+        *[a for s in CRAWL for a in ("--set", s)],
+        "--set",
+        "metadata_io_size=24 KiB",
+        trace=True,
+    )  # a REMOVE metered as 24 KiB: held about 2.5 s
     (m.source / "x").write_bytes(b"x")
     os.stat(m.mountpoint / "x")  # looked up: rm sends only the unlink
     rm = subprocess.Popen(["rm", f"{m.mountpoint}/x"])
@@ -127,8 +139,9 @@ def test_write_back_no_caller_waits_on_still_completes(mount):
     killed writer's data still reaches the source, and nothing is answered EINTR."""
     m = mount("--emulate", "efs-tiny", trace=True)
     fusetrace("fault", str(m.mountpoint), "add", "--op", "write", "--stall", "3s", "--id", "outage")
-    dd = subprocess.Popen(["dd", "if=/dev/urandom", f"of={m.mountpoint}/g", "bs=64k", "count=1", "conv=fsync"],
-                          stderr=subprocess.DEVNULL)
+    dd = subprocess.Popen(
+        ["dd", "if=/dev/urandom", f"of={m.mountpoint}/g", "bs=64k", "count=1", "conv=fsync"], stderr=subprocess.DEVNULL
+    )
     _held(m, "write")
     assert not kills.dying(dd.pid, True)  # dd is not being killed yet
     dd.send_signal(signal.SIGKILL)
@@ -193,6 +206,7 @@ def test_a_round_reads_at_most_most_reads_callers_and_the_next_round_the_rest():
 
 # ---- every rate key has a least value ---------------------------------------------------
 
+
 @pytest.mark.parametrize("key", RATE_KEYS)
 def test_a_rate_too_small_to_model_is_refused(key):
     with pytest.raises(ProfileError) as info:
@@ -214,8 +228,10 @@ def test_at_the_least_rates_one_request_is_modelled_within_the_hour():
     least rate, not a faster one."""
     items = [f"{k}={SPECS[k]['least']!r}" for k, s in SPECS.items() if s["least"] and "/s" in s["unit"]]
     params = apply_overrides(Params(), [*items, "throughput_mode=provisioned", "burst_credit_balance=0"])
-    for op in (Op(OpClass.DATA_WRITE, nbytes=1 << 20, file=1, write_mode="direct"),
-               Op(OpClass.DATA_READ, nbytes=1 << 20, file=1)):
+    for op in (
+        Op(OpClass.DATA_WRITE, nbytes=1 << 20, file=1, write_mode="direct"),
+        Op(OpClass.DATA_READ, nbytes=1 << 20, file=1),
+    ):
         took = Model(params, 0.0, random.Random(1)).admit(op, 0.0).done_at
         assert math.isfinite(took) and 100 < took <= HOUR_MS / 1000, (op, took)
 
@@ -223,8 +239,16 @@ def test_at_the_least_rates_one_request_is_modelled_within_the_hour():
 def test_mount_and_set_refuse_a_rate_of_1e_minus_300_in_one_line(mount, tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "m").mkdir()
-    done = fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-tiny",
-                     "--set", "burst_mibps=1e-300", check=False)
+    done = fusetrace(
+        "mount",
+        str(tmp_path / "s"),
+        str(tmp_path / "m"),
+        "--emulate",
+        "efs-tiny",
+        "--set",
+        "burst_mibps=1e-300",
+        check=False,
+    )
     one_line_error(done, "--set burst_mibps: must be 0 or at least 0.001 MiB/s", "got '1e-300'", code=2)
     assert not is_mounted(tmp_path / "m")
     m = mount("--emulate", "efs-tiny")

@@ -17,8 +17,23 @@ from support import Mount, is_mounted
 def _mount_limited(src, mnt, nofile: int, *options: str) -> Mount:
     """`fusetrace mount` with RLIMIT_NOFILE soft = hard = nofile, as an operator's
     ulimit would leave it; the server inherits it."""
-    subprocess.run(["prlimit", f"--nofile={nofile}:{nofile}", "--", sys.executable, "-m", "fusetrace",
-                    "mount", str(src), str(mnt), *options], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            "prlimit",
+            f"--nofile={nofile}:{nofile}",
+            "--",
+            sys.executable,
+            "-m",
+            "fusetrace",
+            "mount",
+            str(src),
+            str(mnt),
+            *options,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return Mount(src, mnt, None)
 
 
@@ -100,8 +115,9 @@ def test_ls_and_find_over_100000_entries_with_1024_descriptors(limited):
     found = subprocess.run(["find", str(m.mountpoint), "-type", "f"], capture_output=True, text=True, check=True)
     assert len(found.stdout.splitlines()) == 100_000
     assert found.stderr == ""
-    du = subprocess.run(["du", "-s", "--apparent-size", "-b", str(m.mountpoint)], capture_output=True,
-                        text=True, check=True)
+    du = subprocess.run(
+        ["du", "-s", "--apparent-size", "-b", str(m.mountpoint)], capture_output=True, text=True, check=True
+    )
     assert int(du.stdout.split()[0]) >= sum(i % 7 for i in range(100_000))
     assert _server_fds(m) < 1024
     _serves_normally(m)

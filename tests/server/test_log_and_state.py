@@ -61,14 +61,17 @@ def _plant(base: Path, what: str) -> Path:
     return victim
 
 
-@pytest.mark.parametrize("what, why", [
-    ("symlink", "is a symbolic link; refusing to follow it"),
-    ("symlink, not sticky", "is a symbolic link; refusing to follow it"),
-    ("dangling symlink", "is a symbolic link; refusing to follow it"),
-    ("another user's file", f"belongs to uid {NOBODY}"),
-    ("fifo", "not a regular file"),
-    ("hard link", "has 2 names (hard links)"),
-])
+@pytest.mark.parametrize(
+    "what, why",
+    [
+        ("symlink", "is a symbolic link; refusing to follow it"),
+        ("symlink, not sticky", "is a symbolic link; refusing to follow it"),
+        ("dangling symlink", "is a symbolic link; refusing to follow it"),
+        ("another user's file", f"belongs to uid {NOBODY}"),
+        ("fifo", "not a regular file"),
+        ("hard link", "has 2 names (hard links)"),
+    ],
+)
 def test_a_log_planted_by_another_user_is_refused_in_one_line(sticky, what, why):
     victim = _plant(sticky, what)
     log = sticky / "server.log"
@@ -92,8 +95,9 @@ def test_a_directory_link_planted_on_the_logs_way_is_not_followed(sticky):
     os.symlink(ours, theirs)
     os.lchown(theirs, NOBODY, NOBODY)
     done = fusetrace("mount", str(sticky / "src"), str(sticky / "mnt"), "--log", str(theirs / "passwd"), check=False)
-    one_line_error(done, f"--log {theirs}/passwd: {theirs} is a symbolic link of uid {NOBODY}", "refusing to follow",
-                   code=1)
+    one_line_error(
+        done, f"--log {theirs}/passwd: {theirs} is a symbolic link of uid {NOBODY}", "refusing to follow", code=1
+    )
     assert not is_mounted(sticky / "mnt")
     assert (ours / "passwd").read_text() == "keep\n"
     # a link of root's own on the way is followed, as the operator made it

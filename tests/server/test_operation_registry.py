@@ -33,10 +33,12 @@ CTX = Caller()
 
 
 def test_every_fuse_operation_the_surface_implements_is_registered():
-    fuse_ops = {name for name, _ in inspect.getmembers(pyfuse3.Operations, inspect.isfunction)
-                if not name.startswith("_")} | {name for name in vars(pyfuse3.Operations) if not name.startswith("_")}
-    implemented = {name for name, member in vars(Operations).items()
-                   if name in fuse_ops and inspect.iscoroutinefunction(member)}
+    fuse_ops = {
+        name for name, _ in inspect.getmembers(pyfuse3.Operations, inspect.isfunction) if not name.startswith("_")
+    } | {name for name in vars(pyfuse3.Operations) if not name.startswith("_")}
+    implemented = {
+        name for name, member in vars(Operations).items() if name in fuse_ops and inspect.iscoroutinefunction(member)
+    }
     assert implemented == set(HANDLED), "a handler on Operations must be named in HANDLED (and the reverse)"
     assert set(HANDLED) <= VFS_OPS, "the emulated NFS client (emulator/nfsclient.py) must know every operation"
     for name in HANDLED:
@@ -60,8 +62,15 @@ def test_every_handler_but_forget_is_traced_through_the_pipeline(tmp_path):
         await ops.release(info.fh)
         attr = pyfuse3.EntryAttributes()
         attr.st_mode = stat.S_IFREG | 0o600
-        fields = SimpleNamespace(update_size=False, update_mode=True, update_uid=False, update_gid=False,
-                                 update_atime=False, update_mtime=False, update_ctime=False)
+        fields = SimpleNamespace(
+            update_size=False,
+            update_mode=True,
+            update_uid=False,
+            update_gid=False,
+            update_atime=False,
+            update_mtime=False,
+            update_ctime=False,
+        )
         await ops.setattr(f.st_ino, attr, fields, None, CTX)
         opened = await ops.open(f.st_ino, os.O_RDONLY, CTX)
         await ops.release(opened.fh)
@@ -83,8 +92,12 @@ def test_every_handler_but_forget_is_traced_through_the_pipeline(tmp_path):
         await ops.releasedir(fh)
         await ops.statfs(CTX)
         await ops.access(f.st_ino, os.R_OK, CTX)
-        for call in (ops.setxattr(f.st_ino, b"user.k", b"v", CTX), ops.getxattr(f.st_ino, b"user.k", CTX),
-                     ops.listxattr(f.st_ino, CTX), ops.removexattr(f.st_ino, b"user.k", CTX)):
+        for call in (
+            ops.setxattr(f.st_ino, b"user.k", b"v", CTX),
+            ops.getxattr(f.st_ino, b"user.k", CTX),
+            ops.listxattr(f.st_ino, CTX),
+            ops.removexattr(f.st_ino, b"user.k", CTX),
+        ):
             try:
                 await call
             except FUSEError:

@@ -18,8 +18,9 @@ NOBODY = 65534
 GROUP = 4242  # a supplementary group given to the caller in one test
 PYTHON = "/usr/bin/python3"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setfacl"),
-                                reason="needs root (allow_other) and setfacl (package acl)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setfacl"), reason="needs root (allow_other) and setfacl (package acl)"
+)
 
 
 @pytest.fixture
@@ -29,8 +30,16 @@ def shared():
 
 
 def _as_nobody(code: str, *args, groups=()) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-c", code, *map(str, args)], user=NOBODY, group=NOBODY,
-                          extra_groups=list(groups), capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [PYTHON, "-c", code, *map(str, args)],
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=list(groups),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_an_acl_that_denies_a_user_denies_them_through_the_mount(shared):
@@ -66,8 +75,10 @@ def test_a_truncating_open_by_a_user_drops_set_id_bits_as_natively(shared, mode,
     src, mnt = shared
     (src / "own").mkdir()
     os.chmod(src / "own", 0o777)  # seen through the mount as the same directory
-    code = ("import os, sys; p = sys.argv[1]; open(p, 'w').close(); os.chmod(p, int(sys.argv[2]));"
-            " os.close(os.open(p, os.O_RDONLY | os.O_TRUNC)); print(oct(os.stat(p).st_mode & 0o7777))")
+    code = (
+        "import os, sys; p = sys.argv[1]; open(p, 'w').close(); os.chmod(p, int(sys.argv[2]));"
+        " os.close(os.open(p, os.O_RDONLY | os.O_TRUNC)); print(oct(os.stat(p).st_mode & 0o7777))"
+    )
     native = _as_nobody(code, src / "own" / "native", mode)  # the source, natively
     through = _as_nobody(code, mnt / "own" / "through", mode)
     assert native.stdout.strip() == through.stdout.strip() == oct(left), (native, through)

@@ -84,11 +84,18 @@ def _interpreter() -> str | None:
     """A Python nobody may execute, and its children again (the background server),
     that imports fusetrace's dependencies (a venv under /root is not one)."""
     versioned = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    probe = ("import subprocess, sys; "
-             "subprocess.run([sys.executable, '-c', 'import pyfuse3, trio, fusetrace.scenarios.children'], check=True)")
+    probe = (
+        "import subprocess, sys; "
+        "subprocess.run([sys.executable, '-c', 'import pyfuse3, trio, fusetrace.scenarios.children'], check=True)"
+    )
     for exe in dict.fromkeys([sys.executable, versioned]):
-        done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", exe, "-c",
-                               probe], capture_output=True, text=True, env=_env(), timeout=60)
+        done = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", exe, "-c", probe],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+        )
         if done.returncode == 0:
             return exe
     return None
@@ -106,9 +113,27 @@ def as_nobody(python: str, dev: Path, *commands: list[str]) -> list[tuple[int, s
     """Run commands as uid 65534 without XDG_RUNTIME_DIR, one after another, in a private
     mount namespace ("fusetrace", ARGS... runs the command line): their (code, out, err)."""
     dev.mkdir(exist_ok=True)
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _SETUP, "setup", str(dev),
-                           python, "-c", _DRIVER, json.dumps(commands)],
-                          capture_output=True, text=True, env=_env(), timeout=120)
+    done = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _SETUP,
+            "setup",
+            str(dev),
+            python,
+            "-c",
+            _DRIVER,
+            json.dumps(commands),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return [tuple(r) for r in json.loads(done.stdout)]
 
@@ -213,11 +238,13 @@ def test_links_planted_in_the_own_directory_are_not_followed(python, world):
     before = snapshot(home)
     log = world / "server.log"
     (code, _, err), (mounted, _, merr), (wrote, _, _), (unmounted, _, uerr) = as_nobody(
-        python, world / "dev",
+        python,
+        world / "dev",
         ["fusetrace", "mount", str(src), str(mnt)],
         ["fusetrace", "mount", str(src), str(mnt), "--log", str(log)],
         ["sh", "-c", f"echo hello > {mnt}/f"],
-        ["fusetrace", "umount", str(mnt)])
+        ["fusetrace", "umount", str(mnt)],
+    )
     one_line(code, err, str(STATE / digest(mnt, ".log")), "symbolic link")
     assert mounted == 0, merr
     assert wrote == 0 and (src / "f").read_text() == "hello\n"
@@ -230,11 +257,14 @@ def test_links_planted_in_the_own_directory_are_not_followed(python, world):
 
 def test_a_non_root_mount_makes_a_private_state_directory(python, world):
     src, mnt = world / "src", world / "mnt"
-    results = as_nobody(python, world / "dev",
-                        ["fusetrace", "mount", str(src), str(mnt)],
-                        ["sh", "-c", f"ls -ln {STATE}; stat -c '%a %u' {STATE}"],
-                        ["fusetrace", "stats", str(mnt)],
-                        ["fusetrace", "umount", str(mnt)])
+    results = as_nobody(
+        python,
+        world / "dev",
+        ["fusetrace", "mount", str(src), str(mnt)],
+        ["sh", "-c", f"ls -ln {STATE}; stat -c '%a %u' {STATE}"],
+        ["fusetrace", "stats", str(mnt)],
+        ["fusetrace", "umount", str(mnt)],
+    )
     assert [r[0] for r in results] == [0, 0, 0, 0], results
     listing, mode = results[1][1].strip().rsplit("\n", 1)
     assert mode == f"700 {NOBODY}"
@@ -244,6 +274,7 @@ def test_a_non_root_mount_makes_a_private_state_directory(python, world):
 
 
 # ---- the state directory's functions, against planted files (in-process, as root) ------
+
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):
@@ -288,17 +319,23 @@ def test_default_log_is_opened_without_following_and_checked(state, tmp_path):
     assert victim.read_text() == "keep"
 
 
-@pytest.mark.parametrize("mode, owner, why", [
-    (0o755, OTHER, f"belongs to uid {OTHER}"),
-    (0o770, 0, "writable by group (mode 0770)"),
-    (0o1777, 0, "writable by group and others (mode 1777)"),
-])
+@pytest.mark.parametrize(
+    "mode, owner, why",
+    [
+        (0o755, OTHER, f"belongs to uid {OTHER}"),
+        (0o770, 0, "writable by group (mode 0770)"),
+        (0o1777, 0, "writable by group and others (mode 1777)"),
+    ],
+)
 def test_state_directory_checks(state, mode, owner, why):
     state.mkdir()
     os.chmod(state, mode)
     os.chown(state, owner, owner)
-    for call in (lambda: runstate.path_for("/mnt/x", ".sock"), lambda: runstate.read("/mnt/x"),
-                 lambda: runstate.write("/mnt/x", pid=1)):
+    for call in (
+        lambda: runstate.path_for("/mnt/x", ".sock"),
+        lambda: runstate.read("/mnt/x"),
+        lambda: runstate.write("/mnt/x", pid=1),
+    ):
         with pytest.raises(UserError) as err:
             call()
         assert str(err.value) == f"state directory {state}: " + str(err.value).split(": ", 1)[1]
@@ -308,13 +345,17 @@ def test_state_directory_checks(state, mode, owner, why):
 
 # ---- the trace directory -------------------------------------------------------------
 
-@pytest.mark.parametrize("make, why", [
-    ("another user's", f"belongs to uid {NOBODY} (nobody), not to you"),
-    ("mode 0777", "writable by group and others (mode 0777)"),
-    ("mode 1777", "writable by group and others (mode 1777)"),
-    ("group-writable", "writable by group (mode 0770)"),
-    ("a symlink", "is a symbolic link"),
-])
+
+@pytest.mark.parametrize(
+    "make, why",
+    [
+        ("another user's", f"belongs to uid {NOBODY} (nobody), not to you"),
+        ("mode 0777", "writable by group and others (mode 0777)"),
+        ("mode 1777", "writable by group and others (mode 1777)"),
+        ("group-writable", "writable by group (mode 0770)"),
+        ("a symlink", "is a symbolic link"),
+    ],
+)
 def test_a_trace_directory_others_control_is_refused(tmp_path, make, why):
     d = tmp_path / "t"
     if make == "a symlink":

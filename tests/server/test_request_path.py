@@ -44,9 +44,16 @@ def test_every_namespace_change_names_its_directory(tmp_path):
     changes = [(r.op, r.file, r.directory) for r in requests if r.kind is Kind.META_WRITE]
     d, e, f = ids["d"], ids["e"], ids["f"]
     assert changes == [
-        ("mkdir", 0, ROOT), ("mkdir", 0, ROOT), ("create", 0, d), ("mknod", 0, d), ("symlink", 0, d),
+        ("mkdir", 0, ROOT),
+        ("mkdir", 0, ROOT),
+        ("create", 0, d),
+        ("mknod", 0, d),
+        ("symlink", 0, d),
         ("link", f, e),  # the new parent's slot, not the file's
-        ("rename", 0, d), ("unlink", 0, e), ("mkdir", 0, e), ("rmdir", 0, e),
+        ("rename", 0, d),
+        ("unlink", 0, e),
+        ("mkdir", 0, e),
+        ("rmdir", 0, e),
     ]
     # the trace names them as before: the linked file, and the entry's old and new paths
     link = next(r for r in rows if r["op"] == "link")
@@ -82,11 +89,21 @@ def test_a_request_is_admitted_placed_held_and_traced(tmp_path):
     ]
     assert [r["op"] for r in rows] == ["create", "write", "read", "fsync", "release", "lookup"]
     by_op = {r["op"]: r for r in rows}
-    assert {k: by_op["write"][k] for k in ("inode", "path", "fh", "offset", "size", "result", "errno")} == \
-        {"inode": f, "path": "/f", "fh": fh, "offset": 0, "size": 4096, "result": 4096, "errno": 0}
+    assert {k: by_op["write"][k] for k in ("inode", "path", "fh", "offset", "size", "result", "errno")} == {
+        "inode": f,
+        "path": "/f",
+        "fh": fh,
+        "offset": 0,
+        "size": 4096,
+        "result": 4096,
+        "errno": 0,
+    }
     assert (by_op["read"]["offset"], by_op["read"]["size"], by_op["read"]["result"]) == (1024, 2048, 2048)
-    assert (by_op["lookup"]["path"], by_op["lookup"]["errno"], by_op["lookup"]["result"]) == \
-        ("/missing", errno.ENOENT, 0)
+    assert (by_op["lookup"]["path"], by_op["lookup"]["errno"], by_op["lookup"]["result"]) == (
+        "/missing",
+        errno.ENOENT,
+        0,
+    )
     assert by_op["release"]["shaped_ns"] == 0
     assert all(r["pid"] == os.getpid() and r["uid"] == os.getuid() for r in rows)
     assert all(r["dur_ns"] >= r["shaped_ns"] >= 0 for r in rows)
@@ -120,7 +137,10 @@ def test_placement_on_the_loop_or_in_a_worker(tmp_path, threshold_us):
         loop = threading.get_ident()
         getattr_req = Request("getattr", Kind.META_READ, ROOT)
         seen["getattr"] = await ops.pipeline.place(getattr_req, threading.get_ident, ()) == (loop, 0)
-        seen["commit"] = await ops.pipeline.place(Request("fsync", Kind.COMMIT, ROOT), threading.get_ident, ()) == (loop, 0)
+        seen["commit"] = await ops.pipeline.place(Request("fsync", Kind.COMMIT, ROOT), threading.get_ident, ()) == (
+            loop,
+            0,
+        )
         seen["error"] = await ops.pipeline.place(getattr_req, os.stat, ("/no/such/path",))
         root = ops.inodes.get(ROOT)
         out, err = await ops.pipeline.place(getattr_req, os.fstat, (root,))  # an Inode reaches fn as its descriptor

@@ -56,8 +56,15 @@ except OSError as exc:
 
 def _as_nobody(path: Path, op: str, arg: str = "") -> int:
     """The errno of _CALL run as nobody (0: done)."""
-    done = subprocess.run([PYTHON, "-c", _CALL, str(path), op, arg], user=NOBODY, group=NOBODY,
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [PYTHON, "-c", _CALL, str(path), op, arg],
+        user=NOBODY,
+        group=NOBODY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout)
 
@@ -87,13 +94,16 @@ def _state(path: Path) -> tuple[int, int, int, int, int]:
     return st.st_uid, st.st_gid, st.st_mode, st.st_size, st.st_mtime_ns
 
 
-@pytest.mark.parametrize("op, arg, expected", [
-    ("chmod", "666", errno.EPERM),
-    ("chgrp", str(NOBODY), errno.EPERM),
-    ("truncate", "1", errno.EACCES),
-    ("utime", "1000000000", errno.EPERM),
-    ("touch", "", errno.EACCES),
-])
+@pytest.mark.parametrize(
+    "op, arg, expected",
+    [
+        ("chmod", "666", errno.EPERM),
+        ("chgrp", str(NOBODY), errno.EPERM),
+        ("truncate", "1", errno.EACCES),
+        ("utime", "1000000000", errno.EPERM),
+        ("touch", "", errno.EACCES),
+    ],
+)
 def test_a_change_the_source_refuses_the_caller_is_refused(cached, op, arg, expected):
     """nobody's file 0644, looked up through the mount, then chowned to root below: the
     kernel still holds it as nobody's and lets the call through; the source refuses it,
@@ -130,12 +140,15 @@ def test_an_open_the_source_refuses_the_caller_is_refused(cached, op, kind):
     assert _state(path) == before
 
 
-@pytest.mark.parametrize("op, arg, check", [
-    ("chmod", "600", lambda st: st[2] & 0o7777 == 0o600),
-    ("chgrp", str(NOBODY), lambda st: st[1] == NOBODY),  # a group the caller is in
-    ("truncate", "1", lambda st: st[3] == 1),
-    ("utime", "1000000000", lambda st: st[4] == 1000000000),
-])
+@pytest.mark.parametrize(
+    "op, arg, check",
+    [
+        ("chmod", "600", lambda st: st[2] & 0o7777 == 0o600),
+        ("chgrp", str(NOBODY), lambda st: st[1] == NOBODY),  # a group the caller is in
+        ("truncate", "1", lambda st: st[3] == 1),
+        ("utime", "1000000000", lambda st: st[4] == 1000000000),
+    ],
+)
 def test_the_owner_changes_their_own_file(cached, op, arg, check):
     src, mnt = cached
     for where, base in (("native", src), ("through", mnt)):

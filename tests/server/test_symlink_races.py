@@ -87,8 +87,14 @@ print(made)
 
 
 def _spawn(script: str, *args) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-c", script, *map(str, args)], user=NOBODY, group=NOBODY, extra_groups=[],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [PYTHON, "-c", script, *map(str, args)],
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -99,9 +105,15 @@ def _finish(proc: subprocess.Popen) -> str:
 
 def _snapshot(path) -> tuple:
     st = os.lstat(path)
-    return (st.st_uid, st.st_gid, st.st_mode, st.st_size, st.st_mtime_ns, st.st_atime_ns,
-            sorted((n, os.getxattr(path, n, follow_symlinks=False))
-                   for n in os.listxattr(path, follow_symlinks=False)))
+    return (
+        st.st_uid,
+        st.st_gid,
+        st.st_mode,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_atime_ns,
+        sorted((n, os.getxattr(path, n, follow_symlinks=False)) for n in os.listxattr(path, follow_symlinks=False)),
+    )
 
 
 @pytest.fixture
@@ -216,11 +228,13 @@ def test_link_attributes_by_root_stay_on_the_link(public, victims):
     done = 0
     deadline = time.monotonic() + RACE_S
     while time.monotonic() < deadline:
-        for change in (lambda: os.setxattr(link, "trusted.planted", b"1", follow_symlinks=False),
-                       lambda: os.removexattr(link, "trusted.planted", follow_symlinks=False),
-                       lambda: os.listxattr(link, follow_symlinks=False),
-                       lambda: os.chown(link, 0, 0, follow_symlinks=False),
-                       lambda: os.utime(link, ns=(7, 7), follow_symlinks=False)):
+        for change in (
+            lambda: os.setxattr(link, "trusted.planted", b"1", follow_symlinks=False),
+            lambda: os.removexattr(link, "trusted.planted", follow_symlinks=False),
+            lambda: os.listxattr(link, follow_symlinks=False),
+            lambda: os.chown(link, 0, 0, follow_symlinks=False),
+            lambda: os.utime(link, ns=(7, 7), follow_symlinks=False),
+        ):
             try:
                 change()
                 done += 1

@@ -39,8 +39,9 @@ def test_it_needs_an_emulated_mount(tmp_path):
 
 def test_on_by_default_where_emulated_and_not_shared(tmp_path):
     def cache(*, emulate=None, shared=None, asked=None) -> bool | None:
-        return MountOptions(str(tmp_path), str(tmp_path / "mnt"), emulate=emulate, shared=shared, fs_id="one",
-                            writeback_cache=asked).writeback_cache
+        return MountOptions(
+            str(tmp_path), str(tmp_path / "mnt"), emulate=emulate, shared=shared, fs_id="one", writeback_cache=asked
+        ).writeback_cache
 
     assert cache(emulate="efs-tiny") is True
     assert cache(emulate="efs-tiny", asked=False) is False
@@ -157,8 +158,7 @@ def test_an_exchange_a_replace_and_attribute_changes_owe_one_hand_over_a_file(mo
     a, b, c, d = (m.mountpoint / n for n in "abcd")
     for f in (a, b, c, d):
         f.write_bytes(f.name.encode())
-    syscalls.renameat2(syscalls.AT_FDCWD, os.fsencode(a), syscalls.AT_FDCWD, os.fsencode(b),
-                       syscalls.RENAME_EXCHANGE)
+    syscalls.renameat2(syscalls.AT_FDCWD, os.fsencode(a), syscalls.AT_FDCWD, os.fsencode(b), syscalls.RENAME_EXCHANGE)
     os.rename(c, d)  # d's file is replaced
     os.setxattr(a, "user.k", b"v")
     os.removexattr(a, "user.k")
@@ -167,8 +167,9 @@ def test_an_exchange_a_replace_and_attribute_changes_owe_one_hand_over_a_file(mo
     df = _trace(m)
     df = df[df.op.isin(["rename", "setxattr", "removexattr", "setattr"]) & (df.fh == 0)]
     changes = df.index[df.op != "setattr"]
-    after = [list(df.loc[(df.index > i) & (df.index < j)].gate)
-             for i, j in zip(changes, [*changes[1:], df.index.max() + 1])]
+    after = [
+        list(df.loc[(df.index > i) & (df.index < j)].gate) for i, j in zip(changes, [*changes[1:], df.index.max() + 1])
+    ]
     assert list(df.loc[changes].op) == ["rename", "rename", "setxattr", "removexattr"]
     assert [g.count("kernel") for g in after] == [2, 2, 1, 1]
     callers = df[(df.op == "setattr") & (df.gate != "kernel")]
@@ -187,8 +188,12 @@ def test_a_hand_over_the_source_refuses_keeps_its_times_and_fails_nothing(tmp_pa
     lacking = ["setpriv", "--inh-caps=-fowner", "--bounding-set=-fowner"]
     refused = subprocess.run([*lacking, "touch", "-m", "-d", "2020-01-01", str(src / "f")], capture_output=True)
     assert refused.returncode != 0  # the server's own utimensat will be refused too
-    done = subprocess.run([*lacking, sys.executable, "-m", "fusetrace", "mount", str(src), str(mnt), *WB,
-                           "--trace", str(trace)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*lacking, sys.executable, "-m", "fusetrace", "mount", str(src), str(mnt), *WB, "--trace", str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     m = Mount(src, mnt, trace)
     try:
@@ -234,8 +239,17 @@ def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):
 def test_not_with_a_shared_file_system(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
-    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), *WB,
-                     "--shared", "redis://127.0.0.1:6379/0", "--fs-id", "one", check=False)
+    done = fusetrace(
+        "mount",
+        str(tmp_path / "src"),
+        str(tmp_path / "mnt"),
+        *WB,
+        "--shared",
+        "redis://127.0.0.1:6379/0",
+        "--fs-id",
+        "one",
+        check=False,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and "--writeback-cache" in lines[0], done.stderr
     assert not is_mounted(tmp_path / "mnt")

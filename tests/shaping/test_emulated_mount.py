@@ -27,13 +27,16 @@ def test_profiles_lists_every_shipped_profile():
         assert name in out
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--emulate", "no-such-profile"], "no-such-profile"),
-    (["--emulate", "efs-tiny", "--set", "no_such_key=1"], "no_such_key"),
-    (["--emulate", "efs-tiny", "--set", "burst_mibps=-5"], "burst_mibps"),
-    (["--emulate", "efs-tiny", "--set", "burst_mibps=fast"], "burst_mibps"),
-    (["--set", "burst_mibps=5"], "--emulate"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--emulate", "no-such-profile"], "no-such-profile"),
+        (["--emulate", "efs-tiny", "--set", "no_such_key=1"], "no_such_key"),
+        (["--emulate", "efs-tiny", "--set", "burst_mibps=-5"], "burst_mibps"),
+        (["--emulate", "efs-tiny", "--set", "burst_mibps=fast"], "burst_mibps"),
+        (["--set", "burst_mibps=5"], "--emulate"),
+    ],
+)
 def test_bad_profile_input_is_one_line_and_no_mount(tmp_path, args, needle):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
@@ -49,8 +52,7 @@ def test_profile_file_error_names_file_and_line(tmp_path):
     (tmp_path / "mnt").mkdir()
     profile = tmp_path / "mine.toml"
     profile.write_text('base = "efs-tiny"\nburst_mibps = 10\nread_latency_ms = "soon"\n')
-    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--emulate", str(profile),
-                     check=False)
+    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--emulate", str(profile), check=False)
     assert done.returncode == 2
     assert "mine.toml:3" in done.stderr and "read_latency_ms" in done.stderr
 
@@ -81,10 +83,24 @@ def test_control_socket_is_private(mount):
     assert stat.S_IMODE(mode) == 0o600
     assert stat.S_IMODE(os.stat("/run/fusetrace").st_mode) == 0o700
     # another user is turned away by the server itself (SO_PEERCRED), not only by modes
-    probe = ("import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
-             "s.sendall(b'{\"cmd\": \"stats\"}\\n'); print(s.recv(4096).decode())")
-    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c",
-                           probe, os.path.join("/run/fusetrace", sock)], capture_output=True, text=True)
+    probe = (
+        "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+        's.sendall(b\'{"cmd": "stats"}\\n\'); print(s.recv(4096).decode())'
+    )
+    done = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "python3",
+            "-c",
+            probe,
+            os.path.join("/run/fusetrace", sock),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert "permission denied" in (done.stdout + done.stderr).lower()
 
 
@@ -107,8 +123,7 @@ def test_credit_cliff_slows_everything(mount):
     queues behind data: a stat made while a commit drains waits for the pipe too."""
     # attributes never trusted (acregmin 0): the stat below goes to the server, as one would on
     # NFS once acregmin has passed
-    m = mount("--emulate", "efs-tiny", "--set", "client_dirty_limit=4 MiB", "--set", "nfs_acregmin_s=0",
-              trace=True)
+    m = mount("--emulate", "efs-tiny", "--set", "client_dirty_limit=4 MiB", "--set", "nfs_acregmin_s=0", trace=True)
     (m.mountpoint / "other").write_bytes(b"")
     fusetrace("set", str(m.mountpoint), "burst_credit_balance=0")
     writer = threading.Thread(target=_write_and_fsync, args=(m.mountpoint / "f", 3 * MiB))
@@ -173,7 +188,8 @@ def test_what_set_each_operations_time_is_counted_traced_and_reported(mount):
     replies = shaped.op != "write"
     excess = (shaped.shaped_ns - modelled * 1.02).clip(lower=0).where(replies, 0)
     assert excess.sum() <= meta["host_load"]["late_ns"], shaped[excess > 0][
-        ["op", "gate", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"]].to_string()
+        ["op", "gate", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"]
+    ].to_string()
     fuse_ns = meta["host_load"]["compensation_us"] * 1e3
     assert shaped.dur_ns.sum() >= 0.95 * (modelled - fuse_ns).clip(lower=0).sum()
     assert meta["warnings"] == []

@@ -19,9 +19,24 @@ REMEDY = "Lay the file out first: fio --fallocate=truncate, or truncate -s SIZE 
 
 def fio(directory, name: str, *extra: str) -> None:
     """The efs-2016 512k-write-qd16 job, briefly: 16 MiB written once, in 32 writes."""
-    subprocess.run(["fio", f"--name={name}", f"--filename={name}", "--direct=1", "--ioengine=libaio",
-                    "--iodepth=16", "--rw=write", "--bs=512k", "--size=16M", *extra],
-                   cwd=directory, check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "fio",
+            f"--name={name}",
+            f"--filename={name}",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--rw=write",
+            "--bs=512k",
+            "--size=16M",
+            *extra,
+        ],
+        cwd=directory,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def host(m) -> dict:
@@ -51,15 +66,28 @@ def test_extending_direct_writes_are_counted_and_flagged(mount):
 def test_a_scenario_step_with_extending_writes_is_flagged_in_its_rows():
     """The step's load is host_load() over the readings either side of it: only the
     writes made during the step count."""
-    before = {"late_ns": 0, "modelled_ns": 1_000, "loop_elapsed_ns": 1_000, "loop_idle_ns": 900,
-              "extending_writes": 5}
+    before = {"late_ns": 0, "modelled_ns": 1_000, "loop_elapsed_ns": 1_000, "loop_idle_ns": 900, "extending_writes": 5}
     after = {**before, "modelled_ns": 2_000, "loop_elapsed_ns": 2_000, "loop_idle_ns": 1_800}
-    quiet = {"name": "laid-out", "metrics": {"mbps": 40.0}, "published": {"mbps": 40}, "inconsistent": {},
-             "load": host_load(before, after)}
-    fresh = {**quiet, "name": "fresh", "metrics": {"mbps": 23.0},
-             "load": host_load(before, {**after, "extending_writes": 405})}
+    quiet = {
+        "name": "laid-out",
+        "metrics": {"mbps": 40.0},
+        "published": {"mbps": 40},
+        "inconsistent": {},
+        "load": host_load(before, after),
+    }
+    fresh = {
+        **quiet,
+        "name": "fresh",
+        "metrics": {"mbps": 23.0},
+        "load": host_load(before, {**after, "extending_writes": 405}),
+    }
     bound = {**fresh, "name": "bound", "load": {**fresh["load"], "added_share": 0.5, "host_bound": True}}
     laid_out, flagged, both = rows([quiet, fresh, bound])
     assert laid_out["note"] == ""
-    assert flagged["note"].startswith(f"{FLAG}400 (FUSE runs O_DIRECT writes") and flagged["note"].endswith(REMEDY + ")")
-    assert both["note"].startswith("host-bound: the host added 50.0 % to the modelled time") and FLAG + "400" in both["note"]
+    assert flagged["note"].startswith(f"{FLAG}400 (FUSE runs O_DIRECT writes") and flagged["note"].endswith(
+        REMEDY + ")"
+    )
+    assert (
+        both["note"].startswith("host-bound: the host added 50.0 % to the modelled time")
+        and FLAG + "400" in both["note"]
+    )

@@ -81,8 +81,13 @@ def test_the_model_is_busy_while_a_files_write_slots_are_taken():
 
 
 def _counters(late_ns=0, modelled_ns=0, busy=0.0, **more) -> dict:
-    return {"late_ns": late_ns, "modelled_ns": modelled_ns, "loop_elapsed_ns": S,
-            "loop_idle_ns": int((1 - busy) * S), **more}
+    return {
+        "late_ns": late_ns,
+        "modelled_ns": modelled_ns,
+        "loop_elapsed_ns": S,
+        "loop_idle_ns": int((1 - busy) * S),
+        **more,
+    }
 
 
 def test_the_verdict_adds_the_unread_wait_and_then_ignores_the_loops_cpu():
@@ -105,10 +110,20 @@ def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):
     # readable (requests queued for the server) and not (none queued)
     queued, idle = os.open("/dev/null", os.O_RDONLY), os.pipe()
     held = 0
-    queue = KernelQueue(fusectl.connection(dev_minor), fuseread.queued_check(queued), held=lambda: held,
-                        room=lambda now_ns: True, server_cap=1024)
-    answered = KernelQueue(fusectl.connection(dev_minor), fuseread.queued_check(idle[0]), held=lambda: 0,
-                           room=lambda now_ns: True, server_cap=1024)
+    queue = KernelQueue(
+        fusectl.connection(dev_minor),
+        fuseread.queued_check(queued),
+        held=lambda: held,
+        room=lambda now_ns: True,
+        server_cap=1024,
+    )
+    answered = KernelQueue(
+        fusectl.connection(dev_minor),
+        fuseread.queued_check(idle[0]),
+        held=lambda: 0,
+        room=lambda now_ns: True,
+        server_cap=1024,
+    )
     os.kill(pid, signal.SIGSTOP)
     callers = [threading.Thread(target=os.statvfs, args=(m.mountpoint,)) for _ in range(3)]  # never cached
     try:
@@ -172,8 +187,9 @@ def test_a_sampler_that_fails_says_so_and_the_loops_cpu_stands_in(mount, caplog)
     emulation = Emulation.open("efs-tiny", [], str(m.source))
     queued = os.open("/dev/null", os.O_RDONLY)
     try:
-        emulation.watch_kernel_queue(fusectl.connection(os.minor(os.stat(m.mountpoint).st_dev)),
-                                     fuseread.queued_check(queued), lambda: 0, 1024)
+        emulation.watch_kernel_queue(
+            fusectl.connection(os.minor(os.stat(m.mountpoint).st_dev)), fuseread.queued_check(queued), lambda: 0, 1024
+        )
         assert emulation.host()["queued_share"] is not None  # measured
         queue = emulation.kernel_queue
 

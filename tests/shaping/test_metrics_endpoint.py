@@ -58,10 +58,19 @@ def test_counters_rise_with_io_through_the_mount(mount):
     before = values(scrape(port))
     with open(m.mountpoint / "f", "wb") as f:
         f.write(b"w" * MiB)
-    after = poll(lambda: (v := values(scrape(port)))["efs_data_write_io_bytes_total"] >= before[
-        "efs_data_write_io_bytes_total"] + MiB and v)
-    for name in ("efs_metered_io_bytes_total", "efs_total_io_bytes_total", "efs_operations_total",
-                 "fusetrace_shaped_operations_total"):
+    after = poll(
+        lambda: (
+            (v := values(scrape(port)))["efs_data_write_io_bytes_total"]
+            >= before["efs_data_write_io_bytes_total"] + MiB
+            and v
+        )
+    )
+    for name in (
+        "efs_metered_io_bytes_total",
+        "efs_total_io_bytes_total",
+        "efs_operations_total",
+        "fusetrace_shaped_operations_total",
+    ):
         assert after[name] > before[name], name
 
 
@@ -92,9 +101,14 @@ def test_dashboard_queries_only_exported_metrics():
             names = set(re.findall(r"\b(?:efs|fusetrace)_[a-z_]+\b", target["expr"]))
             assert names and names <= exported, (panel["title"], names - exported)
             queried |= names
-    for needed in ("efs_data_read_io_bytes_total", "efs_data_write_io_bytes_total",
-                   "efs_burst_credit_balance_bytes", "efs_percent_io_limit",
-                   "efs_permitted_throughput_bytes_per_second", "fusetrace_late_operations_total"):
+    for needed in (
+        "efs_data_read_io_bytes_total",
+        "efs_data_write_io_bytes_total",
+        "efs_burst_credit_balance_bytes",
+        "efs_percent_io_limit",
+        "efs_permitted_throughput_bytes_per_second",
+        "fusetrace_late_operations_total",
+    ):
         assert needed in queried, needed
 
 

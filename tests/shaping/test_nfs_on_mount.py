@@ -56,13 +56,25 @@ def test_each_users_first_search_of_a_directory_asks_access_again():
         m = Mount(base / "src", base / "mnt", base / "trace")
         for d in (m.source, m.source / "d", m.mountpoint):
             d.mkdir(mode=0o755)
-        fusetrace("mount", str(m.source), str(m.mountpoint), "--emulate", "efs-bursting", "-o", "allow_other",
-                  "--trace", str(m.trace), "--log", str(base / "server.log"))
+        fusetrace(
+            "mount",
+            str(m.source),
+            str(m.mountpoint),
+            "--emulate",
+            "efs-bursting",
+            "-o",
+            "allow_other",
+            "--trace",
+            str(m.trace),
+            "--log",
+            str(base / "server.log"),
+        )
         try:
             for name in ("a", "c"):
                 assert not (m.mountpoint / "d" / name).exists()
-            done = subprocess.run(["test", "-e", str(m.mountpoint / "d" / "b")], user=65534, group=65534,
-                                  timeout=60, check=False)
+            done = subprocess.run(
+                ["test", "-e", str(m.mountpoint / "d" / "b")], user=65534, group=65534, timeout=60, check=False
+            )
             assert done.returncode == 1  # looked up, and absent
         finally:
             m.unmount()
@@ -81,8 +93,7 @@ def test_overwriting_a_file_costs_the_setattr_nfs_sends_after_its_open(mount):
     m = mount("--emulate", "efs-bursting", trace=True)
     (m.source / "old").write_bytes(b"x" * 5000)
     (m.source / "empty").write_bytes(b"")
-    subprocess.run(["sh", "-c", f"echo new > {m.mountpoint / 'old'}; echo new > {m.mountpoint / 'empty'}"],
-                   check=True)
+    subprocess.run(["sh", "-c", f"echo new > {m.mountpoint / 'old'}; echo new > {m.mountpoint / 'empty'}"], check=True)
     df = _trace(m)
     opens = df[df.op == "open"].set_index("path")
     assert opens.loc["/old", "nfs"] == "OPEN,SETATTR" and opens.loc["/old", "size"] == 5000
@@ -187,8 +198,15 @@ def test_a_release_while_the_unlink_of_its_file_waits_still_removes_the_hidden_n
     """A mapping's munmap releases the file without a flush (which the unlink would block)
     while the unlink waits for the model: that release is the last close NFS removes the
     hidden name at."""
-    m = mount("--emulate", "efs-bursting", "--set", "meta_write_latency_ms=3000", "--set",
-              "meta_write_latency_p99_ms=3000", trace=True)
+    m = mount(
+        "--emulate",
+        "efs-bursting",
+        "--set",
+        "meta_write_latency_ms=3000",
+        "--set",
+        "meta_write_latency_p99_ms=3000",
+        trace=True,
+    )
     (m.source / "x").write_bytes(b"x" * 4096)
     fd = os.open(m.mountpoint / "x", os.O_RDONLY)
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -227,10 +245,14 @@ def test_removing_a_directory_nfs_would_keep_for_a_hidden_name_is_flagged(mount)
 
 def test_a_large_synchronous_write_is_one_flush_of_parallel_writes(mount):
     m = mount("--emulate", "efs-bursting", "--set", "stored_size=2 TiB", trace=True)
-    subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'sync'}", "bs=4M", "count=2", "oflag=sync",
-                    "status=none"], check=True)
-    subprocess.run(["dd", "if=/dev/zero", f"of={m.mountpoint / 'small'}", "bs=4k", "count=2", "oflag=dsync",
-                    "status=none"], check=True)
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={m.mountpoint / 'sync'}", "bs=4M", "count=2", "oflag=sync", "status=none"],
+        check=True,
+    )
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={m.mountpoint / 'small'}", "bs=4k", "count=2", "oflag=dsync", "status=none"],
+        check=True,
+    )
     df = _trace(m)
     big = df[(df.path == "/sync") & (df.op == "fsync")]
     assert list(big.nfs) == ["WRITE x4,COMMIT"] * 2  # one per write(2): four 1 MiB WRITEs and a COMMIT
@@ -247,6 +269,6 @@ def test_an_emulated_mount_gives_the_kernel_the_nfs_clients_cache_timeouts(mount
     import json
 
     meta = json.loads((m.trace / "_metadata.json").read_text())
-    assert {k: meta["options"][k] for k in ("attr_timeout", "dir_attr_timeout", "entry_timeout",
-                                             "negative_timeout")} == {
-        "attr_timeout": 7.0, "dir_attr_timeout": 30.0, "entry_timeout": 30.0, "negative_timeout": 30.0}
+    assert {
+        k: meta["options"][k] for k in ("attr_timeout", "dir_attr_timeout", "entry_timeout", "negative_timeout")
+    } == {"attr_timeout": 7.0, "dir_attr_timeout": 30.0, "entry_timeout": 30.0, "negative_timeout": 30.0}

@@ -19,8 +19,14 @@ from fusetrace.shaping.timer import PreciseTimer
 MS = 1_000_000
 # Fixed latencies (median = p99), one namespace change per directory at a time, each
 # holding its directory's slot 100 ms: what a request is charged to shows in its deadline.
-STEADY = ["meta_write_latency_ms=1", "meta_write_latency_p99_ms=1", "read_latency_ms=5", "read_latency_p99_ms=5",
-          "dir_write_slots=1", "dir_write_hold_ms=100"]
+STEADY = [
+    "meta_write_latency_ms=1",
+    "meta_write_latency_p99_ms=1",
+    "read_latency_ms=5",
+    "read_latency_p99_ms=5",
+    "dir_write_slots=1",
+    "dir_write_hold_ms=100",
+]
 
 
 def shaper(*overrides: str, timer=None) -> Shaper:
@@ -96,6 +102,7 @@ def test_compensation_sends_replies_that_much_earlier():
 
 def _with_timer(body) -> None:
     """Run `await body(shaper)` in trio with a real precise timer running beside it."""
+
     async def main():
         timer = PreciseTimer()
         try:

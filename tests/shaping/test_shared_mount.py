@@ -16,8 +16,10 @@ def stats(m) -> dict:
 def shared_mounts(mount, tmp_path, redis_server, n: int, *extra: str, fs_id: str = "fs1"):
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    return [mount("--emulate", "efs-bursting", "--shared", redis_server.url, "--fs-id", fs_id, *extra, source=data)
-            for _ in range(n)]
+    return [
+        mount("--emulate", "efs-bursting", "--shared", redis_server.url, "--fs-id", fs_id, *extra, source=data)
+        for _ in range(n)
+    ]
 
 
 def clients(m) -> float:
@@ -61,8 +63,14 @@ def test_redis_gone_the_mounts_serve_on_and_catch_up_when_it_is_back(mount, tmp_
     (a,) = shared_mounts(mount, tmp_path, redis_server, 1, "--trace", str(tmp_path / "trace"))
     (b,) = shared_mounts(mount, tmp_path, redis_server, 1)
     poll(lambda: clients(a) == 2.0)
-    writer = subprocess.Popen(["sh", "-c", f'i=0; while :; do i=$((i+1)); dd if=/dev/zero of="{a.mountpoint}/w$i" '
-                               'bs=64k count=1 conv=fsync status=none; done'])
+    writer = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            f'i=0; while :; do i=$((i+1)); dd if=/dev/zero of="{a.mountpoint}/w$i" '
+            "bs=64k count=1 conv=fsync status=none; done",
+        ]
+    )
     try:
         poll(lambda: len(list(a.source.glob("w*"))) > 3)
         redis_server.stop()
@@ -88,10 +96,21 @@ def test_a_mount_that_would_emulate_the_file_system_otherwise_is_refused(mount, 
     (a,) = shared_mounts(mount, tmp_path, redis_server, 1)
     (tmp_path / "s").mkdir()
     (tmp_path / "m").mkdir()
-    for other, key in ((["--emulate", "efs-elastic"], "throughput_mode 'elastic' here, 'bursting' on its clients"),
-                       (["--emulate", "efs-bursting", "--set", "burst_mibps=50"], "burst_mibps 50.0 here")):
-        done = fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), *other, "--shared", redis_server.url,
-                         "--fs-id", "fs1", check=False)
+    for other, key in (
+        (["--emulate", "efs-elastic"], "throughput_mode 'elastic' here, 'bursting' on its clients"),
+        (["--emulate", "efs-bursting", "--set", "burst_mibps=50"], "burst_mibps 50.0 here"),
+    ):
+        done = fusetrace(
+            "mount",
+            str(tmp_path / "s"),
+            str(tmp_path / "m"),
+            *other,
+            "--shared",
+            redis_server.url,
+            "--fs-id",
+            "fs1",
+            check=False,
+        )
         one_line_error(done, "--fs-id fs1: its live clients emulate it otherwise", key, "another --fs-id")
         assert not os.path.ismount(tmp_path / "m")
     # a client's own parameters are its own; a parameter set since mounting is taken by a joiner
@@ -113,8 +132,20 @@ def test_a_mount_that_fails_after_joining_leaves_the_file_system(tmp_path, mount
     (tmp_path / "faults.toml").write_text('[[event]]\nat = "1s"\nset = {nfs_acregmin_s = 0}\n')
     (tmp_path / "s").mkdir()
     (tmp_path / "m").mkdir()
-    done = fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-bursting", "--shared",
-                     redis_server.url, "--fs-id", "fs1", "--faults", str(tmp_path / "faults.toml"), check=False)
+    done = fusetrace(
+        "mount",
+        str(tmp_path / "s"),
+        str(tmp_path / "m"),
+        "--emulate",
+        "efs-bursting",
+        "--shared",
+        redis_server.url,
+        "--fs-id",
+        "fs1",
+        "--faults",
+        str(tmp_path / "faults.toml"),
+        check=False,
+    )
     one_line_error(done, "nfs_acregmin_s: fixed at mount")
     # not counted live: a mount of other parameters is the file system's first client
     mount("--emulate", "efs-elastic", "--shared", redis_server.url, "--fs-id", "fs1")
@@ -135,8 +166,21 @@ def test_parameters_set_outlive_a_redis_restarted_without_persistence(mount, tmp
     (tmp_path / "s").mkdir()
     (tmp_path / "m").mkdir()
     try:
-        one_line_error(fusetrace("mount", str(tmp_path / "s"), str(tmp_path / "m"), "--emulate", "efs-elastic",
-                                 "--shared", redis_server.url, "--fs-id", "fs1", check=False), "emulate it otherwise")
+        one_line_error(
+            fusetrace(
+                "mount",
+                str(tmp_path / "s"),
+                str(tmp_path / "m"),
+                "--emulate",
+                "efs-elastic",
+                "--shared",
+                redis_server.url,
+                "--fs-id",
+                "fs1",
+                check=False,
+            ),
+            "emulate it otherwise",
+        )
     finally:  # a mount the test did not expect is not left behind
         if is_mounted(tmp_path / "m"):
             fusetrace("umount", str(tmp_path / "m"), check=False)
@@ -147,17 +191,24 @@ def test_parameters_set_outlive_a_redis_restarted_without_persistence(mount, tmp
     assert stats(b)["shared"]["refused_sets"] == []
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:99999/0", "--fs-id", "x"],
-     "the port is not a number from 0 to 65535"),
-    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/abc", "--fs-id", "x"],
-     "the database 'abc' is not a number"),
-    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0"], "--shared URL and --fs-id ID go together"),
-    (["--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "needs --emulate PROFILE"),
-    (["--emulate", "efs-bursting", "--shared", "http://x", "--fs-id", "x"], "expected a Redis URL"),
-    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0", "--fs-id", "a/b"], "--fs-id 'a/b'"),
-    (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "Redis does not answer"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:99999/0", "--fs-id", "x"],
+            "the port is not a number from 0 to 65535",
+        ),
+        (
+            ["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/abc", "--fs-id", "x"],
+            "the database 'abc' is not a number",
+        ),
+        (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0"], "--shared URL and --fs-id ID go together"),
+        (["--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "needs --emulate PROFILE"),
+        (["--emulate", "efs-bursting", "--shared", "http://x", "--fs-id", "x"], "expected a Redis URL"),
+        (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0", "--fs-id", "a/b"], "--fs-id 'a/b'"),
+        (["--emulate", "efs-bursting", "--shared", "redis://127.0.0.1:1/0", "--fs-id", "x"], "Redis does not answer"),
+    ],
+)
 def test_a_shared_mount_that_cannot_be_is_one_line_and_no_mount(tmp_path, args, says):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
@@ -169,13 +220,23 @@ def test_a_shared_mount_that_cannot_be_is_one_line_and_no_mount(tmp_path, args, 
 def test_stats_says_when_another_clients_set_was_refused_here():
     from fusetrace.stats_view import _shared_line
 
-    shared = {"fs_id": "fs1", "url": "redis://h/0", "clients": 2, "state": "ok", "since": 0.0, "exchanges": 9,
-              "failed": 0, "outages": [], "refused_sets": []}
+    shared = {
+        "fs_id": "fs1",
+        "url": "redis://h/0",
+        "clients": 2,
+        "state": "ok",
+        "since": 0.0,
+        "exchanges": 9,
+        "failed": 0,
+        "outages": [],
+        "refused_sets": [],
+    }
     assert "warning" not in _shared_line(shared)
     shared["refused_sets"] = ["set provisioned_mibps: provisioned mode needs a rate above 0"]
     assert _shared_line(shared).splitlines()[1] == (
         "warning: another client's set this mount's own --set refused, so the clients differ: "
-        "set provisioned_mibps: provisioned mode needs a rate above 0")
+        "set provisioned_mibps: provisioned mode needs a rate above 0"
+    )
 
 
 def test_a_password_redis_refuses_is_said_as_such(tmp_path, redis_server):
@@ -185,10 +246,22 @@ def test_a_password_redis_refuses_is_said_as_such(tmp_path, redis_server):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
     host = redis_server.url.removeprefix("redis://")
-    for url, says in ((f"redis://{host}", "Redis answered but wants a password"),
-                      (f"redis://:wrong@{host}", "Redis answered but refused this mount's password")):
-        done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--emulate", "efs-bursting",
-                         "--shared", url, "--fs-id", "x", check=False)
+    for url, says in (
+        (f"redis://{host}", "Redis answered but wants a password"),
+        (f"redis://:wrong@{host}", "Redis answered but refused this mount's password"),
+    ):
+        done = fusetrace(
+            "mount",
+            str(tmp_path / "src"),
+            str(tmp_path / "mnt"),
+            "--emulate",
+            "efs-bursting",
+            "--shared",
+            url,
+            "--fs-id",
+            "x",
+            check=False,
+        )
         assert "wrong" not in one_line_error(done, says)
         assert not os.path.ismount(tmp_path / "mnt")
 
@@ -196,10 +269,20 @@ def test_a_password_redis_refuses_is_said_as_such(tmp_path, redis_server):
 def test_mount_says_what_it_emulates_and_whose_client_it_is(tmp_path, redis_server):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
-    done = fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--emulate", "efs-bursting",
-                     "--shared", redis_server.url, "--fs-id", "fs9")
+    done = fusetrace(
+        "mount",
+        str(tmp_path / "src"),
+        str(tmp_path / "mnt"),
+        "--emulate",
+        "efs-bursting",
+        "--shared",
+        redis_server.url,
+        "--fs-id",
+        "fs9",
+    )
     try:
-        assert (f", emulating efs-bursting as a client of file system fs9 shared through Redis at "
-                f"{redis_server.url}\n") in done.stdout, done.stdout
+        assert (
+            f", emulating efs-bursting as a client of file system fs9 shared through Redis at {redis_server.url}\n"
+        ) in done.stdout, done.stdout
     finally:
         fusetrace("umount", str(tmp_path / "mnt"))

@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the fusetrace command line as a user would."""
-    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
         raise AssertionError(f"fusetrace {' '.join(args)} failed ({done.returncode}): {done.stderr}")
     return done

@@ -30,15 +30,39 @@ INT64_MAX = 2**63 - 1
 
 def good_trace(directory: Path) -> Path:
     """A format 5 trace a replay can run: a file made, written, read back and closed."""
-    rows = [("lookup", "/f", dict(errno=2)), ("create", "/f", dict(fh=3, flags=0o101, mode=0o100644, entry=9)),
-            ("write", "/f", dict(fh=3, size=4096, result=4096, kind="buffered")),
-            ("getattr", "/f", dict(mode=0o100644)), ("read", "/f", dict(fh=3, size=4096, result=4096)),
-            ("flush", "/f", dict(fh=3)), ("release", "/f", dict(fh=3)), ("mkdir", "/d", dict(mode=0o40755, entry=10))]
+    rows = [
+        ("lookup", "/f", dict(errno=2)),
+        ("create", "/f", dict(fh=3, flags=0o101, mode=0o100644, entry=9)),
+        ("write", "/f", dict(fh=3, size=4096, result=4096, kind="buffered")),
+        ("getattr", "/f", dict(mode=0o100644)),
+        ("read", "/f", dict(fh=3, size=4096, result=4096)),
+        ("flush", "/f", dict(fh=3)),
+        ("release", "/f", dict(fh=3)),
+        ("mkdir", "/d", dict(mode=0o40755, entry=10)),
+    ]
     w = TraceWriter(directory, {"source": "/src", "mountpoint": "/mnt", "host": "box"})
     for i, (op, path, more) in enumerate(rows):
-        w.record(TraceRecord(T0 + i * 1_000_000, 200_000, op, 1 if op in ("lookup", "create", "mkdir") else 9, path,
-                             None, more.pop("fh", 0), 0, more.pop("size", 0), more.pop("result", 0),
-                             more.pop("errno", 0), 100, 0, 0, 0, comm="app", **more))
+        w.record(
+            TraceRecord(
+                T0 + i * 1_000_000,
+                200_000,
+                op,
+                1 if op in ("lookup", "create", "mkdir") else 9,
+                path,
+                None,
+                more.pop("fh", 0),
+                0,
+                more.pop("size", 0),
+                more.pop("result", 0),
+                more.pop("errno", 0),
+                100,
+                0,
+                0,
+                0,
+                comm="app",
+                **more,
+            )
+        )
     w.close()
     return directory
 
@@ -56,18 +80,22 @@ def _rewrite(d: Path, change: Callable[[pa.Table], pa.Table]) -> None:
 
 def set_column(name: str, array: pa.Array | Callable[[int], pa.Array]) -> Callable[[Path], None]:
     """A damage: column `name` replaced (or added) with `array` (or array(rows))."""
+
     def damage(d: Path) -> None:
         def change(t: pa.Table) -> pa.Table:
             a = array(t.num_rows) if callable(array) else array
             i = t.schema.get_field_index(name)
             return t.set_column(i, name, a) if i >= 0 else t.append_column(name, a)
+
         _rewrite(d, change)
+
     return damage
 
 
 def one_value(name: str, value: object, type_: pa.DataType, row: int = 2) -> Callable[[Path], None]:
     """A damage: column `name`, as `type_`, holding `value` at `row` (its other values kept
     where they fit the type, else that value everywhere)."""
+
     def damage(d: Path) -> None:
         def change(t: pa.Table) -> pa.Table:
             try:
@@ -78,7 +106,9 @@ def one_value(name: str, value: object, type_: pa.DataType, row: int = 2) -> Cal
             a = pa.array(values, type_)
             i = t.schema.get_field_index(name)
             return t.set_column(i, name, a) if i >= 0 else t.append_column(name, a)
+
         _rewrite(d, change)
+
     return damage
 
 
@@ -92,8 +122,10 @@ def drop_column(name: str) -> Callable[[Path], None]:
 
 def extra_part(data: Callable[[bytes], bytes], name: str = "part-000099.parquet") -> Callable[[Path], None]:
     """A damage: a second part, `data` of the good part's bytes (what a crash leaves last)."""
+
     def damage(d: Path) -> None:
         (d / name).write_bytes(data(_part(d).read_bytes()))
+
     return damage
 
 
@@ -101,12 +133,14 @@ def only_part(data: Callable[[bytes], bytes]) -> Callable[[Path], None]:
     def damage(d: Path) -> None:
         part = _part(d)
         part.write_bytes(data(part.read_bytes()))
+
     return damage
 
 
 def metadata_text(text: str | bytes) -> Callable[[Path], None]:
     def damage(d: Path) -> None:
         (d / "_metadata.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+
     return damage
 
 
@@ -115,6 +149,7 @@ def metadata_key(key: str, value: object) -> Callable[[Path], None]:
         m = json.loads((d / "_metadata.json").read_text())
         m[key] = value
         (d / "_metadata.json").write_text(json.dumps(m))
+
     return damage
 
 

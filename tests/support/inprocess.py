@@ -18,10 +18,19 @@ from fusetrace.shaping.shaper import Shaper, Ticket
 from fusetrace.shaping.timer import PreciseTimer
 from fusetrace.trace.writer import TraceWriter
 
-QUICK = ["meta_read_latency_ms=0.2", "meta_read_latency_p99_ms=0.4", "meta_write_latency_ms=0.2",
-         "meta_write_latency_p99_ms=0.4", "read_latency_ms=0.2", "read_latency_p99_ms=0.4",
-         "write_latency_ms=0.2", "write_latency_p99_ms=0.4", "commit_latency_ms=0.2", "commit_latency_p99_ms=0.4",
-         "dir_write_hold_ms=0.2"]
+QUICK = [
+    "meta_read_latency_ms=0.2",
+    "meta_read_latency_p99_ms=0.4",
+    "meta_write_latency_ms=0.2",
+    "meta_write_latency_p99_ms=0.4",
+    "read_latency_ms=0.2",
+    "read_latency_p99_ms=0.4",
+    "write_latency_ms=0.2",
+    "write_latency_p99_ms=0.4",
+    "commit_latency_ms=0.2",
+    "commit_latency_p99_ms=0.4",
+    "dir_write_hold_ms=0.2",
+]
 
 
 class Caller:
@@ -59,8 +68,7 @@ def serve(tmp_path, body, *, threshold_us: float = 50.0) -> tuple[list[Request],
         shaper = SeenShaper(Model(load_params("efs-bursting", QUICK), monotonic_ns() / 1e9), timer)
         workers = Workers(4)
         tracer = TraceWriter(trace, {}, flush_interval=3600)
-        ops = Operations(str(source), workers=workers, inline=InlinePolicy(threshold_us), tracer=tracer,
-                         shaper=shaper)
+        ops = Operations(str(source), workers=workers, inline=InlinePolicy(threshold_us), tracer=tracer, shaper=shaper)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(timer.run)

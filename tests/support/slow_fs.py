@@ -50,7 +50,7 @@ class SlowFS(pyfuse3.Operations):
 
     async def read(self, fh, off, size):
         await trio.sleep(self.delay_s)  # the network round trip
-        return self.data[off:min(off + size, self.size)]
+        return self.data[off : min(off + size, self.size)]
 
     async def statfs(self, ctx):
         out = pyfuse3.StatvfsData()

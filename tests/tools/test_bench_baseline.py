@@ -20,10 +20,16 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--only", "fusetrace,nosuch"], "bench/run.py: --only: no target nosuch (targets: native, fusetrace, baseline,"),
-    (["--only", "fusetrace,baseline"], "bench/run.py: --only baseline needs --baseline REV|DIR"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--only", "fusetrace,nosuch"],
+            "bench/run.py: --only: no target nosuch (targets: native, fusetrace, baseline,",
+        ),
+        (["--only", "fusetrace,baseline"], "bench/run.py: --only baseline needs --baseline REV|DIR"),
+    ],
+)
 def test_bad_target_keys_get_one_line(args, message):
     done = _run(*args)
     assert done.returncode == 2
@@ -35,8 +41,9 @@ def test_a_bad_revision_gets_one_line(tmp_path):
     if "must run as root" in done.stderr or "not a local disk" in done.stderr:
         pytest.skip(done.stderr.strip())
     assert done.returncode == 2
-    assert done.stderr == (f"bench/run.py: --baseline no-such-revision: neither a revision of {REPO} "
-                           "nor a checkout (no setup.cfg)\n")
+    assert done.stderr == (
+        f"bench/run.py: --baseline no-such-revision: neither a revision of {REPO} nor a checkout (no setup.cfg)\n"
+    )
 
 
 def test_a_revision_runs_its_own_code_and_the_check_sees_a_mix(tmp_path):

@@ -36,9 +36,26 @@ def sha256(path) -> str:
 # ---- a tree of the kinds of things real trees hold ------------------------------------
 
 ODD_NAMES = [
-    "with space", "two  spaces ", "ünïcödé-ß", "日本語のファイル", "emoji-🙂", "-leading-dash", "#hash",
-    "quote'single", 'quote"double', "back\\slash", "semi;colon", "star*", "question?", "tab\tname",
-    "new\nline", "x" * 200, ".hidden", "..dots", "percent%20", "amp&er",
+    "with space",
+    "two  spaces ",
+    "ünïcödé-ß",
+    "日本語のファイル",
+    "emoji-🙂",
+    "-leading-dash",
+    "#hash",
+    "quote'single",
+    'quote"double',
+    "back\\slash",
+    "semi;colon",
+    "star*",
+    "question?",
+    "tab\tname",
+    "new\nline",
+    "x" * 200,
+    ".hidden",
+    "..dots",
+    "percent%20",
+    "amp&er",
 ]
 
 
@@ -122,7 +139,8 @@ def snapshot(root: Path, *, xattrs: bool = True, root_times: bool = False, dir_t
 def assert_same_tree(got: dict, want: dict, where: str) -> None:
     assert got.keys() == want.keys(), (
         f"{where}: names differ: missing {sorted(want.keys() - got.keys())[:10]}, "
-        f"extra {sorted(got.keys() - want.keys())[:10]}")
+        f"extra {sorted(got.keys() - want.keys())[:10]}"
+    )
     bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
     assert not bad, f"{where}: {len(bad)} entries differ, e.g. {list(bad.items())[:5]}"
 
@@ -142,10 +160,24 @@ def tree(tmp_path):
 def test_fio_direct_libaio_randrw_verifies(mount, tmp_path):
     m = mount()
     out = tmp_path / "fio.json"
-    done = run("fio", "--name=randrw", f"--filename={m.mountpoint / 'fio.dat'}", "--direct=1",
-               "--ioengine=libaio", "--iodepth=16", "--rw=randrw", "--bs=4k", "--size=16M",
-               "--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0",
-               "--output-format=json", f"--output={out}", cwd=tmp_path)
+    done = run(
+        "fio",
+        "--name=randrw",
+        f"--filename={m.mountpoint / 'fio.dat'}",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=16",
+        "--rw=randrw",
+        "--bs=4k",
+        "--size=16M",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--verify_state_save=0",
+        "--output-format=json",
+        f"--output={out}",
+        cwd=tmp_path,
+    )
     assert "verify" not in done.stderr.lower(), done.stderr
     report = json.loads(out.read_text())
     (job,) = report["jobs"]
@@ -183,7 +215,7 @@ def test_dd_over_existing_file_notrunc(mount, tmp_path):
     patch = tmp_path / "patch"
     patch.write_bytes(os.urandom(1 << 20))
     run("dd", f"if={patch}", f"of={m.mountpoint / 'f'}", "bs=64k", "seek=16", "conv=notrunc,fsync", "status=none")
-    want = base[: 1 << 20] + patch.read_bytes() + base[2 << 20:]
+    want = base[: 1 << 20] + patch.read_bytes() + base[2 << 20 :]
     assert (m.source / "f").read_bytes() == want
     assert (m.mountpoint / "f").read_bytes() == want
 
@@ -252,8 +284,9 @@ def test_rsync_update_in_place(mount, tree):
     run("rsync", "-aH", "--inplace", "--no-whole-file", f"{root}/", f"{dst}/")
     # Directory times are not compared: on an update rsync sets a directory's time
     # before it creates the new files in it (so between plain directories too).
-    assert_same_tree(snapshot(dst, xattrs=False, dir_times=False), snapshot(root, xattrs=False, dir_times=False),
-                     "after the update")
+    assert_same_tree(
+        snapshot(dst, xattrs=False, dir_times=False), snapshot(root, xattrs=False, dir_times=False), "after the update"
+    )
     again = run("rsync", "-aH", "--checksum", "--dry-run", "--itemize-changes", f"{root}/", f"{dst}/")
     assert again.stdout == ""
 

@@ -76,20 +76,23 @@ def test_every_command_meets_every_damage(tmp_path, good):
     assert runs == len(DAMAGES) * len(COMMANDS) and not failed, failed
 
 
-@pytest.mark.parametrize("damage, needles", [
-    ("op's levels spoiled", ["part-000000.parquet: not a readable trace part (its pages decode"]),
-    ("path null", ["part-000000.parquet: record 3: path is null"]),
-    ("path integer", ["part-000000.parquet: column path is int64, not a string"]),
-    ("path_raw integer", ["part-000000.parquet: column path_raw is int64, not bytes"]),
-    ("only start_ns and op", ["part-000000.parquet: no column dur_ns, inode, path", "start_ns to shaped_ns"]),
-    ("dur_ns int64 max", ["record 3: dur_ns 9223372036854775807: out of range (0 to 9,007,199,254,740,992)"]),
-    ("dur_ns negative", ["record 3: dur_ns -5: out of range"]),
-    ("write size negative", ["record 3: size -4096: out of range"]),
-    ("op null", ["record 3: op is null"]),
-    ("start_ns uint64 max", ["record 3: start_ns 18446744073709551615: out of range"]),
-    ("only part truncated", ["part-000000.parquet: not a readable trace part"]),
-    ("only part spoiled inside", ["part-000000.parquet: not a readable trace part"]),
-])
+@pytest.mark.parametrize(
+    "damage, needles",
+    [
+        ("op's levels spoiled", ["part-000000.parquet: not a readable trace part (its pages decode"]),
+        ("path null", ["part-000000.parquet: record 3: path is null"]),
+        ("path integer", ["part-000000.parquet: column path is int64, not a string"]),
+        ("path_raw integer", ["part-000000.parquet: column path_raw is int64, not bytes"]),
+        ("only start_ns and op", ["part-000000.parquet: no column dur_ns, inode, path", "start_ns to shaped_ns"]),
+        ("dur_ns int64 max", ["record 3: dur_ns 9223372036854775807: out of range (0 to 9,007,199,254,740,992)"]),
+        ("dur_ns negative", ["record 3: dur_ns -5: out of range"]),
+        ("write size negative", ["record 3: size -4096: out of range"]),
+        ("op null", ["record 3: op is null"]),
+        ("start_ns uint64 max", ["record 3: start_ns 18446744073709551615: out of range"]),
+        ("only part truncated", ["part-000000.parquet: not a readable trace part"]),
+        ("only part spoiled inside", ["part-000000.parquet: not a readable trace part"]),
+    ],
+)
 def test_what_is_refused_names_part_column_and_record(tmp_path, good, damage, needles):
     t = damaged(tmp_path, good, damage)
     code, _, err = run_in_process(["report", str(t)])
@@ -104,8 +107,12 @@ def test_a_raw_name_climbing_out_of_the_target_replays_nothing_outside_it(tmp_pa
     target = scratch(tmp_path, "deep") / "a" / "b"
     target.mkdir(parents=True)
     run_in_process(["replay", str(t), str(target), "--as-fast-as-possible"])
-    assert not [p for p, _, names in os.walk(os.fsencode(tmp_path)) for n in [*names, os.path.basename(p)]
-                if n.startswith(b"out")]
+    assert not [
+        p
+        for p, _, names in os.walk(os.fsencode(tmp_path))
+        for n in [*names, os.path.basename(p)]
+        if n.startswith(b"out")
+    ]
 
 
 def test_an_unknown_op_with_escapes_reaches_no_terminal(tmp_path, good):
@@ -123,13 +130,16 @@ def test_a_damaged_part_beside_good_ones_is_skipped_with_a_warning(tmp_path, goo
     t = damaged(tmp_path, good, damage)
     code, out, err = run_in_process(["report", str(t), "--json"])
     assert code == 0, err
-    assert err == (f"fusetrace: warning: {t}/part-000099.parquet: not a readable trace part "
-                   f"({err.split('(', 1)[1].split(')')[0]}): skipped, the other part read\n"), err
+    assert err == (
+        f"fusetrace: warning: {t}/part-000099.parquet: not a readable trace part "
+        f"({err.split('(', 1)[1].split(')')[0]}): skipped, the other part read\n"
+    ), err
     assert json.loads(out)["records"] == 8  # the good part's, all of them
 
 
-@pytest.mark.parametrize("damage", ["metadata nested 100000 deep", "metadata wall time 2**200",
-                                    "metadata int of 5000 digits"])
+@pytest.mark.parametrize(
+    "damage", ["metadata nested 100000 deep", "metadata wall time 2**200", "metadata int of 5000 digits"]
+)
 def test_a_hostile_metadata_is_read_around_with_a_warning(tmp_path, good, damage):
     t = damaged(tmp_path, good, damage)
     code, _, err = run_in_process(["export", str(t), "--format", "csv", "-o", str(tmp_path / "x.csv")])
@@ -149,8 +159,15 @@ def test_unknown_columns_and_older_formats_are_read(tmp_path, good):
 
 # ---- Hypothesis over the schema: a value of any type, null or extreme, in any column ------
 
-_VALUES = st.one_of(st.none(), st.integers(-(2**64), 2**64), st.sampled_from([INT64_MAX, -(2**63), 2**63, 2**62]),
-                    st.floats(allow_nan=True), st.text(max_size=5), st.binary(max_size=5), st.booleans())
+_VALUES = st.one_of(
+    st.none(),
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([INT64_MAX, -(2**63), 2**63, 2**62]),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.booleans(),
+)
 
 
 def _arrow(value: object) -> pa.Array:
@@ -160,10 +177,18 @@ def _arrow(value: object) -> pa.Array:
         return pa.array([str(value)])
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(column=st.sampled_from([*SCHEMA.names, "path_raw"]), value=_VALUES, row=st.integers(0, 7),
-       command=st.sampled_from(["report", "export csv", "export perfetto", "replay", "simulate"]))
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    column=st.sampled_from([*SCHEMA.names, "path_raw"]),
+    value=_VALUES,
+    row=st.integers(0, 7),
+    command=st.sampled_from(["report", "export csv", "export perfetto", "replay", "simulate"]),
+)
 def test_any_value_in_any_column(tmp_path_factory, good, column, value, row, command):
     tmp = tmp_path_factory.mktemp("h")
     t = shutil.copytree(good, tmp / "t")
@@ -186,15 +211,18 @@ def test_any_value_in_any_column(tmp_path_factory, good, column, value, row, com
     assert_met(argv, run_in_process(argv))
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(keep=st.floats(0, 1), nest=st.integers(1, 200_000), key=st.sampled_from(["start_wall_ns", "records", "host"]),
-       big=st.integers(-(2**300), 2**300))
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keep=st.floats(0, 1),
+    nest=st.integers(1, 200_000),
+    key=st.sampled_from(["start_wall_ns", "records", "host"]),
+    big=st.integers(-(2**300), 2**300),
+)
 def test_truncation_and_metadata_of_any_depth_or_size(tmp_path_factory, good, keep, nest, key, big):
     tmp = tmp_path_factory.mktemp("h")
     t = damaged(tmp, good, "last part truncated")
     last = t / "part-000099.parquet"
-    last.write_bytes(sorted(good.glob("*.parquet"))[0].read_bytes()[:int(keep * last.stat().st_size)])
+    last.write_bytes(sorted(good.glob("*.parquet"))[0].read_bytes()[: int(keep * last.stat().st_size)])
     m = json.loads((t / "_metadata.json").read_text())
     m[key] = big
     (t / "_metadata.json").write_text(json.dumps(m)[:-1] + ', "deep": ' + "[" * nest + "]" * nest + "}")
@@ -204,12 +232,16 @@ def test_truncation_and_metadata_of_any_depth_or_size(tmp_path_factory, good, ke
 
 # ---- the real command line, a handful of times: exit status, one line, bounded -------------
 
-@pytest.mark.parametrize("damage, command, code", [
-    ("last part truncated", "fit", 0),
-    ("path null", "replay", 2),
-    ("metadata nested 100000 deep", "export perfetto", 0),
-    ("dur_ns int64 max", "report", 2),
-])
+
+@pytest.mark.parametrize(
+    "damage, command, code",
+    [
+        ("last part truncated", "fit", 0),
+        ("path null", "replay", 2),
+        ("metadata nested 100000 deep", "export perfetto", 0),
+        ("dur_ns int64 max", "report", 2),
+    ],
+)
 def test_the_command_line_itself(tmp_path, good, damage, command, code):
     t = damaged(tmp_path, good, damage)
     done = fusetrace(*COMMANDS[command](t, good, scratch(tmp_path, "s")), check=False, timeout=60)
@@ -225,16 +257,22 @@ def test_profiles_nested_deep_or_huge_are_one_line(tmp_path, good):
     huge.write_text("# " + "x" * (2 << 20) + "\n")
     long.write_text("burst_mibps = " + "9" * 5000 + "\n")  # a traceback from tomllib's int()
     os.mkfifo(fifo)  # which the command waited on for good
-    for path, says in ((deep, "arrays or tables nested too deep to read"), (huge, "over 1,048,576 bytes"),
-                       (long, "a number too long to read"), (fifo, "not a regular file")):
-        for argv in (["simulate", str(good), "--profile", str(path)],
-                     ["fit", str(good), "-o", str(tmp_path / "f.toml"), "--base", str(path)]):
+    for path, says in (
+        (deep, "arrays or tables nested too deep to read"),
+        (huge, "over 1,048,576 bytes"),
+        (long, "a number too long to read"),
+        (fifo, "not a regular file"),
+    ):
+        for argv in (
+            ["simulate", str(good), "--profile", str(path)],
+            ["fit", str(good), "-o", str(tmp_path / "f.toml"), "--base", str(path)],
+        ):
             code, _, err = run_in_process(argv)
             assert code == 2 and len(err.strip().splitlines()) == 1 and says in err and str(path) in err, err
 
 
-
 # ---- a long read tells a terminal how far it has got --------------------------------------
+
 
 def _lines_from(master: int, want: int) -> list[str]:
     """What a pty's other side was told, once `want` lines have come: the kernel hands a
@@ -251,8 +289,10 @@ def test_progress_is_told_to_a_terminal_only():
     master, slave = os.openpty()
     with open(slave, "w") as terminal:
         assert list(progress.counted(range(3), "fusetrace export", 3, out=terminal, interval=0)) == [0, 1, 2]
-        assert list(progress.counted(range(2), "fusetrace export", 9, of_total=False, out=terminal,
-                                     interval=0)) == [0, 1]
+        assert list(progress.counted(range(2), "fusetrace export", 9, of_total=False, out=terminal, interval=0)) == [
+            0,
+            1,
+        ]
         told = _lines_from(master, 5)  # (read while the terminal is open)
     os.close(master)
     assert told[0].startswith("fusetrace export: 1 of 3 records (33 %) in 0 s, about 0 s left"), told

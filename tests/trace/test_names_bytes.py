@@ -25,13 +25,20 @@ BACKSLASH, LATIN1 = b"caf\\xff", b"caf\xff"  # a real backslash, and the byte it
 
 def _workload(root: bytes) -> None:
     """Entries named with every byte, made, written, linked, renamed and removed."""
+
     def at(*names: bytes) -> bytes:
         return os.path.join(root, *names)
 
     os.mkdir(at(HIGH))  # a directory of 0x81..0xFF
     os.mkdir(at(LOW[::-1]))  # and of 0x80..0x01
-    for path, size in ((at(LOW), 100), (at(HIGH, HIGH[::-1]), 200), (at(HIGH, LONG), 10), (at(BACKSLASH), 1),
-                       (at(LATIN1), 2), (at(LOW[::-1], b"tmp\x80"), 3)):
+    for path, size in (
+        (at(LOW), 100),
+        (at(HIGH, HIGH[::-1]), 200),
+        (at(HIGH, LONG), 10),
+        (at(BACKSLASH), 1),
+        (at(LATIN1), 2),
+        (at(LOW[::-1], b"tmp\x80"), 3),
+    ):
         with open(path, "wb") as f:
             f.write(b"x" * size)
     os.symlink(b"../\xfe\xff target", at(HIGH, b"link\xfe"))  # a target that is not UTF-8 (path2)
@@ -73,8 +80,11 @@ def test_replay_recreates_names_with_every_byte_exactly(mount, tmp_path):
     assert {b"/" + LATIN1, b"/" + HIGH + b"/" + LONG, b"/" + LOW[::-1] + b"/tmp\x80"} <= raw
     assert b"../\xfe\xff target" in table.column("path2_raw").to_pylist()
     assert "/caf\\xff" in table.column("path").to_pylist()  # the real backslash: text alone, no raw bytes
-    assert all(r is None for p, r in zip(table.column("path").to_pylist(), table.column("path_raw").to_pylist())
-               if p == "/caf\\xff")
+    assert all(
+        r is None
+        for p, r in zip(table.column("path").to_pylist(), table.column("path_raw").to_pylist())
+        if p == "/caf\\xff"
+    )
 
     target = tmp_path / "again"
     target.mkdir()
@@ -121,10 +131,36 @@ def test_a_fault_rule_matches_a_name_that_is_not_utf8(mount):
     root = os.fsencode(m.mountpoint)
     for name in (LATIN1, b"caf\xfe", BACKSLASH):
         open(os.path.join(root, name), "wb").close()
-    fusetrace("fault", str(m.mountpoint), "add", "--id", "ff", "--op", "open", "--path", os.fsdecode(b"/caf\xff"),
-              "--errno", "EIO", "--count", "9")
-    fusetrace("fault", str(m.mountpoint), "add", "--id", "one", "--op", "open", "--path", "/caf?", "--errno", "EACCES",
-              "--count", "9")
+    fusetrace(
+        "fault",
+        str(m.mountpoint),
+        "add",
+        "--id",
+        "ff",
+        "--op",
+        "open",
+        "--path",
+        os.fsdecode(b"/caf\xff"),
+        "--errno",
+        "EIO",
+        "--count",
+        "9",
+    )
+    fusetrace(
+        "fault",
+        str(m.mountpoint),
+        "add",
+        "--id",
+        "one",
+        "--op",
+        "open",
+        "--path",
+        "/caf?",
+        "--errno",
+        "EACCES",
+        "--count",
+        "9",
+    )
     assert fusetrace("fault", str(m.mountpoint), "list").stdout.count("path /caf?") == 2  # ff's 0xFF shown as ?
 
     def fails(name: bytes) -> int:
@@ -142,8 +178,9 @@ def test_a_fault_rule_matches_a_name_that_is_not_utf8(mount):
 
 def _command(*args: str | bytes, **env: str) -> bytes:
     """The fusetrace command line's output, as bytes: it prints a name given to it as given."""
-    done = subprocess.run([sys.executable, "-m", "fusetrace", *args], capture_output=True, timeout=120,
-                          env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, "-m", "fusetrace", *args], capture_output=True, timeout=120, env={**os.environ, **env}
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -179,8 +216,25 @@ def test_a_mountpoint_that_is_not_utf8(tmp_path):
     src.mkdir()
     mnt = os.path.join(os.fsencode(tmp_path), b"mnt\xff")
     os.mkdir(mnt)
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _IN_NAMESPACE, sys.executable,
-                           str(src), mnt, str(trace), str(tmp_path / "log"), LATIN1], capture_output=True, timeout=120)
+    done = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _IN_NAMESPACE,
+            sys.executable,
+            str(src),
+            mnt,
+            str(trace),
+            str(tmp_path / "log"),
+            LATIN1,
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert mnt in done.stdout and b"inodes known: 2" in done.stdout and b"unmounted " + mnt in done.stdout
     assert os.listdir(os.fsencode(src)) == [LATIN1]

@@ -24,8 +24,33 @@ from fusetrace.trace.writer import TraceWriter
 def rec(i: int, path: str, path2: str | None = None) -> tuple:
     """A record with every int its own object, as the mount makes them."""
     big = 10**6 + i
-    return (10**12 + i, big, "write", big, path, path2, big, 4096 * big, big, big, 0, big, big, big, big,
-            None, 0, 0, 0, None, "python3", "buffered", big + 1, big + 2, big + 3)
+    return (
+        10**12 + i,
+        big,
+        "write",
+        big,
+        path,
+        path2,
+        big,
+        4096 * big,
+        big,
+        big,
+        0,
+        big,
+        big,
+        big,
+        big,
+        None,
+        0,
+        0,
+        0,
+        None,
+        "python3",
+        "buffered",
+        big + 1,
+        big + 2,
+        big + 3,
+    )
 
 
 def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):
@@ -39,7 +64,7 @@ def test_queue_stays_under_its_byte_bound_and_counts_drops(tmp_path):
             given += 1
             assert w.queued_bytes <= bound
         assert w.dropped > 0 and w.queued + w.dropped == given
-        assert w.queued_bytes == tw._cost(w._strs[:w.queued * tw._WIDTH])  # add() charges what _cost says
+        assert w.queued_bytes == tw._cost(w._strs[: w.queued * tw._WIDTH])  # add() charges what _cost says
         assert w.queued_bytes > bound - 4000  # full up to about one record's cost
     finally:
         summary = w.close()
@@ -106,8 +131,9 @@ for i in range(600_000):
 print(MAX_PENDING_BYTES, w.queued, w.dropped, w.queued_bytes, rss() - base)
 w.close()
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+    )
     assert done.returncode == 0, done.stderr
     bound, queued, dropped, queued_bytes, grew = map(int, done.stdout.split())
     assert bound == 64 << 20
@@ -143,6 +169,7 @@ def test_a_failed_part_discards_its_records_and_frees_the_queue(tmp_path):
 
 # ---- a full trace disk, for real -------------------------------------------------------
 
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MiB tmpfs, unmounted at the end."""
@@ -172,8 +199,7 @@ def test_a_full_trace_disk_is_said_by_stats_report_and_umount(tmp_path, small_di
     mnt.mkdir()
     (src / "f").write_bytes(b"x")
     log = tmp_path / "server.log"
-    fusetrace("mount", str(src), str(mnt), "--trace", str(trace), "--attr-timeout", "0",
-              "--log", str(log))
+    fusetrace("mount", str(src), str(mnt), "--trace", str(trace), "--attr-timeout", "0", "--log", str(log))
 
     def trace_stats() -> dict:
         return json.loads(fusetrace("stats", str(mnt), "--json").stdout)["trace"]

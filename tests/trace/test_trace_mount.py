@@ -39,7 +39,7 @@ def test_trace_records_operations(mount):
     rename = mine[mine.op == "rename"].iloc[0]
     assert (rename.path, rename.path2) == ("/f", "/g")
     assert (mine.uid == os.getuid()).all() and (mine.dur_ns > 0).all()
-    assert (df.start_ns.diff().dropna() >= -10**9).all()  # roughly in time order across files
+    assert (df.start_ns.diff().dropna() >= -(10**9)).all()  # roughly in time order across files
     # trace mode: nothing shaped, so no model's account
     assert df.gate.isna().all() and df.nfs.isna().all() and (df.shaped_ns == 0).all()
     assert (df[["wait_ns", "latency_ns", "transfer_ns"]] == 0).all().all()
@@ -75,11 +75,13 @@ def test_records_name_the_process_the_handles_and_what_changed(mount):
     import subprocess
 
     subprocess.run(["sh", "-c", f"echo hi > {m.mountpoint}/f && cat {m.mountpoint}/f >/dev/null"], check=True)
-    renamed = ("import ctypes, sys, threading\n"  # a worker thread that names itself, as a JVM's do
-               "def work():\n"
-               "    ctypes.CDLL(None).prctl(15, b'worker-7')\n"
-               "    open(sys.argv[1], 'w').close()\n"
-               "t = threading.Thread(target=work); t.start(); t.join()\n")
+    renamed = (
+        "import ctypes, sys, threading\n"  # a worker thread that names itself, as a JVM's do
+        "def work():\n"
+        "    ctypes.CDLL(None).prctl(15, b'worker-7')\n"
+        "    open(sys.argv[1], 'w').close()\n"
+        "t = threading.Thread(target=work); t.start(); t.join()\n"
+    )
     subprocess.run([sys.executable, "-c", renamed, str(m.mountpoint / "by-thread")], check=True)
     os.chmod(m.mountpoint / "f", 0o600)
     os.truncate(m.mountpoint / "f", 0)

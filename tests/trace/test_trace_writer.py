@@ -44,14 +44,91 @@ def read_rows(d: Path) -> list[tuple]:
 
 def test_records_round_trip_exactly(tmp_path):
     rows = [
-        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0, *UNSHAPED, "ls", "meta_read", 0, 0o40755, U64,
-         None),
-        (-(2**63), I64, "write", U64, "/dir/é ü 文件", None, U64, -(2**63), I64, -1, 28, U32, U32, U32, I64,
-         "throughput", I64, -(2**63), 0, "WRITE,COMMIT", "dd é", "direct", 0, 0, 0, "r1"),
-        (5, 7, "rename", 9, "/a/old", "/b/new", 0, 0, 0, 0, 2, 42, 1000, 1000, 123, "directory", 100, 200, 0,
-         "RENAME", "mv", "meta_write", 0, 0, 0, None),
-        (6, 8, "symlink", 10, "/link", "../target", 0, 0, 0, 0, 0, 1, 2, 3, 0, "cache", 0, 0, 0, "", "",
-         None, 0, U32, 0, "stall-1"),
+        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0, *UNSHAPED, "ls", "meta_read", 0, 0o40755, U64, None),
+        (
+            -(2**63),
+            I64,
+            "write",
+            U64,
+            "/dir/é ü 文件",
+            None,
+            U64,
+            -(2**63),
+            I64,
+            -1,
+            28,
+            U32,
+            U32,
+            U32,
+            I64,
+            "throughput",
+            I64,
+            -(2**63),
+            0,
+            "WRITE,COMMIT",
+            "dd é",
+            "direct",
+            0,
+            0,
+            0,
+            "r1",
+        ),
+        (
+            5,
+            7,
+            "rename",
+            9,
+            "/a/old",
+            "/b/new",
+            0,
+            0,
+            0,
+            0,
+            2,
+            42,
+            1000,
+            1000,
+            123,
+            "directory",
+            100,
+            200,
+            0,
+            "RENAME",
+            "mv",
+            "meta_write",
+            0,
+            0,
+            0,
+            None,
+        ),
+        (
+            6,
+            8,
+            "symlink",
+            10,
+            "/link",
+            "../target",
+            0,
+            0,
+            0,
+            0,
+            0,
+            1,
+            2,
+            3,
+            0,
+            "cache",
+            0,
+            0,
+            0,
+            "",
+            "",
+            None,
+            0,
+            U32,
+            0,
+            "stall-1",
+        ),
         (7, 9, "open", 11, "/f", None, 5, 0, 0, 0, 0, 1, 2, 3, 0, *UNSHAPED, "cat", "meta_read", -(2**31), 0, 0, None),
     ]
     with TraceWriter(tmp_path / "t", {"source": "/src"}) as w:
@@ -106,8 +183,17 @@ def test_a_field_its_column_cannot_hold_drops_that_record_alone(tmp_path, caplog
 # like what the format 5 writer made of such bytes (a real backslash), or of what format 6
 # makes of them (a real U+FFFD).
 ALL_BYTES = bytes(b for b in range(1, 256) if b != ord("/"))
-NAMES = [b"/d/" + ALL_BYTES[:127], b"/d/" + ALL_BYTES[127:], b"/" + b"n" * 254 + b"\xff", b"/caf\xe9",
-         b"/caf\\xe9", "/caf\ufffd".encode(), b"/\xed\xb2\x80", b"/\xe2\x82", b"/ok"]
+NAMES = [
+    b"/d/" + ALL_BYTES[:127],
+    b"/d/" + ALL_BYTES[127:],
+    b"/" + b"n" * 254 + b"\xff",
+    b"/caf\xe9",
+    b"/caf\\xe9",
+    "/caf\ufffd".encode(),
+    b"/\xed\xb2\x80",
+    b"/\xe2\x82",
+    b"/ok",
+]
 
 
 def test_names_that_are_not_utf8_keep_their_bytes(tmp_path):
@@ -140,7 +226,7 @@ def test_a_trace_without_the_raw_columns_reads_as_before(tmp_path):
         w.record(TraceRecord(*row(0, path="/a\\xff")))
     part = next((tmp_path / "t").glob("*.parquet"))
     pq.write_table(pq.read_table(part).drop_columns(["path_raw", "path2_raw"]), part)
-    batch, = reader.ordered_batches(str(tmp_path / "t"))
+    (batch,) = reader.ordered_batches(str(tmp_path / "t"))
     assert batch.column("path_raw").to_pylist() == [None]
     assert list(names.rows(batch, ["path", "path2"])) == [("/a\\xff", None)]
 
@@ -291,16 +377,23 @@ def test_directory_without_write_permission(tmp_path):
 def test_read_only_file_system(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
-    probe = ("import sys\nfrom fusetrace.trace.writer import TraceDirError, TraceWriter\n"
-             "for d in sys.argv[1:]:\n"
-             "    try:\n        TraceWriter(d, {})\n    except TraceDirError as e:\n        print(e)\n")
+    probe = (
+        "import sys\nfrom fusetrace.trace.writer import TraceDirError, TraceWriter\n"
+        "for d in sys.argv[1:]:\n"
+        "    try:\n        TraceWriter(d, {})\n    except TraceDirError as e:\n        print(e)\n"
+    )
     script = f'mount -t tmpfs -o ro none "$1" && shift && exec {sys.executable} -c "$0" "$@"'
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, probe,
-                           str(ro), str(ro), str(ro / "sub")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, probe, str(ro), str(ro), str(ro / "sub")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"trace directory {ro}: read-only file system",
-                                        f"trace directory {ro / 'sub'}: read-only file system"]
+    assert done.stdout.splitlines() == [
+        f"trace directory {ro}: read-only file system",
+        f"trace directory {ro / 'sub'}: read-only file system",
+    ]
 
 
 def test_refuses_a_directory_holding_another_trace(tmp_path):
@@ -345,7 +438,7 @@ def test_every_record_names_the_traces_host(tmp_path):
 
 
 def test_a_record_left_without_the_models_account_is_unshaped(tmp_path):
-    short = row(0)[:-len(UNSHAPED)]  # as trace-only callers make it
+    short = row(0)[: -len(UNSHAPED)]  # as trace-only callers make it
     assert TraceRecord(*short) == row(0)
     with TraceWriter(tmp_path / "t", {}) as w:
         w.record(TraceRecord(*short))

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from fusetrace.report.query import Filters, Trace
+from fusetrace.report.filters import Filters
+from fusetrace.report.query import Trace
 from fusetrace.report.render import TOP_GROUPS, render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import SCHEMA

@@ -4,6 +4,7 @@ change (hints); operations and bytes over time (`--timeline`, `--plot`); and for
 emulated trace where the modelled time went, the profile, and whether the host kept up.
 Several trace directories (a fleet's: `fusetrace report 'traces/*'`) give one report.
 
-query.py asks DuckDB (Filters, Trace), hints.py holds the hint rules, render.py writes the
-text, plots.py draws the timeline, command.py is the command.
+filters.py says which records a report is about (Filters), query.py asks DuckDB (Trace),
+hints.py holds the hint rules, render.py writes the text, plots.py draws the timeline,
+command.py is the command.
 """

@@ -8,8 +8,9 @@ import os
 import duckdb
 
 from ..errors import UserError
+from .filters import Filters
 from .plots import plot_timeline
-from .query import Filters, Trace, expand_traces
+from .query import Trace, expand_traces
 from .render import render
 
 

@@ -1,76 +1,38 @@
-"""The report's queries: which records a report is about (`Filters`), and every figure of
-them (`Trace`), each a DuckDB query on the trace's Parquet parts with the filters pushed
-into the scan; Python only shapes the few result rows.  `Trace(dir, filters).summary()` is
-the data `fusetrace report --json` prints.  Several trace directories (a fleet's, one per
-host) are read as one.
+"""The report's queries: every figure of the records a report is about (`Trace`), each a
+DuckDB query on the trace's Parquet parts with the filters (filters.py) pushed into the
+scan; Python only shapes the few result rows.  `Trace(dir, filters).summary()` is the data
+`fusetrace report --json` prints.  Several trace directories (a fleet's, one per host) are
+read as one.
 
 Values reach DuckDB as parameters or bound constants, never quoted into the SQL text: a
 trace's paths and names are whatever bytes their makers chose.
 """
 
 import errno as errnos
-import functools
 import math
-import operator
 import os
-import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, time, timedelta
 from typing import Any
 
 import duckdb
 
 from ..errors import UserError
-from ..globs import glob_regex
 from ..processes import is_fusetrace
 from ..texttable import int_text
 from ..trace import metadata as meta
 from ..trace import reader
-from ..trace.names import readable
 from . import hints
-from .shapes import Coverage, FiltersShown, Summary, Timeline, TimelineBucket
+from .filters import NO_FILTERS, Filters, Selection
+from .shapes import Coverage, Summary, Timeline, TimelineBucket
 
 QUANTILES = {"p50_ns": 0.5, "p90_ns": 0.9, "p99_ns": 0.99, "p999_ns": 0.999}
-# Every FUSE operation a trace can hold (fusetrace/server/handlers.py; forget has no reply)
-OPERATIONS = (
-    "lookup",
-    "getattr",
-    "setattr",
-    "readlink",
-    "mknod",
-    "mkdir",
-    "symlink",
-    "unlink",
-    "rmdir",
-    "rename",
-    "link",
-    "open",
-    "create",
-    "read",
-    "write",
-    "flush",
-    "release",
-    "fsync",
-    "opendir",
-    "readdir",
-    "releasedir",
-    "fsyncdir",
-    "statfs",
-    "access",
-    "setxattr",
-    "getxattr",
-    "listxattr",
-    "removexattr",
-)
 # --by dir: a record's directory, where operations on a directory itself (not an entry in
 # it) are filed under their own path
 DIR_KEY = (
     "case when op in ('opendir', 'readdir', 'releasedir', 'fsyncdir') then path "
     "else coalesce(nullif(parse_dirpath(path, 'forward_slash'), ''), '/') end"
 )
-COMM_BYTES = 15  # the kernel keeps a process name's first 15 bytes (TASK_COMM_LEN, 16 with its NUL)
 TIMELINE_ROWS = 60  # at most this many buckets; their width is the first of WIDTHS_NS that fits
 WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tuple(
     s * 10**9 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -78,56 +40,6 @@ WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tupl
 
 NoTrace = reader.NoTrace  # raised for a missing or empty trace directory (scenarios/plots.py catches it)
 Params = dict[str, Any] | list[Any] | None  # a query's values: $name or ? parameters
-
-
-def _column(name: str) -> duckdb.Expression:
-    return duckdb.ColumnExpression(name)
-
-
-@dataclass(frozen=True)
-class Filters:
-    """Which records a report is about (`--op --pid --comm --path --since --until`);
-    the defaults keep every record.  `since`/`until` are as the user wrote them: the
-    trace resolves them (seconds since its first record, or a wall-clock time)."""
-
-    ops: tuple[str, ...] = ()
-    pids: tuple[int, ...] = ()
-    comms: tuple[str, ...] = ()
-    path: str | None = None
-    since: str | None = None
-    until: str | None = None
-
-    def __post_init__(self) -> None:
-        unknown = [op for op in self.ops if op not in OPERATIONS]
-        if unknown:
-            raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(OPERATIONS)})")
-        # matched against the trace's text, where bytes that are not UTF-8 are U+FFFD
-        # (fusetrace/trace/names.py): a name given with such bytes is made that text too
-        object.__setattr__(
-            self, "comms", tuple(os.fsencode(c)[:COMM_BYTES].decode("utf-8", "replace") for c in self.comms)
-        )
-        if self.path is not None:
-            object.__setattr__(self, "path", readable(self.path))
-            glob_regex(self.path)  # refused here, before the trace is read
-
-    @classmethod
-    def from_args(cls, args) -> "Filters":
-        ops = [op.strip() for given in args.op or () for op in given.split(",") if op.strip()]
-        return cls(
-            ops=tuple(dict.fromkeys(ops)),
-            pids=tuple(args.pid or ()),
-            comms=tuple(args.comm or ()),
-            path=args.path,
-            since=args.since,
-            until=args.until,
-        )
-
-    def options(self) -> list[str]:
-        """The filters as the command line gives them."""
-        out = [f"--op {','.join(self.ops)}"] if self.ops else []
-        out += [f"--pid {p}" for p in self.pids] + [f"--comm {c}" for c in self.comms]
-        out += [f"--{k} {v}" for k, v in (("path", self.path), ("since", self.since), ("until", self.until)) if v]
-        return out
 
 
 class Trace:
@@ -141,7 +53,7 @@ class Trace:
     on the clock of the one that started first, and `metadata` is what they share
     (fleet_metadata)."""
 
-    def __init__(self, directories: str | os.PathLike | Sequence[str | os.PathLike], filters: Filters = Filters()):
+    def __init__(self, directories: str | os.PathLike | Sequence[str | os.PathLike], filters: Filters = NO_FILTERS):
         given = [directories] if isinstance(directories, str | os.PathLike) else list(directories)
         self.set = reader.TraceSet([os.fspath(d) for d in given])
         members = self.set.members
@@ -161,11 +73,10 @@ class Trace:
         whole = self.one(f"select {totals} from all_records")
         self.records, self.origin_ns = whole[:2]
         self.filters = filters
-        self.since_ns = self._instant("since", filters.since)
-        self.until_ns = self._instant("until", filters.until)
-        if self.since_ns is not None and self.until_ns is not None and self.since_ns >= self.until_ns:
-            raise UserError(f"--since {filters.since} is not before --until {filters.until}")
-        kept = self._kept()
+        self.selection = Selection(filters, self.metadata, self.metadata_error, self.origin_ns)
+        if filters.comms:
+            self._need_comm("--comm")
+        kept = self.selection.expression()
         if kept is None:
             self._db.execute("create view trace as select * from all_records")
         else:  # the filters' values are bound as constants, never written into the SQL
@@ -192,72 +103,6 @@ class Trace:
                 f"{self.format_version}, recorded before format 3 added comm); --pid and --by pid "
                 f"work on it"
             )
-
-    def _kept(self) -> duckdb.Expression | None:
-        """The filters as one DuckDB expression, their values constants of it (None for none)."""
-        f = self.filters
-        terms = []
-        if f.ops:
-            terms.append(_column("op").isin(*map(duckdb.ConstantExpression, f.ops)))
-        if f.pids:
-            terms.append(_column("pid").isin(*(duckdb.ConstantExpression(int(p)) for p in f.pids)))
-        if f.comms:
-            self._need_comm("--comm")
-            terms.append(_column("comm").isin(*map(duckdb.ConstantExpression, f.comms)))
-        if f.path is not None:
-            regex = duckdb.ConstantExpression(glob_regex(self._below_mount(f.path)))
-            terms.append(duckdb.FunctionExpression("regexp_full_match", _column("path"), regex))
-        if self.since_ns is not None:
-            terms.append(_column("start_ns") >= duckdb.ConstantExpression(self.since_ns))
-        if self.until_ns is not None:
-            terms.append(_column("start_ns") < duckdb.ConstantExpression(self.until_ns))
-        return functools.reduce(operator.and_, terms) if terms else None
-
-    def _below_mount(self, pattern: str) -> str:
-        """A glob written with the mountpoint (or source) in front, as the trace's paths are not."""
-        for root in (self.metadata.get("mountpoint"), self.metadata.get("source")):
-            root = readable(root).rstrip("/") if isinstance(root, str) else ""  # as the glob was made (Filters)
-            if root and pattern.startswith(root + "/"):
-                return pattern[len(root) :]
-        return pattern
-
-    def _instant(self, option: str, text: str | None) -> int | None:
-        """--since/--until T as a trace time (CLOCK_MONOTONIC ns): seconds since the first
-        record, a time of day (its occurrence within 12 hours of the first record, local
-        time) or an ISO date and time (local time unless it gives its zone)."""
-        if text is None:
-            return None
-        origin = self.origin_ns or 0
-        try:
-            seconds = float(text)
-        except ValueError:
-            pass
-        else:
-            if not math.isfinite(seconds) or seconds < 0:
-                raise UserError(f"--{option} {text}: seconds since the trace's first record must be 0 or more")
-            return origin + round(seconds * 1e9)
-        wall: datetime | None = None
-        try:
-            if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", text):
-                of_day = time.fromisoformat(text if len(text.split(":")[0]) == 2 else "0" + text)
-            else:
-                wall = datetime.fromisoformat(text).astimezone()
-        except ValueError:
-            raise UserError(
-                f"--{option} {text}: not seconds since the trace's first record (12.5), a time of day "
-                f"(14:03:07) or a date and time (2026-11-23T14:03:07)"
-            ) from None
-        if "start_wall_ns" not in self.metadata or "start_monotonic_ns" not in self.metadata:
-            why = self.metadata_error or f"no start_wall_ns in its {meta.NAME}"
-            raise UserError(
-                f"--{option} {text}: this trace has no clock mapping ({why}); give seconds since its first record"
-            )
-        if wall is None:
-            first = datetime.fromtimestamp(meta.to_wall_ns(self.metadata, origin) / 1e9).astimezone()
-            wall = datetime.combine(first.date(), of_day, tzinfo=first.tzinfo)
-            wall += timedelta(days=round((first - wall) / timedelta(days=1)))  # the nearest occurrence
-        wall_ns = round(wall.timestamp() * 1e6) * 1000
-        return self.metadata["start_monotonic_ns"] + (wall_ns - self.metadata["start_wall_ns"])
 
     def group_key(self, by: str) -> str:
         """The SQL expression of a --by key (`by` is one of ops()'s names, not the user's text)."""
@@ -529,7 +374,7 @@ class Trace:
             "files": len(self.files),
             "records": self.records,
             "format_version": self.format_version,
-            "filters": self._filters(),
+            "filters": self.selection.shown(),
             "matched": self.matched,
             "origin_ns": self.origin_ns,
             "first_ns": self.first_ns,
@@ -578,23 +423,6 @@ class Trace:
                 }
             )
         return out
-
-    def _filters(self) -> FiltersShown | None:
-        f = self.filters
-        if f == Filters():
-            return None
-        return {
-            "op": list(f.ops),
-            "pid": list(f.pids),
-            "comm": list(f.comms),
-            "path": f.path,
-            "path_regex": None if f.path is None else glob_regex(self._below_mount(f.path)),
-            "since": f.since,
-            "since_ns": self.since_ns,
-            "until": f.until,
-            "until_ns": self.until_ns,
-            "options": f.options(),
-        }
 
 
 _ABSENT = object()

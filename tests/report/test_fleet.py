@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from support import ROOT, fusetrace, one_line_error
 
-from fusetrace.report.query import Filters, Trace
+from fusetrace.report.filters import Filters
+from fusetrace.report.query import Trace
 from fusetrace.report.render import render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace import reader

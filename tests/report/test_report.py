@@ -17,7 +17,8 @@ from support import one_line_error, poll
 from fusetrace import cli
 from fusetrace.errors import UserError
 from fusetrace.globs import glob_regex
-from fusetrace.report.query import Filters, Trace
+from fusetrace.report.filters import Filters
+from fusetrace.report.query import Trace
 from fusetrace.report.render import render
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import TraceRecord

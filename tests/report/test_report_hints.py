@@ -14,7 +14,8 @@ import pytest
 
 from fusetrace import cli
 from fusetrace.report import hints
-from fusetrace.report.query import Filters, Trace
+from fusetrace.report.filters import Filters
+from fusetrace.report.query import Trace
 from fusetrace.trace import metadata as meta
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter

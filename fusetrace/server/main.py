@@ -437,7 +437,8 @@ def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list
 def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWriter | None":
     if opts.trace_dir is None:
         return None
-    from ..trace.writer import TraceDirError, TraceWriter
+    from ..trace.directory import TraceDirError
+    from ..trace.writer import TraceWriter
 
     meta = _metadata(opts)
     meta["options"].update(_cache_timeouts(opts, emulation))  # the ones the kernel was given

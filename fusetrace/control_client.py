@@ -10,7 +10,7 @@ from typing import Any
 def request(path: str, *, timeout: float = 10.0, **req: object) -> dict[str, Any]:
     """Send one request to the server at `path` and return its answer (blocking, each
     step at most `timeout` seconds).  Any command's answer, so JSON as it came: the
-    shapes are the server's handlers' (fusetrace/server/main.py, `_Status`)."""
+    shapes are the server's handlers' (fusetrace/server/status.py, `Status`)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(path)

@@ -19,11 +19,11 @@ getdents64(2) call, which a FUSE kernel turns into one readdir request (a page o
 from the start again at offset 0; the entries are counted over the listing and compared
 with the recording's when it reached the end (its last, empty, batch), so a target that
 returns them in other batches (a local file system: all in one) still matches.
+
+The system calls the os module lacks are in fusetrace/rehearse/replay_syscalls.py.
 """
 
-import ctypes
 import errno
-import mmap
 import os
 import stat
 import threading
@@ -33,6 +33,18 @@ from typing import Any, NamedTuple
 from ..emulator.ops import Gate
 from ..errors import UserError
 from ..texttable import printable
+from .replay_syscalls import (
+    RESOLVE_BENEATH,
+    RESOLVE_NO_SYMLINKS,
+    ReadBuffer,
+    aligned,
+    getdents,
+    openat2,
+    read_past_cache,
+    renameat2,
+    set_at,
+    set_fd,
+)
 
 # The columns a replay reads, in Rec's order.
 COLUMNS = [
@@ -79,8 +91,6 @@ class Refused(Exception):
 # A difference between the replay's outcome and the recording: (record, kind, detail).
 Difference = tuple[Rec, str, str]
 
-SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table, Linux 5.6)
-RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS = 0x08, 0x04
 _NOT_IN_OPEN = os.O_CREAT | os.O_EXCL | os.O_NOCTTY  # the kernel sends an open none of these (it would be a create)
 # What open(2) takes (openat2 refuses other bits, such as the kernel's own __FMODE_EXEC a record may hold).
 _OPEN_FLAGS = (
@@ -118,64 +128,6 @@ REFUSED_WRITEBACK = (
 )
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-
-
-def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
-    how = _OpenHow(flags, mode, resolve)
-    fd = _syscall(
-        ctypes.c_long(SYS_OPENAT2),
-        ctypes.c_int(dirfd),
-        os.fsencode(path),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
-    )
-    if fd < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), path)
-    return fd
-
-
-def _aligned(size: int) -> mmap.mmap:
-    """Zeroed, page-aligned memory of at least `size` bytes: an anonymous mapping, as a
-    descriptor opened O_DIRECT reads into and writes from no other (a bytes object's
-    data is not aligned, and ext4 answers such a call EINVAL)."""
-    return mmap.mmap(-1, max(size, mmap.PAGESIZE))
-
-
-class _ReadBuffer(threading.local):
-    """Each replaying thread's memory to read into, grown as reads need."""
-
-    memory: mmap.mmap | None = None
-
-    def view(self, size: int) -> memoryview:
-        if self.memory is None or len(self.memory) < size:
-            self.memory = _aligned(size)
-        return memoryview(self.memory)[:size]
-
-
-def _read_past_cache(fd: int, into: memoryview, offset: int) -> int:
-    """A traced read is one that missed the traced kernel's page cache, whatever emptied
-    it (fio's invalidate=1, for one, drops it with posix_fadvise, which reaches no file
-    system and no trace).  So the target's pages of the range are dropped first, and
-    read without readahead (the record's size already is the traced kernel's), so that
-    the target is asked for what the traced mount was, not answered from the pages the
-    replayed writes left.  A file that takes no advice is read as it is.  Returns the
-    bytes read."""
-    try:
-        os.posix_fadvise(fd, offset, len(into), os.POSIX_FADV_DONTNEED)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-    except OSError:
-        pass
-    return os.preadv(fd, [into], offset)
-
-
 def errno_name(code: int) -> str:
     return "ok" if code == 0 else errno.errorcode.get(code, str(code))
 
@@ -203,7 +155,7 @@ class Target:
         except OSError as exc:
             raise UserError(f"{directory}: cannot replay into it: {(exc.strerror or str(exc)).lower()}") from None
         try:
-            os.close(_openat2(self.fd, ".", os.O_PATH | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS))
+            os.close(openat2(self.fd, ".", os.O_PATH | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS))
         except OSError as exc:
             os.close(self.fd)
             raise UserError(
@@ -212,8 +164,8 @@ class Target:
         self.handles: dict[tuple[int, int], Handle] = {}
         self._orphans: list[Handle] = []  # bound again before their release (the trace lost it)
         self._lock = threading.Lock()  # taking a held-back flush
-        self._zeros = _aligned(0)  # what writes carry (their data is not traced), never written to
-        self._read_into = _ReadBuffer()
+        self._zeros = aligned(0)  # what writes carry (their data is not traced), never written to
+        self._read_into = ReadBuffer()
         self._calls: dict[str, Callable[[Rec], list[Difference]]] = {
             "lookup": self._stat,
             "getattr": self._stat,
@@ -302,7 +254,7 @@ class Target:
         parent, name = _split(path)
         if parent is None:
             return self.fd, name
-        return _openat2(
+        return openat2(
             self.fd, parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
         ), name
 
@@ -362,7 +314,7 @@ class Target:
     def _rename(self, rec: Rec) -> list[Difference]:
         """With the recorded renameat2 flags (RENAME_EXCHANGE as a plain rename would
         remove a name)."""
-        return self._two(rec, lambda d, n, d2, n2: _renameat2(d, n, d2, n2, rec.flags))
+        return self._two(rec, lambda d, n, d2, n2: renameat2(d, n, d2, n2, rec.flags))
 
     def _link(self, rec: Rec) -> list[Difference]:
         return self._two(rec, lambda d, n, d2, n2: os.link(n, n2, src_dir_fd=d, dst_dir_fd=d2, follow_symlinks=False))
@@ -389,8 +341,8 @@ class Target:
         names = (rec.path2 or "").split(",")
         if h is not None and h.fd >= 0:
             found = self._settle(h)
-            return found + _errno(rec, _call(lambda: _set_fd(h.fd, names, rec)))
-        return _errno(rec, self._path_call(rec.path, lambda d, n: _set_at(d, n, names, rec))[0])
+            return found + _errno(rec, _call(lambda: set_fd(h.fd, names, rec.size, rec.mode)))
+        return _errno(rec, self._path_call(rec.path, lambda d, n: set_at(d, n, names, rec.size, rec.mode))[0])
 
     def _statfs(self, rec: Rec) -> list[Difference]:
         return _errno(rec, _call(lambda: os.statvfs(self.fd)))
@@ -436,7 +388,7 @@ class Target:
             flags, mode = rec.flags & _OPEN_FLAGS & ~_NOT_IN_OPEN, 0
         parent, name = _split(rec.path)
         err, fd = _value(
-            lambda: _openat2(
+            lambda: openat2(
                 self.fd,
                 name if parent is None else f"{parent}/{name}",
                 flags | os.O_CLOEXEC | os.O_NONBLOCK,
@@ -473,7 +425,7 @@ class Target:
             raise Refused(REFUSED_SIZE)
         found = self._settle(h)
         into = self._read_into.view(rec.size)
-        err, n = _value(lambda: _read_past_cache(h.fd, into, rec.offset))
+        err, n = _value(lambda: read_past_cache(h.fd, into, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, n, "bytes read"))
 
     def _write(self, rec: Rec, h: Handle) -> list[Difference]:
@@ -481,7 +433,7 @@ class Target:
             raise Refused(REFUSED_SIZE)
         found = self._settle(h)
         if len(self._zeros) < rec.size:
-            self._zeros = _aligned(rec.size)
+            self._zeros = aligned(rec.size)
         zeros = memoryview(self._zeros)[: rec.size]
         err, n = _value(lambda: os.pwrite(h.fd, zeros, rec.offset))
         return found + (_errno(rec, err) or _count(rec, err, n, "bytes written"))
@@ -512,7 +464,7 @@ class Target:
     def _readdir(self, rec: Rec, h: Handle) -> list[Difference]:
         if rec.offset == 0:  # opendir or rewinddir: the listing starts again
             h.listed = h.recorded = 0
-        err, entries = _value(lambda: _getdents(h.fd, rewind=rec.offset == 0))
+        err, entries = _value(lambda: getdents(h.fd, rewind=rec.offset == 0))
         found = _errno(rec, err)
         if not err and not rec.errno:
             h.listed += entries
@@ -520,40 +472,6 @@ class Target:
             if rec.result == 0:  # the recording's listing ended here: compare it
                 found += _count(rec._replace(result=h.recorded), 0, h.listed, "entries listed")
         return found
-
-
-_GETDENTS_BUFFER = 32768  # glibc readdir(3)'s
-_buffers = threading.local()
-_getdents64 = _libc.getdents64
-_getdents64.restype = ctypes.c_ssize_t
-_getdents64.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
-
-
-def _renameat2(dirfd: int, name: str, dirfd2: int, name2: str, flags: int) -> None:
-    """os.rename, with renameat2's flags (RENAME_NOREPLACE 1, RENAME_EXCHANGE 2, ...)."""
-    if not flags:
-        os.rename(name, name2, src_dir_fd=dirfd, dst_dir_fd=dirfd2)
-    elif _libc.renameat2(dirfd, os.fsencode(name), dirfd2, os.fsencode(name2), ctypes.c_uint(flags & 0xFFFFFFFF)):
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), name)
-
-
-def _getdents(fd: int, rewind: bool) -> int:
-    """One getdents64(2) call on fd (from its start if `rewind`): how many entries it returned."""
-    if rewind:
-        os.lseek(fd, 0, os.SEEK_SET)
-    buf = getattr(_buffers, "buf", None)
-    if buf is None:
-        buf = _buffers.buf = ctypes.create_string_buffer(_GETDENTS_BUFFER)
-    n = _getdents64(fd, buf, _GETDENTS_BUFFER)
-    if n < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    view, at, entries = memoryview(buf)[:n], 0, 0
-    while at < n:  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), ...
-        at += int.from_bytes(view[at + 16 : at + 18], "little")
-        entries += 1
-    return entries
 
 
 def _split(path: str) -> tuple[str | None, str]:
@@ -567,61 +485,6 @@ def _split(path: str) -> tuple[str | None, str]:
     if len(names) == 1:
         return None, names[0] or "."
     return "/".join(names[:-1]), names[-1]
-
-
-def _set_fd(fd: int, names: list[str], rec: Rec) -> None:
-    """setattr through an open handle (ftruncate, fchmod, fchown, futimens)."""
-    st = os.fstat(fd) if {"mode", "uid", "gid"} & set(names) else None
-    for attr in _setattr_calls(names):
-        if attr == "size":
-            os.ftruncate(fd, rec.size)
-        elif attr == "mode":
-            os.fchmod(fd, stat.S_IMODE(rec.mode or st.st_mode))  # type: ignore[union-attr]
-        elif attr == "owner":
-            os.fchown(fd, *_owner(names, st))  # type: ignore[arg-type]
-        else:
-            os.utime(fd)
-
-
-def _set_at(dirfd: int, name: str, names: list[str], rec: Rec) -> None:
-    """setattr on a path: size and mode through an O_PATH descriptor of the object
-    (truncate(2) and chmod(2) follow a link; a /proc/self/fd/N of it does not lead past it)."""
-    calls = _setattr_calls(names)
-    st = (
-        os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-        if "owner" in calls or ("mode" in calls and not rec.mode)
-        else None
-    )
-    obj = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd) if {"size", "mode"} & set(calls) else -1
-    try:
-        for attr in calls:
-            if attr == "size":
-                os.truncate(f"/proc/self/fd/{obj}", rec.size)
-            elif attr == "mode":
-                os.chmod(f"/proc/self/fd/{obj}", stat.S_IMODE(rec.mode or st.st_mode))  # type: ignore[union-attr]
-            elif attr == "owner":
-                os.chown(name, *_owner(names, st), dir_fd=dirfd, follow_symlinks=False)  # type: ignore[arg-type]
-            else:
-                os.utime(name, dir_fd=dirfd, follow_symlinks=False)
-    finally:
-        if obj >= 0:
-            os.close(obj)
-
-
-def _setattr_calls(names: list[str]) -> list[str]:
-    """The calls a setattr's attributes take, in their order: size, mode, owner (uid and
-    gid in one chown), times (atime and mtime in one utime, both to now)."""
-    calls: list[str] = [a for a in ("size", "mode") if a in names]
-    if "uid" in names or "gid" in names:
-        calls.append("owner")
-    if "atime" in names or "mtime" in names:
-        calls.append("times")
-    return calls
-
-
-def _owner(names: list[str], st: os.stat_result) -> tuple[int, int]:
-    """chown's arguments: the current owner for what the setattr set (the value is not traced)."""
-    return st.st_uid if "uid" in names else -1, st.st_gid if "gid" in names else -1
 
 
 def _value(fn: Callable[[], Any]) -> tuple[int, Any]:

@@ -9,28 +9,25 @@ import re
 import resource
 import signal
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from time import monotonic_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyfuse3
 import trio
 
 from .. import __version__
-from ..errors import ControlError, UserError
+from ..errors import UserError
 from ..shaping import roundtrip
 from . import fusectl, fuseread, inline, mounts, runstate
 from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy
+from .status import Json, Status
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
     from ..shaping.emulation import Emulation
     from ..trace.writer import TraceWriter
-
-Json = dict[str, Any]  # a control request or answer, as JSON has it
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +383,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
-            trio.run(_main, opts, ready_fd, _Status(ops, tracer, emulation, reads), control)
+            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -437,7 +434,8 @@ def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list
 def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWriter | None":
     if opts.trace_dir is None:
         return None
-    from ..trace.writer import TraceDirError, TraceWriter
+    from ..trace.directory import TraceDirError
+    from ..trace.writer import TraceWriter
 
     meta = _metadata(opts)
     meta["options"].update(_cache_timeouts(opts, emulation))  # the ones the kernel was given
@@ -449,99 +447,7 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
         raise UserError(str(exc)) from None
 
 
-class _Status:
-    """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
-
-    def __init__(
-        self,
-        ops: Operations,
-        tracer: "TraceWriter | None",
-        emulation: "Emulation | None",
-        reads: fuseread.ReadWaits | None,
-    ) -> None:
-        self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
-
-    def stats(self, _request: Json) -> Json:
-        out: Json = dict(self.ops.stats())  # inodes, open files, inode descriptors, where calls run
-        out["fuse_reads"] = self.reads.stats() if self.reads is not None else None
-        if self.tracer is not None:
-            out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
-        if self.emulation is not None:
-            out.update(self.emulation.stats())
-        faults = self.ops.pipeline.faults
-        out["faults"] = {"rules": faults.listing(), **faults.counters()}
-        return out
-
-    def counters(self) -> dict[str, int]:
-        """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
-        ops = self.ops
-        return {
-            "faults_fired": ops.pipeline.faults.fired,
-            "open_descriptors": ops.fds.open,
-            "inode_descriptors": ops.inodes.stats()["held"],
-            "opens_refused": ops.fds.refused,
-        }
-
-    def set(self, request: Json) -> Json:
-        if self.emulation is None:
-            raise ControlError("this mount does not emulate: nothing to set")
-        return self.emulation.set(request["key"], request["value"])
-
-    def fault_add(self, request: Json) -> Json:
-        try:
-            return {"rule": self.ops.pipeline.fault_stage.add(request["rule"])}
-        except UserError as exc:
-            raise ControlError(str(exc)) from None
-
-    def fault_list(self, _request: Json) -> Json:
-        events = self.emulation.events() if self.emulation is not None else []
-        return {"rules": self.ops.pipeline.faults.listing(), "events": events, **self.ops.pipeline.faults.counters()}
-
-    def fault_clear(self, request: Json) -> Json:
-        ids = request.get("ids")
-        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
-            raise ControlError("fault clear: ids must be a list of rule ids")
-        try:
-            return {"removed": self.ops.pipeline.fault_stage.clear(ids)}
-        except UserError as exc:
-            raise ControlError(str(exc)) from None
-
-    def event_add(self, request: Json) -> Json:
-        if self.emulation is None:
-            raise ControlError("this mount does not emulate: events script the emulated file system's timeline")
-        try:
-            return {"event": self.emulation.add_event(request["event"], "fault event")}
-        except UserError as exc:
-            raise ControlError(str(exc)) from None
-
-    def event_clear(self, request: Json) -> Json:
-        ids = request.get("ids")
-        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
-            raise ControlError("fault clear: ids must be a list of event ids")
-        if self.emulation is None:
-            raise ControlError("this mount does not emulate: it has no events")
-        try:
-            return {"removed": self.emulation.cancel_events(ids)}
-        except UserError as exc:
-            raise ControlError(f"fault clear: {exc}") from None
-
-    def held(self, _request: Json) -> Json:
-        return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
-
-    def handlers(self) -> dict[str, Callable[[Json], Json]]:
-        return {
-            "stats": self.stats,
-            "held": self.held,
-            "set": self.set,
-            "fault_add": self.fault_add,
-            "fault_list": self.fault_list,
-            "fault_clear": self.fault_clear,
-            "event_add": self.event_add,
-            "event_clear": self.event_clear,
-        }
-
-
-async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, control: str) -> None:
+async def _main(opts: MountOptions, ready_fd: int | None, status: Status, control: str) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
@@ -562,7 +468,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: _Status, contr
         )
 
 
-async def _measure_round_trip(mountpoint: str, status: "_Status") -> None:
+async def _measure_round_trip(mountpoint: str, status: Status) -> None:
     """FUSE's round trip on this mount, measured before it is announced: the emulator
     replies that much early, and the trace keeps it.  The probe is not traced."""
     if status.emulation is None and status.tracer is None:

@@ -21,8 +21,9 @@ size reaches `max_pending_bytes` (64 MiB), and the writer takes and converts at 
 The counters are each written by one thread: `dropped` and the bytes queued by the loop
 (`add`), everything else by the writer thread (and by `close` once it has stopped).
 
-The directory is private (0700, ours, no symlink: see fusetrace/private.py) and every
-file is made relative to a descriptor of it, exclusively and never through a link.
+The directory is private (0700, ours, no symlink: see fusetrace/private.py; made or
+checked by fusetrace/trace/directory.py) and every file is made relative to a descriptor
+of it, exclusively and never through a link.
 """
 
 import collections
@@ -40,10 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import UserError
-from ..private import NotPrivate, open_private_dir
 from . import metadata as meta
 from . import names
+from .directory import RESERVE, TraceDirError, prepare, reason, reserve
 from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SCHEMA, TraceRecord
 from .sources import Account, Operation, Place, Process, User
 
@@ -76,10 +76,6 @@ _DICTIONARY = [
 ] + ["inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
 
 MAX_PENDING_BYTES = 64 << 20
-# Disk space held back (a hidden file, freed at close) so that a trace whose disk filled up
-# can still write its final _metadata.json, with the counts of what was lost.
-_RESERVE = ".reserve"
-_RESERVE_BYTES = 64 << 10
 # Estimated bytes of one queued record, its path's characters aside: its packed row and its
 # references, with the eighth more that a growing bytearray and list allocate ahead
 # (tests/trace/test_trace_memory.py holds the estimate above what tracemalloc sees).  A path is
@@ -133,10 +129,6 @@ class _Labelled(NamedTuple):
     label: str | None
 
 
-class TraceDirError(UserError):
-    """The trace directory cannot be used; the message is one line naming it and why."""
-
-
 class TraceWriter:
     def __init__(
         self,
@@ -182,7 +174,7 @@ class TraceWriter:
         self._closed = False
         self._summary: Counters | None = None
 
-        self._dirfd = _prepare(self.directory)
+        self._dirfd = prepare(self.directory)
         # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
         # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
         _table(b"", [], self._host)
@@ -204,8 +196,8 @@ class TraceWriter:
             self._write_metadata()
         except OSError as exc:
             os.close(self._dirfd)
-            raise TraceDirError(f"trace directory {self.directory}: {_reason(exc)}") from None
-        self._reserved = _reserve(self._dirfd)
+            raise TraceDirError(f"trace directory {self.directory}: {reason(exc)}") from None
+        self._reserved = reserve(self._dirfd)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fusetrace-trace-writer", daemon=True)
         self._thread.start()
@@ -515,7 +507,7 @@ class TraceWriter:
             return False
         self._reserved = False
         try:
-            os.unlink(_RESERVE, dir_fd=self._dirfd)
+            os.unlink(RESERVE, dir_fd=self._dirfd)
         except OSError:
             return False
         return True
@@ -549,29 +541,6 @@ def _no_descriptor(exc: Exception) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
-def _reserve(dirfd: int) -> bool:
-    """Keep _RESERVE_BYTES of the trace's disk in a hidden file, for the final metadata."""
-    try:
-        os.unlink(_RESERVE, dir_fd=dirfd)  # left by a killed server
-    except OSError:
-        pass
-    try:
-        fd = os.open(_RESERVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
-    except OSError:
-        return False
-    try:
-        os.posix_fallocate(fd, 0, _RESERVE_BYTES)
-        return True
-    except OSError:
-        try:
-            os.unlink(_RESERVE, dir_fd=dirfd)
-        except OSError:
-            pass
-        return False
-    finally:
-        os.close(fd)
-
-
 def _table(rows: bytes, strs: list[str | None], host: pa.Array) -> pa.Table:
     """Queued records to a Table: the integer columns read from the packed rows by numpy,
     the others converted a column at a time, with the trace's `host` (a one-value
@@ -592,54 +561,3 @@ def _table(rows: bytes, strs: list[str | None], host: pa.Array) -> pa.Table:
                 columns[names.RAW[f.name]] = pa.array([raw for _, raw in kept], pa.binary())
     columns[HOST.name] = pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), host)
     return pa.table([columns[name] for name in SCHEMA.names], schema=SCHEMA)
-
-
-def _prepare(directory: str) -> int:
-    """Create the trace directory (0700; its missing parents as usual) or check an
-    existing one: ours, no symlink, writable by nobody else (fusetrace/private.py),
-    holding nothing readers would mix up with this trace.  Returns its descriptor."""
-    parent = os.path.dirname(directory)
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except FileExistsError:
-        raise TraceDirError(f"trace directory {directory}: {parent} is not a directory") from None
-    except OSError as exc:
-        raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
-    try:
-        fd = open_private_dir(directory)
-    except NotPrivate as exc:
-        raise TraceDirError(f"trace directory {directory}: {exc}") from None
-    except OSError as exc:
-        raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
-    try:
-        try:
-            names = os.listdir(fd)
-        except OSError as exc:
-            raise TraceDirError(f"trace directory {directory}: {_reason(exc, directory)}") from None
-        parts = [n for n in names if n.endswith(".parquet") and not n.startswith(".")]
-        if parts or meta.NAME in names:
-            raise TraceDirError(
-                f"trace directory {directory}: already holds a trace ({len(parts)} parts); "
-                f"give a new or empty directory"
-            )
-        visible = sorted(n for n in names if not n.startswith("."))
-        if visible:
-            raise TraceDirError(
-                f"trace directory {directory}: not empty (holds {visible[0]!r}); give a new or empty directory"
-            )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _reason(exc: OSError, path: str | None = None) -> str:
-    if isinstance(exc, FileExistsError):
-        return "exists and is not a directory"
-    if exc.errno == errno.ENOTDIR and path:
-        parent = os.path.dirname(path)
-        while parent and not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        if parent and not os.path.isdir(parent):
-            return f"{parent} is not a directory"
-    return (exc.strerror or str(exc)).lower()

@@ -24,7 +24,8 @@ from support import fusetrace, is_mounted, one_line_error
 from fusetrace.errors import UserError
 from fusetrace.server import runstate
 from fusetrace.server.mounts import canonical
-from fusetrace.trace.writer import TraceDirError, TraceWriter
+from fusetrace.trace.directory import TraceDirError
+from fusetrace.trace.writer import TraceWriter
 
 NOBODY = 65534
 STATE = Path(f"/tmp/fusetrace-{NOBODY}")

@@ -16,8 +16,9 @@ from support import poll
 
 from fusetrace.trace import metadata as meta
 from fusetrace.trace import names, reader
+from fusetrace.trace.directory import TraceDirError
 from fusetrace.trace.schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
-from fusetrace.trace.writer import TraceDirError, TraceWriter
+from fusetrace.trace.writer import TraceWriter
 
 U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
 
@@ -378,7 +379,7 @@ def test_read_only_file_system(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
     probe = (
-        "import sys\nfrom fusetrace.trace.writer import TraceDirError, TraceWriter\n"
+        "import sys\nfrom fusetrace.trace.directory import TraceDirError\nfrom fusetrace.trace.writer import TraceWriter\n"
         "for d in sys.argv[1:]:\n"
         "    try:\n        TraceWriter(d, {})\n    except TraceDirError as e:\n        print(e)\n"
     )

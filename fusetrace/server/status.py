@@ -1,0 +1,109 @@
+"""The running server's answers on the control socket: one method a command (stats, held,
+set, fault and event rules); the asking side is fusetrace/control_client.py.
+"""
+
+from collections.abc import Callable
+from time import monotonic_ns
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ControlError, UserError
+from . import fuseread
+from .handlers import Operations
+
+if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
+    from ..shaping.emulation import Emulation
+    from ..trace.writer import TraceWriter
+
+Json = dict[str, Any]  # a control request or answer, as JSON has it
+
+
+class Status:
+    """What `fusetrace stats` and `fusetrace set` reach through the control socket."""
+
+    def __init__(
+        self,
+        ops: Operations,
+        tracer: "TraceWriter | None",
+        emulation: "Emulation | None",
+        reads: fuseread.ReadWaits | None,
+    ) -> None:
+        self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
+
+    def stats(self, _request: Json) -> Json:
+        out: Json = dict(self.ops.stats())  # inodes, open files, inode descriptors, where calls run
+        out["fuse_reads"] = self.reads.stats() if self.reads is not None else None
+        if self.tracer is not None:
+            out["trace"] = self.tracer.stats()  # written, queued, dropped, lost, write errors
+        if self.emulation is not None:
+            out.update(self.emulation.stats())
+        faults = self.ops.pipeline.faults
+        out["faults"] = {"rules": faults.listing(), **faults.counters()}
+        return out
+
+    def counters(self) -> dict[str, int]:
+        """The server's own figures for Prometheus (Emulation.start): faults fired, descriptors."""
+        ops = self.ops
+        return {
+            "faults_fired": ops.pipeline.faults.fired,
+            "open_descriptors": ops.fds.open,
+            "inode_descriptors": ops.inodes.stats()["held"],
+            "opens_refused": ops.fds.refused,
+        }
+
+    def set(self, request: Json) -> Json:
+        if self.emulation is None:
+            raise ControlError("this mount does not emulate: nothing to set")
+        return self.emulation.set(request["key"], request["value"])
+
+    def fault_add(self, request: Json) -> Json:
+        try:
+            return {"rule": self.ops.pipeline.fault_stage.add(request["rule"])}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
+    def fault_list(self, _request: Json) -> Json:
+        events = self.emulation.events() if self.emulation is not None else []
+        return {"rules": self.ops.pipeline.faults.listing(), "events": events, **self.ops.pipeline.faults.counters()}
+
+    def fault_clear(self, request: Json) -> Json:
+        ids = request.get("ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise ControlError("fault clear: ids must be a list of rule ids")
+        try:
+            return {"removed": self.ops.pipeline.fault_stage.clear(ids)}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
+    def event_add(self, request: Json) -> Json:
+        if self.emulation is None:
+            raise ControlError("this mount does not emulate: events script the emulated file system's timeline")
+        try:
+            return {"event": self.emulation.add_event(request["event"], "fault event")}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
+    def event_clear(self, request: Json) -> Json:
+        ids = request.get("ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise ControlError("fault clear: ids must be a list of event ids")
+        if self.emulation is None:
+            raise ControlError("this mount does not emulate: it has no events")
+        try:
+            return {"removed": self.emulation.cancel_events(ids)}
+        except UserError as exc:
+            raise ControlError(f"fault clear: {exc}") from None
+
+    def held(self, _request: Json) -> Json:
+        return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
+
+    def handlers(self) -> dict[str, Callable[[Json], Json]]:
+        return {
+            "stats": self.stats,
+            "held": self.held,
+            "set": self.set,
+            "fault_add": self.fault_add,
+            "fault_list": self.fault_list,
+            "fault_clear": self.fault_clear,
+            "event_add": self.event_add,
+            "event_clear": self.event_clear,
+        }

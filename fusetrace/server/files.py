@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
 
 
-class Files(HandlerBase):
+class FileHandlers(HandlerBase):
     # pread without waiting on the page cache, until the source is found not to support it
     _cached_pread: Callable[[int, int, int], bytes | None] | None
 

@@ -27,11 +27,11 @@ from ..request import Kind, Request
 from . import nofollow
 from .callers import Caller
 from .fdbudget import Budget, Descriptors, Spares, in_use
-from .files import Files
+from .files import FileHandlers
 from .holds import HeldReport
 from .inline import InlinePolicy, Placement
 from .inodes import ROOT, Inode, InodeTable, version
-from .namespace import Namespace
+from .namespace import NamespaceHandlers
 from .openfiles import NO_TRUNCATION, OpenFiles
 from .pipeline import Pipeline, T, at, guarded
 from .setattrs import Change
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
     from ..trace.writer import TraceWriter
 
 
-class Operations(Namespace, Files):
+class Operations(NamespaceHandlers, FileHandlers):
     supports_dot_lookup = False
     enable_writeback_cache = False
     enable_acl = False

@@ -21,7 +21,7 @@ from .pipeline import Call, Site, at, join
 log = logging.getLogger(__name__)
 
 
-class Namespace(HandlerBase):
+class NamespaceHandlers(HandlerBase):
     _said_rename_flags: bool  # an emulated rename with flags NFS refuses was logged
 
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Caller) -> pyfuse3.EntryAttributes:

@@ -1,4 +1,4 @@
-"""A FUSE operation is added in one place: a handler on Operations, named in HANDLED.
+"""A FUSE operation is added in one place: a handler on Operations (or a mixin of it), named in HANDLED.
 
 HANDLED is what wraps the handler (pipeline.guarded) and what the emulated NFS client
 and the trace must know; these tests fail when a handler is added without it, or when
@@ -36,13 +36,19 @@ def test_every_fuse_operation_the_surface_implements_is_registered():
     fuse_ops = {
         name for name, _ in inspect.getmembers(pyfuse3.Operations, inspect.isfunction) if not name.startswith("_")
     } | {name for name in vars(pyfuse3.Operations) if not name.startswith("_")}
+    # handlers live on Operations and on the mixins it inherits (namespace.py, files.py):
+    # each is found where it is defined, before HANDLED's wrappers set on Operations hide it
     implemented = {
-        name for name, member in vars(Operations).items() if name in fuse_ops and inspect.iscoroutinefunction(member)
+        name
+        for cls in Operations.__mro__
+        if cls not in inspect.getmro(pyfuse3.Operations)
+        for name, member in vars(cls).items()
+        if name in fuse_ops and inspect.iscoroutinefunction(member)
     }
     assert implemented == set(HANDLED), "a handler on Operations must be named in HANDLED (and the reverse)"
     assert set(HANDLED) <= VFS_OPS, "the emulated NFS client (emulator/nfsclient.py) must know every operation"
     for name in HANDLED:
-        assert hasattr(vars(Operations)[name], "__wrapped__"), f"{name} is not wrapped by pipeline.guarded"
+        assert hasattr(getattr(Operations, name), "__wrapped__"), f"{name} is not wrapped by pipeline.guarded"
 
 
 def test_every_handler_but_forget_is_traced_through_the_pipeline(tmp_path):

@@ -13,6 +13,42 @@ import enum
 
 from .emulator.call import Call
 
+# Every FUSE operation the server handles, in the order messages list them: the one list
+# (server/handlers.py wraps a handler for each; docs/ARCHITECTURE.md, "Where to add").
+FUSE_OPERATIONS = (
+    "lookup",
+    "forget",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "symlink",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "open",
+    "create",
+    "read",
+    "write",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "access",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+)
+# What a trace holds: every operation but forget, which has no reply and is not traced.
+TRACED_OPERATIONS = tuple(op for op in FUSE_OPERATIONS if op != "forget")
+
 
 class Kind(enum.StrEnum):
     """How the remote file system would see an operation."""

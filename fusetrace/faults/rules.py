@@ -15,39 +15,12 @@ from ..emulator.simulate import parse_size
 from ..errors import UserError
 from ..globs import glob_regex
 from ..private import read_regular
-from ..request import Kind
+from ..request import TRACED_OPERATIONS, Kind
 
 # Operations a rule may match: every request a handler sends through the shaper but the
 # closes of a handle (release, releasedir), which must always run and whose errors the
 # kernel drops; close(2)'s own error comes from flush.
-OPERATIONS = (
-    "lookup",
-    "getattr",
-    "setattr",
-    "readlink",
-    "mknod",
-    "mkdir",
-    "symlink",
-    "unlink",
-    "rmdir",
-    "rename",
-    "link",
-    "open",
-    "create",
-    "read",
-    "write",
-    "flush",
-    "fsync",
-    "opendir",
-    "readdir",
-    "fsyncdir",
-    "statfs",
-    "access",
-    "setxattr",
-    "getxattr",
-    "listxattr",
-    "removexattr",
-)
+OPERATIONS = tuple(op for op in TRACED_OPERATIONS if op not in ("release", "releasedir"))
 CLASSES: dict[str, frozenset[Kind]] = {
     "meta_read": frozenset({Kind.META_READ}),
     "meta_write": frozenset({Kind.META_WRITE}),

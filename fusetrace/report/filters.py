@@ -20,41 +20,12 @@ import duckdb
 
 from ..errors import UserError
 from ..globs import glob_regex
+from ..request import TRACED_OPERATIONS
 from ..trace import metadata as meta
 from ..trace.names import readable
 from .shapes import FiltersShown
 
-# Every FUSE operation a trace can hold (fusetrace/server/handlers.py; forget has no reply)
-OPERATIONS = (
-    "lookup",
-    "getattr",
-    "setattr",
-    "readlink",
-    "mknod",
-    "mkdir",
-    "symlink",
-    "unlink",
-    "rmdir",
-    "rename",
-    "link",
-    "open",
-    "create",
-    "read",
-    "write",
-    "flush",
-    "release",
-    "fsync",
-    "opendir",
-    "readdir",
-    "releasedir",
-    "fsyncdir",
-    "statfs",
-    "access",
-    "setxattr",
-    "getxattr",
-    "listxattr",
-    "removexattr",
-)
+OPERATIONS = TRACED_OPERATIONS  # what --op may name
 COMM_BYTES = 15  # the kernel keeps a process name's first 15 bytes (TASK_COMM_LEN, 16 with its NUL)
 
 

@@ -7,8 +7,8 @@ reply); around that call it keeps the kernel's view: node ids (inodes.py), open 
 and hidden names (openfiles.py).  The handlers of names and attributes are here;
 those that change the namespace are in namespace.py, those of open files and
 directories in files.py: mixins on a shared base (handlerbase.py).  A new operation is
-a handler in its family's module, named in HANDLED (docs/ARCHITECTURE.md, "The request
-pipeline").
+a handler in its family's module, its name in request.FUSE_OPERATIONS (docs/ARCHITECTURE.md,
+"Where to add").
 """
 
 import errno as E
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypedDict
 import pyfuse3
 from pyfuse3 import FUSEError
 
-from ..request import Kind, Request
+from ..request import FUSE_OPERATIONS, Kind, Request
 from . import nofollow
 from .callers import Caller
 from .fdbudget import Budget, Descriptors, Spares, in_use
@@ -325,37 +325,7 @@ class Operations(NamespaceHandlers, FileHandlers):
         self.spares.close()
 
 
-HANDLED = (
-    "lookup",
-    "forget",
-    "getattr",
-    "setattr",
-    "readlink",
-    "mknod",
-    "mkdir",
-    "symlink",
-    "unlink",
-    "rmdir",
-    "rename",
-    "link",
-    "open",
-    "create",
-    "read",
-    "write",
-    "flush",
-    "release",
-    "fsync",
-    "opendir",
-    "readdir",
-    "releasedir",
-    "fsyncdir",
-    "statfs",
-    "access",
-    "setxattr",
-    "getxattr",
-    "listxattr",
-    "removexattr",
-)  # each one's Request is named so
+HANDLED = FUSE_OPERATIONS  # each one's handler is wrapped here; its Request is named so
 for _name in HANDLED:
     setattr(Operations, _name, guarded(getattr(Operations, _name)))
 

@@ -25,7 +25,6 @@ from ..trace import metadata as meta
 from ..trace.names import readable
 from .shapes import FiltersShown
 
-OPERATIONS = TRACED_OPERATIONS  # what --op may name
 COMM_BYTES = 15  # the kernel keeps a process name's first 15 bytes (TASK_COMM_LEN, 16 with its NUL)
 
 
@@ -43,9 +42,9 @@ class Filters:
     until: str | None = None
 
     def __post_init__(self) -> None:
-        unknown = [op for op in self.ops if op not in OPERATIONS]
+        unknown = [op for op in self.ops if op not in TRACED_OPERATIONS]
         if unknown:
-            raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(OPERATIONS)})")
+            raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(TRACED_OPERATIONS)})")
         # matched against the trace's text, where bytes that are not UTF-8 are U+FFFD
         # (fusetrace/trace/names.py): a name given with such bytes is made that text too
         object.__setattr__(

@@ -37,7 +37,7 @@ from .iops import IopsLimit, grant
 from .latency import Lognormal
 from .metrics import CLASSES, Counters
 from .ops import Admission, Gate, Op, OpClass
-from .params import LATENCY_CLASSES, MiB, Params, ParamValue, ProfileError
+from .params import LATENCY_CLASSES, RPC_LATENCIES, MiB, Params, ParamValue, ProfileError
 from .profiles import replace_keys
 from .slots import SlotPools
 from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
@@ -104,6 +104,8 @@ class Model:
         self._elastic: tuple[CreditPipe | None, CreditPipe | None] = (None, None)
         self._client: CreditPipe | None = None
         self._files: SlotPools | None = None
+        self._stripes: SlotPools | None = None  # a file's stripes, each one slot (params: file_stripe_size)
+        self._rpc_latency: dict[str, Lognormal] = {}
         self._dirs: SlotPools | None = None
         self._writeback = Writeback(params.client_dirty_limit)
         self._sets: list[tuple[float, int, dict[str, ParamValue]]] = []  # scheduled `set` events: by time, order
@@ -131,26 +133,36 @@ class Model:
             now = self._now
         cls = op.cls
         n = op.nbytes
+        own = self._rpc_latency.get(op.rpc) if self._rpc_latency else None
         if cls is _WRITE:
             if op.write_mode == "buffered":
                 return self._buffered_write(op, now)
             done, gate, latency, transfer = self._serve(
-                self._write, now, n, max(1, -(-n // self._io_size)), self._files, op.file, self._file_hold, after
+                self._write,
+                now,
+                n,
+                max(1, -(-n // self._io_size)),
+                self._files,
+                op.file,
+                self._file_hold,
+                after,
+                own,
+                self._stripe_key(op),
             )
         elif cls is _READ:
             done, gate, latency, transfer = self._serve(
-                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, after
+                self._read, now, n, max(1, -(-n // self._io_size)), None, 0, 0.0, after, own
             )
         elif cls is _META_READ:
-            done, gate, latency, transfer = self._serve(self._meta_read, now, 0, 1, None, 0, 0.0, after)
+            done, gate, latency, transfer = self._serve(self._meta_read, now, 0, 1, None, 0, 0.0, after, own)
         elif cls is _META_WRITE:
             pool = self._dirs if op.directory else None
             done, gate, latency, transfer = self._serve(
-                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, after
+                self._meta_write, now, 0, 1, pool, op.directory, self._dir_hold, after, own
             )
         else:  # COMMIT: the server starts on it once the file's dirty data has drained
             done, gate, latency, transfer = self._serve(
-                self._commit, now, 0, 1, None, 0, 0.0, max(after, self._writeback.drained_at(op.file))
+                self._commit, now, 0, 1, None, 0, 0.0, max(after, self._writeback.drained_at(op.file)), own
             )
         if self._stalls:
             done, gate = self._stalled(now, done, gate)
@@ -353,11 +365,15 @@ class Model:
         key: int,
         hold: float,
         ready: float,
+        own: Lognormal | None = None,
+        stripe: int = -1,
     ) -> tuple[float, Gate, float, float]:
         """Run the gates for one request admitted at `now` whose service may not
         start before `ready` (a commit: its file's dirty data has drained; a
         write-back: the write got into the page cache): (done, gate, latency,
-        transfer).  The shared queues (IOPS, pipes) take it in admission order,
+        transfer).  `own`: its RPC's latency, where it has one apart from its
+        class's; `stripe`: the stripe a write's bytes go into (-1: none), which
+        takes them one write after another.  The shared queues (IOPS, pipes) take it in admission order,
         at `now`, so that nothing queues behind a request that is not ready."""
         self._last = (route, pool, key, nbytes > 0)
         counters = self._counters
@@ -386,9 +402,16 @@ class Model:
                 gate = pool.label
         else:
             start = at
-        latency = route.latency.sample(self._rng)
-        transfer = nbytes / self._stream_rate if nbytes and self._stream_rate else 0.0
-        done = start + latency + transfer
+        latency = (own or route.latency).sample(self._rng)
+        if stripe >= 0 and self._stripes is not None:
+            transfer = nbytes / self._stripe_rate
+            begin = self._stripes.take(stripe, start, transfer)
+            if begin > start:
+                gate = Gate.FILE
+            done = begin + latency + transfer
+        else:
+            transfer = nbytes / self._stream_rate if nbytes and self._stream_rate else 0.0
+            done = start + latency + transfer
 
         pipe = route.pipe
         if pipe is not None:
@@ -409,12 +432,22 @@ class Model:
         n = op.nbytes
         ack = self._writeback.room_at(now, n)
         cost = n / self._io_size
-        drained, _, _, _ = self._serve(self._write, now, n, cost, self._files, op.file, self._file_hold, ack)
+        drained, _, _, _ = self._serve(
+            self._write, now, n, cost, self._files, op.file, self._file_hold, ack, None, self._stripe_key(op)
+        )
         if self._stalls:  # the write-back waits for the server like any request; the ack does not
             drained, _ = self._stalled(max(now, ack), drained, Gate.STALL)
         self._writeback.add(op.file, n, drained)
         latency = self._buffered_cost
         return Admission(ack + latency, Gate.DIRTY if ack > now else Gate.BUFFERED, latency, 0.0, ack - now)
+
+    def _stripe_key(self, op: Op) -> int:
+        """The stripe a write's bytes go into, as one key over all files (-1: stripes are
+        not modelled).  A write is taken to lie in the stripe of its first byte; the
+        limit on stripe sizes keeps a stripe's index within 32 bits."""
+        if self._stripes is None:
+            return -1
+        return op.file << 32 | int(op.offset // self._stripe_size)
 
     # ---- time and parameters -------------------------------------------------------------
 
@@ -471,7 +504,12 @@ class Model:
         self._buffered_cost = p.buffered_write_ms / 1000
         self._stream_rate = p.stream_mibps * MiB
         self._io_size = int(p.nfs_io_size)
+        self._stripe_size = p.file_stripe_size
+        self._stripe_rate = (p.stripe_write_mibps or p.stream_mibps) * MiB
+        striped = self._stripe_size > 0 and self._stripe_rate > 0
+        self._stripes = (self._stripes or SlotPools(1, Gate.FILE)) if striped else None
 
+        self._rpc_latency = _rpc_latencies(p)
         elastic = p.throughput_mode == "elastic"
         md, rf = p.metadata_io_size, p.read_factor
         for route, name, reads, data in zip(self._routes, LATENCY_CLASSES, _READS, _DATA):
@@ -495,6 +533,19 @@ class Model:
             for pipe, rate in zip(self._elastic, elastic_rates(self.params))
         )
         return read, write
+
+
+def _rpc_latencies(p: Params) -> dict[str, Lognormal]:
+    """The samplers of the RPCs timed apart from their class (params.RPC_LATENCIES), by RPC
+    name; each keeps its class's spread."""
+    out = {}
+    for key, (cls, rpcs) in RPC_LATENCIES.items():
+        median = getattr(p, f"{key}_latency_ms")
+        if median > 0:
+            base, p99 = getattr(p, f"{cls}_latency_ms"), getattr(p, f"{cls}_latency_p99_ms")
+            sampler = Lognormal(median, median * (p99 / base if base > 0 else 1.0))
+            out.update(dict.fromkeys(rpcs, sampler))
+    return out
 
 
 def _keep(pipe: CreditPipe | None, rates: tuple[float, float, float, float] | None, now: float) -> CreditPipe | None:

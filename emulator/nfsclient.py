@@ -84,7 +84,8 @@ class NfsClient:
         self._asked: dict[tuple[int, str, int], None] = {}  # ACCESS and READLINK answers, kept with the attributes
         self._uid = 0  # the caller of the operation being admitted (ACCESS answers are kept per user)
         self._unstable: dict[int, int] = {}  # file: bytes written back since its last commit
-        self._staged: dict[int, tuple[float, int]] = {}  # file: (first at, bytes) of O_SYNC data its flush sends
+        # file: (first at, bytes, least offset) of the O_SYNC data its flush sends
+        self._staged: dict[int, tuple[float, int, int]] = {}
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
 
     def admit(self, call: Call, now: float) -> Admission:
@@ -166,8 +167,9 @@ class NfsClient:
         nbytes: int = 0,
         write_mode: str = "buffered",
         after: float = -math.inf,
+        offset: int = 0,
     ) -> Admission:
-        a = self.model.admit(Op(cls, nbytes, file, directory, write_mode), now, after)
+        a = self.model.admit(Op(cls, nbytes, file, directory, write_mode, offset, rpc), now, after)
         a.rpcs = rpc  # the model's answer is made for this call alone: named, not copied
         return a
 
@@ -285,14 +287,14 @@ class NfsClient:
         file, size, write_mode = c.file, c.size, c.write_mode
         self._refreshed(file, now, False)  # the WRITE replies bring the attributes
         if write_mode == "direct":
-            return self._rpc(_WRITE, "WRITE", now, file, nbytes=size, write_mode="direct")
+            return self._rpc(_WRITE, "WRITE", now, file, nbytes=size, write_mode="direct", offset=c.offset)
         if write_mode == "sync":  # into the page cache; the flush that follows sends it
-            first, staged = self._staged.get(file, (now, 0))
-            self._staged[file] = (first, staged + size)
+            first, staged, offset = self._staged.get(file, (now, 0, c.offset))
+            self._staged[file] = (first, staged + size, min(offset, c.offset))
             cost = self.model.params.buffered_write_ms / 1000
             return Admission(now + cost, Gate.BUFFERED, cost, 0.0, 0.0, "")
         self._unstable[file] = self._unstable.get(file, 0) + size
-        return self._rpc(_WRITE, "WRITE(write-back)", now, file, nbytes=size)
+        return self._rpc(_WRITE, "WRITE(write-back)", now, file, nbytes=size, offset=c.offset)
 
     def _fsync(self, now: float, c: Call) -> Admission:
         """fsync, fdatasync, msync, and the flush the kernel makes after an O_SYNC write."""
@@ -308,10 +310,12 @@ class NfsClient:
         wsize = int(self.model.params.nfs_io_size)
         last: Admission | None = None  # the last of the O_SYNC data's WRITEs to complete
         if staged is not None:  # O_SYNC data: its WRITEs all go now, in parallel
-            nbytes = staged[1]
+            _, nbytes, offset = staged
             written += nbytes
             for at in range(0, nbytes, wsize):
-                w = self._rpc(_WRITE, "WRITE", now, file, nbytes=min(wsize, nbytes - at), write_mode="direct")
+                w = self._rpc(
+                    _WRITE, "WRITE", now, file, nbytes=min(wsize, nbytes - at), write_mode="direct", offset=offset + at
+                )
                 if last is None or w.done_at > last.done_at:
                     last = w
         drained = self.model.drained_at(file)

@@ -29,6 +29,8 @@ class Op:
     # WRITEs) or "direct" (one WRITE as sent, stable); a synchronous write is the client's
     # flush of buffered data (emulator/nfsclient.py)
     write_mode: str = "buffered"
+    offset: int = 0  # DATA_WRITE: where in the file it starts (which stripe its bytes go to)
+    rpc: str = ""  # the NFS request it is (nfsclient.py), whose latency may be its own
 
     def __post_init__(self) -> None:
         if self.nbytes < 0:

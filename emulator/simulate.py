@@ -111,9 +111,14 @@ def fio_job(args: str, file: int = 1) -> tuple[Callable[[int], Op], int]:
         if opts.get("sync") == "1":
             raise ValueError("fio sync=1: a synchronous write is the NFS client's flush; simulate it with dd_writers")
         mode = "direct" if opts.get("direct") == "1" else "buffered"
+        blocks = max(1, int(parse_size(opts.get("size", "1g"))) // size)
+        # where each job's i-th write lands: in order, or spread over the file (a fixed
+        # stride coprime with most block counts stands for fio's random offsets)
+        step = 1 if rw == "write" else 2_654_435_761
 
         def op_factory(i: int) -> Op:
-            return Op(OpClass.DATA_WRITE, size, file=file + i % jobs, write_mode=mode)
+            offset = (i // jobs * step) % blocks * size
+            return Op(OpClass.DATA_WRITE, size, file=file + i % jobs, write_mode=mode, offset=offset)
 
     return op_factory, depth
 
@@ -155,9 +160,11 @@ def dd_writers(
     mode = "sync" if sync else "buffered"
 
     def calls(f: int) -> Iterator[Call]:
+        pos = 0
         for _ in range(count):
             for size in chunks:
-                yield Call("write", f, size=size, write_mode=mode)
+                yield Call("write", f, size=size, offset=pos, write_mode=mode)
+                pos += size
             if sync:
                 yield Call("fsync", f)  # the flush the kernel makes after each O_SYNC write
         yield Call("fsync", f)  # conv=fsync; with oflag=sync there is nothing left to flush

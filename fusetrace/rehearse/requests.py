@@ -125,7 +125,7 @@ class Rebuilder:
         if op in _ENTRY_OPS:
             return self._entry_op(op, inode, path, path2, fh, errno, kind, flags, entry)
         if op in _HANDLE_OPS:
-            return self._handle_op(op, inode, fh, size, kind)
+            return self._handle_op(op, inode, fh, size, offset, kind)
         if op == "link":
             directory, name = self._directory_of(path2 or "")
             return Request("link", self._kind(kind, Kind.META_WRITE), inode, directory=directory, name=name)
@@ -140,7 +140,7 @@ class Rebuilder:
             op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs, kernel_only=gate == Gate.KERNEL
         )
 
-    def _handle_op(self, op: str, inode: int, fh: int, size: int, kind: str | None) -> Request:
+    def _handle_op(self, op: str, inode: int, fh: int, size: int, offset: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
         if op == "release":
             released = self._handles.pop(fh, None)
@@ -158,7 +158,7 @@ class Rebuilder:
                 write_mode = WriteMode.DIRECT
             else:
                 write_mode = WriteMode.SYNC if h.flags is not None and h.flags & _SYNC else WriteMode.BUFFERED
-            return Request("write", Kind.WRITE, inode, size=size, write_mode=write_mode)
+            return Request("write", Kind.WRITE, inode, size=size, offset=offset, write_mode=write_mode)
         if op == "fsync":
             req = Request("fsync", self._kind(kind, Kind.COMMIT if h.dirty else Kind.NONE), inode)
         else:

@@ -160,7 +160,7 @@ class FileHandlers(HandlerBase):
         else:
             if off + len(buf) > node.size and h.flags & os.O_DIRECT and self.shaper is not None:
                 self.shaper.extending_writes += 1  # the kernel sent it alone: see Shaper.extending_writes
-            req = Request("write", Kind.WRITE, h.inode.id, size=len(buf), write_mode=h.write_mode)
+            req = Request("write", Kind.WRITE, h.inode.id, size=len(buf), offset=off, write_mode=h.write_mode)
             written = await self.pipeline.call(req, at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
         node.size = max(node.size, off + written)  # as the kernel extends it on this reply
         return written

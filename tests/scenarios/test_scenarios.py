@@ -35,7 +35,7 @@ def test_every_data_file_loads_and_names_a_real_profile():
     from fusetrace.shaping.profile import load_params
 
     names = spec.ids()
-    assert len(names) == 14
+    assert len(names) == 15
     for name in names:
         s = spec.load(name)
         load_params(s.profile, s.overrides())

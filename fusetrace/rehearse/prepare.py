@@ -7,8 +7,8 @@ name, in bounded memory, spilling past reader.MEMORY_LIMIT):
 
 - found: an operation succeeded on it without making it (a lookup, an open without
   create, a read, a getattr, an unlink, the old name of a rename...), or one that makes
-  a name failed with EEXIST, or rmdir with ENOTEMPTY: it existed before the trace, so it
-  is made;
+  a name failed with EEXIST, or another failed as only on a name that is there (rmdir
+  ENOTEMPTY, getxattr ENODATA, ...): it existed before the trace, so it is made;
 - made: a create, mkdir, mknod, symlink, or the new name of a rename or link: it did not
   exist, so it is not made (nor anything below it);
 - missing: an operation on it failed with ENOENT: not made either.
@@ -74,7 +74,8 @@ with ev as (
             when e = 0 and (second or op in ('create', 'mkdir', 'mknod', 'symlink')) then 'made'
             when e = 0 then 'found'
             when e = 17 and (second or op in ('create', 'mkdir', 'mknod', 'symlink')) then 'found'  -- EEXIST
-            when e = 39 and op = 'rmdir' then 'found'  -- ENOTEMPTY
+            -- ENOTEMPTY, ENODATA (no such attribute), ERANGE, EISDIR, EOPNOTSUPP: said of a name that is there
+            when not second and e in (39, 61, 34, 21, 95) then 'found'
             when e = 2 and not second then 'missing'
         end as cls,
         e = 0 and (

@@ -183,7 +183,9 @@ def _names(trace_dir: str) -> Iterator[Name]:
     files = reader.checked_parts(trace_dir)
     scratch = tempfile.mkdtemp(prefix="fusetrace-prepare-")  # 0700, ours
     try:
-        db = duckdb.connect(config={"memory_limit": reader.MEMORY_LIMIT, "temp_directory": scratch})
+        db = duckdb.connect(
+            config={"memory_limit": reader.MEMORY_LIMIT, "temp_directory": scratch, "preserve_insertion_order": False}
+        )
         try:
             db.read_parquet(files, union_by_name=True, hive_partitioning=False).create_view("trace")
             have = {row[0] for row in db.execute("describe trace").fetchall()}

@@ -225,7 +225,7 @@ class _Tree:
         self.chain += [Name("/" + "/".join(parts[: i + 1])) for i in range(depth, len(parts) - 1)]
         self.chain.append(name)
         if name.cls != FOUND:
-            name.blocked = True
+            name.blocked = name.cls is not None  # made or missing; a name no record told of blocks nothing
             return
         above = self.chain[:-1]
         if any(a.blocked for a in above):

@@ -39,6 +39,8 @@ def test_what_the_trace_found_is_made_and_what_it_made_is_not(tmp_path):
             rec(11, "open", "/cut", fh=7, flags=os.O_WRONLY | os.O_TRUNC, size=5000),
             rec(12, "readlink", "/link", result=8),
             rec(13, "unlink", "/old"),
+            rec(14, "access", "/odd", err=13),  # EACCES: says nothing of whether it is there
+            rec(15, "getattr", "/odd/x", mode=FILE),
         ],
     )
     into = tmp_path / "into"
@@ -52,9 +54,11 @@ def test_what_the_trace_found_is_made_and_what_it_made_is_not(tmp_path):
         "in/sub/deep": (stat.S_IFDIR, 0o755, None),
         "in/sub/deep/f": (stat.S_IFREG, 0o640, 0),
         "link": (stat.S_IFLNK, 0o777, "########"),  # its target's length, not its target
+        "odd": (stat.S_IFDIR, 0o755, None),
+        "odd/x": (stat.S_IFREG, 0o640, 0),
         "old": (stat.S_IFREG, 0o644, 0),
     }
-    assert (p["directories"], p["files"], p["symlinks"], p["bytes"]) == (3, 4, 1, 144072)
+    assert (p["directories"], p["files"], p["symlinks"], p["bytes"]) == (4, 5, 1, 144072)
     assert p["not_made"] == {UNDER_MADE: 1}
 
 

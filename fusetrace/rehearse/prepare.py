@@ -79,7 +79,8 @@ with ev as (
             when e = 2 and not second then 'missing'
         end as cls,
         e = 0 and (
-            op in ('write', 'create', 'mkdir', 'mknod', 'symlink', 'unlink', 'rmdir', 'rename', 'link')
+            op in ('write', 'create', 'mkdir', 'mknod', 'symlink', 'unlink', 'rmdir', 'rename')
+            or (op = 'link' and second)  -- a link's old name keeps its file
             or (op = 'setattr' and list_contains(string_split(attrs, ','), 'size'))
             or (op = 'open' and (flags & 512) <> 0)  -- O_TRUNC
         ) as changes,

@@ -4,8 +4,9 @@ A mixed workload (tests/workloads/mixed.sh: small files created and written, fil
 durable with dd conv=fsync, a namespace of directories made, renamed and removed, tar and
 cat reading it all back; several processes at once) runs on a mount emulating a profile
 with a trace; `fusetrace fit` fits a profile to that trace; a second mount emulates the
-fitted profile; `fusetrace replay` re-issues the trace into it, traced again; `fusetrace
-compare` sets the two traces side by side.  The figures go between the `<!-- rehearsal -->`
+fitted profile; `fusetrace replay --prepare-into` makes the trace's starting tree in its
+source and re-issues the trace into it, traced again; `fusetrace compare` sets the two
+traces side by side.  The figures go between the `<!-- rehearsal -->`
 markers of docs/BENCHMARKS.md.
 
     .venv/bin/python bench/rehearsal.py [--rounds N] [--profile P] [--docs FILE]
@@ -56,7 +57,10 @@ def run(rounds: int, profile: str, work: Path) -> dict:
     fit_out = ft("fit", str(trace_a), "-o", str(fitted)).stdout.strip()
     ft("mount", str(work / "src-b"), str(work / "mnt-b"), "--emulate", str(fitted), "--trace", str(trace_b))
     try:
-        replay = json.loads(ft("replay", str(trace_a), str(work / "mnt-b"), "--json").stdout)
+        # the starting tree made in the source, untraced: B's trace holds the replay alone
+        replay = json.loads(
+            ft("replay", str(trace_a), str(work / "mnt-b"), "--prepare-into", str(work / "src-b"), "--json").stdout
+        )
     finally:
         ft("umount", str(work / "mnt-b"))
     compared = ft("compare", str(trace_a), str(trace_b), "--json", check=False)

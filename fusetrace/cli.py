@@ -197,6 +197,18 @@ def _rehearse_parsers(sub) -> None:
         action="store_true",
         help="no waiting between operations; each stream still in its order",
     )
+    rp.add_argument(
+        "--prepare",
+        action="store_true",
+        help="first make, in TARGET (empty), the tree the trace started from: the directories and files "
+        "it found, files of the sizes it read",
+    )
+    rp.add_argument(
+        "--prepare-into",
+        metavar="DIR",
+        help="--prepare, into DIR (empty) instead of TARGET: a traced TARGET mount's source, so that its "
+        "trace holds the replay alone",
+    )
     rp.add_argument("--json", action="store_true", help="machine-readable summary")
     f = sub.add_parser("fit", help="a profile fitted to what a trace saw")
     f.add_argument("trace_dir", metavar="DIR")

@@ -44,6 +44,7 @@ from ..errors import UserError
 from ..texttable import count, int_text, ns_text, printable, table
 from ..trace import names, reader
 from .lanes import Lanes
+from .prepare import Prepared, prepare
 from .progress import counted
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
 
@@ -109,6 +110,7 @@ class Summary(TypedDict):
     streams: int
     most_at_once: int
     waited_for_a_worker: int
+    prepared: Prepared | None
     differences: Differences
 
 
@@ -310,7 +312,7 @@ class Replay:
 
     # ---- the summary ----------------------------------------------------------------
 
-    def summary(self, trace_dir: str, target: str, stopped: bool) -> Summary:
+    def summary(self, trace_dir: str, target: str, stopped: bool, prepared: Prepared | None = None) -> Summary:
         replayed = sum(self.replayed.values())
         recorded = self.last_end_ns - self.first_ns if self.first_ns is not None else 0
         span = max(0, self.done_ns - self.t0) if replayed else 0
@@ -336,6 +338,7 @@ class Replay:
             "streams": sum(self.lanes.count(pid) for pid in self.pids),
             "most_at_once": self.most_at_once,
             "waited_for_a_worker": self.waited_for_worker,
+            "prepared": prepared,
             "differences": {
                 "count": sum(self.differences.values()),
                 "by_op": [{"op": op, "kind": kind, "count": n} for (op, kind), n in self.differences.most_common()],
@@ -393,6 +396,12 @@ def check_trace(trace_dir: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_trace(args.trace_dir)
+    prepared = None
+    if args.prepare or args.prepare_into:
+        try:
+            prepared = prepare(args.trace_dir, args.prepare_into or args.target)
+        except duckdb.Error as exc:
+            raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     target = Target(args.target)
     _room_for_descriptors()
     replay = Replay(target, None if args.as_fast_as_possible else args.speed)
@@ -410,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         os.umask(umask)
         replay.note(target.close())
-    s = replay.summary(args.trace_dir, args.target, stopped)
+    s = replay.summary(args.trace_dir, args.target, stopped, prepared)
     print(json.dumps(s, indent=2) if args.json else render(s))
     return 130 if stopped else 0
 
@@ -421,6 +430,15 @@ def _room_for_descriptors() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _prepared_line(p: Prepared) -> str:
+    line = (
+        f"prepared in {printable(p['into'])}: {p['directories']:,} director{'y' if p['directories'] == 1 else 'ies'}, "
+        f"{count(p['files'], 'file')} ({int_text(p['bytes'])} bytes), {count(p['symlinks'], 'symbolic link')}"
+    )
+    not_made = "; ".join(f"{int_text(n)} {why}" for why, n in p["not_made"].items())
+    return line + (f"; not made: {not_made}" if not_made else "")
 
 
 def render(s: Summary) -> str:
@@ -441,6 +459,8 @@ def render(s: Summary) -> str:
         head += f" (recorded {ns_text(s['recorded_span_ns'])}, due in {ns_text(due)} at speed {s['speed']:g}" + (
             f": drift {100 * s['drift']:+.1f}%)" if s["drift"] is not None else ")"
         )
+    if s["prepared"]:
+        lines.append(_prepared_line(s["prepared"]))
     lines.append(head)
     if s["late_ns"]:
         late = s["late_ns"]

@@ -116,7 +116,7 @@ _OPEN_FLAGS = (
 KERNEL_XATTR = "security.capability"
 
 OPENS = frozenset(("open", "create", "opendir"))
-REFUSED_PATH = "its path leaves TARGET (a '.' or '..' component, or not '/'-rooted)"
+REFUSED_PATH = "its path leaves TARGET (a '.' or '..' component, a NUL, or not '/'-rooted)"
 REFUSED_HANDLE = "its handle is not open here (the open failed or was not replayed)"
 REFUSED_DEVICE = "a device node (its device number is not traced)"
 REFUSED_SIZE = "a read or write larger than any FUSE request carries (64 MiB; a damaged or hostile trace)"
@@ -246,19 +246,19 @@ class Target:
 
     # ---- paths ----------------------------------------------------------------------
 
-    def _parent(self, path: str) -> tuple[int, str]:
+    def parent(self, path: str) -> tuple[int, str]:
         """(directory descriptor, last name) of a traced path below TARGET; the
         descriptor is TARGET's own or one the caller closes.  The root is (TARGET, ".").
         Refused (before any call) for a path that leaves TARGET; OSError when the walk
         fails (a directory missing, a symbolic link on the way)."""
-        parent, name = _split(path)
+        parent, name = split_path(path)
         if parent is None:
             return self.fd, name
         return openat2(
             self.fd, parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
         ), name
 
-    def _release_parent(self, dirfd: int) -> None:
+    def release_parent(self, dirfd: int) -> None:
         if dirfd != self.fd:
             os.close(dirfd)
 
@@ -266,13 +266,13 @@ class Target:
         """(errno, fn(directory descriptor, name)) for a traced path; a failed walk is
         the outcome's errno, as the kernel's own walk would have failed."""
         try:
-            dirfd, name = self._parent(path)
+            dirfd, name = self.parent(path)
         except OSError as exc:
             return exc.errno or errno.EIO, None
         try:
             return _value(lambda: fn(dirfd, name))
         finally:
-            self._release_parent(dirfd)
+            self.release_parent(dirfd)
 
     # ---- entries --------------------------------------------------------------------
 
@@ -324,7 +324,7 @@ class Target:
         path2 = rec.path2
         if path2 is None:
             raise Refused(f"{rec.op}: its second path is not in the record")
-        _split(path2)  # Refused before any call
+        split_path(path2)  # Refused before any call
 
         def to_second(dirfd: int, name: str) -> int:
             return self._path_call(path2, lambda dirfd2, name2: fn(dirfd, name, dirfd2, name2))[0]
@@ -386,7 +386,7 @@ class Target:
             flags, mode = rec.flags & _OPEN_FLAGS | os.O_CREAT, stat.S_IMODE(rec.mode) if rec.mode else 0o644
         else:
             flags, mode = rec.flags & _OPEN_FLAGS & ~_NOT_IN_OPEN, 0
-        parent, name = _split(rec.path)
+        parent, name = split_path(rec.path)
         err, fd = _value(
             lambda: openat2(
                 self.fd,
@@ -474,13 +474,13 @@ class Target:
         return found
 
 
-def _split(path: str) -> tuple[str | None, str]:
+def split_path(path: str) -> tuple[str | None, str]:
     """(parent below TARGET or None for TARGET itself, last name) of a traced path;
     Refused when it would leave TARGET."""
     if not path.startswith("/"):
         raise Refused(REFUSED_PATH)
     names = path[1:].split("/")
-    if "." in names or ".." in names or "" in names[:-1] or (names[-1] == "" and len(names) > 1):
+    if "\0" in path or "." in names or ".." in names or "" in names[:-1] or (names[-1] == "" and len(names) > 1):
         raise Refused(REFUSED_PATH)
     if len(names) == 1:
         return None, names[0] or "."

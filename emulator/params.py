@@ -145,26 +145,26 @@ class Params:
     )
 
     # latency: a lognormal per class from its median and 99th percentile, plus transfer
-    read_latency_ms: float = _param(0.4, "number", "median latency of a data read", HOUR_MS, "ms")
-    read_latency_p99_ms: float = _param(1.2, "number", "99th-percentile latency of a data read", HOUR_MS, "ms")
-    write_latency_ms: float = _param(2.7, "number", "median latency of a data write round trip", HOUR_MS, "ms")
-    write_latency_p99_ms: float = _param(6.0, "number", "99th-percentile latency of a data write", HOUR_MS, "ms")
-    meta_read_latency_ms: float = _param(0.4, "number", "median latency of a metadata read", HOUR_MS, "ms")
-    meta_read_latency_p99_ms: float = _param(1.2, "number", "99th-percentile latency of a metadata read", HOUR_MS, "ms")
-    meta_write_latency_ms: float = _param(2.7, "number", "median latency of a metadata change", HOUR_MS, "ms")
+    read_latency_ms: float = _param(0.9, "number", "median latency of a data read", HOUR_MS, "ms")
+    read_latency_p99_ms: float = _param(2.7, "number", "99th-percentile latency of a data read", HOUR_MS, "ms")
+    write_latency_ms: float = _param(4.3, "number", "median latency of a data write round trip", HOUR_MS, "ms")
+    write_latency_p99_ms: float = _param(9.5, "number", "99th-percentile latency of a data write", HOUR_MS, "ms")
+    meta_read_latency_ms: float = _param(0.9, "number", "median latency of a metadata read", HOUR_MS, "ms")
+    meta_read_latency_p99_ms: float = _param(2.7, "number", "99th-percentile latency of a metadata read", HOUR_MS, "ms")
+    meta_write_latency_ms: float = _param(4.35, "number", "median latency of a metadata change", HOUR_MS, "ms")
     meta_write_latency_p99_ms: float = _param(
-        6.0, "number", "99th-percentile latency of a metadata change", HOUR_MS, "ms"
+        9.6, "number", "99th-percentile latency of a metadata change", HOUR_MS, "ms"
     )
-    commit_latency_ms: float = _param(2.7, "number", "median latency of a COMMIT round trip", HOUR_MS, "ms")
-    commit_latency_p99_ms: float = _param(6.0, "number", "99th-percentile latency of a COMMIT", HOUR_MS, "ms")
+    commit_latency_ms: float = _param(4.3, "number", "median latency of a COMMIT round trip", HOUR_MS, "ms")
+    commit_latency_p99_ms: float = _param(9.5, "number", "99th-percentile latency of a COMMIT", HOUR_MS, "ms")
     lookup_latency_ms: float = _param(0.0, "number", "median latency of a LOOKUP (0: meta_read's)", HOUR_MS, "ms")
     access_latency_ms: float = _param(0.0, "number", "median latency of an ACCESS (0: meta_read's)", HOUR_MS, "ms")
-    open_latency_ms: float = _param(0.0, "number", "median latency of an OPEN (0: meta_read's)", HOUR_MS, "ms")
-    close_latency_ms: float = _param(0.0, "number", "median latency of a CLOSE (0: meta_read's)", HOUR_MS, "ms")
+    open_latency_ms: float = _param(0.57, "number", "median latency of an OPEN (0: meta_read's)", HOUR_MS, "ms")
+    close_latency_ms: float = _param(0.15, "number", "median latency of a CLOSE (0: meta_read's)", HOUR_MS, "ms")
     readdir_latency_ms: float = _param(0.0, "number", "median latency of a READDIRPLUS (0: meta_read's)", HOUR_MS, "ms")
     setattr_latency_ms: float = _param(0.0, "number", "median latency of a SETATTR (0: meta_write's)", HOUR_MS, "ms")
     create_latency_ms: float = _param(
-        0.0, "number", "median latency of an OPEN that creates, or a CREATE (0: meta_write's)", HOUR_MS, "ms"
+        4.35, "number", "median latency of an OPEN that creates, or a CREATE (0: meta_write's)", HOUR_MS, "ms"
     )
     remove_latency_ms: float = _param(0.0, "number", "median latency of a REMOVE (0: meta_write's)", HOUR_MS, "ms")
     rename_latency_ms: float = _param(0.0, "number", "median latency of a RENAME (0: meta_write's)", HOUR_MS, "ms")
@@ -177,14 +177,14 @@ class Params:
 
     # serialisation points on the server (0 slots: no limit)
     file_stripe_size: float = _param(
-        0.0,
+        4 * MiB,
         "bytes",
         "a file's data lies in stripes this large; writes to one go one after another (0: none)",
         MAX_BYTES,
         least=64 * KiB,
     )
     stripe_write_mibps: float = _param(
-        0.0,
+        32.0,
         "number",
         "rate at which a stripe takes written bytes (0: as stream_mibps)",
         MAX_MIBPS,
@@ -192,10 +192,10 @@ class Params:
         least=LEAST_MIBPS,
     )
     file_write_slots: int = _param(3, "int", "writes to one file in service at once", MAX_SLOTS)
-    file_write_hold_ms: float = _param(2.7, "number", "how long a write keeps its file slot", HOUR_MS, "ms")
+    file_write_hold_ms: float = _param(4.3, "number", "how long a write keeps its file slot", HOUR_MS, "ms")
     dir_write_slots: int = _param(1, "int", "namespace changes in one directory in service at once", MAX_SLOTS)
     dir_write_hold_ms: float = _param(
-        2.7, "number", "how long a namespace change keeps its directory slot", HOUR_MS, "ms"
+        4.35, "number", "how long a namespace change keeps its directory slot", HOUR_MS, "ms"
     )
 
     # the client

@@ -141,7 +141,7 @@ def test_elastic_throughput_per_client():
 
 def test_the_credit_cliff_on_the_tiny_profile():
     model = model_of("efs-tiny")
-    burst = fio(model, "-direct=1 -rw=write -bs=1M -iodepth 4", duration=2.0)
+    burst = fio(model, "-direct=1 -rw=write -bs=1M -iodepth 16", duration=2.0)  # over 4 stripes
     assert burst.mb_per_s == pytest.approx(100 * MiB / 1e6, rel=0.05)
     cliff = fio(model, "-direct=1 -rw=write -bs=64k -iodepth 4", duration=6.0, start=2.0)
     assert 1.0 < cliff.mb_per_s < 30
@@ -216,7 +216,7 @@ def test_provisioned_mode_takes_the_higher_of_provisioned_and_bursting():
 def test_elastic_mode_has_no_credits_to_run_out():
     model = model_of("efs-elastic", "per_client_mibps=0")
     model.set("burst_credit_balance", 0, 0.0)
-    stats = fio(model, "-direct=1 -rw=write -bs=1M -iodepth 64")
+    stats = fio(model, "-direct=1 -rw=randwrite -bs=1M -iodepth 16 -numjobs=4")  # 4 files, many stripes
     assert stats.mb_per_s == pytest.approx(GiB / 1e6, rel=0.02)  # the 1 GiB/s write limit
 
 
@@ -284,8 +284,8 @@ def test_runs_are_reproducible_and_latency_follows_its_distribution():
     assert first == run() and first == run(random.Random(0)) and first != run(random.Random(1))
     first.sort()
     transfer = 4 * KiB / (100 * MiB)
-    assert first[2000] - transfer == pytest.approx(0.4e-3, rel=0.05)
-    assert first[3960] - transfer == pytest.approx(1.2e-3, rel=0.12)
+    assert first[2000] - transfer == pytest.approx(0.9e-3, rel=0.05)
+    assert first[3960] - transfer == pytest.approx(2.7e-3, rel=0.12)
 
 
 def test_time_never_runs_backwards():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fusetrace.emulator.model import Model, Op, OpClass
-from fusetrace.emulator.params import LEAST_KIBPS, LEAST_MIBPS, GiB, KiB, MiB, Params, TiB
+from fusetrace.emulator.params import LEAST_KIBPS, LEAST_MIBPS, RPC_LATENCIES, GiB, KiB, MiB, Params, TiB
 from fusetrace.emulator.profiles import load_profile
 from fusetrace.emulator.simulate import closed_loop
 from fusetrace.emulator.throughput import baseline_rate, burst_rate, credit_cap
@@ -206,7 +206,9 @@ def _latency_free() -> Params:
         file_write_slots=0,
         dir_write_slots=0,
         stream_mibps=0.0,
+        file_stripe_size=0.0,
         **zero,
+        **{f"{key}_latency_ms": 0.0 for key in RPC_LATENCIES},
     )
 
 

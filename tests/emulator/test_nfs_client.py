@@ -10,12 +10,15 @@ from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import VFS_OPS, NfsClient
 from fusetrace.emulator.ops import Gate
-from fusetrace.emulator.params import MiB
+from fusetrace.emulator.params import RPC_LATENCIES, MiB
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 from fusetrace.emulator.simulate import dd_write, dd_writers
 
-# fixed latencies: reads 1 ms, writes and commits 10 ms, no transfer time, no slots
+# fixed latencies: reads 1 ms, writes and commits 10 ms, every RPC its class's, no transfer
+# time, no slots, no stripes
 FIXED = [
+    *(f"{key}_latency_ms=0" for key in RPC_LATENCIES),
+    "file_stripe_size=0",
     "read_latency_ms=1",
     "read_latency_p99_ms=1",
     "meta_read_latency_ms=1",
@@ -314,7 +317,9 @@ def test_dd_oflag_sync_is_one_flush_per_write_and_faster_per_mb_with_larger_bloc
     fsync = dd_write(Model(apply_overrides(load_profile("efs-bursting"), TUTORIAL), 0.0), MiB, 256).mb_per_s
     if block_mib == 1:  # one FILE_SYNC WRITE per MiB: its round trip and transfer each time
         assert this < fsync / 2
-    else:  # parallel WRITEs and one COMMIT: at least twice the rate of 1 MiB, at most conv=fsync's
+    elif block_mib == 4:  # four WRITEs into one 4 MiB stripe go one after another: little gained
+        assert one < this < 1.5 * one
+    else:  # WRITEs over four stripes in parallel and one COMMIT: at least twice the rate of 1 MiB
         assert 2 * one < this <= fsync * 1.001
 
 
@@ -406,3 +411,30 @@ def test_the_kernels_own_requests_cost_nothing_and_change_nothing(seq, kernels):
         return out
 
     assert run(kernels) == run([])
+
+
+def test_an_rpc_with_a_latency_of_its_own_takes_it_and_keeps_its_class_spread():
+    """OPEN and CLOSE cost their own medians (efs-2018: mountstats and kx); the rest of
+    their class, GETATTR here, the class's."""
+    c = client("open_latency_ms=3", "close_latency_ms=0.5")
+    assert took(c.admit(Call("open", file=5), 0.0), 0.0) == pytest.approx(3 * MS)
+    closed = c.admit(Call("flush", file=5, writable=False), 1.0)
+    assert closed.rpcs == "CLOSE" and took(closed, 1.0) == pytest.approx(0.5 * MS)
+    assert took(c.admit(Call("getattr", file=6), 2.0), 2.0) == pytest.approx(1 * MS)
+    spread = Model(apply_overrides(load_profile("efs-2018"), []), 0.0)._rpc_latency["OPEN"]
+    assert spread.median == pytest.approx(2.43e-3) and spread.sigma == pytest.approx(
+        Model(load_profile("efs-2018"), 0.0)._meta_read.latency.sigma
+    )
+
+
+def test_writes_into_one_stripe_go_one_after_another_and_stripes_in_parallel():
+    """diskracer-2020-dsync: four 1 MiB WRITEs into one 4 MiB stripe cost four times the
+    bytes; the same four spread over four stripes cost one.  Latency 10 ms, 32 MiB/s."""
+
+    def last_of_four(step: int) -> float:
+        c = client("file_stripe_size=4 MiB", "stripe_write_mibps=32")
+        calls = [Call("write", file=1, size=MiB, offset=i * step, write_mode="direct") for i in range(4)]
+        return max(c.admit(call, 0.0).done_at for call in calls)
+
+    assert last_of_four(MiB) == pytest.approx(10 * MS + 4 / 32)
+    assert last_of_four(4 * MiB) == pytest.approx(10 * MS + 1 / 32)

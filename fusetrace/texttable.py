@@ -57,5 +57,5 @@ def duration_text(s: float) -> str:
     if whole < 60:
         return f"{s:.1f} s" if s < 10 else f"{whole} s"
     if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    return f"{whole // 3600} h {whole % 3600 // 60} min"
+        return f"{whole // 60} min {whole % 60} s" if whole % 60 else f"{whole // 60} min"
+    return f"{whole // 3600} h {whole % 3600 // 60} min" if whole % 3600 // 60 else f"{whole // 3600} h"

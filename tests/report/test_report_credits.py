@@ -9,6 +9,7 @@ import pytest
 from fusetrace import cli
 from fusetrace.report.credits import credit_words, credits
 from fusetrace.report.filters import Filters
+from fusetrace.report.plots import plot_timeline, spent
 from fusetrace.report.query import Trace
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
@@ -79,3 +80,16 @@ def test_nothing_is_said_without_a_record_of_the_credits(tmp_path, capsys, metad
     assert credits(Trace(d)) is None
     assert cli.main(["report", str(d)]) == 0
     assert "credits" not in capsys.readouterr().out
+
+
+def test_the_timeline_plot_shades_where_the_credits_were_spent(tmp_path):
+    stretches = [
+        {"from_ns": T0 + 20 * S, "to_ns": T0 + 40 * S, "baseline_bytes_per_s": MiB},
+        {"from_ns": T0 + 60 * S, "to_ns": None, "baseline_bytes_per_s": MiB},
+    ]
+    d = write(tmp_path / "t", {**EMULATED, "credits_at_zero": stretches})
+    s = Trace(d).summary(timeline=True)
+    assert spent(s) == [(20.0, 40.0), (60.0, 100.000001)]  # the last until the records' last reply
+    plot_timeline(str(tmp_path / "t.png"), s)
+    assert (tmp_path / "t.png").read_bytes().startswith(b"\x89PNG")
+    assert spent(Trace(write(tmp_path / "u", {})).summary()) == []

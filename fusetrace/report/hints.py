@@ -191,11 +191,11 @@ def wasted_round_trips(f: Facts) -> Hint | None:
         )
     if lookups:
         parts.append(
-            f"failed lookups {pct_text(lookups / total)} (most in {_most_missed(f)}): a search through a list of "
-            f"directories (PATH, PYTHONPATH, LD_LIBRARY_PATH, -I); shorten it or put the usual hit first"
+            f"failed lookups {pct_text(lookups / total)} (most in {_most_missed(f)}): names probed that do not "
+            f"exist; a search path (PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) is shorter with the usual hit first"
             f"{_cached(f)}"
         )
-    trip = ", FUSE's round trip included" if rt else ""
+    trip = " (FUSE's round trip included)" if rt else ""
     return {
         "hint": "wasted-round-trips",
         "records": xattrs + lookups,

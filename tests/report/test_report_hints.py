@@ -144,7 +144,7 @@ def test_waste_fires_by_its_share_of_time_with_fuse_round_trip(tmp_path):
     [hint] = Trace(tmp_path / "t").hints()
     assert hint["share"] == pytest.approx(0.1)
     assert hint["time_share"] == pytest.approx(10 * 400e3 / (10 * 400e3 + 90 * 110e3))
-    assert "10.0 % of the records and 28.8 % of the operations' time, FUSE's round trip included" in hint["text"]
+    assert "10.0 % of the records and 28.8 % of the operations' time (FUSE's round trip included) are" in hint["text"]
 
 
 NAMES = ["it's", 'say "x"', "back\\slash", "'; drop table trace; --", "%_*?[x]"]

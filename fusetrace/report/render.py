@@ -279,9 +279,11 @@ def _shaping(s: Summary) -> str:
             ]
         )
     text = table(head, body, "l" + "r" * 6 + "l")
+    spent = "; where the credits ran out (above), the spent credits held those at throughput, dirty and writeback"
     return (
         f"where the modelled time went\n{text}\n(modelled = wait + latency + transfer, the model's time for "
-        f"the operation; gates: what set it, with how many operations each)"
+        f"the operation; gates: what set it, with how many operations each"
+        f"{spent if s['credits'] and s['credits']['stretches'] else ''})"
     )
 
 

@@ -33,6 +33,7 @@ def test_every_instant_at_the_baseline_lies_in_a_stretch(balance, steps):
         now += gap
         if set_to is not None:  # from this instant on: the rate it had here lasted no time
             pipe.set_balance(set_to, now)
+            low = [t for t in low if t < now]
             continue
         if pipe.rate_at(now) == LO and now < pipe.free_at:
             low.append(now)

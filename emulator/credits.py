@@ -16,7 +16,7 @@ The pipe also keeps when its balance was at zero (`stretches`): the report
 and `fusetrace stats` say from it when credits ran out and for how long the low rate
 held the bytes.  Only the pipe knows every such stretch, including those shorter
 than any sampling of its balance, and it learns of one when the balance leaves zero:
-a few operations per stretch, none per transfer.
+a few operations per stretch, and one comparison when bytes reach an idle pipe.
 """
 
 import math

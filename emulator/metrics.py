@@ -29,3 +29,22 @@ class Counters:
         }
         out.update(zip(_OPS_NAMES, map(float, self.ops)))
         return out
+
+
+MINUTE = 60.0  # seconds: CloudWatch's period, over which it gives a metric's Minimum
+
+
+def lowest_permitted(permitted: float, stretches: list[tuple[float, float | None, float]], now: float) -> float:
+    """PermittedThroughput's Minimum over the minute to `now`, as CloudWatch gives it:
+    `permitted` now, or the baseline if the credits were spent at any time in the
+    minute (`stretches`: Model.credit_stretches).
+
+    Taken from the credit pipe's own record of when its balance was at zero, not from
+    samples: a sampler sees nothing between two samples and costs the server a task,
+    while the pipe notes each stretch once, when the balance leaves zero (O(1)), and
+    the last stretch alone answers here.  The burst rate is the one configured now."""
+    if stretches:
+        _, end, baseline = stretches[-1]
+        if end is None or end > now - MINUTE:
+            return min(permitted, baseline)
+    return permitted

@@ -305,6 +305,16 @@ class Model:
         )
         return out
 
+    def credit_stretches(self, now: float) -> list[tuple[float, float | None, float]]:
+        """When the burst credits were spent up to `now`: the stretches the file system's
+        throughput ran at the baseline (CreditPipe.stretches: from, to or None, the
+        baseline); none in elastic mode, nor where the baseline is as fast as the burst."""
+        self._advance(now)
+        pipe = self._credit
+        if self.params.throughput_mode == "elastic" or pipe.lo >= pipe.hi:
+            return []
+        return pipe.stretches(self._now)
+
     # ---- a file system shared by several clients (emulator/shared.py) -------------------
 
     def share(self) -> None:

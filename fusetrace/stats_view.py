@@ -4,7 +4,7 @@ the operations, how the host keeps up, and what the run must be warned of."""
 import time
 
 from .hostload import load_words
-from .texttable import printable, table
+from .texttable import duration_text, printable, table
 
 _BYTES = (
     "BurstCreditBalance",
@@ -76,9 +76,16 @@ def render(stats: dict) -> str:
     if "profile" in stats:
         lines.append(f"emulating {stats['profile']}")
     metrics = stats.get("metrics", {})
+    credits = stats.get("credits")  # servers from before it had none
     if metrics:
         width = max(len(k) for k in metrics)
-        lines += [f"  {k:<{width}}  {_value(k, v)}" for k, v in metrics.items()]
+        for k, v in metrics.items():
+            line = f"  {k:<{width}}  {_value(k, v)}"
+            if k == "PermittedThroughput" and credits:
+                line += f" (lowest in the last minute: {_value(k, credits['lowest_permitted_minute'])})"
+            lines.append(line)
+    if credits and credits["last_ran_out"]:
+        lines.append(_ran_out_line(credits["last_ran_out"]))
     host = stats.get("host")
     if host:
         verdict = (
@@ -133,6 +140,16 @@ def render(stats: dict) -> str:
             f"(fusetrace fault MOUNTPOINT list)"
         )
     return "\n".join(lines)
+
+
+def _ran_out_line(last: dict) -> str:
+    """When the burst credits last ran out, and how long the baseline held the workload."""
+    held = f"held the workload for {duration_text(last['held_s'])}"
+    until = "and still does" if last["ended_ago_s"] is None else f"until {duration_text(last['ended_ago_s'])} ago"
+    return (
+        f"credits: burst credits last ran out {duration_text(last['ago_s'])} ago; the baseline "
+        f"({_human_bytes(last['baseline_bytes_per_s'])}/s) {held}, {until}"
+    )
 
 
 def held_words(held: dict) -> str:

@@ -49,3 +49,13 @@ def int_text(n: int) -> str:
 def pct_text(share: float | None) -> str:
     """A share as a percentage ("-" for none): 26.1 %."""
     return "-" if share is None else f"{100 * share:.1f} %"
+
+
+def duration_text(s: float) -> str:
+    """A duration in words, to the second: 35 s, 6 min 40 s, 2 h 5 min."""
+    whole = round(s)
+    if whole < 60:
+        return f"{s:.1f} s" if s < 10 else f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s" if whole % 60 else f"{whole // 60} min"
+    return f"{whole // 3600} h {whole % 3600 // 60} min" if whole % 3600 // 60 else f"{whole // 3600} h"

@@ -259,14 +259,17 @@ def plot_credits(path: Path, result: dict) -> Plot:
     fig, (top, bottom) = _figure(2, 5.0, sharex=True)
     _mark_steps(top, result["steps"])
     _mark_steps(bottom, result["steps"])
-    top.plot(t, balance / scale, color="tab:green", linewidth=1.2)
+    end = result["duration_s"]
+    values, edges = held(t, balance / scale, end)
+    top.stairs(values, edges, color="tab:green", linewidth=1.2)
     top.set(ylabel=f"BurstCreditBalance, {unit}", ylim=(0, None))
-    bottom.plot(t, permitted / MiB, color="tab:purple", linewidth=1.2)
+    values, edges = held(t, permitted / MiB, end)
+    bottom.stairs(values, edges, color="tab:purple", linewidth=1.2)
     bottom.set(
         ylabel="PermittedThroughput, MiB/s",
         ylim=(0, None),
         xlabel="seconds since the run's t=0",
-        xlim=(0, result["duration_s"]),
+        xlim=(0, end),
     )
     label_steps(fig, top, result["steps"])
     fig.savefig(path, format="png")
@@ -275,8 +278,18 @@ def plot_credits(path: Path, result: dict) -> Plot:
         title,
         True,
         "The emulator's BurstCreditBalance and PermittedThroughput, "
-        "sampled about every 0.5 s; shaded bands are the steps.",
+        "sampled about every 0.5 s, each held until the next sample; shaded bands are the steps.",
     )
+
+
+def held(t: np.ndarray, values: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """(values, edges) for Axes.stairs: each sample's value held until the next sample, the
+    last until `end`; samples without a value (NaN) left out.  A line from one sample to
+    the next would draw a ramp where the balance was set at one instant (`fusetrace set
+    burst_credit_balance=0`, a scenario's `set`), as if it had been spent over the interval."""
+    kept = ~np.isnan(values)
+    t, values = t[kept], values[kept]
+    return values, np.append(t, max(end, t[-1]) if len(t) else end)
 
 
 def plot_iterations(path: Path, steps: list[dict]) -> Plot:

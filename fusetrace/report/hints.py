@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 XATTR_MISS_SHARE = 0.2  # of the records: getxattr answering ENODATA
 FAILED_LOOKUP_SHARE = 0.2  # of the records: lookup answering ENOENT
+# together, where neither alone reaches its share: extended-attribute misses and failed lookups
+WASTE_SHARE = 0.2  # ... of the records
+WASTE_TIME_SHARE = 0.2  # ... or of the time, FUSE's round trip (measured at mount) added to each
 ATTR_TIMEOUT_0_SHARE = 0.2  # of the records: getattr, on a mount made with --attr-timeout 0
 FSYNC_HINT_COUNT = 20  # at least this many fsync/fsyncdir calls ...
 FSYNC_HINT_WRITES = 4  # ... and at most this many writes for each to the files they synced (pages: PAGE)
@@ -83,6 +86,22 @@ def xattr_misses(f: Facts) -> Hint | None:
     share = f.share(misses, XATTR_MISS_SHARE)
     if share is None:
         return None
+    return {
+        "hint": "xattr-misses",
+        "records": misses,
+        "share": share,
+        "text": f"getxattr: {pct_text(share)} of the records are look-ups of extended attributes the file "
+        f"does not have ({_xattr_names(f, misses)}): {XATTR_REMEDY}",
+    }
+
+
+XATTR_REMEDY = (
+    "mount with --no-xattrs and the kernel stops asking (automatic over a source without xattrs, such as EFS)"
+)
+
+
+def _xattr_names(f: Facts, misses: int) -> str:
+    """The two names getxattr missed most, and how many others."""
     named = f.trace.rows(
         """
         select path2, count(*) as k, count(*) over () as names from trace
@@ -94,14 +113,7 @@ def xattr_misses(f: Facts) -> Hint | None:
     if others:
         left = misses - sum(k for _, k, _ in named)
         names += f", {count(others, 'other name')} {int_text(left)}"
-    return {
-        "hint": "xattr-misses",
-        "records": misses,
-        "share": share,
-        "text": f"getxattr: {pct_text(share)} of the records are look-ups of extended attributes the file "
-        f"does not have ({names}): mount with --no-xattrs and the kernel stops asking (automatic over "
-        f"a source without xattrs, such as EFS)",
-    }
+    return names
 
 
 @rule("failed-lookups", "FAILED_LOOKUP_SHARE")
@@ -110,28 +122,89 @@ def failed_lookups(f: Facts) -> Hint | None:
     share = f.share(misses, FAILED_LOOKUP_SHARE)
     if share is None:
         return None
+    return {
+        "hint": "failed-lookups",
+        "records": misses,
+        "share": share,
+        "text": f"lookup: {pct_text(share)} of the records look up names that do not exist (most in "
+        f"{_most_missed(f)}): a program searching a list of directories (PATH, PYTHONPATH, "
+        f"LD_LIBRARY_PATH, -I) one after another; shorten the list or put the usual hit first{_cached(f)}",
+    }
+
+
+def _most_missed(f: Facts) -> str:
+    """The directory with most failed lookups, and how many."""
     [(where, k)] = f.trace.rows(
         f"""
         select {f.trace.group_key("dir")} as d, count(*) as k from trace
         where op = 'lookup' and errno = ? group by all order by k desc, d limit 1""",
         [errnos.ENOENT],
     )
+    return f"{where}: {int_text(k)}"
+
+
+def _cached(f: Facts) -> str:
+    """On a trace-only mount without --negative-timeout: that EFS would see fewer of them."""
     m = f.trace.metadata
-    cached = (
-        ""
-        if "emulation" in m or (m.get("options") or {}).get("negative_timeout")
-        else (
-            "; this mount caches no absent names and an NFS client does (for acdirmin, 30 s), so EFS "
-            "sees fewer of them: mount with --negative-timeout 30 to trace what it would"
-        )
+    if "emulation" in m or (m.get("options") or {}).get("negative_timeout"):
+        return ""
+    return (
+        "; this mount caches no absent names and an NFS client does (for acdirmin, 30 s), so EFS "
+        "sees fewer of them: mount with --negative-timeout 30 to trace what it would"
     )
+
+
+XATTR_WASTE = "op in ('getxattr', 'listxattr') and errno in ($enodata, $enotsup)"  # EOPNOTSUPP is ENOTSUP
+
+
+@rule("wasted-round-trips", "WASTE_SHARE", "WASTE_TIME_SHARE", "XATTR_MISS_SHARE", "FAILED_LOOKUP_SHARE")
+def wasted_round_trips(f: Facts) -> Hint | None:
+    """Extended-attribute misses and failed lookups together, each under its own rule's
+    share: by records, or by time with FUSE's round trip added to each (what a small
+    answer costs is mostly the trip).  A part at its own share has its own hint, which
+    says more of it; this one is then silent, so that nothing is said twice."""
+    total = f.trace.matched
+    if not total or f.share(f.errors("getxattr", "ENODATA"), XATTR_MISS_SHARE) is not None:
+        return None
+    if f.share(f.errors("lookup", "ENOENT"), FAILED_LOOKUP_SHARE) is not None:
+        return None
+    rt = f.trace.metadata.get("fuse_round_trip_ns")
+    rt = rt if isinstance(rt, int | float) and rt > 0 else 0
+    xattrs, xattr_ns, lookups, lookup_ns = f.trace.one(
+        f"""
+        select count(*) filter (where {XATTR_WASTE}), coalesce(sum(dur_ns) filter (where {XATTR_WASTE}), 0),
+               count(*) filter (where op = 'lookup' and errno = $enoent),
+               coalesce(sum(dur_ns) filter (where op = 'lookup' and errno = $enoent), 0)
+        from trace""",
+        {"enodata": errnos.ENODATA, "enotsup": errnos.ENOTSUP, "enoent": errnos.ENOENT},
+    )
+    whole_ns = f.trace.total_ns + rt * total
+    time_share = (xattr_ns + lookup_ns + rt * (xattrs + lookups)) / whole_ns if whole_ns else 0.0
+    share = (xattrs + lookups) / total
+    if share < WASTE_SHARE and time_share < WASTE_TIME_SHARE:
+        return None
+    parts = []
+    if xattrs:
+        parts.append(
+            f"extended-attribute misses {pct_text(xattrs / total)} (getxattr, listxattr answering ENODATA or "
+            f"ENOTSUP): {XATTR_REMEDY}"
+        )
+    if lookups:
+        parts.append(
+            f"failed lookups {pct_text(lookups / total)} (most in {_most_missed(f)}): names probed that do not "
+            f"exist; a search path (PATH, PYTHONPATH, LD_LIBRARY_PATH, -I) is shorter with the usual hit first"
+            f"{_cached(f)}"
+        )
+    trip = " (FUSE's round trip included)" if rt else ""
     return {
-        "hint": "failed-lookups",
-        "records": misses,
+        "hint": "wasted-round-trips",
+        "records": xattrs + lookups,
         "share": share,
-        "text": f"lookup: {pct_text(share)} of the records look up names that do not exist (most in "
-        f"{where}: {int_text(k)}): a program searching a list of directories (PATH, PYTHONPATH, "
-        f"LD_LIBRARY_PATH, -I) one after another; shorten the list or put the usual hit first{cached}",
+        "time_share": time_share,
+        "xattr_misses": xattrs,
+        "failed_lookups": lookups,
+        "text": f"wasted round trips: {pct_text(share)} of the records and {pct_text(time_share)} of the "
+        f"operations' time{trip} are answers the application could do without: {'; '.join(parts)}",
     }
 
 

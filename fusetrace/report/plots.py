@@ -1,4 +1,5 @@
-"""The report's plot: its timeline (--timeline --plot FILE.png) drawn as a PNG."""
+"""The report's plot: its timeline (--timeline --plot FILE.png) drawn as a PNG, with the
+stretches an emulated file system's burst credits were spent shaded."""
 
 from .render import bucket_width
 from .shapes import Summary
@@ -23,8 +24,26 @@ def plot_timeline(path: str, s: Summary) -> None:
     bottom.stairs([b["read_mb_per_s"] for b in buckets], edges, label="read", color="#1f77b4", linewidth=1.2)
     bottom.stairs([b["write_mb_per_s"] for b in buckets], edges, label="write", color="#ff7f0e", linewidth=1.2)
     bottom.set(ylabel="MB/s", ylim=(0, None), xlabel="seconds since the trace's first record")
+    for k, (a, b) in enumerate(spent(s)):
+        for ax in (top, bottom):
+            label = "burst credits spent: the baseline" if ax is bottom and not k else None
+            ax.axvspan(a, b, color="#d62728", alpha=0.12, linewidth=0, zorder=0, label=label)
     bottom.legend(loc="upper right", fontsize=8)
     what = "  ".join(s["filters"]["options"]) if s["filters"] else "all records"
     where = s["directory"] or ", ".join(s["directories"])
     top.set_title(f"{where}: {what}, per {bucket_width(t['width_ns'])}", fontsize=9, parse_math=False)
     fig.savefig(path, format="png")
+
+
+def spent(s: Summary) -> list[tuple[float, float]]:
+    """When the burst credits were spent (credits.credits()), in seconds since the trace's
+    first record, each from its start to its end (or the records' last reply): where the
+    baseline held the workload, as a band, not a slope between two samples."""
+    c = s["credits"]
+    if not c or s["origin_ns"] is None:
+        return []
+    origin, last = s["origin_ns"], s["last_ns"] or 0
+    return [
+        ((x["from_ns"] - origin) / 1e9, ((last if x["to_ns"] is None else x["to_ns"]) - origin) / 1e9)
+        for x in c["stretches"]
+    ]

@@ -23,6 +23,7 @@ from ..texttable import int_text
 from ..trace import metadata as meta
 from ..trace import reader
 from . import hints
+from .credits import credits
 from .filters import NO_FILTERS, Filters, Selection
 from .shapes import Coverage, Summary, Timeline, TimelineBucket
 
@@ -390,6 +391,7 @@ class Trace:
             "ops": ops,
             "coverage": self.coverage(),
             "shaping": self.shaping(),
+            "credits": credits(self),
             "faults": self.faults(),
             "hints": self.hints(None if by else {r["op"]: r for r in ops}),
         }
@@ -446,6 +448,7 @@ def fleet_metadata(traces: reader.TraceSet) -> dict[str, Any]:
         "pid",
         "host_load",
         "metrics_per_minute",
+        "credits_at_zero",
         "last_error",
         "fuse_round_trip_ns",
         "emulation",

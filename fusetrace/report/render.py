@@ -8,6 +8,7 @@ from typing import Any
 from ..hostload import load_words
 from ..texttable import int_text, ns_text, num_text, pct_text, printable, table
 from ..trace import metadata as meta
+from .credits import credit_words
 from .query import QUANTILES
 from .shapes import Summary, Timeline
 
@@ -77,6 +78,7 @@ def _header(s: Summary) -> list[str]:
             f"writes; last: {m.get('last_error')}"
         )
     lines += _emulation(m, s["traces"])
+    lines += credit_words(s["credits"], m)
     for fault in s.get("faults", []):
         said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {int_text(o['count'])}" for o in fault["ops"])
         lines.append(f"fault       rule {fault['rule']} acted on {int_text(fault['records'])} records: {said}")
@@ -277,9 +279,11 @@ def _shaping(s: Summary) -> str:
             ]
         )
     text = table(head, body, "l" + "r" * 6 + "l")
+    spent = "; where the credits ran out (above), the spent credits held those at throughput, dirty and writeback"
     return (
         f"where the modelled time went\n{text}\n(modelled = wait + latency + transfer, the model's time for "
-        f"the operation; gates: what set it, with how many operations each)"
+        f"the operation; gates: what set it, with how many operations each"
+        f"{spent if s['credits'] and s['credits']['stretches'] else ''})"
     )
 
 

@@ -85,6 +85,7 @@ class Summary(TypedDict):
     ops: list[dict[str, Any]]
     coverage: Coverage | None
     shaping: list[dict[str, Any]] | None
+    credits: dict[str, Any] | None  # credits.credits(): when the burst credits ran out
     faults: list[dict[str, Any]]
     hints: list[dict[str, Any]]
     histograms: NotRequired[dict[str, list[dict[str, Any]]]]

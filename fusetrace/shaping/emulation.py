@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ..emulator.events import parse_event
+from ..emulator.metrics import lowest_permitted
 from ..emulator.model import Model
 from ..emulator.params import Params, ProfileError
 from ..errors import ControlError, UserError
@@ -219,9 +220,34 @@ class Emulation:
             self._sample()
 
     def _sample(self) -> None:
-        self.series.append({"wall_time": time.time(), **self.model.metrics(_now())})
+        now = _now()
+        self.series.append({"wall_time": time.time(), **self.model.metrics(now)})
         if self._tracer is not None:
-            self._tracer.update_metadata(metrics_per_minute=self.series)
+            self._tracer.update_metadata(metrics_per_minute=self.series, credits_at_zero=self.credits_at_zero(now))
+
+    def credits_at_zero(self, now: float) -> list[Json]:
+        """When the burst credits were spent (Model.credit_stretches), on the trace's clock:
+        `from_ns`, `to_ns` (None while they still are) and the baseline that held the
+        workload meanwhile; what `fusetrace report` says of them."""
+        return [
+            {"from_ns": round(a * 1e9), "to_ns": None if b is None else round(b * 1e9), "baseline_bytes_per_s": lo}
+            for a, b, lo in self.model.credit_stretches(now)
+        ]
+
+    def _credits(self, now: float, permitted: float) -> Json:
+        """For `fusetrace stats`: the lowest throughput permitted in the last minute, and
+        when the credits last ran out, in seconds before now."""
+        stretches = self.model.credit_stretches(now)
+        last = None
+        if stretches:
+            start, end, baseline = stretches[-1]
+            last = {
+                "ago_s": now - start,
+                "ended_ago_s": None if end is None else now - end,
+                "held_s": (now if end is None else end) - start,
+                "baseline_bytes_per_s": baseline,
+            }
+        return {"lowest_permitted_minute": lowest_permitted(permitted, stretches, now), "last_ran_out": last}
 
     async def _measure_storage(self) -> None:
         """The source's size, now and then every MEASURE_EVERY seconds.  The walk runs in
@@ -268,9 +294,12 @@ class Emulation:
         """For `fusetrace stats`: the metrics, how the host keeps up, what held the
         operations (Shaper.gates) and what the run should be warned of."""
         host = self.host()
+        now = _now()
+        metrics = self.model.metrics(now)
         out = {
             "profile": self.name,
-            "metrics": self.model.metrics(_now()),
+            "metrics": metrics,
+            "credits": self._credits(now, metrics["PermittedThroughput"]),
             "host": host,
             "gates": self.shaper.gates(),
             "warnings": self._warnings(host),
@@ -349,6 +378,7 @@ class Emulation:
         host = self.host()
         out = {
             "metrics_per_minute": self.series,
+            "credits_at_zero": self.credits_at_zero(_now()),
             "host_load": host,
             "emulation": self.describe(),
             "warnings": self._warnings(host),

@@ -51,7 +51,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "flush_interval": (int, float),
     **dict.fromkeys(("options", "versions", "host_load"), _DICT),
     "emulation": _DICT + _NONE,
-    **dict.fromkeys(("warnings", "metrics_per_minute"), _LIST),
+    **dict.fromkeys(("warnings", "metrics_per_minute", "credits_at_zero"), _LIST),
 }
 
 

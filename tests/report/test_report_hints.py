@@ -22,6 +22,7 @@ from fusetrace.trace.writer import TraceWriter
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_000_000_000
+ENODATA, ENOENT = 61, 2
 N = 100  # records of a share rule's trace
 
 
@@ -45,6 +46,12 @@ def share(op: str, err: int, k: int, metadata: dict | None = None) -> Callable[[
     return lambda d: write(d, rows, metadata)
 
 
+def waste(xattrs: int, lookups: int, metadata: dict | None = None) -> Callable[[Path], Path]:
+    """A trace of N records: `xattrs` getxattr misses, `lookups` failed lookups, the rest reads."""
+    rows = [("getxattr", ENODATA, "/d/f", 0)] * xattrs + [("lookup", ENOENT, "/d/g", 0)] * lookups
+    return lambda d: write(d, rows + [("read", 0, "/d/f", 0)] * (N - xattrs - lookups), metadata)
+
+
 def syncs(n: int) -> Callable[[Path], Path]:
     """`n` fsyncs, each after FSYNC_HINT_WRITES writes to the file it syncs."""
     rows = [("write", 0, "/d/db", 0)] * (hints.FSYNC_HINT_WRITES * n) + [("fsync", 0, "/d/db", 0)] * n
@@ -65,7 +72,6 @@ def least(share: float) -> int:
     return math.ceil(share * N)
 
 
-ENODATA, ENOENT = 61, 2
 # {rule name: (a trace that fires it, one just short of it)}
 CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Path]]] = {
     "xattr-misses": (
@@ -75,6 +81,10 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Path]]] = {
     "failed-lookups": (
         share("lookup", ENOENT, least(hints.FAILED_LOOKUP_SHARE)),
         share("lookup", ENOENT, least(hints.FAILED_LOOKUP_SHARE) - 1),
+    ),
+    "wasted-round-trips": (
+        waste(least(hints.WASTE_SHARE) // 2, least(hints.WASTE_SHARE) - least(hints.WASTE_SHARE) // 2),
+        waste(least(hints.WASTE_SHARE) // 2, least(hints.WASTE_SHARE) - least(hints.WASTE_SHARE) // 2 - 1),
     ),
     "fsync-per-write": (syncs(hints.FSYNC_HINT_COUNT), syncs(hints.FSYNC_HINT_COUNT - 1)),
     "removed-while-open": (
@@ -109,6 +119,32 @@ def test_rule_fires_at_its_threshold_and_not_below(rule, tmp_path):
     fires, silent = CASES[rule.name]
     assert [h["hint"] for h in Trace(fires(tmp_path / "fires")).hints()] == [rule.name]
     assert [h["hint"] for h in Trace(silent(tmp_path / "silent")).hints()] == []
+
+
+def test_waste_together_fires_where_neither_part_does(tmp_path):
+    """14 % extended-attribute misses and 10 % failed lookups: each under its own 20 %, a
+    quarter of the round trips together; 2 % and 2 % are not worth a line."""
+    [hint] = Trace(waste(14, 10)(tmp_path / "t")).hints()
+    assert hint["hint"] == "wasted-round-trips" and (hint["xattr_misses"], hint["failed_lookups"]) == (14, 10)
+    assert hint["share"] == pytest.approx(0.24) and hint["time_share"] == pytest.approx(0.24)
+    assert "extended-attribute misses 14.0 %" in hint["text"] and "--no-xattrs" in hint["text"]
+    assert "failed lookups 10.0 % (most in /d: 10)" in hint["text"]
+    assert Trace(waste(2, 2)(tmp_path / "u")).hints() == []
+    # a part at its own share has its own hint, and this one says nothing more
+    assert [h["hint"] for h in Trace(waste(20, 10)(tmp_path / "v")).hints()] == ["xattr-misses"]
+
+
+def test_waste_fires_by_its_share_of_time_with_fuse_round_trip(tmp_path):
+    """Few records, but slow ones (as a LOOKUP the server answers, beside reads from the
+    page cache): 10 % of the records take 28.8 % of the time, FUSE's round trip included."""
+    rows = [("getxattr", ENODATA, 300_000)] * 5 + [("lookup", ENOENT, 300_000)] * 5 + [("read", 0, 10_000)] * 90
+    with TraceWriter(tmp_path / "t", {"host": "box", "fuse_round_trip_ns": 100_000}, flush_interval=3600) as w:
+        for i, (op, err, dur) in enumerate(rows):
+            w.record(TraceRecord(T0 + i * 10**6, dur, op, 2, "/d/f", None, 0, 0, 0, 0, err, 7, 0, 0, 0))
+    [hint] = Trace(tmp_path / "t").hints()
+    assert hint["share"] == pytest.approx(0.1)
+    assert hint["time_share"] == pytest.approx(10 * 400e3 / (10 * 400e3 + 90 * 110e3))
+    assert "10.0 % of the records and 28.8 % of the operations' time (FUSE's round trip included) are" in hint["text"]
 
 
 NAMES = ["it's", 'say "x"', "back\\slash", "'; drop table trace; --", "%_*?[x]"]

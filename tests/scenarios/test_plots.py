@@ -147,3 +147,22 @@ def test_many_short_steps_keep_their_names_apart_and_inside(tmp_path, figures):
     assert _overlaps(names) == []
     inside = ax.get_window_extent(renderer)
     assert all(inside.x0 <= t.get_window_extent(renderer).x1 <= inside.x1 for t in names)
+
+
+def test_the_credits_plot_holds_each_sample_until_the_next(tmp_path, figures):
+    """A balance set to 0 between two samples drops there, as a step, not a ramp over the
+    half second between them; the last sample holds to the run's end."""
+    from matplotlib.patches import StepPatch
+
+    samples = [
+        {"t": t, "BurstCreditBalance": 256 * 2**20 if t < 10.2 else 0.0, "PermittedThroughput": 1e8}
+        for t in np.arange(0, 20, 0.5).tolist()
+    ]
+    result = {"steps": CLIFF_STEPS[:1], "duration_s": 20.3, "samples": samples}
+    assert plots.plot_credits(tmp_path / "c.png", result).drawn
+    [balance] = [p for p in figures[0].axes[0].patches if isinstance(p, StepPatch)]
+    values, edges, _ = balance.get_data()
+    assert list(edges) == [s["t"] for s in samples] + [20.3]
+    assert list(values) == [256.0] * 21 + [0.0] * 19  # MiB: held at 256 through the sample at 10.0
+    values, edges = plots.held(np.array([0.0, 1.0, 2.0]), np.array([5.0, np.nan, 7.0]), 1.5)
+    assert list(values) == [5.0, 7.0] and list(edges) == [0.0, 2.0, 2.0]  # a sample past `end` ends there

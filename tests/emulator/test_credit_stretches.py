@@ -10,7 +10,7 @@ from fusetrace.emulator.credits import JOIN_S, KEEP, CreditPipe
 from fusetrace.emulator.metrics import MINUTE, lowest_permitted
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.params import MiB
-from fusetrace.emulator.profiles import load_profile
+from fusetrace.emulator.profiles import apply_overrides, load_profile
 
 HI, LO = 100.0 * MiB, 1.0 * MiB
 
@@ -47,12 +47,14 @@ def test_every_instant_at_the_baseline_lies_in_a_stretch(balance, steps):
 
 
 def test_a_stream_past_its_credits_is_one_stretch_until_its_bytes_have_passed():
-    model = Model(load_profile("efs-tiny"), 0.0)  # 256 MiB of credits, burst 100 MiB/s, baseline 1 MiB/s
+    # 256 MiB of credits, burst 100 MiB/s, baseline 1 MiB/s; no stripes: each MiB takes its
+    # 4.3 ms and 10 ms at the stream's 100 MiB/s, so the credits last about 3.7 s
+    model = Model(apply_overrides(load_profile("efs-tiny"), ["file_stripe_size=0"]), 0.0)
     t = 0.0
     for _ in range(300):  # 300 MiB, one after another
         t = model.admit(Op(OpClass.DATA_WRITE, MiB, file=1, write_mode="direct"), t).done_at
     [(start, end, baseline)] = model.credit_stretches(t - 1.0)
-    assert 2.0 < start < 3.5 and end is None and baseline == MiB  # still at the baseline
+    assert 3.0 < start < 4.5 and end is None and baseline == MiB  # still at the baseline
     [(start2, end, _)] = model.credit_stretches(t + 1.0)
     assert start2 == start and end == t  # over when the last bytes passed
     metrics = model.metrics(t + 1.0)

@@ -4,7 +4,8 @@
 moment one completes (fio with libaio at an iodepth, or N threads); `fio_job`
 turns fio's arguments into such a workload (direct I/O: sent as it comes);
 `dd_write` and `dd_writers` write files the way `dd` does, with conv=fsync or
-oflag=sync, through the NFS client (nfsclient.py).  The calibration tests and the
+oflag=sync, through the NFS client (nfsclient.py); `chains` runs any sequences of
+system calls so, one process each.  The calibration tests and the
 figures in docs/EMULATOR.md come from here.
 """
 
@@ -170,15 +171,7 @@ def dd_writers(
         yield Call("fsync", f)  # conv=fsync; with oflag=sync there is nothing left to flush
         yield Call("flush", f)  # close
 
-    heap = [(start, f, calls(f)) for f in range(file, file + writers)]
-    end = start
-    while heap:
-        now, f, it = heapq.heappop(heap)
-        step = next(it, None)
-        if step is None:
-            end = max(end, now)
-            continue
-        heapq.heappush(heap, (client.admit(step, now).done_at, f, it))
+    end = chains(client, [calls(f) for f in range(file, file + writers)], start)
     ops = writers * count * len(chunks)
     return Stats(ops, writers * block * count, end - start, (end - start) / ops)
 
@@ -233,3 +226,18 @@ def shared_closed_loop(
         latency[c] += t - admitted
         issue(c, t)
     return [Stats(n, b, duration, lat / n if n else 0.0) for n, b, lat in zip(done_ops, done_bytes, latency)]
+
+
+def chains(client: NfsClient, sequences: list[Iterator[Call]], start: float = 0.0) -> float:
+    """Run `sequences` at once from `start`, each a process making its calls one after
+    another (the next when the one before completes): when the last one completes."""
+    heap = [(start, i, it) for i, it in enumerate(sequences)]
+    end = start
+    while heap:
+        now, i, it = heapq.heappop(heap)
+        step = next(it, None)
+        if step is None:
+            end = max(end, now)
+            continue
+        heapq.heappush(heap, (client.admit(step, now).done_at, i, it))
+    return end

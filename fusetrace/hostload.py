@@ -9,6 +9,9 @@ from typing import Any, TypedDict
 
 HOST_BOUND_SHARE = 0.10  # replies late by more than this share of the modelled time: host-bound
 LOOP_BOUND_SHARE = 0.75  # a loop busier than this admits requests late (where the queue is not measured)
+# the model had an operation in hand for less than this share of the time: the callers'
+# process starts and their work between system calls set most of the pace
+PACED_SHARE = 0.5
 
 NO_LOAD = {"late_ns": 0, "modelled_ns": 0, "loop_elapsed_ns": 0, "loop_idle_ns": 0}
 
@@ -19,7 +22,9 @@ class HostLoad(TypedDict):
     added_share: float
     queued_share: float | None
     loop_busy: float
+    model_busy: float | None
     host_bound: bool
+    host_paced: bool
     extending_writes: int
 
 
@@ -33,7 +38,10 @@ def host_load(before: Mapping[str, Any], after: Mapping[str, Any]) -> HostLoad:
     where the kernel's queue is not measured, also a loop too busy to admit requests when
     they came); `extending_writes`, the O_DIRECT writes the FUSE kernel ran one at a time
     because they extended their file (Shaper.extending_writes: a bound the model cannot
-    charge, so a run with any is flagged)."""
+    charge, so a run with any is flagged); `model_busy`, the share of the time the model had
+    an operation in hand (None: not counted), and `host_paced`, under PACED_SHARE of it:
+    the mount mostly waited for its callers (process starts, a shell loop), so the host's
+    pace outside the mount, not the model, set the run's."""
     modelled = after["modelled_ns"] - before["modelled_ns"]
     measured = "queued_ns" in after
     queued = after["queued_ns"] - before.get("queued_ns", 0) if measured else 0
@@ -41,10 +49,14 @@ def host_load(before: Mapping[str, Any], after: Mapping[str, Any]) -> HostLoad:
     added = (late + queued) / modelled if modelled > 0 else 0.0
     elapsed = after["loop_elapsed_ns"] - before["loop_elapsed_ns"]
     busy = 1 - (after["loop_idle_ns"] - before["loop_idle_ns"]) / elapsed if elapsed > 0 else 0.0
+    counted = "busy_ns" in after and elapsed > 0
+    model_busy = min(1.0, (after["busy_ns"] - before.get("busy_ns", 0)) / elapsed) if counted else None
     return {
         "added_share": added,
         "queued_share": (queued / modelled if modelled > 0 else 0.0) if measured else None,
         "loop_busy": busy,
+        "model_busy": model_busy,
+        "host_paced": model_busy is not None and modelled > 0 and model_busy < PACED_SHARE,
         "host_bound": added > HOST_BOUND_SHARE or (not measured and busy > LOOP_BOUND_SHARE),
         "extending_writes": after.get("extending_writes", 0) - before.get("extending_writes", 0),
     }
@@ -64,6 +76,16 @@ def load_words(load: Mapping[str, Any]) -> str:
     return (
         f"the host added {100 * load['added_share']:.1f} % to the modelled time (replies late "
         f"{100 * late:.1f} %, {unread}), loop busy {100 * load['loop_busy']:.0f} %"
+    )
+
+
+def paced_words(load: Mapping[str, Any]) -> str:
+    """The host-paced flag in words, "" when the model had the mount busy enough."""
+    if not load.get("host_paced"):
+        return ""
+    return (
+        f"host-paced: the model had an operation in hand only {100 * load['model_busy']:.0f} % of the "
+        f"time; the callers' process starts and work between system calls on this host set the rest"
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..emulator.params import MiB
 from ..errors import UserError
-from ..hostload import extending_writes_note, host_load, load_words
+from ..hostload import extending_writes_note, host_load, load_words, paced_words
 from ..shaping.profile import load_params
 from . import application, children, fio
 from .progress import Progress
@@ -38,6 +38,7 @@ from .spec import Scenario, Step, split_step
 SAMPLE_EVERY = 0.5  # seconds between metric samples
 NO_FIGURE = "no published figure in this repo"  # the note of a row the scenario file has no figure for
 CLIFF_SHARE = 0.01  # "cliff": the credit balance under this share of what the run started with
+HOST_ALONE_SHARE = 0.5  # a step that takes over this share of its emulated time with no emulation: host-paced
 SHORT = 0.85  # under this share of a published IOPS figure, a ceiling check; over it of the ceiling, host-bound
 SAMPLED = (
     "BurstCreditBalance",
@@ -185,6 +186,8 @@ def run(
                         result["scripted"]["events"] += _schedule(scenario, m, fast, step.name)
                     record = _run_step(scenario, step, clients_mounts, env, fast, runtime, progress, t0)
                     progress.end(i, step, record["metrics"])
+                    if step.host_check and step.kind == "shell":
+                        record["host_alone_s"] = _host_alone(scenario, step, env, fast, runtime, progress, t0)
                 record.update(
                     name=step.name,
                     kind=step.kind,
@@ -291,7 +294,7 @@ def _note(step: dict, metric: str) -> str:
     else:
         why = step["inconsistent"].get(metric)
         note = f"published figures disagree: {why}" if why else ""
-    return "; ".join(n for n in (note, extending_writes_note(step["load"])) if n)
+    return "; ".join(n for n in (note, _paced(step), extending_writes_note(step["load"])) if n)
 
 
 def run_checked(
@@ -363,6 +366,31 @@ def check_ceilings(scenario: Scenario, result: dict, *, fast: bool = False, runt
             row["note"] = f"host-bound: {load_words(record['load'])}; {plain_note}"
         else:
             row["note"] = "; ".join(note for note in (row["note"], plain_note) if note)
+
+
+def _host_alone(
+    scenario: Scenario, step: Step, env: dict, fast: bool, runtime: float | None, progress: Progress, t0: float
+) -> float:
+    """The seconds `step` takes on a mount of this host with no emulation: what the host's
+    own work (process starts, the loop between system calls, FUSE) costs it alone."""
+    progress.note(f"{step.name}: again on a plain mount, for the host's own pace")
+    with ScratchMount() as plain:
+        record = _run_step(scenario, step, [plain], {**env, "MNT": plain.mnt}, fast, runtime, progress, t0)
+    return float(record["metrics"]["seconds"])
+
+
+def _paced(step: dict) -> str:
+    """Whether this host, not the model, set most of a step's pace, in words ("" if not):
+    the model had the mount busy under half the time, or the step alone on a plain mount
+    took over half as long as emulated."""
+    alone, took = step.get("host_alone_s"), step["metrics"].get("seconds")
+    if alone is not None and took and alone > HOST_ALONE_SHARE * took:
+        return (
+            f"host-paced: this host takes {alone:.2f} s for the step with no emulation, "
+            f"{100 * alone / took:.0f} % of the emulated {took:.2f} s: its process starts and the work "
+            f"between system calls, not the model, set most of this row"
+        )
+    return paced_words(step["load"])
 
 
 def _run_step(

@@ -37,7 +37,8 @@ _TOP = {
 }
 _FIGURES = {"published", "inconsistent", "also_published"}
 _FIO = {"name", "fio", "runtime", "fast_runtime", "clients", "set", "needs"} | _FIGURES
-_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "needs"} | _FIGURES
+_SHELL = {"name", "run", "setup", "cleanup", "count", "unit", "repeat", "fast_repeat", "set", "needs", "host_check"}
+_SHELL |= _FIGURES
 # Phases of a run a step may need (its `needs`); the runner checks the emulated mount before the
 # step and, where the run has not reached the phase, does not run it (runner.phase_missing).
 PHASES = {"cliff": "the burst credits are spent: BurstCreditBalance under 1% of what the run started with"}
@@ -60,6 +61,7 @@ class Step:
     fast_repeat: int = 1
     set: dict = field(default_factory=dict)
     needs: str = ""  # a phase of the run (PHASES) the step is run in only
+    host_check: bool = False  # run it again on a plain mount: how much of its pace is this host's
     published: dict = field(default_factory=dict)
     inconsistent: dict = field(default_factory=dict)
     also_published: dict = field(default_factory=dict)  # figures of the source that are not metrics
@@ -235,6 +237,8 @@ def _step(where: str, i: int, raw: dict) -> Step:
     for key in ("runtime", "fast_runtime", "clients", "repeat", "fast_repeat"):
         if key in raw and not (isinstance(raw[key], (int, float)) and raw[key] > 0):
             raise UserError(f"{where}: {key} = {raw[key]!r}: must be a positive number")
+    if not isinstance(raw.get("host_check", False), bool):
+        raise UserError(f"{where}: host_check = {raw['host_check']!r}: must be true or false")
     if "needs" in raw and (not isinstance(raw["needs"], str) or raw["needs"] not in PHASES):
         raise UserError(f"{where}: needs = {raw['needs']!r}: must be one of {', '.join(map(repr, PHASES))}")
     for key in sorted(_FIGURES):

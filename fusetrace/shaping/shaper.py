@@ -94,6 +94,7 @@ class ShaperCounters(TypedDict):
     late: int
     late_ns: int
     modelled_ns: int
+    busy_ns: int
     compensation_us: float
     extending_writes: int
 
@@ -136,6 +137,11 @@ class Shaper:
         self.late = 0  # replies later than deadline + late_share x modelled time (see hold)
         self.late_ns = 0  # all replies' time past their deadlines (see hold)
         self.modelled_ns = 0  # all shaped operations' modelled time
+        # the time at least one operation was in the model's hands (the union of their
+        # modelled spans, taken in order of arrival): the rest of a run's time the mount
+        # waited for its callers, whose process starts and work set that part of the pace
+        self.busy_ns = 0
+        self._busy_until = 0
         self._gates: dict[str, _Tally] = {}  # per gate: the operations it held and their modelled time
         # O_DIRECT writes past the end of their file (counted by the write handler): the
         # FUSE kernel runs them one at a time (fs/fuse/file.c cannot extend a file
@@ -163,14 +169,16 @@ class Shaper:
 
     def counters(self) -> ShaperCounters:
         """How the host kept up, since the mount: operations shaped, replies late past
-        their share, their lateness and the modelled time in all (hostload.host_load()
-        compares two readings), the FUSE round trip share replies leave early, and the
-        O_DIRECT writes FUSE serialised because they extended their file."""
+        their share, their lateness and the modelled time in all, the time the model had
+        an operation in hand (hostload.host_load() compares two readings), the FUSE round
+        trip share replies leave early, and the O_DIRECT writes FUSE serialised because
+        they extended their file."""
         return {
             "ops": self.ops,
             "late": self.late,
             "late_ns": self.late_ns,
             "modelled_ns": self.modelled_ns,
+            "busy_ns": self.busy_ns,
             "compensation_us": self.compensation_ns / 1e3,
             "extending_writes": self.extending_writes,
         }
@@ -205,7 +213,11 @@ class Shaper:
         if adm.gate is _CACHE or adm.gate is _KERNEL:
             return Ticket(None, adm)
         self.ops += 1
-        return Ticket(int(adm.done_at * _NS) - self.compensation_ns, adm)
+        done_ns = int(adm.done_at * _NS)
+        if done_ns > self._busy_until:
+            self.busy_ns += done_ns - (start_ns if start_ns > self._busy_until else self._busy_until)
+            self._busy_until = done_ns
+        return Ticket(done_ns - self.compensation_ns, adm)
 
     async def hold(self, request: Request, ticket: Ticket | None, start_ns: int) -> int:
         """Wait for the deadline admit() gave (None: none); return how long the

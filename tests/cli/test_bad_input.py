@@ -57,7 +57,7 @@ def _mount_fails(dirs, *options):
         ("seed=1e300", "--set seed: must be at most 9,007,199,254,740,992, got '1e300'"),
         (
             "read_latency_p99_ms=1000",
-            ("--set read_latency_p99_ms: must be at most 1,000 times read_latency_ms (0.4), got 1000"),
+            ("--set read_latency_p99_ms: must be at most 1,000 times read_latency_ms (0.9), got 1000"),
         ),
     ],
 )

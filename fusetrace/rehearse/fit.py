@@ -137,8 +137,19 @@ class Fitter:
         self.modelled = "nfs" in self.columns and self._one("select count(*) from trace where nfs is not null") > 0
         self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
         self.slopes: dict[str, float] = {}  # a trace-mode READ's and WRITE's ms per byte
-        self.samples = fit_rpcs.collect(self._rows(), self.modelled)
+        self.samples = fit_rpcs.collect(self._rows(), self.modelled, self._write_rate())
         fit_rpcs.separate(self.samples)
+
+    def _write_rate(self) -> float:
+        """Bytes a second of a WRITE's data: the trace's own profile's when its metadata
+        has them, else the base's."""
+        recorded = (self.meta.get("emulation") or {}).get("params") or {}
+        p = {
+            k: recorded.get(k, getattr(self.base, k))
+            for k in ("file_stripe_size", "stripe_write_mibps", "stream_mibps")
+        }
+        mibps = (p["file_stripe_size"] and p["stripe_write_mibps"]) or p["stream_mibps"]
+        return float(mibps or 1e7) * MiB
 
     def _one(self, sql: str):
         row = self.db.execute(sql).fetchone()

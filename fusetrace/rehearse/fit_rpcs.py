@@ -11,9 +11,13 @@ readings of how the emulated client (emulator/nfsclient.py) accounts:
   the WRITEs' time is in `dur_ns`: those records are left out, and so is a COMMIT the
   inference says waited for its file's write-back.
 - `WRITE(write-back)`: a buffered write, charged the page cache's cost; its WRITE went in
-  the background and its latency is nowhere in the trace.  WRITE is fitted from the
-  stable ones (O_DIRECT `WRITE`, a flush's one `WRITE(FILE_SYNC)`).  A `WRITE(FILE_SYNC)`
-  that only waited for write-back already under way has no latency of its own: left out.
+  the background.  WRITE is fitted from the stable ones (O_DIRECT `WRITE`, a flush's one
+  `WRITE(FILE_SYNC)` of O_SYNC data), and from a flush (or stat) that waited for the
+  write-back of a file's one small buffered write since its last flush
+  (`WRITE(FILE_SYNC)` with no latency of its own, an fsync after a small write): that
+  WRITE started with the write (no dirty wait) and ended when the flush's wait did, so
+  its time is the flush's start plus its wait less the write's start, less the bytes at
+  the profile's rate.
 - A name made right after the kernel's LOOKUP of it (create, mkdir...) and a flush of
   O_SYNC data are charged less by the time the caller already spent (nfsclient's
   `_earlier`): that time is added back, from the LOOKUP's record or the first O_SYNC
@@ -36,6 +40,7 @@ from ..texttable import int_text
 
 MIN_RECORDS = 20  # fewer records of an RPC say nothing reliable about its percentiles
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile (emulator/latency.py)
+_ONE_WRITE = 64 * 1024  # a write-back this small: its bytes' time is a small part of its WRITE's
 _ABSORB_NS = 2_000_000  # nfsclient._ABSORB_S: a make this soon after its LOOKUP's reply was charged less
 
 # The model's latency class of every RPC the emulated client sends.
@@ -61,6 +66,10 @@ ALONE, AFTER_WRITES, LESS_LOOKUP, LESS_SYNC, COMPOUND = (
     "names made after their LOOKUP, its time added back",
     "flushes of O_SYNC data, the time since the first write added back",
     "in compounds, less the other RPCs' medians",
+)
+AFTER_WRITE_BACK = (
+    "flushes that waited for a buffered write's one WRITE: from the write's start to the flush's "
+    "end of wait, less its bytes at the profile's rate"
 )
 CENSORED = (
     "charged nothing, as the time taken off was longer: each counted as under that time, the median "
@@ -130,15 +139,20 @@ def terms(nfs: str) -> list[tuple[str, int]]:
     return out
 
 
-def collect(rows: Iterable[Row], modelled: bool) -> Samples:
-    """The samples of every RPC from `rows`, in start order (module docstring)."""
+def collect(rows: Iterable[Row], modelled: bool, write_rate: float) -> Samples:
+    """The samples of every RPC from `rows`, in start order (module docstring);
+    `write_rate`: the bytes a second a WRITE's data took (the trace's profile's, else the
+    base's), to take a write-back's bytes off its time."""
     s = Samples()
     looked: dict[tuple[int, str], tuple[int, int]] = {}  # (directory, name): (LOOKUP's reply at, its time)
     staged: dict[int, tuple[int, int]] = {}  # file: (first O_SYNC write's start, bytes staged)
+    buffered: dict[int, list[Row]] = defaultdict(list)  # file: its buffered writes since its last flush
     for r in rows:
         if r.op == "write" and r.kind == "sync":
             first, nbytes = staged.get(r.inode, (r.start_ns, 0))
             staged[r.inode] = (first, nbytes + r.size)
+        elif r.nfs == "WRITE(write-back)":
+            buffered[r.inode].append(r)
         sync = staged.pop(r.inode, None) if r.op in _FLUSHES else None
         if not r.nfs:
             continue
@@ -148,8 +162,21 @@ def collect(rows: Iterable[Row], modelled: bool) -> Samples:
         if any(name == "WRITE(write-back)" for name, _ in parts):
             s.write_back += 1
             continue
+        if parts[0][0] == "WRITE(FILE_SYNC)" and sync is None:  # waited for write-back under way
+            written = buffered.pop(r.inode, [])
+            if modelled and len(written) == 1 and written[0].wait_ns <= 0 and written[0].size <= _ONE_WRITE:
+                # its one WRITE went at the write's start and ended when the wait did
+                w = written[0]
+                ms = (r.start_ns + r.wait_ns - w.start_ns - w.size / write_rate * 1e9) / 1e6
+                if ms > 0:
+                    s.add("WRITE", ms, w.size, 0, AFTER_WRITE_BACK)
+            parts = parts[1:]  # the wait has no latency of its own: what follows has it all
+            if not parts or not modelled:
+                continue
+        elif r.op in _FLUSHES:
+            buffered.pop(r.inode, None)
         if any(name == "WRITE(FILE_SYNC)" for name, _ in parts) and (len(parts) > 1 or r.latency_ns <= 0):
-            continue  # only waited for write-back under way, or mixed with what did: no WRITE's own time
+            continue  # mixed with other RPCs: no WRITE's own time
         if not modelled and parts[-1][0] == "COMMIT" and r.wait_ns > 0:
             continue  # waited for its file's write-back, whose time dur_ns holds too
         if len(parts) > 1 and parts[-1][0] == "COMMIT" and parts[0][0] == "WRITE":

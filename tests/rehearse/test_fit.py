@@ -301,6 +301,7 @@ def test_an_fsync_heavy_efs_2016_trace_fits_commit_on_its_own_profile(tmp_path):
     assert "commit_latency_ms = " in text and "median of 300 COMMIT records (300 alone)" in text
     assert profile["write_latency_ms"] == pytest.approx(8.62, rel=0.1)
     assert "300 flushes of O_SYNC data, the time since the first write added back" in text
+    assert "300 flushes that waited for a buffered write's one WRITE" in text  # as sqlite's fsyncs
     assert "buffered writes (WRITE(write-back)) say nothing of a WRITE's latency" in text
 
 

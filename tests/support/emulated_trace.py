@@ -5,15 +5,15 @@ one thing at a time), and written with the model's account (`nfs`, `latency_ns`,
 `wait_ns`, `transfer_ns`, `gate`) as the shaper writes it.  What a real emulated mount
 adds (the host's delays in `dur_ns`) is left out: the fit does not read it.
 
-The workload exercises every RPC the client sends, each `cycles` times, a cycle a
-five minutes after the one before, in three parts, so that every cache the client keeps has expired
-(a GETATTR, ACCESS and READDIRPLUS each time): per file, an access of its directory
-(ACCESS), a LOOKUP of its name and its
-create (OPEN(create)); an O_SYNC write and fsync (WRITE(FILE_SYNC)), 2 MiB written back
-and fsync (COMMIT), an O_DIRECT write (WRITE), of sizes 4 KiB to 1 MiB; close (CLOSE);
-a getattr (GETATTR), open, read (READ) and close; a truncate (SETATTR), rename, link and
-two unlinks (RENAME, LINK, REMOVE); an opendir and readdir (ACCESS, GETATTR,
-READDIRPLUS) and a statfs (STATFS).
+The workload exercises every RPC the client sends, each `cycles` times, a cycle five
+minutes after the one before, in three parts, so that every cache the client keeps has
+expired (a GETATTR, ACCESS and READDIRPLUS each time): per file, an access of its
+directory (ACCESS), a LOOKUP of its name and its create (OPEN(create)); an O_SYNC write
+and fsync (WRITE(FILE_SYNC)), 4 KiB written back and fsync (WRITE(FILE_SYNC), waiting
+for it), 2 MiB written back and fsync (COMMIT), an O_DIRECT write (WRITE), of sizes 4
+KiB to 1 MiB; close (CLOSE); a getattr (GETATTR), open, read (READ) and close; a
+truncate (SETATTR), rename, link and two unlinks (RENAME, LINK, REMOVE); an opendir and
+readdir (ACCESS, GETATTR, READDIRPLUS) and a statfs (STATFS).
 """
 
 import dataclasses
@@ -45,6 +45,8 @@ def _cycle(i: int) -> Iterator[dict]:
     yield dict(op="lookup", inode=DIR, path=name, errno=2, kind="meta_read")
     yield dict(op="create", inode=DIR, path=name, fh=fh, flags=wr, mode=_FILE, entry=f, kind="meta_write")
     yield dict(op="write", inode=f, path=name, fh=fh, size=4096, kind="sync")
+    yield dict(op="fsync", inode=f, path=name, fh=fh, kind="commit")
+    yield dict(op="write", inode=f, path=name, fh=fh, size=4096, offset=4096, kind="buffered")
     yield dict(op="fsync", inode=f, path=name, fh=fh, kind="commit")
     for at in range(0, 2 * MiB, MiB):
         yield dict(op="write", inode=f, path=name, fh=fh, size=MiB, offset=at, kind="buffered")

@@ -179,7 +179,7 @@ class Fitter:
 
     def source(self) -> str:
         if self.modelled:
-            return "the model's sampled latency (latency_ns)"
+            return "the model's account of each record (latency_ns; wait_ns where said)"
         return (
             f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of records over {self.floor_ns / 1e3:.0f} µs "
             f"for which the model's NFS client, replaying the trace on the base, sends that one RPC "
@@ -197,8 +197,9 @@ class Fitter:
                     "#",
                     "",
                     f"# {int_text(self.samples.write_back)} buffered writes (WRITE(write-back)) say nothing of a "
-                    f"WRITE's latency: the model wrote them back in the background; write is fitted from "
-                    f"stable WRITEs (O_DIRECT, a flush's one WRITE FILE_SYNC)",
+                    f"WRITE's latency themselves: the model wrote them back in the background; write is fitted "
+                    f"from stable WRITEs (O_DIRECT, a flush's one WRITE FILE_SYNC) and from flushes that waited "
+                    f"for a small write's one WRITE",
                 )
             )
         out += self._stream()

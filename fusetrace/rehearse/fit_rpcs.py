@@ -21,7 +21,8 @@ readings of how the emulated client (emulator/nfsclient.py) accounts:
 - A name made right after the kernel's LOOKUP of it (create, mkdir...) and a flush of
   O_SYNC data are charged less by the time the caller already spent (nfsclient's
   `_earlier`): that time is added back, from the LOOKUP's record or the first O_SYNC
-  write's start, where the record shows no wait.  One charged nothing says only that
+  write's start, where the record shows no wait (a make after an `ACCESS,LOOKUP` is left
+  out: the LOOKUP's part of that sum is not known).  One charged nothing says only that
   its RPC took less than that time: its median is the most likely one of the model's
   lognormal (with its class's spread) given the samples and those bounds.
 - Other compounds (`ACCESS,LOOKUP`, `COMMIT,CLOSE`, `OPEN,SETATTR`...) hold a sum.  An
@@ -157,8 +158,8 @@ def collect(rows: Iterable[Row], modelled: bool, write_rate: float) -> Samples:
         if not r.nfs:
             continue
         parts = terms(r.nfs)
-        if r.nfs == "LOOKUP":
-            looked[(r.inode, r.path)] = (r.end_ns, r.latency_ns + r.wait_ns)
+        if "LOOKUP" in r.nfs:  # in a compound (after an ACCESS) its own part is not known: -1
+            looked[(r.inode, r.path)] = (r.end_ns, r.latency_ns + r.wait_ns if r.nfs == "LOOKUP" else -1)
         if any(name == "WRITE(write-back)" for name, _ in parts):
             s.write_back += 1
             continue
@@ -194,6 +195,8 @@ def collect(rows: Iterable[Row], modelled: bool, write_rate: float) -> Samples:
             if r.op in _MAKES:
                 before = looked.pop((r.inode, r.path), None)
                 if before is not None and r.start_ns - before[0] <= _ABSORB_NS:
+                    if before[1] < 0:
+                        continue
                     ms, how = ms + before[1] / 1e6, LESS_LOOKUP
             elif sync is not None:
                 ms, how = ms + (r.start_ns - sync[0]) / 1e6, LESS_SYNC

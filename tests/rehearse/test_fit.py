@@ -150,7 +150,7 @@ def test_an_emulated_trace_gives_the_models_own_latency(tmp_path):
     # a COMMIT after its WRITEs: latency_ns is the COMMIT's, the WRITEs' time its wait
     assert profile["commit_latency_ms"] == pytest.approx(9 * 2.7, rel=0.04)
     assert "median of 2,000 COMMIT records (2,000 after their WRITEs" in text
-    assert "median of 2,000 REMOVE records (2,000 alone): the model's sampled latency" in text
+    assert "median of 2,000 REMOVE records (2,000 alone): the model's account of each record" in text
 
 
 def test_names_made_after_their_lookup_get_its_time_back(tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from support import emulated_trace  # noqa: E402
+from support import emulated_trace  # type: ignore[import-not-found]  # noqa: E402
 
 from fusetrace.emulator.params import LATENCY_CLASSES, RPC_LATENCIES, Params  # noqa: E402
 from fusetrace.emulator.profiles import list_profiles, load_profile  # noqa: E402
@@ -63,9 +63,9 @@ def main() -> None:
         print(f"| {key} | " + " | ".join(f"{ratios[c][key]:.3f}" for c in columns) + " |")
     worst = max(abs(r - 1) for row in ratios.values() for r in row.values())
     print(f"\nworst: {100 * worst:.1f} % off, over {len(columns)} profiles x {len(rows)} keys")
-    for name, keys in unshown.items():
-        if keys:
-            print(f"{name}: not fitted (the base's stands): {', '.join(keys)}")
+    for name, missing in unshown.items():
+        if missing:
+            print(f"{name}: not fitted (the base's stands): {', '.join(missing)}")
 
 
 if __name__ == "__main__":

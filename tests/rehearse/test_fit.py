@@ -3,6 +3,7 @@ truth is known, a profile the emulator loads, and one-line errors."""
 
 import dataclasses
 import math
+import os
 import re
 import tempfile
 import tomllib
@@ -330,3 +331,24 @@ def test_a_trace_without_nfs_has_its_rpcs_inferred(tmp_path):
     assert profile["stream_mibps"] == pytest.approx(truth.stream_mibps, rel=0.1)
     assert "median of 200 LOOKUP records (200 alone)" in text
     assert "the model's NFS client, replaying the trace on the base, sends that one RPC" in text
+
+
+def test_a_trace_only_mount_over_a_slow_file_system_fits_its_reads(slow_mount, tmp_path):
+    """A real trace-only mount over a slow file system (every read 20 ms, the rest at once):
+    the RPCs are inferred, the reads fitted from their dur_ns, and what answered at once
+    (lookups, getattrs: under three FUSE round trips) left to the base."""
+    m = slow_mount(20, 1 << 20, trace=True)
+    fd = os.open(m.mountpoint / "f", os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # one FUSE read per pread: no read-ahead
+        for i in range(30):
+            os.pread(fd, 4096, i * 32768)
+    finally:
+        os.close(fd)
+    m.unmount()
+    profile, text = fitted(tmp_path, m.trace)
+    assert profile["base"] == "efs-bursting"  # a trace-only mount names no profile
+    assert 20 <= profile["read_latency_ms"] < 40
+    assert re.search(r"read_latency_ms = .* median of \d+ READ records \(\d+ alone\): dur_ns plus one FUSE", text)
+    assert "replaying the trace on the base, sends that one RPC" in text
+    assert "lookup_latency_ms" not in profile  # answered at once: under the floor, not the server's

@@ -241,11 +241,12 @@ def effective(params: Params) -> dict[str, float]:
     return out
 
 
-def fit_in_process(trace, base: str) -> Params:
-    """The fitted profile as the emulator loads it (run() less the file: Fitter, render)."""
+def fit_in_process(trace: Path, base: str) -> Params:
+    """The fitted profile (written beside the trace, as fitted.toml) as the emulator loads
+    it: what `fusetrace fit --base` does, in this process."""
     text = render(str(trace), base, Fitter(str(trace), load_profile(base)).fit())
-    (trace / "fitted.toml").write_text(text)
-    return load_profile(trace / "fitted.toml")
+    (trace.parent / "fitted.toml").write_text(text)
+    return load_profile(trace.parent / "fitted.toml")
 
 
 def perturbed(params: Params, factors: list[float]) -> Params:
@@ -278,7 +279,7 @@ def test_fit_of_an_emulated_trace_recovers_every_rpc_latency(truth_name, base, f
     with tempfile.TemporaryDirectory() as d:
         emulated_trace.record(Path(d) / "t", truth, 200, profile=truth_name)
         params = fit_in_process(Path(d) / "t", base)
-        text = (Path(d) / "t" / "fitted.toml").read_text()
+        text = (Path(d) / "fitted.toml").read_text()
     got, want = effective(params), effective(truth)
     for name, value in want.items():
         if name == "create" and "create_latency_ms" not in tomllib.loads(text):
@@ -352,3 +353,13 @@ def test_a_trace_only_mount_over_a_slow_file_system_fits_its_reads(slow_mount, t
     assert re.search(r"read_latency_ms = .* median of \d+ READ records \(\d+ alone\): dur_ns plus one FUSE", text)
     assert "replaying the trace on the base, sends that one RPC" in text
     assert "lookup_latency_ms" not in profile  # answered at once: under the floor, not the server's
+
+
+def test_the_stripe_rate_comes_from_stable_writes_where_stripes_are_modelled(tmp_path):
+    """efs-2018 takes a stripe's written bytes at 32 MiB/s: the stable WRITEs' bytes over their
+    transfer_ns give it back, on a base without stripes; the stripe size stays the base's."""
+    emulated_trace.record(tmp_path / "t", load_profile("efs-2018"), 100, profile="efs-2018")
+    params = fit_in_process(tmp_path / "t", "efs-bursting")
+    assert params.stripe_write_mibps == pytest.approx(32, rel=0.01)
+    assert params.file_stripe_size == load_profile("efs-bursting").file_stripe_size
+    assert "of 200 stable WRITEs" in (tmp_path / "fitted.toml").read_text()

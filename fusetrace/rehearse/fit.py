@@ -138,6 +138,8 @@ class Fitter:
         self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
         self.slopes: dict[str, float] = {}  # a trace-mode READ's and WRITE's ms per byte
         self.samples = fit_rpcs.collect(self._rows(), self.modelled, self._write_rate())
+        if not self.modelled:
+            self._less_transfer()
         fit_rpcs.separate(self.samples)
 
     def _write_rate(self) -> float:
@@ -188,8 +190,6 @@ class Fitter:
 
     def fit(self) -> list[Key]:
         out: list[Key] = []
-        if not self.modelled:
-            self._less_transfer()
         out += fit_rpcs.latency_keys(self.samples, self.base, self.source())
         if self.samples.write_back:
             out.append(

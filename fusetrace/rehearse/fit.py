@@ -90,14 +90,14 @@ def run(args) -> int:
 def choose_base(trace_dir: str, given: str | None) -> tuple[str, str]:
     """The base profile's name, and why it: `given`, else the profile the trace was
     emulated on when that still loads (a shipped name, or a path from where the mount
-    ran: tried as given, then beside the trace), else DEFAULT_BASE."""
+    ran: tried as given, then beside the trace directory), else DEFAULT_BASE."""
     if given:
         return given, "--base"
     emulation = reader.metadata(trace_dir).get("emulation")
     named = emulation.get("profile") if isinstance(emulation, dict) else None
     if not isinstance(named, str) or not named:
         return DEFAULT_BASE, "the trace names no profile of its own"
-    for candidate in (named, os.path.join(trace_dir, named)):
+    for candidate in (named, os.path.join(os.path.dirname(os.path.abspath(trace_dir)), named)):
         try:
             load_profile(candidate)
         except ProfileError:

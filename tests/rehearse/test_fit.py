@@ -314,6 +314,14 @@ def test_a_trace_whose_profile_no_longer_loads_falls_back_and_says_so(tmp_path):
     assert tomllib.loads((tmp_path / "p.toml").read_text())["base"] == "efs-bursting"
 
 
+def test_a_trace_emulated_on_a_profile_file_takes_it_as_base_from_beside_the_trace(tmp_path):
+    (tmp_path / "mine.toml").write_text('base = "efs-2018"\n')
+    write_trace(tmp_path / "t", [rec(1, "getattr", 500_000)], emulation={"profile": "mine.toml"})
+    done = fusetrace("fit", str(tmp_path / "t"), "-o", str(tmp_path / "p.toml"))  # run from elsewhere
+    assert f"base: {tmp_path / 'mine.toml'} (the trace's own profile, from its metadata)" in done.stdout
+    assert load_profile(tmp_path / "p.toml").write_latency_ms == load_profile("efs-2018").write_latency_ms
+
+
 def test_a_trace_without_nfs_has_its_rpcs_inferred(tmp_path):
     """A trace-only mount over EFS (no `nfs`, no model's account): the records are replayed
     through the model's NFS client to name their RPCs; each RPC is fitted from the records

@@ -287,9 +287,8 @@ def latency_keys(s: Samples, base: Params, source: str) -> list[Key]:
 def _sigma(fitted: list[Key], base: Params, cls: str) -> float:
     """The spread (a lognormal's sigma) of class `cls`: as fitted, else the base's."""
     got = {k.key: k.value for k in fitted}
-    median = got.get(f"{cls}_latency_ms", getattr(base, f"{cls}_latency_ms"))
-    p99 = got.get(f"{cls}_latency_p99_ms", getattr(base, f"{cls}_latency_p99_ms"))
-    assert isinstance(median, float) and isinstance(p99, float)
+    median = float(got.get(f"{cls}_latency_ms", getattr(base, f"{cls}_latency_ms")))
+    p99 = float(got.get(f"{cls}_latency_p99_ms", getattr(base, f"{cls}_latency_p99_ms")))
     return math.log(p99 / median) / Z99 if median > 0 and p99 > median else 0.0
 
 

@@ -215,8 +215,8 @@ def _rehearse_parsers(sub) -> None:
     f.add_argument("-o", "--output", required=True, metavar="PROFILE.toml")
     f.add_argument(
         "--base",
-        default="efs-bursting",
-        help="the profile whose values stand where the trace says nothing (default efs-bursting)",
+        help="the profile whose values stand where the trace says nothing "
+        "(default: the trace's own profile when its metadata names one that loads, else efs-bursting)",
     )
     c = sub.add_parser(
         "compare",

@@ -1,105 +1,56 @@
 """`fusetrace fit DIR -o PROFILE.toml`: a profile fitted to what a trace saw.
 
-Only operations that reached the server say anything about it, and only those that sent
-it one request say what one request costs:
+Only operations that reached the server say anything about it, and only what one RPC
+cost says what to set each RPC's latency to (fit_rpcs.py: which records, and how the
+compounds, write-back and commits are read):
 
 - An emulated trace names the NFS requests behind each operation (`nfs`) and carries the
   model's own account of it: the latency it sampled (`latency_ns`) and the time its bytes
-  took (`transfer_ns`).  The fit reads those, from the operations that sent exactly one
-  request.  Their `dur_ns` also holds the host's delays, which a rehearsal on the same
-  host adds again: fitted from it, the rehearsal would count them twice.
-- A trace taken over a real NFS mount (trace mode) has neither.  What the client answered
-  from its caches took microseconds, a round trip to EFS hundreds: an operation of one of
-  the kinds that send a single request counts as having reached the server when it took
-  over three FUSE round trips (`fuse_round_trip_ns`; 150 µs without it), and its latency
-  is its `dur_ns` plus one FUSE round trip (what the caller saw; the emulator replies that
-  much early).  Data reads and writes: latency against size, a per-request cost plus a
-  bandwidth (least squares over the medians of each size seen).
+  took (`transfer_ns`).  The fit reads those.  Their `dur_ns` also holds the host's
+  delays, which a rehearsal on the same host adds again: fitted from it, the rehearsal
+  would count them twice.
+- A trace taken over a real NFS mount (trace mode) has neither: fit_infer.py replays it
+  through the model's NFS client to name each record's RPCs.  An operation counts as
+  having reached the server when the client sent one RPC for it and it took over three
+  FUSE round trips (`fuse_round_trip_ns`; 150 µs without it): faster ones the real
+  client answered from its caches.  Its latency is its `dur_ns` plus one FUSE round trip
+  (what the caller saw; the emulator replies that much early).  Data reads and writes:
+  latency against size, a per-request cost plus a bandwidth (least squares over the
+  medians of each size seen).
 
-Per latency class the median and the 99th percentile; the throughput and operations per
-second the trace reached, in 1-second windows, which are limits only where the trace
-shows it was held by them (an emulated trace's `iops` and `throughput` gates) and are
-otherwise lower bounds, written as comments; the most writes in service at once on one
-file and namespace changes in one directory, which raise the base's slots where they are
-above them.  Everything else comes from `--base`.  Each key's comment says how it was
-derived and from how many records.
+The base (`--base`) is the trace's own profile when its metadata names one that loads,
+else efs-bursting.  Per latency class the median and the 99th percentile, per RPC with a
+key of its own its median; the rate of one request's bytes (`stream_mibps` from READs,
+`stripe_write_mibps` from stable WRITEs where stripes are modelled); the throughput and
+operations per second the trace reached, in 1-second windows, which are limits only
+where the trace shows it was held by them (an emulated trace's `iops` and `throughput`
+gates) and are otherwise lower bounds, written as comments; the most writes in service
+at once on one file and namespace changes in one directory, which raise the base's slots
+where they are above them.  Everything else comes from the base.  Each key's comment
+says how it was derived and from how many records.
 """
 
 import json
 import os
-import statistics
-from dataclasses import dataclass
 
 import duckdb
 
-from ..emulator.params import LATENCY_CLASSES, MiB, Params, ProfileError
+from ..emulator.params import MiB, Params, ProfileError
 from ..emulator.profiles import load_profile
 from ..errors import UserError
 from ..texttable import count, int_text, printable
 from ..trace import reader
 from ..trace.metadata import atomic_write
+from . import fit_rpcs
+from .fit_infer import COLUMNS, Inference
+from .fit_rpcs import MIN_RECORDS, Key, Row
+from .rows import records
 
-MIN_RECORDS = 20  # fewer records of a class say nothing reliable about its percentiles
 GATED_SHARE = 0.05  # a limit held this share of a kind's operations: it was pushed
 NO_ROUND_TRIP_NS = 150_000  # the server-bound threshold of a trace-mode trace with no measured round trip
-
-# The NFS requests of the emulated client (emulator/nfsclient.py) by the model's latency class.
-_RPC_CLASS = {
-    "GETATTR": "meta_read",
-    "LOOKUP": "meta_read",
-    "OPEN": "meta_read",
-    "CLOSE": "meta_read",
-    "READDIRPLUS": "meta_read",
-    "STATFS": "meta_read",
-    "ACCESS": "meta_read",
-    "READLINK": "meta_read",
-    "SETATTR": "meta_write",
-    "OPEN(create)": "meta_write",
-    "CREATE": "meta_write",
-    "LINK": "meta_write",
-    "REMOVE": "meta_write",
-    "RENAME": "meta_write",
-    "READ": "read",
-    "WRITE": "write",
-    "WRITE(FILE_SYNC)": "write",
-    "COMMIT": "commit",
-}
-# Operations that send one request when they reach the server (a trace without `nfs`).
-_OP_CLASS = {
-    "getattr": "meta_read",
-    "lookup": "meta_read",
-    "open": "meta_read",
-    "statfs": "meta_read",
-    "access": "meta_read",
-    "readlink": "meta_read",
-    "setattr": "meta_write",
-    "create": "meta_write",
-    "mknod": "meta_write",
-    "mkdir": "meta_write",
-    "symlink": "meta_write",
-    "link": "meta_write",
-    "unlink": "meta_write",
-    "rmdir": "meta_write",
-    "rename": "meta_write",
-    "read": "read",
-    "fsync": "commit",
-    "fsyncdir": "commit",
-}
-_MAKES = ("create", "mknod", "mkdir", "symlink")
+DEFAULT_BASE = "efs-bursting"  # the base of a trace that names no profile of its own
 _NAMESPACE = ("create", "mknod", "mkdir", "symlink", "link", "unlink", "rmdir", "rename")
-
-
-@dataclass
-class Key:
-    """One line of the fitted profile: `key = value  # how`."""
-
-    key: str
-    value: float | int | str
-    how: str
-
-    def line(self) -> str:
-        value = f'"{self.value}"' if isinstance(self.value, str) else _number(self.value)
-        return f"{self.key} = {value}  # {self.how}"
+_ROW = ["start_ns", "dur_ns", "op", "inode", "path", "nfs", "latency_ns", "wait_ns", "transfer_ns", "size", "kind"]
 
 
 class FitError(UserError):
@@ -107,12 +58,14 @@ class FitError(UserError):
 
 
 def run(args) -> int:
+    base_name, why = choose_base(args.trace_dir, args.base)
     try:
-        base = load_profile(args.base)
+        base = load_profile(base_name)
     except ProfileError as exc:
         raise FitError(f"--base {args.base}: {exc}") from None
+    print(f"base: {base_name} ({why})")
     fitted = Fitter(args.trace_dir, base).fit()
-    text = render(args.trace_dir, args.base, fitted)
+    text = render(args.trace_dir, base_name, fitted)
     output = os.path.abspath(args.output)
     if os.path.isdir(output):
         raise FitError(f"-o {args.output}: a directory, not a profile file")
@@ -128,10 +81,29 @@ def run(args) -> int:
         raise FitError(f"{args.output}: the fitted profile does not load: {exc}") from None
     keys = [k for k in fitted if not k.key.startswith("#")]
     print(
-        f"fitted {len(keys)} keys from {args.trace_dir} into {args.output} (the rest from {args.base}); "
+        f"fitted {len(keys)} keys from {args.trace_dir} into {args.output} (the rest from {base_name}); "
         f"use it with --emulate {args.output}"
     )
     return 0
+
+
+def choose_base(trace_dir: str, given: str | None) -> tuple[str, str]:
+    """The base profile's name, and why it: `given`, else the profile the trace was
+    emulated on when that still loads (a shipped name, or a path from where the mount
+    ran: tried as given, then beside the trace directory), else DEFAULT_BASE."""
+    if given:
+        return given, "--base"
+    emulation = reader.metadata(trace_dir).get("emulation")
+    named = emulation.get("profile") if isinstance(emulation, dict) else None
+    if not isinstance(named, str) or not named:
+        return DEFAULT_BASE, "the trace names no profile of its own"
+    for candidate in (named, os.path.join(os.path.dirname(os.path.abspath(trace_dir)), named)):
+        try:
+            load_profile(candidate)
+        except ProfileError:
+            continue
+        return candidate, "the trace's own profile, from its metadata"
+    return DEFAULT_BASE, f"the trace's own profile {printable(named)} no longer loads"
 
 
 def render(trace_dir: str, base: str, fitted: list[Key]) -> str:
@@ -141,7 +113,7 @@ def render(trace_dir: str, base: str, fitted: list[Key]) -> str:
     lines = [
         f"# Fitted by `fusetrace fit` to the trace {shown}.",
         "# Each key says how it was derived; keys not here come from the base profile.",
-        f'base = "{base}"',
+        f"base = {json.dumps(base)}",
         f"description = {json.dumps('fitted to the trace ' + os.path.basename(shown))}",
     ]
     for k in fitted:
@@ -151,6 +123,7 @@ def render(trace_dir: str, base: str, fitted: list[Key]) -> str:
 
 class Fitter:
     def __init__(self, trace_dir: str, base: Params):
+        self.trace_dir = trace_dir
         self.base = base
         files = reader.checked_parts(trace_dir)
         self.meta = reader.metadata(trace_dir)
@@ -162,108 +135,107 @@ class Fitter:
         self.db.execute(f"create view trace as select * from records{unfaulted}")
         self.rt_ns = int(self.meta.get("fuse_round_trip_ns") or 0)
         self.modelled = "nfs" in self.columns and self._one("select count(*) from trace where nfs is not null") > 0
+        self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
+        self.slopes: dict[str, float] = {}  # a trace-mode READ's and WRITE's ms per byte
+        self.samples = fit_rpcs.collect(self._rows(), self.modelled, self._write_rate())
+        if not self.modelled:
+            self._less_transfer()
+        fit_rpcs.separate(self.samples)
+
+    def _write_rate(self) -> float:
+        """Bytes a second of a WRITE's data: the trace's own profile's when its metadata
+        has them, else the base's."""
+        recorded = (self.meta.get("emulation") or {}).get("params") or {}
+        p = {
+            k: recorded.get(k, getattr(self.base, k))
+            for k in ("file_stripe_size", "stripe_write_mibps", "stream_mibps")
+        }
+        mibps = (p["file_stripe_size"] and p["stripe_write_mibps"]) or p["stream_mibps"]
+        return float(mibps or 1e7) * MiB
 
     def _one(self, sql: str):
         row = self.db.execute(sql).fetchone()
         return row[0] if row else None
 
+    def _rows(self):
+        """The records as fit_rpcs reads them, in start order: an emulated trace's with the
+        model's account; a trace-mode trace's with the RPCs inferred (fit_infer.py), its
+        latency dur_ns plus a round trip, and those under the server-bound floor dropped."""
+        inference = None
+        if not self.modelled:
+            origin = self._one("select min(start_ns) from trace") or 0
+            inference = Inference(self.base, origin)
+        columns = list(dict.fromkeys([*_ROW, "fault", "uid", *COLUMNS]))
+        at = [columns.index(c) for c in COLUMNS]
+        for rec in records(self.trace_dir, columns):
+            start, dur, op, inode, path, nfs, latency, wait, transfer, size, kind, fault, uid = rec[:13]
+            if inference is not None:
+                # every record, so that the client's caches follow them all
+                nfs, latency, wait = inference.rpcs(start, uid, tuple(rec[i] for i in at))
+                if dur <= self.floor_ns:
+                    continue
+            if fault is not None:
+                continue
+            ms = (latency if inference is None else dur + self.rt_ns) / 1e6
+            yield Row(start, start + dur, op, inode, path, nfs, latency, wait, transfer, size, kind, ms)
+
+    def source(self) -> str:
+        if self.modelled:
+            return "the model's account of each record (latency_ns; wait_ns where said)"
+        return (
+            f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of records over {self.floor_ns / 1e3:.0f} µs "
+            f"for which the model's NFS client, replaying the trace on the base, sends that one RPC "
+            f"(faster ones the NFS client answered from its caches)"
+        )
+
     def fit(self) -> list[Key]:
         out: list[Key] = []
-        for cls in LATENCY_CLASSES:
-            out += self._latency(cls)
+        out += fit_rpcs.latency_keys(self.samples, self.base, self.source())
+        if self.samples.write_back:
+            out.append(
+                Key(
+                    "#",
+                    "",
+                    f"# {int_text(self.samples.write_back)} buffered writes (WRITE(write-back)) say nothing of a "
+                    f"WRITE's latency themselves: the model wrote them back in the background; write is fitted "
+                    f"from stable WRITEs (O_DIRECT, a flush's one WRITE FILE_SYNC) and from flushes that waited "
+                    f"for a small write's one WRITE",
+                )
+            )
         out += self._stream()
+        out += self._stripes()
         out += self._ceilings()
         out += self._slots()
         return out
 
     # ---- latency ----------------------------------------------------------------------
 
-    def _samples(self, cls: str) -> tuple[list[float], list[int], str]:
-        """(latencies in ms, their records' sizes, how they were chosen) of class `cls`."""
-        if self.modelled:
-            rpcs = [r for r, c in _RPC_CLASS.items() if c == cls]
-            names = ", ".join(rpcs)
-            # A name made just after the kernel looked it up is charged less than its
-            # request's latency (the lookup's share was spent already: nfsclient's
-            # _earlier), so those operations would pull the median down.
-            rows = self.db.execute(
-                "select latency_ns, size from trace where list_contains($rpcs, nfs) and latency_ns > 0 "
-                "and not list_contains($makes, op)",
-                {"rpcs": rpcs, "makes": list(_MAKES)},
-            ).fetchall()
-            made = " (names made are left out: their lookup's time is taken off)" if cls == "meta_write" else ""
-            return (
-                [ns / 1e6 for ns, _ in rows],
-                [s for _, s in rows],
-                f"the model's sampled latency (latency_ns) of operations that sent one {names}{made}",
-            )
-        ops = [op for op, c in _OP_CLASS.items() if c == cls]
-        if not ops:
-            return [], [], ""
-        floor = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
-        extra = ""
-        if cls == "write":  # reached the server only when not buffered
-            extra = " or (op = 'write' and kind in ('direct', 'sync'))" if "kind" in self.columns else ""
-        rows = self.db.execute(
-            f"select dur_ns, size from trace where errno = 0 and dur_ns > $floor and (list_contains($ops, op){extra})",
-            {"floor": floor, "ops": ops},
-        ).fetchall()
-        how = (
-            f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of {', '.join(ops)} records over "
-            f"{floor / 1e3:.0f} µs (faster ones were answered by the NFS client's caches)"
-        )
-        return [(ns + self.rt_ns) / 1e6 for ns, _ in rows], [s for _, s in rows], how
-
-    def _latency(self, cls: str) -> list[Key]:
-        ms, sizes, how = self._samples(cls)
-        if len(ms) < MIN_RECORDS:
-            seen = count(len(ms), "record") if ms else "no records"
-            return [Key("#", "", f"# {cls}: {seen} of one request to the server: the base's latency stands")]
-        if not self.modelled and cls in ("read", "write") and self.slope_ms_per_byte(ms, sizes):
-            slope = self.slope_ms_per_byte(ms, sizes)
-            ms = [m - slope * s for m, s in zip(ms, sizes)]
-            how += ", less their bytes at the fitted stream rate"
-        median = statistics.median(ms)
-        p99 = max(_quantile(ms, 0.99), median)
-        n = int_text(len(ms))
-        return [
-            Key(f"{cls}_latency_ms", round(median, 4), f"median of {n}: {how}"),
-            Key(f"{cls}_latency_p99_ms", round(min(p99, 999 * median), 4), f"99th percentile of the same {n}"),
-        ]
-
-    @staticmethod
-    def slope_ms_per_byte(ms: list[float], sizes: list[int]) -> float:
-        """Latency against size: the least-squares slope through the median of each size
-        seen at least 5 times, when the sizes span a factor of 4; else 0."""
-        by_size: dict[int, list[float]] = {}
-        for m, s in zip(ms, sizes):
-            by_size.setdefault(s, []).append(m)
-        points = [(s, statistics.median(v)) for s, v in by_size.items() if len(v) >= 5 and s > 0]
-        if len(points) < 2 or max(s for s, _ in points) < 4 * min(s for s, _ in points):
-            return 0.0
-        xs, ys = zip(*points)
-        return max(statistics.linear_regression(xs, ys).slope, 0.0)
+    def _less_transfer(self) -> None:
+        """A trace-mode READ's or WRITE's latency holds its bytes' time: less them, at the
+        rate the sizes show (the slope of latency against size, kept for stream_mibps)."""
+        for rpc in ("READ", "WRITE"):
+            ms, sizes = self.samples.ms.get(rpc, []), self.samples.sizes.get(rpc, [])
+            slope = fit_rpcs.slope_ms_per_byte(ms, sizes) if len(ms) >= MIN_RECORDS else 0.0
+            if slope:
+                self.samples.ms[rpc] = [m - slope * s for m, s in zip(ms, sizes)]
+                self.slopes[rpc] = slope
 
     def _stream(self) -> list[Key]:
         """stream_mibps: the rate of one request's bytes."""
+        reads = self.samples
         if self.modelled:
-            rows = self.db.execute(
-                "select sum(size), sum(transfer_ns), count(*) from trace "
-                "where nfs = 'READ' and transfer_ns > 0 and size > 0"
-            ).fetchone()
-            total, ns, n = rows if rows else (0, 0, 0)
-            if not n or n < MIN_RECORDS:
+            pairs = [(s, t) for s, t in zip(reads.sizes["READ"], reads.transfer["READ"]) if s > 0 and t > 0]
+            if len(pairs) < MIN_RECORDS:
                 return []
-            mibps = total / MiB / (ns / 1e9)
+            mibps = sum(s for s, _ in pairs) / MiB / (sum(t for _, t in pairs) / 1e9)
             return [
                 Key(
                     "stream_mibps",
                     round(mibps, 2),
-                    f"bytes over transfer time (transfer_ns) of {int_text(n)} operations that sent one READ",
+                    f"bytes over transfer time (transfer_ns) of {int_text(len(pairs))} operations that sent one READ",
                 )
             ]
-        ms, sizes, _ = self._samples("read")
-        slope = self.slope_ms_per_byte(ms, sizes) if len(ms) >= MIN_RECORDS else 0.0
+        slope = self.slopes.get("READ", 0.0)
         if not slope:
             return [
                 Key(
@@ -273,11 +245,40 @@ class Fitter:
                     "bandwidth from latency: the base's stands",
                 )
             ]
+        n = int_text(len(reads.ms["READ"]))
         return [
             Key(
                 "stream_mibps",
                 round(1e3 / slope / MiB, 2),
-                f"1 / slope of read latency against size (medians per size of {int_text(len(ms))} reads)",
+                f"1 / slope of read latency against size (medians per size of {n} reads); read_latency_ms is "
+                f"their latency less their bytes at this rate",
+            )
+        ]
+
+    def _stripes(self) -> list[Key]:
+        """stripe_write_mibps: the rate at which a stripe took a stable WRITE's bytes, where
+        the base or the trace's own profile models stripes (its size stays the base's)."""
+        params = (self.meta.get("emulation") or {}).get("params") or {}
+        if not (self.base.file_stripe_size or params.get("file_stripe_size")):
+            return []
+        s = self.samples
+        pairs = [(n, t) for n, t in zip(s.sizes.get("WRITE", []), s.transfer.get("WRITE", [])) if n > 0 and t > 0]
+        if not self.modelled or len(pairs) < MIN_RECORDS:
+            return [
+                Key(
+                    "#",
+                    "",
+                    f"# stripe_write_mibps: {count(len(pairs), 'stable WRITE')} with a modelled transfer time, "
+                    f"under {MIN_RECORDS} or none (a trace-mode trace): the base's stands",
+                )
+            ]
+        mibps = sum(n for n, _ in pairs) / MiB / (sum(t for _, t in pairs) / 1e9)
+        return [
+            Key(
+                "stripe_write_mibps",
+                round(mibps, 2),
+                f"bytes over transfer time (transfer_ns) of {int_text(len(pairs))} stable WRITEs "
+                f"(O_DIRECT, a flush's one WRITE FILE_SYNC); file_stripe_size stays the base's",
             )
         ]
 
@@ -389,17 +390,3 @@ class Fitter:
         ).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    at = q * (len(ordered) - 1)
-    low = int(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
-
-
-def _number(value: float | int) -> str:
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.1f}"

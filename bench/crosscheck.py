@@ -12,6 +12,7 @@ loop of `touch` pays (0.63 ms a file on EBS in the same workshop).
 """
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,7 +77,7 @@ def rate(profile: str, jobs: int, per_job: int, make: Callable[[int], Iterator[C
     each in its own."""
     c = client(profile, TUTORIAL)
     dirs = [next(_inode)] * jobs if shared_dir else [next(_inode) for _ in range(jobs)]
-    end = chains(c, [each(per_job, lambda d=d: make(d)) for d in dirs])
+    end = chains(c, [each(per_job, functools.partial(make, d)) for d in dirs])
     return jobs * per_job / end
 
 
@@ -180,7 +181,14 @@ def rows() -> list[tuple[str, str, str, float, float, str]]:
     ]
     for size, name, ms in ((1000, "1 kB", 25.0), (100_000, "100 kB", 24.7), (1_000_000, "1 MB", 52.6)):
         out.append(
-            (xyzt, f"write a whole {name} file", era, ms, per_item_ms(era, lambda s=size: whole_file(4, s), 64), "ms")
+            (
+                xyzt,
+                f"write a whole {name} file",
+                era,
+                ms,
+                per_item_ms(era, functools.partial(whole_file, 4, size), 64),
+                "ms",
+            )
         )
     out.append(
         (
@@ -203,7 +211,7 @@ def rows() -> list[tuple[str, str, str, float, float, str]]:
                 f"write a whole {name} file, elastic",
                 elastic,
                 e_ms,
-                per_item_ms(elastic, lambda s=size: whole_file(6, s), 10),
+                per_item_ms(elastic, functools.partial(whole_file, 6, size), 10),
                 "ms",
             )
         )
@@ -213,7 +221,7 @@ def rows() -> list[tuple[str, str, str, float, float, str]]:
                 f"write a whole {name} file, bursting",
                 today,
                 b_ms,
-                per_item_ms(today, lambda s=size: whole_file(7, s), 10),
+                per_item_ms(today, functools.partial(whole_file, 7, size), 10),
                 "ms",
             )
         )

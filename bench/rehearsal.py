@@ -1,15 +1,17 @@
 """The rehearsal loop, end to end, at a size where percentiles mean something.
 
 A mixed workload (tests/workloads/mixed.sh: small files created and written, files made
-durable with dd conv=fsync, a namespace of directories made, renamed and removed, tar and
-cat reading it all back; several processes at once) runs on a mount emulating a profile
-with a trace; `fusetrace fit` fits a profile to that trace; a second mount emulates the
-fitted profile; `fusetrace replay --prepare-into` makes the trace's starting tree in its
-source and re-issues the trace into it, traced again; `fusetrace compare` sets the two
-traces side by side.  The figures go between the `<!-- rehearsal -->`
-markers of docs/BENCHMARKS.md.
+durable with dd conv=fsync, an fsync-heavy sqlite database, random 4 KiB I/O, a namespace
+of directories made, renamed and removed, listings and stats, tar and cat reading it all
+back; several processes at once) runs on a mount emulating each profile, traced;
+`fusetrace fit` fits a profile to that trace (its base: the trace's own profile); a second
+mount emulates the fitted profile; `fusetrace replay --prepare-into` makes the trace's
+starting tree in its source and re-issues the trace into it, traced again; `fusetrace
+compare` sets the two traces side by side; and the same workload runs again, not replayed,
+on a third mount of the fitted profile, whose wall time is set beside the recording's.  The
+figures go between the `<!-- rehearsal -->` markers of docs/BENCHMARKS.md.
 
-    .venv/bin/python bench/rehearsal.py [--rounds N] [--profile P] [--docs FILE]
+    .venv/bin/python bench/rehearsal.py [--rounds N] [--profiles P ...] [--docs FILE]
 
 Operations whose median is under ten FUSE round trips take the time the host gives them,
 not the model (a getattr answered by the emulated client's cache, a buffered write): their
@@ -43,17 +45,22 @@ def ft(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([*FUSETRACE, *args], check=check, capture_output=True, text=True, timeout=3600)
 
 
-def run(rounds: int, profile: str, work: Path) -> dict:
-    for name in ("src-a", "mnt-a", "src-b", "mnt-b"):
-        (work / name).mkdir()
-    trace_a, trace_b, fitted = work / "trace-a", work / "trace-b", work / "fitted.toml"
-    ft("mount", str(work / "src-a"), str(work / "mnt-a"), "--emulate", profile, "--trace", str(trace_a))
+def workload(profile: str, src: Path, mnt: Path, rounds: int, trace: Path | None = None) -> float:
+    """The workload's wall time on a mount of `profile` over `src` (traced into `trace`)."""
+    ft("mount", str(src), str(mnt), "--emulate", profile, *(["--trace", str(trace)] if trace else []))
     t0 = time.monotonic()
     try:
-        sh("sh", str(WORKLOAD), str(work / "mnt-a"), str(rounds))
+        sh("sh", str(WORKLOAD), str(mnt), str(rounds))
     finally:
-        ft("umount", str(work / "mnt-a"))
-    recorded_s = time.monotonic() - t0
+        ft("umount", str(mnt))
+    return time.monotonic() - t0
+
+
+def run(rounds: int, profile: str, work: Path) -> dict:
+    for name in ("src-a", "mnt-a", "src-b", "mnt-b", "src-c", "mnt-c"):
+        (work / name).mkdir()
+    trace_a, trace_b, fitted = work / "trace-a", work / "trace-b", work / "fitted.toml"
+    recorded_s = workload(profile, work / "src-a", work / "mnt-a", rounds, trace_a)
     fit_out = ft("fit", str(trace_a), "-o", str(fitted)).stdout.strip()
     ft("mount", str(work / "src-b"), str(work / "mnt-b"), "--emulate", str(fitted), "--trace", str(trace_b))
     try:
@@ -63,6 +70,7 @@ def run(rounds: int, profile: str, work: Path) -> dict:
         )
     finally:
         ft("umount", str(work / "mnt-b"))
+    rerun_s = workload(str(fitted), work / "src-c", work / "mnt-c", rounds)
     compared = ft("compare", str(trace_a), str(trace_b), "--json", check=False)
     result = json.loads(compared.stdout)
     meta = {k: json.loads((t / "_metadata.json").read_text()) for k, t in (("a", trace_a), ("b", trace_b))}
@@ -70,6 +78,7 @@ def run(rounds: int, profile: str, work: Path) -> dict:
         "rounds": rounds,
         "profile": profile,
         "recorded_s": recorded_s,
+        "rerun_s": rerun_s,
         "fit": fit_out,
         "fitted": fitted.read_text(),
         "replay": replay,
@@ -79,20 +88,60 @@ def run(rounds: int, profile: str, work: Path) -> dict:
     }
 
 
-def render(r: dict) -> str:
-    meta = r["meta"]
-    rt = min(m.get("fuse_round_trip_ns") or 0 for m in meta.values())
+def render_all(results: list[dict]) -> str:
+    rounds = results[0]["rounds"]
     lines = [
         MARK,
         "## The rehearsal loop: record, fit, emulate, replay, compare",
         "",
-        f"`bench/rehearsal.py --rounds {r['rounds']} --profile {r['profile']}` (about "
-        f"{r['recorded_s']:.0f} s of workload), run {time.strftime('%Y-%m-%d')} on this machine. "
-        f"`tests/workloads/mixed.sh` ran on a mount emulating `{r['profile']}`, traced (A); "
-        f"`fusetrace fit` fitted a profile to A; a second mount emulated the fitted profile while "
-        f"`fusetrace replay` re-issued A into it, traced (B); `fusetrace compare A B` set them side by side.",
+        f"`bench/rehearsal.py --rounds {rounds} --profiles {' '.join(r['profile'] for r in results)}`, "
+        f"run {time.strftime('%Y-%m-%d')} on this machine. `tests/workloads/mixed.sh` ran on a mount "
+        f"emulating each profile, traced (A); `fusetrace fit` fitted a profile to A on its own base; a "
+        f"second mount emulated the fitted profile while `fusetrace replay --prepare-into` made A's "
+        f"starting tree in its source and re-issued A into it, traced (B); `fusetrace compare A B` set "
+        f"them side by side; the workload then ran again on a third mount of the fitted profile.",
         "",
+        "| recorded on | judged operations within p50 10 %, p99 15 % | creates A / B | opens A / B "
+        "| fsyncs A / B | wall time recorded | the same workload on the fitted profile | ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for r in results:
+        judged, passed = _verdicts(r)
+        counts = {row["op"]: row for row in r["compare"]["ops"]}
+
+        def ab(op: str, counts: dict = counts) -> str:
+            row = counts.get(op) or {}
+            return f"{(row.get('a') or {}).get('count', 0):,} / {(row.get('b') or {}).get('count', 0):,}"
+
+        lines.append(
+            f"| `{r['profile']}` | {passed} of {judged} | {ab('create')} | {ab('open')} | {ab('fsync')} | "
+            f"{r['recorded_s']:.1f} s | {r['rerun_s']:.1f} s | {r['rerun_s'] / r['recorded_s']:.2f} |"
+        )
+    for r in results:
+        lines += ["", *render(r)]
+    lines.append(MARK)
+    return "\n".join(lines) + "\n"
+
+
+def _verdicts(r: dict) -> tuple[int, int]:
+    """(judged, passed): the operations whose median the model sets, and those within the tolerances."""
+    rt = min(m.get("fuse_round_trip_ns") or 0 for m in r["meta"].values())
+    judged = [row for row in r["compare"]["ops"] if _judged(row, rt)]
+    return len(judged), sum(row["verdict"].startswith("pass") for row in judged)
+
+
+def _judged(row: dict, rt: float) -> bool:
+    """Whether the model sets this operation's time (its median is at least MODEL_SET round
+    trips) and compare gave it a verdict."""
+    p50 = (row.get("a") or {}).get("p50_ns")
+    verdict = row["verdict"]
+    return bool(p50 and p50 >= MODEL_SET * rt and (verdict == "fail" or verdict.startswith("pass")))
+
+
+def render(r: dict) -> list[str]:
+    meta = r["meta"]
+    rt = min(m.get("fuse_round_trip_ns") or 0 for m in meta.values())
+    lines = [f"### Recorded on `{r['profile']}`", ""]
     for side in ("a", "b"):
         host = meta[side].get("host_load") or {}
         verdict = "host-bound" if host.get("host_bound") else "the host kept up"
@@ -108,15 +157,11 @@ def render(r: dict) -> str:
         "| op | A count | B count | A p50 | B p50 | p50 B/A | A p99 | B p99 | p99 B/A | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    judged = passed = 0
+    judged, passed = _verdicts(r)
     for row in r["compare"]["ops"]:
         a, b = row.get("a") or {}, row.get("b") or {}
-        model_set = a.get("p50_ns") and a["p50_ns"] >= MODEL_SET * rt
         verdict = row["verdict"]
-        if model_set and (verdict == "fail" or verdict.startswith("pass")):
-            judged += 1
-            passed += verdict.startswith("pass")
-        elif verdict not in ("too few",) and not verdict.startswith("only"):
+        if not _judged(row, rt) and verdict not in ("too few",) and not verdict.startswith("only"):
             verdict += " (host-set: not counted)"
         lines.append(
             f"| {row['op']} | {a.get('count', 0):,} | {b.get('count', 0):,} | {_us(a.get('p50_ns'))} | "
@@ -128,14 +173,9 @@ def render(r: dict) -> str:
         f"Of the {judged} operations whose median is at least {MODEL_SET} FUSE round trips "
         f"({MODEL_SET * rt / 1e3:.0f} µs: the model sets their time), {passed} are within the "
         f"tolerances (p50 {r['compare'].get('tolerance', 10):g} %, p99 "
-        f"{r['compare'].get('tail_tolerance', 15):g} %). The fitted profile:",
-        "",
-        "```toml",
-        r["fitted"].rstrip(),
-        "```",
-        MARK,
+        f"{r['compare'].get('tail_tolerance', 15):g} %). `fusetrace fit` said: {r['fit']}",
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _replay_line(rp: dict) -> str:
@@ -159,12 +199,14 @@ def _ratio(x: float | None) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--profile", default="efs-bursting")
+    p.add_argument("--profiles", nargs="+", default=["efs-2016", "efs-bursting"])
     p.add_argument("--docs", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="rehearsal-") as work:
-        result = run(args.rounds, args.profile, Path(work))
-    part = render(result)
+    results = []
+    for profile in args.profiles:
+        with tempfile.TemporaryDirectory(prefix="rehearsal-") as work:
+            results.append(run(args.rounds, profile, Path(work)))
+    part = render_all(results)
     print(part)
     docs = Path(args.docs)
     text = docs.read_text() if docs.exists() else "# Benchmarks\n"

@@ -76,6 +76,8 @@ def test_a_step_can_need_a_phase_of_the_run(tmp_path):
         ('[[steps]]\nname = "a"\nrun = "true"\nfio = "-bs=4k"\n', "exactly one of 'fio'"),
         ('[[steps]]\nname = "a"\nrun = "true"\nneeds = "dawn"\n', "needs = 'dawn': must be one of 'cliff'"),
         ('[[steps]]\nname = "a"\nrun = "true"\nrepeats = 2\n', "unknown key 'repeats'"),
+        ('[[steps]]\nname = "a"\nrun = "true"\nhost_check = "yes"\n', "host_check = 'yes': must be true or false"),
+        ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nhost_check = true\n', "unknown key 'host_check'"),
         ('[[steps]]\nname = "a"\nrun = "true"\nunit = "files"\n', "'unit' needs 'count'"),
         ('[[steps]]\nname = "a"\nfio = "-bs=4k"\nruntime = -1\n', "runtime = -1"),
         ('colour = "red"\n[[steps]]\nrun = "true"\n', "unknown key 'colour'"),

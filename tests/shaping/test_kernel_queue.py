@@ -12,7 +12,7 @@ from support import fusetrace, poll
 
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.profiles import apply_overrides, load_profile
-from fusetrace.hostload import NO_LOAD, host_load, load_words
+from fusetrace.hostload import NO_LOAD, host_load, load_words, paced_words
 from fusetrace.server import fusectl, fuseread
 from fusetrace.shaping.emulation import Emulation
 from fusetrace.shaping.kernelqueue import KernelQueue, UnreadWait, pending
@@ -100,6 +100,18 @@ def test_the_verdict_adds_the_unread_wait_and_then_ignores_the_loops_cpu():
     unmeasured = host_load(NO_LOAD, _counters(late_ns=2 * S, modelled_ns=100 * S, busy=0.9))
     assert unmeasured["queued_share"] is None and unmeasured["host_bound"]  # the loop's CPU stands in
     assert "kernel queue not measured: a loop busy over 75 % counts" in load_words(unmeasured)
+
+
+def test_a_mount_the_model_kept_busy_under_half_the_time_is_host_paced():
+    """A loop of short processes: the model had an operation in hand 30 % of the second,
+    the rest went to process starts; nothing was late, so it is not host-bound."""
+    paced = host_load(NO_LOAD, _counters(modelled_ns=S // 2, busy=0.1, busy_ns=3 * S // 10))
+    assert paced["model_busy"] == pytest.approx(0.3) and paced["host_paced"] and not paced["host_bound"]
+    assert "only 30 %" in paced_words(paced)
+    busy = host_load(NO_LOAD, _counters(modelled_ns=S, busy=0.1, busy_ns=8 * S // 10))
+    assert not busy["host_paced"] and paced_words(busy) == ""
+    older = host_load(NO_LOAD, _counters(modelled_ns=S, busy=0.1))  # a reading without the counter
+    assert older["model_busy"] is None and not older["host_paced"]
 
 
 def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):

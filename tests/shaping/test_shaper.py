@@ -100,6 +100,15 @@ def test_compensation_sends_replies_that_much_earlier():
     assert a is not None and b is not None and a.deadline_ns - b.deadline_ns == 40_000
 
 
+def test_the_time_the_model_had_work_in_hand_is_the_union_of_modelled_spans():
+    """busy_ns (hostload's host-paced verdict): two reads at once count once, the second
+    the model was idle between them not at all."""
+    s = Shaper(Model(load_params("efs-bursting", STEADY), 0.0), None)
+    for start, file in ((10**9, 1), (10**9, 2), (2 * 10**9, 3)):
+        s.admit(Request("read", Kind.READ, file, size=1), start)
+    assert s.counters()["busy_ns"] == pytest.approx(2 * 5 * MS, abs=1_000)
+
+
 def _with_timer(body) -> None:
     """Run `await body(shaper)` in trio with a real precise timer running beside it."""
 

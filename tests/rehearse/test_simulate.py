@@ -261,7 +261,7 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
     for (request, row), t in zip(served, times):
         client.admit(request.call(row["uid"]), t)
     calls = [
-        (t, r.call(row["uid"]))
+        (t, t, -1, r.call(row["uid"]))
         for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
         if r is not None
     ]
@@ -290,7 +290,8 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
 def _workload(
     rounds: int = 50, writes: int = 4, size: int = 64 * 1024, start: float = 1000.0, gap: float = 0.1
 ) -> list[Timed]:
-    """A small job, round after round: look a file up, open it, write it, close it, stat it."""
+    """A small job, round after round: look a file up, open it, write it, close it, stat it
+    (open loop: each operation at its time)."""
     calls, t = [], start
     for i in range(rounds):
         f = 100 + i % 10
@@ -299,7 +300,12 @@ def _workload(
         t += 0.003 + writes * 0.001
         calls += [(t, Call("flush", file=f)), (t + 0.02, Call("release", file=f)), (t + 0.021, Call("getattr", file=f))]
         t += 0.022 + gap
-    return calls
+    return _open(calls)
+
+
+def _open(calls: list[tuple[float, Call]]) -> list[Timed]:
+    """Operations of no chain, made at their times (open loop)."""
+    return [(t, t, -1, c) for t, c in calls]
 
 
 def _span(calls: list[Timed]) -> float:
@@ -321,7 +327,7 @@ def _every_operation(overrides: list[str], calls: list[Timed], reps: float, prof
     client = NfsClient(model)
     stop, cliff, waited, longest, ops = origin + reps * span, None, 0.0, 0.0, 0
     for r in range(math.ceil(reps)):
-        for at, c in calls:
+        for at, _, _, c in calls:
             t = at + r * span
             if t >= stop:
                 break
@@ -407,7 +413,7 @@ def _read_twice(gaps: list[float]) -> list[Timed]:
     for c, gap in zip(kinds, gaps, strict=True):
         t += gap
         calls.append((t, c))
-    return calls
+    return _open(calls)
 
 
 @settings(max_examples=200, deadline=None)
@@ -462,7 +468,7 @@ def test_write_back_nobody_waits_for_grows_no_wait():
     """Buffered writes at more than the burst rate, never flushed: the write-back queue grows
     without end (saturated) but no operation waits for it until the client's dirty limit,
     as every operation simulated says; once it is reached the writers do."""
-    calls = [(1000.0 + i * 0.01, Call("write", file=100, size=32 * 1024)) for i in range(100)]
+    calls = _open([(1000.0 + i * 0.01, Call("write", file=100, size=32 * 1024)) for i in range(100)])
     settings = ["burst_mibps=2", "burst_mibps_per_tib=0", "burst_credit_balance=600 MiB"]
     res = _simulated(settings, calls, 60)
     full = _every_operation(settings, calls, 60)
@@ -569,6 +575,7 @@ def _trace(directory: Path, rounds: int = 300, gap_ms: int = 150) -> int:
 
 
 def test_simulate_says_when_credits_run_out(tmp_path):
+    """In open loop, the operations at their recorded times: past the cliff the queue grows."""
     records = _trace(tmp_path / "t")
     args = [
         "simulate",
@@ -579,6 +586,7 @@ def test_simulate_says_when_credits_run_out(tmp_path):
         "burst_credit_balance=2 GiB",
         "--days",
         "7",
+        "--open-loop",
     ]
     began = time.monotonic()
     out = json.loads(fusetrace(*args, "--json").stdout)
@@ -610,14 +618,16 @@ def test_simulate_says_when_credits_run_out(tmp_path):
 
 def test_simulate_once(tmp_path):
     records = _trace(tmp_path / "t", rounds=20)
-    out = json.loads(fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--json").stdout)
+    out = json.loads(
+        fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop", "--json").stdout
+    )
     assert out["operations"] == {"simulated": records, "total": records}
     assert [s["simulated"] for s in out["spans"]] == [True]
     assert out["credits"]["run_out_s"] is None and out["waited"]["total_s"] > 0
     # the average is over the operations' own span, as --days takes it, not the idle time before them
     assert out["metered_bytes_per_s"] == pytest.approx(out["metered_bytes"] / out["span_s"])
     assert out["duration_s"] == pytest.approx(out["first_operation_s"] + out["span_s"], abs=1e-3)
-    text = fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018").stdout
+    text = fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop").stdout
     assert "the trace once" in text and "credits do not run out" in text
     assert "on average over its operations' " in text
 

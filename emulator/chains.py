@@ -1,0 +1,98 @@
+"""A pass of a recorded workload in closed loop: each thread's (or process's) operations
+wait for the ones it had seen complete, as the application did.
+
+The recording says which operations of a chain (one thread, or one process where the
+trace names no threads) had completed when another was made: those that ended before it
+started.  Each of those completing `x` later in the simulation than it did in the
+recording delays it by `x` (the largest such delay so far is the chain's `slip`), and the
+time the application spent between them (its think time: the recording's gap from the
+earlier's end to the later's start) is kept.  So an operation is made at its recorded
+time shifted by its chain's slip, never before: on a file system as fast as the
+recording's every operation is made when it was, and on a slower one the chain, and the
+job, stretch.  Operations that overlapped in the recording (threads of one process, a
+process's asynchronous requests) do not wait for one another.
+
+`Chains` takes a pass's operations in recorded order and gives them back in the order
+they are made, each once the operations it waits for have been admitted.  Pure and
+clock-free, like the model.
+"""
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from .call import Call
+
+
+@dataclass
+class Chain:
+    """One chain's operations in a pass: those waiting to be made, the delays of those made
+    (by recorded end), and its recorded and simulated extent."""
+
+    pending: deque[tuple[float, float, Call]] = field(default_factory=deque)  # recorded start, end, call
+    ends: list[tuple[float, float]] = field(default_factory=list)  # heap: recorded end, delay at completion
+    slip: float = 0.0
+    busy: bool = False  # its next operation is scheduled or being admitted
+    end: float = 0.0  # the recorded end of the operation being admitted
+    first: float = 0.0  # its first operation's recorded start
+    last_end: float = 0.0  # its last recorded end
+    last_done: float = 0.0  # when its last operation completed in the simulation (shifted back)
+
+
+class Chains:
+    """A pass shifted by `shift` seconds: `add` its operations in recorded start order,
+    `take` the next one made no later than a moment, and say when each completes (`done`)."""
+
+    def __init__(self, shift: float):
+        self.shift = shift
+        self.chains: dict[int, Chain] = {}
+        self._heap: list[tuple[float, int, int]] = []  # issue time, order, chain
+        self._order = 0
+
+    def add(self, start: float, end: float, key: int, call: Call) -> None:
+        """An operation of chain `key` recorded over [start, end] (s, unshifted)."""
+        chain = self.chains.get(key)
+        if chain is None:
+            chain = self.chains[key] = Chain(first=start, last_end=end)
+        chain.pending.append((start, end, call))
+        if end > chain.last_end:
+            chain.last_end = end
+        if not chain.busy:
+            self._schedule(key, chain)
+
+    def take(self, limit: float) -> tuple[float, int, Call] | None:
+        """The next operation made at or before `limit` (shifted): (when, its chain, the
+        call); None if none is.  The caller admits it and calls `done`."""
+        heap = self._heap
+        if not heap or heap[0][0] > limit:
+            return None
+        t, _, key = heapq.heappop(heap)
+        chain = self.chains[key]
+        _, chain.end, call = chain.pending.popleft()
+        return t, key, call
+
+    def done(self, key: int, done_at: float) -> None:
+        """Chain `key`'s operation last taken completes at `done_at` (shifted)."""
+        chain = self.chains[key]
+        done = done_at - self.shift
+        heapq.heappush(chain.ends, (chain.end, done - chain.end))
+        if done > chain.last_done:
+            chain.last_done = done
+        chain.busy = False
+        if chain.pending:
+            self._schedule(key, chain)
+
+    def next_at(self) -> float | None:
+        """When the next scheduled operation is made (None: none is)."""
+        return self._heap[0][0] if self._heap else None
+
+    def _schedule(self, key: int, chain: Chain) -> None:
+        start = chain.pending[0][0]
+        ends = chain.ends
+        while ends and ends[0][0] <= start:  # it started after these had completed: it waits for them
+            _, delay = heapq.heappop(ends)
+            if delay > chain.slip:
+                chain.slip = delay
+        chain.busy = True
+        heapq.heappush(self._heap, (start + chain.slip + self.shift, self._order, key))
+        self._order += 1

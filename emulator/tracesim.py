@@ -211,7 +211,8 @@ class TraceSim:
                 continue
             skip = self._skip(r, stop, steady) if growth is not None else 0
             if skip:
-                self._jump(r, skip, steady)
+                if self._jump(r, skip, steady, stop):
+                    break
                 r += skip
                 reps.clear()
                 held.clear()
@@ -381,13 +382,15 @@ class TraceSim:
         room = (b - dip) / -delta if delta < 0 else (cap - earn * self.period - b) / delta
         return max(0, min(whole, int(room) - MARGIN))
 
-    def _jump(self, r: int, skip: int, reps: list[Rep]) -> None:
+    def _jump(self, r: int, skip: int, reps: list[Rep], stop: float) -> bool:
         """Skip repetitions r .. r + skip - 1, extrapolated from `reps`, and set the
-        balance to what they would have left."""
+        balance to what they would have left.  Where they are every whole one left, the
+        part of one after them is skipped too, to `stop`: True."""
         begin = self._boundary(r)
+        rest = skip == int((stop - begin) / self.period + 1e-9)
         if self.closed:
-            self._bounds[r + skip] = begin + skip * self.period
-        end = self._boundary(r + skip)
+            self._bounds[r + skip] = stop if rest else begin + skip * self.period
+        end = stop if rest else self._boundary(r + skip)
         b, delta = reps[-1].end_balance, mean([x.delta for x in reps])
         work, ops, waited = (
             mean([x.work for x in reps]),
@@ -406,8 +409,10 @@ class TraceSim:
             lambda t: waited / max(ops, 1.0),
             lambda t: longest,
         )
-        self.model.set("burst_credit_balance", b + delta * skip, end)
-        self.spans.append(Span(begin - self.origin, end - self.origin, False, skip))
+        skipped = (end - begin) / self.period if rest else skip
+        self.model.set("burst_credit_balance", b + delta * skipped, end)
+        self.spans.append(Span(begin - self.origin, end - self.origin, False, skipped))
+        return rest
 
     def _fluid(self, r: int, stop: float, reps: list[Rep], growth: float, start: dict[str, float]) -> Result:
         """Extrapolate from repetition r to `stop` as a fluid queue and give the result.

@@ -34,7 +34,7 @@ from . import simulate_plot
 from .requests import COLUMNS, Gaps, Rebuilder
 from .rows import records
 
-CACHE_CALLS = 200_000  # a trace of at most this many records is kept in memory (about 250 bytes a call)
+CACHE_CALLS = 500_000  # a trace of at most this many records is kept in memory (about 300 bytes a call)
 TOP_PROCESSES = 10  # the processes said, those the simulation slows down most
 TABLE_ROWS = 24  # at most, besides the start
 SAMPLES_PER_ROW = 20  # samples a table row sums up (the plot draws every one)

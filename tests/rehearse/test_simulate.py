@@ -21,6 +21,7 @@ from pyfuse3 import FUSEError
 from support import fusetrace, one_line_error
 from support.inprocess import CTX, QUICK, serve
 
+from fusetrace.emulator import tracesim
 from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import NfsClient
@@ -921,3 +922,32 @@ def test_closed_loop_past_the_cliff_the_job_slows_instead_of_queueing(tmp_path):
     assert out["repetitions"] < 0.9 * 7 * 86400 / out["span_s"]
     assert out["slowdown"] == pytest.approx(1.0, abs=0.1)  # its first pass, with credits
     assert out["samples"][-1]["t_s"] == 7 * 86400
+
+
+def test_closed_loop_fast_forward_finds_what_every_operation_finds(monkeypatch):
+    """The job of test_fast_forward_finds_the_cliff_every_operation_finds, one thread, each
+    operation recorded taking 0.5 ms, repeated for 120 of its spans in closed loop: skipping
+    the steady stretches finds the cliff, the balance, the bytes, the waits and the passes that
+    every operation simulated finds."""
+    calls = [(t, t + 0.0005, 1, c) for t, _, _, c in _workload()]
+    params = load_params("efs-bursting", ["burst_credit_balance=400 MiB"])
+    span, first = _span(calls), calls[0][0]
+
+    def run():
+        sim = TraceSim(
+            Model(params, first), lambda: calls, origin=first, first=first, span=span, every=span, closed=True
+        )
+        return sim.run(120 * span)
+
+    res = run()
+    monkeypatch.setattr(tracesim, "STEADY", 10**9)
+    full = run()
+    assert [s.simulated for s in full.spans] == [True] and full.cliff is not None
+    assert [s.simulated for s in res.spans][:2] == [True, False] and res.ops < full.ops / 3
+    assert abs(res.cliff - full.cliff) < span, (res.cliff, full.cliff)
+    assert res.end_balance == pytest.approx(full.end_balance, abs=1 * MiB)
+    assert res.metered == pytest.approx(full.metered, rel=0.01)
+    assert res.reps == pytest.approx(full.reps, rel=0.01)
+    assert res.waited == pytest.approx(full.waited, rel=0.05)
+    assert res.max_wait == pytest.approx(full.max_wait, rel=0.05)
+    assert not res.saturated and res.job == full.job

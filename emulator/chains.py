@@ -41,12 +41,13 @@ class Chain:
 
 class Chains:
     """A pass shifted by `shift` seconds: `add` its operations in recorded start order,
-    `take` the next one made no later than a moment, and say when each completes (`done`)."""
+    `take` the next one made while `heap[0][0]`, when it is made, is no later than a
+    moment, and say when each completes (`done`)."""
 
     def __init__(self, shift: float):
         self.shift = shift
         self.chains: dict[int, Chain] = {}
-        self._heap: list[tuple[float, int, int]] = []  # issue time, order, chain
+        self.heap: list[tuple[float, int, int]] = []  # issue time (shifted), order, chain
         self._order = 0
 
     def add(self, start: float, end: float, key: int, call: Call) -> None:
@@ -60,13 +61,10 @@ class Chains:
         if not chain.busy:
             self._schedule(key, chain)
 
-    def take(self, limit: float) -> tuple[float, int, Call] | None:
-        """The next operation made at or before `limit` (shifted): (when, its chain, the
-        call); None if none is.  The caller admits it and calls `done`."""
-        heap = self._heap
-        if not heap or heap[0][0] > limit:
-            return None
-        t, _, key = heapq.heappop(heap)
+    def take(self) -> tuple[float, int, Call]:
+        """The next operation made (the heap not empty): (when, its chain, the call).  The
+        caller admits it and calls `done`."""
+        t, _, key = heapq.heappop(self.heap)
         chain = self.chains[key]
         _, chain.end, call = chain.pending.popleft()
         return t, key, call
@@ -82,10 +80,6 @@ class Chains:
         if chain.pending:
             self._schedule(key, chain)
 
-    def next_at(self) -> float | None:
-        """When the next scheduled operation is made (None: none is)."""
-        return self._heap[0][0] if self._heap else None
-
     def _schedule(self, key: int, chain: Chain) -> None:
         start = chain.pending[0][0]
         ends = chain.ends
@@ -94,5 +88,5 @@ class Chains:
             if delay > chain.slip:
                 chain.slip = delay
         chain.busy = True
-        heapq.heappush(self._heap, (start + chain.slip + self.shift, self._order, key))
+        heapq.heappush(self.heap, (start + chain.slip + self.shift, self._order, key))
         self._order += 1

@@ -13,8 +13,8 @@ the workload's span; so are operations of no chain in closed loop.
 
 Simulating every operation of a week of a one-minute workload would take many minutes,
 so whole repetitions are fast-forwarded while nothing changes regime.  After
-`STEADY` repetitions (not counting the first, whose caches start cold) that did the
-same work (metered bytes within `SAME_WORK` of one another, and in closed loop in
+`STEADY` repetitions (`CLOSED_STEADY` in closed loop; not counting the first, whose
+caches start cold) that did the same work (metered bytes within `SAME_WORK` of one another, and in closed loop in
 lengths within that share too) without moving the client's network credits:
 
 - **periodic**: their queues at the end did not grow.  Either the credit balance stayed
@@ -63,6 +63,9 @@ from .repetition import GROWING, SAME_WORK, Rep, alike, mean, queue, queue_growt
 from .throughput import fs_pipe_rates
 
 STEADY = 3  # repetitions alike in a row before any is extrapolated
+# In closed loop, two: no queue of the workload's own can rise in a row by chance (the job
+# waits instead), and a pass's length is compared besides its work
+CLOSED_STEADY = 2
 MARGIN = 2  # repetitions of credits left between a skip's end and the balance's zero or cap
 _CACHE = Gate.CACHE
 _KERNEL = Gate.KERNEL
@@ -187,8 +190,9 @@ class TraceSim:
                 reps.append(rep)
                 held.append(max(held[-1] if held else 0.0, rep.max_wait, rep.longest, queue(rep)))
             r += 1
-            steady = reps[-STEADY:]
-            if self._boundary(r) >= stop or len(steady) < STEADY or not alike(steady):
+            need = CLOSED_STEADY if self.closed else STEADY
+            steady = reps[-need:]
+            if self._boundary(r) >= stop or len(steady) < need or not alike(steady):
                 continue
             if self.closed:
                 lengths = [x.length for x in steady]
@@ -282,11 +286,12 @@ class TraceSim:
 
         chains = Chains(shift) if self.closed else None
         cut = False  # stopped before the pass's end
+        heap = chains.heap if chains is not None else []
         for at, last, key, c in self.calls():
             t = at + shift
             if chains is not None:
-                cut = self._made(chains, t, stop, one)
-                if cut:
+                if heap and heap[0][0] <= t and self._made(chains, t, stop, one):
+                    cut = True
                     break
                 if key >= 0:
                     chains.add(at, last, key, c)
@@ -326,10 +331,11 @@ class TraceSim:
     def _made(chains: Chains, limit: float, stop: float, one: Callable[[Call, float], float]) -> bool:
         """Admit the chains' operations made up to `limit`; True if one is due at `stop` or
         later (the time simulated is over)."""
-        while (taken := chains.take(limit)) is not None:
-            t, key, c = taken
-            if t >= stop:
+        heap = chains.heap
+        while heap and heap[0][0] <= limit:
+            if heap[0][0] >= stop:
                 return True
+            t, key, c = chains.take()
             chains.done(key, one(c, t))
         return False
 

@@ -940,7 +940,7 @@ def test_closed_loop_fast_forward_finds_what_every_operation_finds(monkeypatch):
         return sim.run(120 * span)
 
     res = run()
-    monkeypatch.setattr(tracesim, "STEADY", 10**9)
+    monkeypatch.setattr(tracesim, "CLOSED_STEADY", 10**9)
     full = run()
     assert [s.simulated for s in full.spans] == [True] and full.cliff is not None
     assert [s.simulated for s in res.spans][:2] == [True, False] and res.ops < full.ops / 3

@@ -105,17 +105,17 @@ def main() -> None:
         print(f"wrote {reader.record_count(args.dir):,} records in {time.perf_counter() - began:.1f} s")
     params = load_params("efs-bursting", SETTINGS)
     profiler = cProfile.Profile() if args.profile else None
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
     s = simulate.simulate(args.dir, params, args.days, closed=not args.open_loop)
     if profiler:
         profiler.disable()
         profiler.dump_stats(args.profile)
-    took = time.perf_counter() - began
+    took, cpu = time.perf_counter() - began, time.process_time() - cpu
     s["profile"], s["overrides"] = "efs-bursting", SETTINGS
     print(simulate.render(s))
-    print(f"simulate --days 7: {took:.1f} s")
+    print(f"simulate --days {args.days:g}{' --open-loop' if args.open_loop else ''}: {took:.1f} s ({cpu:.1f} s CPU)")
 
 
 if __name__ == "__main__":

@@ -186,7 +186,7 @@ class TraceSim:
             if duration is None:
                 stop = max(rep.last_done, self.origin)
                 break
-            if r > 0:
+            if r > 0 or self.closed:  # in closed loop the first too: its length says how cold it began
                 reps.append(rep)
                 held.append(max(held[-1] if held else 0.0, rep.max_wait, rep.longest, queue(rep)))
             r += 1
@@ -290,7 +290,7 @@ class TraceSim:
         for at, last, key, c in self.calls():
             t = at + shift
             if chains is not None:
-                if heap and heap[0][0] <= t and self._made(chains, t, stop, one):
+                if heap and heap[0][0] <= t and chains.make(t, stop, one):
                     cut = True
                     break
                 if key >= 0:
@@ -302,7 +302,7 @@ class TraceSim:
             one(c, t)
         else:
             if chains is not None:
-                cut = self._made(chains, math.inf, stop, one)
+                cut = chains.make(math.inf, stop, one)
         if self.closed:
             end = stop if cut else max(rep.last_done, begin)
             self._bounds[r + 1] = end
@@ -326,18 +326,6 @@ class TraceSim:
             reps = 1.0 if not cut else rep.ops / self._pass_ops if self._pass_ops else reps
         self.spans.append(Span(begin - self.origin, end - self.origin, True, reps))
         return rep
-
-    @staticmethod
-    def _made(chains: Chains, limit: float, stop: float, one: Callable[[Call, float], float]) -> bool:
-        """Admit the chains' operations made up to `limit`; True if one is due at `stop` or
-        later (the time simulated is over)."""
-        heap = chains.heap
-        while heap and heap[0][0] <= limit:
-            if heap[0][0] >= stop:
-                return True
-            t, key, c = chains.take()
-            chains.done(key, one(c, t))
-        return False
 
     def _observe(self, t: float, m: dict[str, float]) -> None:
         """Note the balance at t: the lowest yet, and the cliff when it first reaches zero."""

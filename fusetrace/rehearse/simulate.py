@@ -108,6 +108,7 @@ class Process(TypedDict):
     as simulated in closed loop."""
 
     pid: int
+    comm: str  # its name, as the trace gives it ("" unknown)
     recorded_s: float
     simulated_s: float
     slowdown: float
@@ -312,8 +313,15 @@ def _summary(
         )
     if gaps.unknown_ops:
         notes.append(f"{gaps.unknown_ops:,} records of operations no handler makes: left out")
+    comms = dict(trace.rows("select pid, max(comm) from trace group by pid")) if "comm" in trace.columns else {}
     processes: list[Process] = [
-        {"pid": pid, "recorded_s": rec, "simulated_s": sim, "slowdown": sim / rec if rec > 0 else 1.0}
+        {
+            "pid": pid,
+            "comm": comms.get(pid) or "",
+            "recorded_s": rec,
+            "simulated_s": sim,
+            "slowdown": sim / rec if rec > 0 else 1.0,
+        }
         for pid, (rec, sim) in r.chains.items()
     ]
     processes.sort(key=lambda p: (p["recorded_s"] - p["simulated_s"], p["pid"]))
@@ -452,12 +460,17 @@ def _job_lines(s: Simulation) -> list[str]:
         )
     if s["process_count"] > 1:
         shown = [
-            f"{p['pid']} {_length(p['simulated_s'])} instead of {_length(p['recorded_s'])} ({p['slowdown']:,.2f}x)"
+            f"{p['pid']}{_named(p['comm'])} {_length(p['simulated_s'])} "
+            f"instead of {_length(p['recorded_s'])} ({p['slowdown']:,.2f}x)"
             for p in s["processes"][:5]
         ]
         more = s["process_count"] - len(shown)
         lines.append("processes slowed down most: " + "; ".join(shown) + (f"; and {more:,} more" if more > 0 else ""))
     return lines
+
+
+def _named(comm: str) -> str:
+    return f" ({printable(comm)})" if comm else ""
 
 
 def _length(s: float) -> str:

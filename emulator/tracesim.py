@@ -108,6 +108,7 @@ class Result:
     # (s); None: it did not end in the time simulated
     chains: dict[int, tuple[float, float]]  # closed loop: each chain's first pass, recorded and simulated (s)
     period: float  # a repetition's length where `delta` was found (the span in open loop)
+    steady: float | None  # closed loop: the length of the last repetitions skipped (None: none were)
     spans: list[Span]
     reps: float  # repetitions of the workload in the time simulated
     ops: int  # operations simulated op by op
@@ -156,6 +157,7 @@ class TraceSim:
         self._bounds: dict[int, float] = {0: origin}  # closed loop: when repetition r starts, once known
         self._pass_ops = 0  # operations in a whole pass
         self.job: float | None = None
+        self.steady: float | None = None  # closed loop: the length of the last passes skipped
         self.chains: dict[int, tuple[float, float]] = {}
         self._delta_period = span
         self.admitted = admitted
@@ -215,6 +217,8 @@ class TraceSim:
                 continue
             skip = self._skip(r, stop, steady) if growth is not None else 0
             if skip:
+                if self.closed:
+                    self.steady = self.period
                 if self._jump(r, skip, steady, stop):
                     break
                 r += skip
@@ -391,7 +395,11 @@ class TraceSim:
             mean([float(x.ops) for x in reps]),
             mean([x.waited for x in reps]),
         )
-        permitted = self.model.metrics(begin)["PermittedThroughput"]
+        m = self.model.metrics(begin)
+        permitted = m["PermittedThroughput"]
+        if self.cliff is not None and min(x.low for x in reps) <= 0 and self.model.params.throughput_mode != "elastic":
+            # spent as earned: a burst of what was earned since, then the baseline again, in each
+            permitted = fs_pipe_rates(self.model.params, m["StorageBytes"])[1]
         longest = max(x.max_wait for x in reps)
         self._extrapolate(
             begin,
@@ -580,6 +588,7 @@ class TraceSim:
             self.job,
             self.chains,
             self._delta_period,
+            self.steady,
             spans,
             reps,
             self.ops,

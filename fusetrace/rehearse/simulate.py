@@ -137,6 +137,7 @@ class Simulation(TypedDict):
     recorded_s: float  # the job once, as recorded: its first start to its last end
     simulated_s: float | None  # and as simulated, to its last completion (None: not within the days)
     slowdown: float | None  # simulated over recorded
+    steady_pass_s: float | None  # closed loop: a pass's length where the last were skipped (None: none were)
     processes: list[Process]  # closed loop: those slowed down most, at most TOP_PROCESSES
     process_count: int
     duration_s: float
@@ -337,6 +338,7 @@ def _summary(
         "recorded_s": span,
         "simulated_s": r.job,
         "slowdown": r.job / span if r.job is not None else None,
+        "steady_pass_s": r.steady,
         "processes": processes[:TOP_PROCESSES],
         "process_count": len(processes),
         "duration_s": duration,
@@ -452,11 +454,13 @@ def _job_lines(s: Simulation) -> list[str]:
         lines.append(
             f"the job would take {_length(simulated)} instead of {_length(recorded)} ({simulated / recorded:,.2f}x)"
         )
+    steady = s["steady_pass_s"]
+    if steady is not None and (simulated is None or abs(steady - simulated) > 0.01 * simulated):
+        lines.append(f"later, where it is steady, a pass takes {_length(steady)} ({steady / recorded:,.2f}x)")
     if s["days"]:
-        at_pace = s["duration_s"] / recorded
         lines.append(
-            f"in {s['days']:g} days it runs {s['repetitions']:,.1f} times back to back "
-            f"({at_pace:,.1f} times at its recorded pace)"
+            f"in {s['days']:g} days: {s['repetitions']:,.1f} passes of the job, against "
+            f"{s['duration_s'] / recorded:,.1f} at its recorded pace"
         )
     if s["process_count"] > 1:
         shown = [

@@ -890,6 +890,10 @@ def test_closed_loop_command_says_how_much_longer_the_job_takes(tmp_path):
     assert out["slowdown"] == pytest.approx(out["simulated_s"] / out["recorded_s"]) and out["slowdown"] > 1.5
     assert out["processes"][0]["slowdown"] == pytest.approx(out["slowdown"])
     assert out["duration_s"] == pytest.approx(out["first_operation_s"] + out["simulated_s"], abs=1e-6)
+    # longer than recorded: the samples merged to keep the table within its rows, none lost
+    assert out["row_s"] * simulate.TABLE_ROWS >= out["duration_s"] > 0.02 * simulate.TABLE_ROWS
+    assert len(out["samples"]) <= simulate.TABLE_ROWS * simulate.SAMPLES_PER_ROW + 2
+    assert sum(x["ops"] for x in out["samples"]) == out["records"]
     text = fusetrace(*args).stdout
     job = f"the job would take {simulate._length(out['simulated_s'])} instead of {simulate._length(out['recorded_s'])}"
     assert f"{job} ({out['slowdown']:,.2f}x)" in text

@@ -12,10 +12,11 @@ operations' wait with it), and repetition r runs the same operations shifted by 
 the workload's span; so are operations of no chain in closed loop.
 
 Simulating every operation of a week of a one-minute workload would take many minutes,
-so whole repetitions are fast-forwarded while nothing changes regime.  After
-`STEADY` repetitions (`CLOSED_STEADY` in closed loop; not counting the first, whose
-caches start cold) that did the same work (metered bytes within `SAME_WORK` of one another, and in closed loop in
-lengths within that share too) without moving the client's network credits:
+so whole repetitions are fast-forwarded while nothing changes regime.  After `STEADY`
+repetitions (not counting the first, whose caches start cold; in closed loop
+`CLOSED_STEADY`, the first counted: its length says how cold it began) that did the same
+work (metered bytes within `SAME_WORK` of one another, and in closed loop in lengths
+within that share too) without moving the client's network credits:
 
 - **periodic**: their queues at the end did not grow.  Either the credit balance stayed
   where it was (at its cap; elastic throughput) and the rest is skipped, or it stayed

@@ -1,12 +1,15 @@
-"""`fusetrace simulate DIR --profile P [--set K=V] [--days N] [--plot FILE.png] [--json]`:
-a trace's operations through the emulated NFS client and the EFS model in virtual time,
-no mount and no sleeping, repeated back to back for N days if asked: when the burst
+"""`fusetrace simulate DIR --profile P [--set K=V] [--days N] [--open-loop] [--plot FILE.png]
+[--json]`: a trace's operations through the emulated NFS client and the EFS model in virtual
+time, no mount and no sleeping, once or back to back for N days: how much longer the job
+would take (closed loop, the default: each process waits for its own operations, as it
+did; --open-loop makes every operation at its recorded time instead), when the burst
 credits run out, if they do, the throughput after, and the time operations waited.
 
 The records become the requests the mount's handlers made (requests.py), in start
 order, streamed from the trace in bounded memory (a trace of up to CACHE_CALLS records is
-read once and kept); emulator/tracesim.py runs them, simulating op by op around every
-change of regime and extrapolating the steady stretches between (it says which).
+read once and kept), each with its recorded start and end and its process;
+emulator/tracesim.py runs them, simulating op by op around every change of regime and
+extrapolating the steady stretches between (it says which).
 """
 
 import argparse

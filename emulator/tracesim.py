@@ -21,10 +21,10 @@ within that share too) without moving the client's network credits:
 - **periodic**: their queues at the end did not grow.  Either the credit balance stayed
   where it was (at its cap; elastic throughput) and the rest is skipped, or it stayed
   away from zero and from its cap, moving by the same `delta` each time (what the
-  baseline earns over the span, less the metered bytes): repetitions are skipped
-  until it is `MARGIN` repetitions from where it could reach zero within one (as low
-  as it was seen to dip) or its cap, `Model.set` puts it where the skipped ones would
-  have left it, and the simulation goes on op by op from there, through the change
+  baseline earns over the span, less the metered bytes): repetitions are skipped until
+  it is `MARGIN` (`CLOSED_MARGIN`) repetitions from where it could reach zero within one
+  (as low as it was seen to dip) or its cap, `Model.set` puts it where the skipped ones
+  would have left it, and the simulation goes on op by op from there, through the change
   (with the model's queues empty: a steady backlog at the skip's start is dropped);
 - **saturated** (open loop only: in closed loop the job waits instead): the queue
   carried from one into the next grew by a steady amount, and the operations' waits with
@@ -68,6 +68,9 @@ STEADY = 3  # repetitions alike in a row before any is extrapolated
 # waits instead), and a pass's length is compared besides its work
 CLOSED_STEADY = 2
 MARGIN = 2  # repetitions of credits left between a skip's end and the balance's zero or cap
+# In closed loop, one: a pass to refill the model's queues, which a skip empties, before the one in which
+# the balance could reach zero (the balance after a skip is set to what the skipped ones left)
+CLOSED_MARGIN = 1
 _CACHE = Gate.CACHE
 _KERNEL = Gate.KERNEL
 
@@ -379,7 +382,7 @@ class TraceSim:
         delta = mean([x.delta for x in reps])
         b = reps[-1].end_balance
         room = (b - dip) / -delta if delta < 0 else (cap - earn * self.period - b) / delta
-        return max(0, min(whole, int(room) - MARGIN))
+        return max(0, min(whole, int(room) - (CLOSED_MARGIN if self.closed else MARGIN)))
 
     def _jump(self, r: int, skip: int, reps: list[Rep], stop: float) -> bool:
         """Skip repetitions r .. r + skip - 1, extrapolated from `reps`, and set the

@@ -779,6 +779,7 @@ STEPS = st.lists(
         st.floats(0.0001, 0.2),  # think time before it
         st.sampled_from(["getattr", "lookup", "read", "write", "sync", "direct"]),
         st.integers(1, 256),  # KiB
+        st.booleans(),  # made without waiting for its chain's last (another thread of the process)
     ),
     min_size=1,
     max_size=40,
@@ -787,12 +788,14 @@ STEPS = st.lists(
 
 def _recorded(params, steps) -> list[Timed]:
     """`steps` made by their chains on the model, each after its chain's last one completed and
-    its think time, the ends as the model gave them: the model's own recording."""
+    its think time (or, `overlapping`, that long after the one made before it), the ends as the
+    model gave them: the model's own recording."""
     model, start, calls = Model(params, 1.0), 1.0, []
     client = NfsClient(model)
     done = dict.fromkeys(range(1, 4), start)
-    for chain, think, op, kib in steps:
-        t = max(start, done[chain] + think)  # in start order: never before the one made before it
+    for chain, think, op, kib, overlapping in steps:
+        # in start order: never before the one made before it
+        t = start + think if overlapping else max(start, done[chain] + think)
         mode = {"sync": "sync", "direct": "direct"}.get(op, "buffered")
         c = Call("write", 100 + chain, size=kib * KiB, write_mode=mode) if op in ("write", "sync", "direct") else None
         c = c or Call(op, 100 + chain, directory=ROOT, name=f"f{chain}", size=kib * KiB)

@@ -165,6 +165,7 @@ class TraceSim:
         self.chains: dict[int, tuple[float, float]] = {}
         self._delta_period = span
         self.admitted = admitted
+        self.most: int | None = None
         self.samples: list[Sample] = []
         self.spans: list[Span] = []
         self._taken = 0  # samples taken; the next is due at origin + taken x every
@@ -179,9 +180,13 @@ class TraceSim:
         self.after_cliff: float | None = None
         self.delta: float | None = None  # the balance's change a repetition in the first steady stretch
 
-    def run(self, duration: float | None) -> Result:
+    def run(self, duration: float | None, most: int | None = None) -> Result:
         """Simulate `duration` virtual seconds from the origin (None: one pass, until its
-        last operation completes)."""
+        last operation completes).  `most`: in one pass, at most about this many samples
+        (its length is not known beforehand, and may be far longer than recorded: an
+        operation of a chain completing days later delays the rest): the interval between
+        them is doubled, and those taken merged, as often as needed."""
+        self.most = most if duration is None else None
         stop = self.origin + duration if duration is not None else math.inf
         start = self.model.metrics(self.origin)
         reps: list[Rep] = []
@@ -345,6 +350,11 @@ class TraceSim:
 
     def _sample_until(self, t: float) -> None:
         """Take the samples due by t (the model has seen every operation before them)."""
+        while self.most is not None and self.samples and self._taken + (t - self._next) / self.every > self.most:
+            self.every *= 2
+            self.samples = coarsened(self.samples, self.every)
+            self._taken = int(self.samples[-1].t / self.every + 1e-9) + 1
+            self._next = self.origin + self._taken * self.every
         while self._next <= t:
             at = self._next
             m = self.model.metrics(at)
@@ -610,3 +620,25 @@ class TraceSim:
             self.delta,
             saturated,
         )
+
+
+def coarsened(samples: list[Sample], every: float) -> list[Sample]:
+    """The samples merged into one every `every` seconds (and the last): each says the
+    model at its end, and sums up the operations since the one before."""
+    kept = [samples[0]]
+    for x in samples[1:]:
+        last = kept[-1]
+        if len(kept) > 1 and math.ceil(last.t / every - 1e-9) == math.ceil(x.t / every - 1e-9):
+            kept[-1] = Sample(
+                x.t,
+                x.balance,
+                x.permitted,
+                x.metered,
+                last.ops + x.ops,
+                last.waited + x.waited,
+                max(last.max_wait, x.max_wait),
+                last.simulated and x.simulated,
+            )
+        else:
+            kept.append(x)
+    return kept

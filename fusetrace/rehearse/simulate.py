@@ -14,7 +14,6 @@ extrapolating the steady stretches between (it says which).
 
 import argparse
 import json
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -25,7 +24,7 @@ import duckdb
 from ..emulator.model import Model
 from ..emulator.params import Params
 from ..emulator.throughput import credit_cap
-from ..emulator.tracesim import Result, Sample, Timed, TraceSim
+from ..emulator.tracesim import Result, Timed, TraceSim, coarsened
 from ..errors import UserError
 from ..report.query import Trace
 from ..shaping.profile import load_params
@@ -240,40 +239,18 @@ def simulate(trace_dir: str, params: Params, days: float | None, closed: bool = 
     began = time.perf_counter()
     result = TraceSim(
         model, calls, origin=origin / 1e9, first=first / 1e9, span=span, every=step / SAMPLES_PER_ROW, closed=closed
-    ).run(duration if days or not closed else None)
+    ).run(duration if days or not closed else None, most=2 * TABLE_ROWS * SAMPLES_PER_ROW)
     wall = time.perf_counter() - began
     duration = result.samples[-1].t
     if duration > step * TABLE_ROWS * 1.000001:
         step = _step(duration)
-        result.samples = _coarsened(result.samples, step / SAMPLES_PER_ROW)
+        result.samples = coarsened(result.samples, step / SAMPLES_PER_ROW)
     return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9, closed)
 
 
 def _step(duration: float) -> float:
     """The least step (s) a table row may take that keeps the table within TABLE_ROWS."""
     return next((s for s in _STEPS if s * TABLE_ROWS >= duration), None) or DAY * -(-duration // (DAY * TABLE_ROWS))
-
-
-def _coarsened(samples: list[Sample], every: float) -> list[Sample]:
-    """The samples merged into one every `every` seconds (and the last): each says the
-    model at its end, and sums up the operations since the one before."""
-    kept = [samples[0]]
-    for x in samples[1:]:
-        last = kept[-1]
-        if len(kept) > 1 and math.ceil(last.t / every - 1e-9) == math.ceil(x.t / every - 1e-9):
-            kept[-1] = Sample(
-                x.t,
-                x.balance,
-                x.permitted,
-                x.metered,
-                last.ops + x.ops,
-                last.waited + x.waited,
-                max(last.max_wait, x.max_wait),
-                last.simulated and x.simulated,
-            )
-        else:
-            kept.append(x)
-    return kept
 
 
 def _summary(

@@ -958,3 +958,18 @@ def test_closed_loop_fast_forward_finds_what_every_operation_finds(monkeypatch):
     assert res.waited == pytest.approx(full.waited, rel=0.05)
     assert res.max_wait == pytest.approx(full.max_wait, rel=0.05)
     assert not res.saturated and res.job == full.job
+
+
+def test_one_pass_far_longer_than_recorded_keeps_its_samples_few():
+    """A write of 1 TiB with no credits holds its thread for 12 days at 1 MiB/s, and the
+    operations after it with it: one pass sampled every 5 ms as recorded would take 200
+    million samples; the interval doubles instead, and every operation is still counted."""
+    params = load_params("efs-bursting", [*FIXED, "burst_credit_balance=0", "stored_size=1GiB"])
+    calls = [(1.0, 1.001, 1, Call("write", 101, size=1 << 40, write_mode="direct"))]
+    calls += [(1.002 + i * 0.001, 1.0025 + i * 0.001, 1, Call("getattr", 101)) for i in range(20)]
+    sim = TraceSim(Model(params, 1.0), lambda: calls, origin=1.0, first=1.0, span=0.03, every=0.005, closed=True)
+    res = sim.run(None, most=100)
+    assert res.job == pytest.approx(2**20 + 0.02, rel=1e-3)  # 1 TiB at 1 MiB/s, then the stats
+    assert 50 <= len(res.samples) <= 102
+    assert sum(s.ops for s in res.samples) == len(calls)
+    assert res.samples[-1].t == pytest.approx(res.job, rel=1e-6)

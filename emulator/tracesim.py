@@ -2,40 +2,45 @@
 repeated back to back for as long as asked: burst credits, permitted throughput and
 the time operations waited, sampled as it goes.
 
-Each operation is admitted at its recorded time (open loop: a slower file system does
-not delay the next one, so where the workload asks for more than the file system
-gives, the queue grows and the operations' wait with it; a real application would be
-slowed down by about that wait instead).  Repetition r runs the same operations
-shifted by r x the workload's span.
+In closed loop (`closed`) each operation of a chain (a thread's, or a process's) is
+made once those it waited for in the recording have completed, its think time kept
+(chains.py): on a slower file system the job stretches, and repetition r + 1 starts
+when repetition r's last operation completes.  In open loop every operation is
+admitted at its recorded time (a slower file system does not delay the next one, so
+where the workload asks for more than the file system gives, the queue grows and the
+operations' wait with it), and repetition r runs the same operations shifted by r x
+the workload's span; so are operations of no chain in closed loop.
 
 Simulating every operation of a week of a one-minute workload would take many minutes,
-so whole repetitions are fast-forwarded while nothing changes regime.  After
-`STEADY` repetitions (not counting the first, whose caches start cold) that did the
-same work (metered bytes within `SAME_WORK` of one another) without moving the
-client's network credits:
+so whole repetitions are fast-forwarded while nothing changes regime.  After `STEADY`
+repetitions (not counting the first, whose caches start cold; in closed loop
+`CLOSED_STEADY`, the first counted: its length says how cold it began) that did the same
+work (metered bytes within `SAME_WORK` of one another, and in closed loop in lengths
+within that share too) without moving the client's network credits:
 
 - **periodic**: their queues at the end did not grow.  Either the credit balance stayed
   where it was (at its cap; elastic throughput) and the rest is skipped, or it stayed
   away from zero and from its cap, moving by the same `delta` each time (what the
-  baseline earns over the span, less the metered bytes): repetitions are skipped
-  until it is `MARGIN` repetitions from where it could reach zero within one (as low
-  as it was seen to dip) or its cap, `Model.set` puts it where the skipped ones would
-  have left it, and the simulation goes on op by op from there, through the change
+  baseline earns over the span, less the metered bytes): repetitions are skipped until
+  it is `MARGIN` (`CLOSED_MARGIN`) repetitions from where it could reach zero within one
+  (as low as it was seen to dip) or its cap, `Model.set` puts it where the skipped ones
+  would have left it, and the simulation goes on op by op from there, through the change
   (with the model's queues empty: a steady backlog at the skip's start is dropped);
-- **saturated**: the queue carried from one into the next grew by a steady amount, and
-  the operations' waits with it (the workload asks more than is permitted), and it is
-  past every wait and queue of the repetitions before them (the first half of all, at
-  most: where the span is not much longer than the operations' latencies, what they
-  carry past its end comes and goes, and can rise three times in a row by chance).
-  The rest is extrapolated as a fluid queue: bytes arrive at the workload's metered
-  rate and are served at the rate the last repetitions were (what their queue's growth
-  says) while the balance lasts (it falls by `delta` a repetition), then at the lower
-  of that and the baseline; an operation waits until the queue ahead of it has
-  passed, so the operations' mean wait grows by the share of that the last
-  repetitions measured, and once the buffered data queued reaches the client's dirty limit (writers wait
-  from then on) by the share of operations the client sends; the longest by all of
-  it where that share is not 0, and then the share is at least one operation a
-  repetition (that longest one): the waits' total is never below the longest.
+- **saturated** (open loop only: in closed loop the job waits instead): the queue
+  carried from one into the next grew by a steady amount, and the operations' waits with
+  it (the workload asks more than is permitted), and it is past every wait and queue of
+  the repetitions before them (the first half of all, at most: where the span is not
+  much longer than the operations' latencies, what they carry past its end comes and
+  goes, and can rise three times in a row by chance). The rest is extrapolated as a
+  fluid queue: bytes arrive at the workload's metered rate and are served at the rate
+  the last repetitions were (what their queue's growth says) while the balance lasts (it
+  falls by `delta` a repetition), then at the lower of that and the baseline; an
+  operation waits until the queue ahead of it has passed, so the operations' mean wait
+  grows by the share of that the last repetitions measured, and once the buffered data
+  queued reaches the client's dirty limit (writers wait from then on) by the share of
+  operations the client sends; the longest by all of it where that share is not 0, and
+  then the share is at least one operation a repetition (that longest one): the waits'
+  total is never below the longest.
 
 Otherwise the next repetition is simulated op by op.  `Result.spans` says which
 stretches were simulated op by op and which extrapolated; so does each sample.  The
@@ -51,21 +56,28 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from .call import Call
+from .chains import Chains
 from .model import Model
 from .nfsclient import NfsClient
 from .ops import Admission, Gate
+from .repetition import GROWING, SAME_WORK, Rep, alike, mean, queue, queue_growth
 from .throughput import fs_pipe_rates
 
 STEADY = 3  # repetitions alike in a row before any is extrapolated
-SAME_WORK = 0.05  # their metered bytes within this share of one another
+# In closed loop, two: no queue of the workload's own can rise in a row by chance (the job
+# waits instead), and a pass's length is compared besides its work
+CLOSED_STEADY = 2
 MARGIN = 2  # repetitions of credits left between a skip's end and the balance's zero or cap
-GROWING = 0.01  # a queue growing by more than this share of the span a repetition is saturated
+# In closed loop, one: a pass to refill the model's queues, which a skip empties, before the one in which
+# the balance could reach zero (the balance after a skip is set to what the skipped ones left)
+CLOSED_MARGIN = 1
 _CACHE = Gate.CACHE
 _KERNEL = Gate.KERNEL
 
 
-# A workload's operation: the time (s) it is made at, and the call.
-Timed = tuple[float, Call]
+# A workload's operation: its recorded start and end (s), its chain (the thread or process
+# that made it; -1: none, made at its recorded time), and the call.
+Timed = tuple[float, float, int, Call]
 
 
 @dataclass
@@ -96,6 +108,11 @@ class Span:
 @dataclass
 class Result:
     samples: list[Sample]
+    job: float | None  # the first pass's length as simulated, its first recorded start to its last completion
+    # (s); None: it did not end in the time simulated
+    chains: dict[int, tuple[float, float]]  # closed loop: each chain's first pass, recorded and simulated (s)
+    period: float  # a repetition's length where `delta` was found (the span in open loop)
+    steady: float | None  # closed loop: the length of the last repetitions skipped (None: none were)
     spans: list[Span]
     reps: float  # repetitions of the workload in the time simulated
     ops: int  # operations simulated op by op
@@ -115,42 +132,13 @@ class Result:
     saturated: bool  # the workload asked more than was permitted: its queue grew without bound
 
 
-@dataclass
-class _Rep:
-    """One repetition simulated op by op: the model at its boundaries, and its work."""
-
-    balance: float
-    client_balance: float
-    metered: float
-    ops: int = 0
-    waited: float = 0.0
-    max_wait: float = 0.0
-    longest: float = 0.0  # the longest any of its operations took (s): a queue shorter is none
-    last_done: float = -math.inf  # when its last operation completes
-    end_balance: float = 0.0
-    end_client_balance: float = 0.0
-    end_metered: float = 0.0
-    end_permitted: float = 0.0
-    dirty: float = 0.0  # buffered data not yet written back at its end
-    carried: float = 0.0  # how long its work runs on past its end (s)
-    sent: int = 0  # operations the client did not answer alone
-    low: float = 0.0  # the balance was never below this in it
-
-    @property
-    def delta(self) -> float:
-        return self.end_balance - self.balance
-
-    @property
-    def work(self) -> float:
-        return self.end_metered - self.metered
-
-
 class TraceSim:
     """`calls()` gives one pass of the workload (its operations as (time, call), in time order)
     each time it is called; the first is at `first`.  The model starts at
     `origin` (<= first); repetition r is shifted by r x `span`.  A sample is taken every
-    `every` seconds.  `admitted(call, t, admission)`, if given, sees each operation
-    simulated op by op."""
+    `every` seconds.  `closed`: in closed loop (the operations' chains wait for one
+    another) rather than open.  `admitted(call, t, admission)`, if given, sees each
+    operation simulated op by op."""
 
     def __init__(
         self,
@@ -161,13 +149,23 @@ class TraceSim:
         first: float,
         span: float,
         every: float,
+        closed: bool = False,
         admitted: Callable[[Call, float, Admission], None] | None = None,
     ):
         if span <= 0 or every <= 0 or first < origin:
             raise ValueError("span and every must be above 0, and the origin not after the first call")
         self.model, self.client = model, NfsClient(model)
         self.calls, self.origin, self.first, self.span, self.every = calls, origin, first, span, every
+        self.closed = closed
+        self.period = span  # a repetition's length: the span, or in closed loop what the steady ones took
+        self._bounds: dict[int, float] = {0: origin}  # closed loop: when repetition r starts, once known
+        self._pass_ops = 0  # operations in a whole pass
+        self.job: float | None = None
+        self.steady: float | None = None  # closed loop: the length of the last passes skipped
+        self.chains: dict[int, tuple[float, float]] = {}
+        self._delta_period = span
         self.admitted = admitted
+        self.most: int | None = None
         self.samples: list[Sample] = []
         self.spans: list[Span] = []
         self._taken = 0  # samples taken; the next is due at origin + taken x every
@@ -182,37 +180,56 @@ class TraceSim:
         self.after_cliff: float | None = None
         self.delta: float | None = None  # the balance's change a repetition in the first steady stretch
 
-    def run(self, duration: float) -> Result:
-        """Simulate `duration` virtual seconds from the origin."""
-        stop = self.origin + duration
+    def run(self, duration: float | None, most: int | None = None) -> Result:
+        """Simulate `duration` virtual seconds from the origin (None: one pass, until its
+        last operation completes).  `most`: in one pass, at most about this many samples
+        (its length is not known beforehand, and may be far longer than recorded: an
+        operation of a chain completing days later delays the rest): the interval between
+        them is doubled, and those taken merged, as often as needed."""
+        self.most = most if duration is None else None
+        stop = self.origin + duration if duration is not None else math.inf
         start = self.model.metrics(self.origin)
-        reps: list[_Rep] = []
+        reps: list[Rep] = []
         held: list[float] = []  # the longest wait, operation or queue of reps[:i + 1], for each i
         r = 0
         while self._boundary(r) < stop:
             rep = self._simulate(r, stop)
-            if r > 0:
+            if duration is None:
+                stop = max(rep.last_done, self.origin)
+                break
+            if r > 0 or self.closed:  # in closed loop the first too: its length says how cold it began
                 reps.append(rep)
-                held.append(max(held[-1] if held else 0.0, rep.max_wait, rep.longest, _queue(rep)))
+                held.append(max(held[-1] if held else 0.0, rep.max_wait, rep.longest, queue(rep)))
             r += 1
-            steady = reps[-STEADY:]
-            if self._boundary(r) >= stop or len(steady) < STEADY or not _alike(steady):
+            need = CLOSED_STEADY if self.closed else STEADY
+            steady = reps[-need:]
+            if self._boundary(r) >= stop or len(steady) < need or not alike(steady):
                 continue
+            if self.closed:
+                lengths = [x.length for x in steady]
+                if max(lengths) - min(lengths) > SAME_WORK * max(lengths):
+                    continue
+                self.period = mean(lengths)
             if self.cliff is None and self.delta is None:
-                self.delta = _mean([x.delta for x in steady])
-            growth = _growth(steady, self.span)
-            if growth is not None and growth > GROWING * self.span:
+                self.delta, self._delta_period = mean([x.delta for x in steady]), self.period
+            growth = queue_growth(steady, self.period)
+            if growth is not None and growth > GROWING * self.period:
+                if self.closed:  # the job's own waits: it has no queue of its own to extrapolate
+                    continue
                 # A queue that comes and goes with the operations' latencies (a span not much
                 # longer than they are) can rise three times in a row by chance: saturated once it
                 # is past every wait, operation and queue of the repetitions before these (the first
                 # half of them, at most); a backlog shorter than one operation's own time is none
                 earlier = min(len(reps) - STEADY, len(reps) // 2)
-                if earlier > 0 and _queue(steady[0]) > held[earlier - 1]:
+                if earlier > 0 and queue(steady[0]) > held[earlier - 1]:
                     return self._fluid(r, stop, steady, growth, start)
                 continue
             skip = self._skip(r, stop, steady) if growth is not None else 0
             if skip:
-                self._jump(r, skip, steady)
+                if self.closed:
+                    self.steady = self.period
+                if self._jump(r, skip, steady, stop):
+                    break
                 r += skip
                 reps.clear()
                 held.clear()
@@ -224,16 +241,20 @@ class TraceSim:
     # ---- op by op --------------------------------------------------------------------
 
     def _boundary(self, r: int) -> float:
+        if self.closed:
+            return self._bounds[r]
         return self.origin if r == 0 else self.first + r * self.span
 
-    def _simulate(self, r: int, stop: float) -> _Rep:
-        """Repetition r, op by op, up to `stop`."""
-        begin, end = self._boundary(r), min(self._boundary(r + 1), stop)
+    def _simulate(self, r: int, stop: float) -> Rep:
+        """Repetition r, op by op, up to `stop` (in closed loop, up to its last operation's
+        completion: the next repetition's start)."""
+        begin = self._boundary(r)
+        end = stop if self.closed else min(self._boundary(r + 1), stop)
         self._sample_until(begin)
         m = self.model.metrics(begin)
         self._observe(begin, m)
-        rep = _Rep(m["BurstCreditBalance"], m["ClientNetworkCreditBalance"], m["MeteredIOBytes"])
-        shift = r * self.span
+        rep = Rep(m["BurstCreditBalance"], m["ClientNetworkCreditBalance"], m["MeteredIOBytes"])
+        shift = begin - self.first if r else 0.0
         admit, admitted, metrics = self.client.admit, self.admitted, self.model.metrics
         # The balance is looked at where it could first be zero: it falls at most at burst
         # less baseline (`fall`).  Where it is lowest, at the end of a busy stretch, it has
@@ -242,10 +263,10 @@ class TraceSim:
         fall = hi - earn if self.model.params.throughput_mode != "elastic" else 0.0
         low, before = rep.balance, begin
         look = begin + rep.balance / fall if fall > 0 else math.inf
-        for at, c in self.calls():
-            t = at + shift
-            if t >= stop:
-                break
+
+        def one(c: Call, t: float) -> float:
+            """Admit c at t: when it completes."""
+            nonlocal low, before, look
             if t >= self._next:
                 self._sample_until(t)
             a = admit(c, t)
@@ -274,6 +295,34 @@ class TraceSim:
                     look = math.inf  # nothing more to learn in this repetition
             if admitted is not None:
                 admitted(c, t, a)
+            return a.done_at
+
+        chains = Chains(shift) if self.closed else None
+        cut = False  # stopped before the pass's end
+        heap = chains.heap if chains is not None else []
+        for at, last, key, c in self.calls():
+            t = at + shift
+            if chains is not None:
+                if heap and heap[0][0] <= t and chains.make(t, stop, one):
+                    cut = True
+                    break
+                if key >= 0:
+                    chains.add(at, last, key, c)
+                    continue
+            if t >= stop:
+                cut = True
+                break
+            one(c, t)
+        else:
+            if chains is not None:
+                cut = chains.make(math.inf, stop, one)
+        if self.closed:
+            end = stop if cut else max(rep.last_done, begin)
+            self._bounds[r + 1] = end
+        if not cut and r == 0:
+            self.job, self._pass_ops = rep.last_done - self.first, rep.ops
+            if chains is not None:
+                self.chains = {k: (x.last_end - x.first, x.last_done - x.first) for k, x in chains.chains.items()}
         self.ops += rep.ops
         self.waited += rep.waited
         self.max_wait = max(self.max_wait, rep.max_wait)
@@ -284,7 +333,11 @@ class TraceSim:
         rep.end_metered, rep.end_permitted, rep.dirty = m["MeteredIOBytes"], m["PermittedThroughput"], m["DirtyBytes"]
         rep.carried = max(0.0, rep.last_done - end)
         rep.low = min(low, rep.end_balance - earn * (end - before))
-        self.spans.append(Span(begin - self.origin, end - self.origin, True, (end - begin) / self.span))
+        rep.length = end - begin
+        reps = (end - begin) / self.span  # in closed loop: the share of a pass's operations made
+        if self.closed:
+            reps = 1.0 if not cut else rep.ops / self._pass_ops if self._pass_ops else reps
+        self.spans.append(Span(begin - self.origin, end - self.origin, True, reps))
         return rep
 
     def _observe(self, t: float, m: dict[str, float]) -> None:
@@ -297,6 +350,11 @@ class TraceSim:
 
     def _sample_until(self, t: float) -> None:
         """Take the samples due by t (the model has seen every operation before them)."""
+        while self.most is not None and self.samples and self._taken + (t - self._next) / self.every > self.most:
+            self.every *= 2
+            self.samples = coarsened(self.samples, self.every)
+            self._taken = int(self.samples[-1].t / self.every + 1e-9) + 1
+            self._next = self.origin + self._taken * self.every
         while self._next <= t:
             at = self._next
             m = self.model.metrics(at)
@@ -319,9 +377,9 @@ class TraceSim:
 
     # ---- fast-forward ----------------------------------------------------------------
 
-    def _skip(self, r: int, stop: float, reps: list[_Rep]) -> int:
+    def _skip(self, r: int, stop: float, reps: list[Rep]) -> int:
         """How many whole repetitions from r on may be skipped (0: none)."""
-        whole = int((stop - self._boundary(r)) / self.span + 1e-9)
+        whole = int((stop - self._boundary(r)) / self.period + 1e-9)
         if self.model.params.throughput_mode == "elastic":
             return whole
         balances = [x.balance for x in reps] + [reps[-1].end_balance]
@@ -329,39 +387,50 @@ class TraceSim:
             return whole
         _, _, earn, cap = fs_pipe_rates(self.model.params, self.model.metrics(self._boundary(r))["StorageBytes"])
         dip = max(x.balance - x.low for x in reps)  # how far the balance may fall within a repetition
-        if any(b <= dip or b + earn * self.span >= cap for b in balances):
+        if any(b <= dip or b + earn * self.period >= cap for b in balances):
             return 0  # it reached, or could reach, zero or its cap within a repetition
-        delta = _mean([x.delta for x in reps])
+        delta = mean([x.delta for x in reps])
         b = reps[-1].end_balance
-        room = (b - dip) / -delta if delta < 0 else (cap - earn * self.span - b) / delta
-        return max(0, min(whole, int(room) - MARGIN))
+        room = (b - dip) / -delta if delta < 0 else (cap - earn * self.period - b) / delta
+        return max(0, min(whole, int(room) - (CLOSED_MARGIN if self.closed else MARGIN)))
 
-    def _jump(self, r: int, skip: int, reps: list[_Rep]) -> None:
+    def _jump(self, r: int, skip: int, reps: list[Rep], stop: float) -> bool:
         """Skip repetitions r .. r + skip - 1, extrapolated from `reps`, and set the
-        balance to what they would have left."""
-        begin, end = self._boundary(r), self._boundary(r + skip)
-        b, delta = reps[-1].end_balance, _mean([x.delta for x in reps])
+        balance to what they would have left.  Where they are every whole one left, the
+        part of one after them is skipped too, to `stop`: True."""
+        begin = self._boundary(r)
+        rest = skip == int((stop - begin) / self.period + 1e-9)
+        if self.closed:
+            self._bounds[r + skip] = stop if rest else begin + skip * self.period
+        end = stop if rest else self._boundary(r + skip)
+        b, delta = reps[-1].end_balance, mean([x.delta for x in reps])
         work, ops, waited = (
-            _mean([x.work for x in reps]),
-            _mean([float(x.ops) for x in reps]),
-            _mean([x.waited for x in reps]),
+            mean([x.work for x in reps]),
+            mean([float(x.ops) for x in reps]),
+            mean([x.waited for x in reps]),
         )
-        permitted = self.model.metrics(begin)["PermittedThroughput"]
+        m = self.model.metrics(begin)
+        permitted = m["PermittedThroughput"]
+        if self.cliff is not None and min(x.low for x in reps) <= 0 and self.model.params.throughput_mode != "elastic":
+            # spent as earned: a burst of what was earned since, then the baseline again, in each
+            permitted = fs_pipe_rates(self.model.params, m["StorageBytes"])[1]
         longest = max(x.max_wait for x in reps)
         self._extrapolate(
             begin,
             end,
-            lambda t: b + delta * (t - begin) / self.span,
+            lambda t: b + delta * (t - begin) / self.period,
             lambda t: permitted,
             work,
             ops,
             lambda t: waited / max(ops, 1.0),
             lambda t: longest,
         )
-        self.model.set("burst_credit_balance", b + delta * skip, end)
-        self.spans.append(Span(begin - self.origin, end - self.origin, False, skip))
+        skipped = (end - begin) / self.period if rest else skip
+        self.model.set("burst_credit_balance", b + delta * skipped, end)
+        self.spans.append(Span(begin - self.origin, end - self.origin, False, skipped))
+        return rest
 
-    def _fluid(self, r: int, stop: float, reps: list[_Rep], growth: float, start: dict[str, float]) -> Result:
+    def _fluid(self, r: int, stop: float, reps: list[Rep], growth: float, start: dict[str, float]) -> Result:
         """Extrapolate from repetition r to `stop` as a fluid queue and give the result.
 
         The workload's metered bytes arrive at `demand` a second; the queue is served at
@@ -376,8 +445,8 @@ class TraceSim:
         repetition's (that longest one), so that the waits' total is never below it."""
         begin, span = self._boundary(r), self.span
         last = reps[-1]
-        delta = _mean([x.delta for x in reps])
-        work, ops = _mean([x.work for x in reps]), _mean([float(x.ops) for x in reps])
+        delta = mean([x.delta for x in reps])
+        work, ops = mean([x.work for x in reps]), mean([float(x.ops) for x in reps])
         m = self.model.metrics(begin)
         elastic = self.model.params.throughput_mode == "elastic"
         lo = fs_pipe_rates(self.model.params, m["StorageBytes"])[1]
@@ -394,7 +463,7 @@ class TraceSim:
         def when(y: float) -> float:  # the moment the first y bytes have been served
             return y / rate if y <= rate * zero else zero + (y - rate * zero) / after
 
-        queue0 = served(_queue(last))  # bytes queued at begin
+        queue0 = served(queue(last))  # bytes queued at begin
 
         def drain(s: float) -> float:
             return when(queue0 + demand * s) - s
@@ -406,7 +475,7 @@ class TraceSim:
             share = max(share, 1.0 / max(ops, 1.0))
         # The client's dirty data grows with the queue: when it reaches its limit (s after begin).
         limit = self.model.params.client_dirty_limit
-        filling = _mean([b.dirty - a.dirty for a, b in pairwise(reps)]) / ((demand - rate) * span)
+        filling = mean([b.dirty - a.dirty for a, b in pairwise(reps)]) / ((demand - rate) * span)
         full = math.inf
         if filling > 0 and last.dirty < limit:
             lo_s, hi_s = 0.0, 1.0
@@ -461,12 +530,12 @@ class TraceSim:
         `ops` operations, `wait(t)` their mean wait at t, `worst(t)` the longest), and the
         totals."""
         metered = self.model.metrics(begin)["MeteredIOBytes"] + self._extra[0]
-        rate = ops / self.span  # operations a second
+        rate = ops / self.period  # operations a second
 
         # Waits over [a, b), by the midpoint rule over pieces of at most a repetition (at most 64:
         # wait(t) is piecewise linear, with two kinks at most)
         def waited(a: float, b: float) -> float:
-            n = max(1, min(64, math.ceil((b - a) / self.span)))
+            n = max(1, min(64, math.ceil((b - a) / self.period)))
             step = (b - a) / n
             return sum(rate * step * wait(a + (i + 0.5) * step) for i in range(n))
 
@@ -483,7 +552,7 @@ class TraceSim:
                     at - self.origin,
                     b,
                     permitted(at),
-                    metered + work * (at - begin) / self.span,
+                    metered + work * (at - begin) / self.period,
                     self._ops,
                     self._waited,
                     self._max,
@@ -497,7 +566,7 @@ class TraceSim:
         self._ops += rate * (end - prev)
         self._waited += waited(prev, end)
         self._max = max(self._max, worst(end))
-        reps = (end - begin) / self.span
+        reps = (end - begin) / self.period
         self._extra[0] += work * reps
         self._extra[1] += ops * reps
         self._extra[2] += waited(begin, end)
@@ -527,10 +596,15 @@ class TraceSim:
                     spans[-1].simulated,
                 )
             )
+        reps = sum(x.reps for x in spans) if self.closed else max(0.0, (stop - self.first) / self.span)
         return Result(
             self.samples,
+            self.job,
+            self.chains,
+            self._delta_period,
+            self.steady,
             spans,
-            max(0.0, (stop - self.first) / self.span),
+            reps,
             self.ops,
             self.ops + self._extra[1],
             self.waited + self._extra[2],
@@ -548,30 +622,23 @@ class TraceSim:
         )
 
 
-def _alike(reps: list["_Rep"]) -> bool:
-    """The repetitions did the same work, and the client's network credits did not move."""
-    works = [x.work for x in reps]
-    if max(works) - min(works) > SAME_WORK * max(max(works), 1.0):
-        return False
-    return all(abs(x.end_client_balance - x.client_balance) <= 1.0 for x in reps)
-
-
-def _queue(rep: "_Rep") -> float:
-    """The queue at a repetition's end (s): the longer of its work carried past the end and
-    its buffered data still to be written back, at the rate permitted."""
-    return max(rep.carried, rep.dirty / rep.end_permitted if rep.end_permitted else 0.0)
-
-
-def _growth(reps: list["_Rep"], span: float) -> float | None:
-    """How much the queue grows a repetition (s), when it grows steadily, and the
-    operations' mean wait with it, or not at all; else None."""
-    for series in ([_queue(x) for x in reps], [x.waited / max(x.ops, 1) for x in reps]):
-        growth = [b - a for a, b in pairwise(series)]
-        mean = _mean(growth)
-        if any(abs(g - mean) > 0.1 * abs(mean) + GROWING * span / 10 for g in growth):
-            return None
-    return max(_mean([_queue(b) - _queue(a) for a, b in pairwise(reps)]), 0.0)
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+def coarsened(samples: list[Sample], every: float) -> list[Sample]:
+    """The samples merged into one every `every` seconds (and the last): each says the
+    model at its end, and sums up the operations since the one before."""
+    kept = [samples[0]]
+    for x in samples[1:]:
+        last = kept[-1]
+        if len(kept) > 1 and math.ceil(last.t / every - 1e-9) == math.ceil(x.t / every - 1e-9):
+            kept[-1] = Sample(
+                x.t,
+                x.balance,
+                x.permitted,
+                x.metered,
+                last.ops + x.ops,
+                last.waited + x.waited,
+                max(last.max_wait, x.max_wait),
+                last.simulated and x.simulated,
+            )
+        else:
+            kept.append(x)
+    return kept

@@ -265,6 +265,11 @@ def _rehearse_parsers(sub) -> None:
         metavar="N",
         help="repeat the trace back to back until N days have passed (default: once)",
     )
+    s.add_argument(
+        "--open-loop",
+        action="store_true",
+        help="make every operation at its recorded time (default: each process waits for its own, as it did)",
+    )
     s.add_argument("--plot", metavar="FILE.png", help="also draw the credits and throughput into this PNG")
     s.add_argument("--json", action="store_true", help="machine-readable output")
 

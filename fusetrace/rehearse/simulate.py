@@ -1,12 +1,15 @@
-"""`fusetrace simulate DIR --profile P [--set K=V] [--days N] [--plot FILE.png] [--json]`:
-a trace's operations through the emulated NFS client and the EFS model in virtual time,
-no mount and no sleeping, repeated back to back for N days if asked: when the burst
+"""`fusetrace simulate DIR --profile P [--set K=V] [--days N] [--open-loop] [--plot FILE.png]
+[--json]`: a trace's operations through the emulated NFS client and the EFS model in virtual
+time, no mount and no sleeping, once or back to back for N days: how much longer the job
+would take (closed loop, the default: each process waits for its own operations, as it
+did; --open-loop makes every operation at its recorded time instead), when the burst
 credits run out, if they do, the throughput after, and the time operations waited.
 
 The records become the requests the mount's handlers made (requests.py), in start
 order, streamed from the trace in bounded memory (a trace of up to CACHE_CALLS records is
-read once and kept); emulator/tracesim.py runs them, simulating op by op around every
-change of regime and extrapolating the steady stretches between (it says which).
+read once and kept), each with its recorded start and end and its process;
+emulator/tracesim.py runs them, simulating op by op around every change of regime and
+extrapolating the steady stretches between (it says which).
 """
 
 import argparse
@@ -21,7 +24,7 @@ import duckdb
 from ..emulator.model import Model
 from ..emulator.params import Params
 from ..emulator.throughput import credit_cap
-from ..emulator.tracesim import Result, Timed, TraceSim
+from ..emulator.tracesim import Result, Timed, TraceSim, coarsened
 from ..errors import UserError
 from ..report.query import Trace
 from ..shaping.profile import load_params
@@ -29,10 +32,12 @@ from ..stats_view import _human_bytes
 from ..texttable import ns_text, printable, table
 from ..trace import metadata as meta
 from ..trace import reader
+from . import simulate_plot
 from .requests import COLUMNS, Gaps, Rebuilder
 from .rows import records
 
-CACHE_CALLS = 200_000  # a trace of at most this many records is kept in memory (about 250 bytes a call)
+CACHE_CALLS = 500_000  # a trace of at most this many records is kept in memory (about 300 bytes a call)
+TOP_PROCESSES = 10  # the processes said, those the simulation slows down most
 TABLE_ROWS = 24  # at most, besides the start
 SAMPLES_PER_ROW = 20  # samples a table row sums up (the plot draws every one)
 DAY = 86400.0
@@ -100,6 +105,17 @@ class SampleShown(TypedDict):
     simulated: bool
 
 
+class Process(TypedDict):
+    """A process's first pass: its first recorded start to its last end, as recorded and
+    as simulated in closed loop."""
+
+    pid: int
+    comm: str  # its name, as the trace gives it ("" unknown)
+    recorded_s: float
+    simulated_s: float
+    slowdown: float
+
+
 class Rebuilt(TypedDict):
     """What rebuilding the requests from the records could not know (requests.Gaps)."""
 
@@ -113,12 +129,19 @@ class Simulation(TypedDict):
     the PNG drawn."""
 
     trace: str
+    loop: str  # closed (each process waits for its operations), or open (made at their recorded times)
     records: int
     format_version: int
     throughput_mode: str
     stored_size_bytes: float
     credit_cap_bytes: float
     span_s: float
+    recorded_s: float  # the job once, as recorded: its first start to its last end
+    simulated_s: float | None  # and as simulated, to its last completion (None: not within the days)
+    slowdown: float | None  # simulated over recorded
+    steady_pass_s: float | None  # closed loop: a pass's length where the last were skipped (None: none were)
+    processes: list[Process]  # closed loop: those slowed down most, at most TOP_PROCESSES
+    process_count: int
     duration_s: float
     days: float | None
     repetitions: float
@@ -145,8 +168,8 @@ class _Calls:
     """One pass of the trace as the NFS client's calls, each time it is called: read from
     the trace, or from memory once a whole pass has been read if the trace is small."""
 
-    def __init__(self, directory: str, count: int):
-        self.directory = directory
+    def __init__(self, directory: str, count: int, closed: bool):
+        self.directory, self.closed = directory, closed
         self.keep = count <= CACHE_CALLS
         self.cached: list[Timed] | None = None
         self.gaps = Gaps()
@@ -157,11 +180,15 @@ class _Calls:
     def _read(self) -> Iterator[Timed]:
         rebuilder = Rebuilder()
         kept: list[Timed] | None = [] if self.keep else None
-        for start_ns, uid, *record in records(self.directory, ["start_ns", "uid", *COLUMNS]):
+        closed = self.closed
+        for start_ns, dur_ns, pid, uid, *record in records(
+            self.directory, ["start_ns", "dur_ns", "pid", "uid", *COLUMNS]
+        ):
             request = rebuilder.rebuild(*record)
             if request is None:
                 continue
-            call = (start_ns / 1e9, request.call(uid))
+            # a chain a process (the trace names no threads); pid 0, the kernel's own requests: none
+            call = (start_ns / 1e9, (start_ns + dur_ns) / 1e9, pid if closed and pid else -1, request.call(uid))
             if kept is not None:
                 kept.append(call)
             yield call
@@ -170,18 +197,18 @@ class _Calls:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The command: args has trace_dir, profile, overrides, days, plot and json."""
+    """The command: args has trace_dir, profile, overrides, days, open_loop, plot and json."""
     params = load_params(args.profile, args.overrides)
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         raise UserError(f"{args.plot}: no such directory to write the plot in")
     try:
-        summary = simulate(args.trace_dir, params, args.days)
+        summary = simulate(args.trace_dir, params, args.days, closed=not args.open_loop)
     except duckdb.Error as exc:
         raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     summary["profile"], summary["overrides"] = args.profile, args.overrides
     if args.plot:
         try:
-            plot(args.plot, summary)
+            simulate_plot.plot(args.plot, summary)
         except OSError as exc:
             raise UserError(f"{args.plot}: cannot write it: {exc.strerror or exc}") from None
         summary["plot"] = args.plot
@@ -189,9 +216,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def simulate(trace_dir: str, params: Params, days: float | None) -> Simulation:
+def simulate(trace_dir: str, params: Params, days: float | None, closed: bool = True) -> Simulation:
     """The simulation of the trace at `trace_dir` under `params` (once, or back to back
-    for `days`), as the command's --json gives it."""
+    for `days`), in closed loop or open, as the command's --json gives it."""
     trace = Trace(trace_dir)
     if not trace.records:
         raise reader.NoTrace(f"{trace_dir}: the trace holds no records")
@@ -203,16 +230,27 @@ def simulate(trace_dir: str, params: Params, days: float | None) -> Simulation:
     )
     origin = started if isinstance(started, int) and started <= first else first
     span = max(last - first, 1000) / 1e9  # at least a microsecond
+    # once in closed loop: until the job's last operation completes, however long that is
+    # (the table's rows are chosen for the recorded length, and merged if it is longer)
     duration = days * DAY if days else (last - origin) / 1e9 or span
-    step = next((s for s in _STEPS if s * TABLE_ROWS >= duration), None) or DAY * -(-duration // (DAY * TABLE_ROWS))
-    calls = _Calls(trace_dir, trace.records)
+    step = _step(duration)
+    calls = _Calls(trace_dir, trace.records, closed)
     model = Model(params, origin / 1e9)
     began = time.perf_counter()
     result = TraceSim(
-        model, calls, origin=origin / 1e9, first=first / 1e9, span=span, every=step / SAMPLES_PER_ROW
-    ).run(duration)
+        model, calls, origin=origin / 1e9, first=first / 1e9, span=span, every=step / SAMPLES_PER_ROW, closed=closed
+    ).run(duration if days or not closed else None, most=2 * TABLE_ROWS * SAMPLES_PER_ROW)
     wall = time.perf_counter() - began
-    return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9)
+    duration = result.samples[-1].t
+    if duration > step * TABLE_ROWS * 1.000001:
+        step = _step(duration)
+        result.samples = coarsened(result.samples, step / SAMPLES_PER_ROW)
+    return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9, closed)
+
+
+def _step(duration: float) -> float:
+    """The least step (s) a table row may take that keeps the table within TABLE_ROWS."""
+    return next((s for s in _STEPS if s * TABLE_ROWS >= duration), None) or DAY * -(-duration // (DAY * TABLE_ROWS))
 
 
 def _summary(
@@ -226,13 +264,14 @@ def _summary(
     step: float,
     wall: float,
     lead: float,
+    closed: bool,
 ) -> Simulation:
     """`lead`: virtual seconds from the mount's start (time 0) to the first record's."""
     r = result
     delta = r.delta
     projected = None
     if r.cliff is None and delta is not None and delta < 0 and params.throughput_mode != "elastic":
-        projected = duration + r.end_balance / -delta * span
+        projected = duration + r.end_balance / -delta * r.period
     notes = []
     loss = meta.loss_summary(trace.directory)
     if loss:
@@ -255,14 +294,33 @@ def _summary(
         )
     if gaps.unknown_ops:
         notes.append(f"{gaps.unknown_ops:,} records of operations no handler makes: left out")
+    comms = dict(trace.rows("select pid, max(comm) from trace group by pid")) if "comm" in trace.columns else {}
+    processes: list[Process] = [
+        {
+            "pid": pid,
+            "comm": comms.get(pid) or "",
+            "recorded_s": rec,
+            "simulated_s": sim,
+            "slowdown": sim / rec if rec > 0 else 1.0,
+        }
+        for pid, (rec, sim) in r.chains.items()
+    ]
+    processes.sort(key=lambda p: (p["recorded_s"] - p["simulated_s"], p["pid"]))
     return {
         "trace": trace.directory,
+        "loop": "closed" if closed else "open",
         "records": trace.records,
         "format_version": trace.format_version,
         "throughput_mode": params.throughput_mode,
         "stored_size_bytes": params.stored_size,
         "credit_cap_bytes": credit_cap(params, params.stored_size),
         "span_s": span,
+        "recorded_s": span,
+        "simulated_s": r.job,
+        "slowdown": r.job / span if r.job is not None else None,
+        "steady_pass_s": r.steady,
+        "processes": processes[:TOP_PROCESSES],
+        "process_count": len(processes),
         "duration_s": duration,
         "days": days,
         "repetitions": r.reps,
@@ -273,7 +331,7 @@ def _summary(
             "end_bytes": r.end_balance,
             "least_bytes": r.least_balance,
             "change_per_repetition_bytes": delta,
-            "change_per_day_bytes": delta * DAY / span if delta is not None else None,
+            "change_per_day_bytes": delta * DAY / r.period if delta is not None else None,
             "run_out_s": r.cliff,
             "run_out_at": _when(r.cliff) if r.cliff is not None else None,
             "run_out_simulated": r.cliff_simulated if r.cliff is not None else None,
@@ -338,6 +396,7 @@ def render(s: Simulation) -> str:
             f"the trace once, {_seconds(s['duration_s'])} of virtual time from the mount's start{lead}: "
             f"{ops['simulated']:,} operations, in {s['wall_s']:.2f} s"
         )
+    lines += _job_lines(s)
     lines += ["", _table(s), ""]
     lines += _credit_lines(s)
     lines.append(
@@ -346,15 +405,67 @@ def render(s: Simulation) -> str:
     )
     if s["saturated"]:
         lines.append(
-            "the workload asks for more than is permitted: operations are issued at their recorded "
-            "times, so the queue, and every operation's wait, grows without end; an application "
-            "waiting for its operations would be slowed down by about that wait instead"
+            "the workload asks for more than is permitted: in open loop operations are made at their "
+            "recorded times, so the queue, and every operation's wait, grows without end (without "
+            "--open-loop each process waits for its operations instead, and the job stretches)"
         )
     lines.append(_spans(s["spans"], s["row_s"]))
     lines += [f"note: {n}" for n in s["notes"]]
     if s.get("plot"):
         lines.append(f"plot: {s['plot']}")
     return "\n".join(lines)
+
+
+def _job_lines(s: Simulation) -> list[str]:
+    """How long the job takes, as recorded and as simulated: its answer in words."""
+    recorded, simulated = s["recorded_s"], s["simulated_s"]
+    if s["loop"] == "open":
+        how = "open loop: operations made at their recorded times, not waiting for one another"
+        if simulated is None:
+            return [f"{how}; the first pass's last operation does not complete within the time simulated"]
+        return [
+            f"{how}; the first pass's last operation completes {_length(simulated)} after its first "
+            f"starts, against {_length(recorded)} recorded ({simulated / recorded:,.2f}x)"
+        ]
+    lines = ["closed loop: each process's next operation waits for those it had seen complete, as the application did"]
+    if simulated is None:
+        lines.append(f"the job does not end within the time simulated (recorded: {_length(recorded)})")
+    else:
+        lines.append(
+            f"the job would take {_length(simulated)} instead of {_length(recorded)} ({simulated / recorded:,.2f}x)"
+        )
+    steady = s["steady_pass_s"]
+    if steady is not None and (simulated is None or abs(steady - simulated) > 0.01 * simulated):
+        lines.append(f"later, where it is steady, a pass takes {_length(steady)} ({steady / recorded:,.2f}x)")
+    if s["days"]:
+        lines.append(
+            f"in {s['days']:g} days: {s['repetitions']:,.1f} passes of the job, against "
+            f"{s['duration_s'] / recorded:,.1f} at its recorded pace"
+        )
+    if s["process_count"] > 1:
+        shown = [
+            f"{p['pid']}{_named(p['comm'])} {_length(p['simulated_s'])} "
+            f"instead of {_length(p['recorded_s'])} ({p['slowdown']:,.2f}x)"
+            for p in s["processes"][:5]
+        ]
+        more = s["process_count"] - len(shown)
+        lines.append("processes slowed down most: " + "; ".join(shown) + (f"; and {more:,} more" if more > 0 else ""))
+    return lines
+
+
+def _named(comm: str) -> str:
+    return f" ({printable(comm)})" if comm else ""
+
+
+def _length(s: float) -> str:
+    """A job's length: hours and minutes, minutes and seconds, or seconds."""
+    if s >= 3600:
+        hours, minutes = divmod(round(s / 60), 60)
+        return f"{hours:,} h {minutes:02d} min"
+    if s >= 60:
+        minutes, seconds = divmod(round(s), 60)
+        return f"{minutes} min {seconds:02d} s"
+    return _seconds(s)
 
 
 def _credit_lines(s: Simulation) -> list[str]:
@@ -466,73 +577,3 @@ def _seconds(s: float) -> str:
 
 def _count(n: float) -> str:
     return f"{n / 1e6:,.1f} million" if n >= 1e7 else f"{n:,.0f}"
-
-
-# ---- the plot --------------------------------------------------------------------------
-
-
-def plot(path: str, s: Simulation) -> None:
-    """Credits, permitted throughput and the operations' waits over virtual time, the
-    extrapolated stretches shaded, the moment credits run out marked."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    samples = s["samples"]
-    duration = s["duration_s"]
-    unit, scale = next(
-        ((u, k) for u, k in (("days", DAY), ("hours", 3600.0), ("minutes", 60.0)) if duration >= 2 * k),
-        ("seconds", 1.0),
-    )
-    t = np.array([x["t_s"] for x in samples]) / scale
-    balance = np.array([x["balance_bytes"] for x in samples])
-    b_unit, b_scale = next(
-        ((u, k) for u, k in (("TiB", 2.0**40), ("GiB", 2.0**30)) if balance.max() >= k), ("MiB", 2.0**20)
-    )
-    ops = np.array([x["ops"] for x in samples])
-    mean_wait = np.divide([x["waited_s"] for x in samples], ops, out=np.zeros(len(samples)), where=ops > 0)
-    fig = Figure(figsize=(9, 7), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    credits, permitted, waits = fig.subplots(3, 1, sharex=True)
-    credits.plot(t, balance / b_scale, color="#1f77b4", linewidth=1.4)
-    credits.set(ylabel=f"BurstCreditBalance ({b_unit})", ylim=(0, None))
-    rates = np.array([x["permitted_bytes_per_s"] for x in samples]) / 2**20
-    permitted.step(t, rates, where="post", color="#2ca02c", linewidth=1.4)
-    permitted.set(ylabel="PermittedThroughput (MiB/s)")
-    if rates.min() > 0 and rates.max() > 20 * rates.min():  # burst and baseline both readable
-        permitted.set_yscale("log")
-    else:
-        permitted.set_ylim(0, None)
-    waits.plot(t[1:], mean_wait[1:], color="#ff7f0e", linewidth=1.2, label="mean")
-    waits.plot(
-        t[1:], [x["max_wait_s"] for x in samples[1:]], color="#d62728", linewidth=1.0, linestyle="--", label="longest"
-    )
-    waits.set(ylabel="operations waited (s)", xlabel=f"{unit} since the trace's start")
-    if max(x["max_wait_s"] for x in samples) > 0:
-        waits.set_yscale("log")
-    waits.legend(loc="upper left", fontsize=8)
-    for ax in (credits, permitted, waits):
-        for x in s["spans"]:
-            if not x["simulated"]:
-                ax.axvspan(x["start_s"] / scale, x["end_s"] / scale, color="0.9", zorder=0, linewidth=0)
-    c = s["credits"]
-    if c["run_out_s"] is not None:
-        for ax in (credits, permitted, waits):
-            ax.axvline(c["run_out_s"] / scale, color="#d62728", linewidth=0.8, linestyle=":")
-        credits.annotate(
-            f"credits run out at {c['run_out_at']}",
-            (c["run_out_s"] / scale, 0),
-            xytext=(4, 12),
-            textcoords="offset points",
-            fontsize=8,
-            color="#d62728",
-        )
-    settings = ", ".join(s["overrides"])
-    credits.set_title(
-        f"{os.path.basename(s['trace'])} on {s['profile']}"
-        + (f" ({settings})" if settings else "")
-        + ("; shaded: extrapolated" if any(not x["simulated"] for x in s["spans"]) else ""),
-        fontsize=9,
-        parse_math=False,
-    )
-    fig.savefig(path, format="png")

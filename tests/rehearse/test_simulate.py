@@ -21,6 +21,7 @@ from pyfuse3 import FUSEError
 from support import fusetrace, one_line_error
 from support.inprocess import CTX, QUICK, serve
 
+from fusetrace.emulator import tracesim
 from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import NfsClient
@@ -261,7 +262,7 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
     for (request, row), t in zip(served, times):
         client.admit(request.call(row["uid"]), t)
     calls = [
-        (t, r.call(row["uid"]))
+        (t, t, -1, r.call(row["uid"]))
         for r, t, (_, row) in zip(_rebuilt([row for _, row in served]), times, served)
         if r is not None
     ]
@@ -290,7 +291,8 @@ def test_simulating_the_trace_is_driving_the_client_with_the_requests(program):
 def _workload(
     rounds: int = 50, writes: int = 4, size: int = 64 * 1024, start: float = 1000.0, gap: float = 0.1
 ) -> list[Timed]:
-    """A small job, round after round: look a file up, open it, write it, close it, stat it."""
+    """A small job, round after round: look a file up, open it, write it, close it, stat it
+    (open loop: each operation at its time)."""
     calls, t = [], start
     for i in range(rounds):
         f = 100 + i % 10
@@ -299,7 +301,12 @@ def _workload(
         t += 0.003 + writes * 0.001
         calls += [(t, Call("flush", file=f)), (t + 0.02, Call("release", file=f)), (t + 0.021, Call("getattr", file=f))]
         t += 0.022 + gap
-    return calls
+    return _open(calls)
+
+
+def _open(calls: list[tuple[float, Call]]) -> list[Timed]:
+    """Operations of no chain, made at their times (open loop)."""
+    return [(t, t, -1, c) for t, c in calls]
 
 
 def _span(calls: list[Timed]) -> float:
@@ -321,7 +328,7 @@ def _every_operation(overrides: list[str], calls: list[Timed], reps: float, prof
     client = NfsClient(model)
     stop, cliff, waited, longest, ops = origin + reps * span, None, 0.0, 0.0, 0
     for r in range(math.ceil(reps)):
-        for at, c in calls:
+        for at, _, _, c in calls:
             t = at + r * span
             if t >= stop:
                 break
@@ -407,7 +414,7 @@ def _read_twice(gaps: list[float]) -> list[Timed]:
     for c, gap in zip(kinds, gaps, strict=True):
         t += gap
         calls.append((t, c))
-    return calls
+    return _open(calls)
 
 
 @settings(max_examples=200, deadline=None)
@@ -462,7 +469,7 @@ def test_write_back_nobody_waits_for_grows_no_wait():
     """Buffered writes at more than the burst rate, never flushed: the write-back queue grows
     without end (saturated) but no operation waits for it until the client's dirty limit,
     as every operation simulated says; once it is reached the writers do."""
-    calls = [(1000.0 + i * 0.01, Call("write", file=100, size=32 * 1024)) for i in range(100)]
+    calls = _open([(1000.0 + i * 0.01, Call("write", file=100, size=32 * 1024)) for i in range(100)])
     settings = ["burst_mibps=2", "burst_mibps_per_tib=0", "burst_credit_balance=600 MiB"]
     res = _simulated(settings, calls, 60)
     full = _every_operation(settings, calls, 60)
@@ -569,6 +576,7 @@ def _trace(directory: Path, rounds: int = 300, gap_ms: int = 150) -> int:
 
 
 def test_simulate_says_when_credits_run_out(tmp_path):
+    """In open loop, the operations at their recorded times: past the cliff the queue grows."""
     records = _trace(tmp_path / "t")
     args = [
         "simulate",
@@ -579,6 +587,7 @@ def test_simulate_says_when_credits_run_out(tmp_path):
         "burst_credit_balance=2 GiB",
         "--days",
         "7",
+        "--open-loop",
     ]
     began = time.monotonic()
     out = json.loads(fusetrace(*args, "--json").stdout)
@@ -610,14 +619,16 @@ def test_simulate_says_when_credits_run_out(tmp_path):
 
 def test_simulate_once(tmp_path):
     records = _trace(tmp_path / "t", rounds=20)
-    out = json.loads(fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--json").stdout)
+    out = json.loads(
+        fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop", "--json").stdout
+    )
     assert out["operations"] == {"simulated": records, "total": records}
     assert [s["simulated"] for s in out["spans"]] == [True]
     assert out["credits"]["run_out_s"] is None and out["waited"]["total_s"] > 0
     # the average is over the operations' own span, as --days takes it, not the idle time before them
     assert out["metered_bytes_per_s"] == pytest.approx(out["metered_bytes"] / out["span_s"])
     assert out["duration_s"] == pytest.approx(out["first_operation_s"] + out["span_s"], abs=1e-3)
-    text = fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018").stdout
+    text = fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop").stdout
     assert "the trace once" in text and "credits do not run out" in text
     assert "on average over its operations' " in text
 
@@ -728,7 +739,7 @@ def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, wor
     at = (metadata["start_monotonic_ns"] + final["wall_time"] * 1e9 - metadata["start_wall_ns"]) / 1e9
     rows = sorted(pq.read_table(m.trace).to_pylist(), key=lambda row: row["start_ns"])
     calls = [
-        (row["start_ns"] / 1e9, request.call(row["uid"]))
+        (row["start_ns"] / 1e9, row["start_ns"] / 1e9, -1, request.call(row["uid"]))
         for request, row in zip(_rebuilt(rows), rows)
         if request is not None
     ]
@@ -754,3 +765,211 @@ def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, wor
     assert spent > 4 * MiB  # the credits moved: 8 MiB written, less what the baseline earned meanwhile
     # to 10 ms of the 1 MiB/s baseline: `at` comes through the wall clock's mapping to monotonic time
     assert simulated["BurstCreditBalance"] == pytest.approx(final["BurstCreditBalance"], abs=10 * KiB)
+
+
+# ---- closed loop: each process waits for its own operations --------------------------------
+
+# Latencies without spread (p99 = median): a model whose every figure can be worked out by hand.
+FIXED = [f"{c}_latency_p99_ms={ms}" for c, ms in (("read", 0.4), ("write", 2.7), ("meta_read", 0.4))] + [
+    f"{c}_latency_p99_ms=2.7" for c in ("meta_write", "commit")
+]
+STEPS = st.lists(
+    st.tuples(
+        st.integers(1, 3),  # chain
+        st.floats(0.0001, 0.2),  # think time before it
+        st.sampled_from(["getattr", "lookup", "read", "write", "sync", "direct"]),
+        st.integers(1, 256),  # KiB
+        st.booleans(),  # made without waiting for its chain's last (another thread of the process)
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _recorded(params, steps) -> list[Timed]:
+    """`steps` made by their chains on the model, each after its chain's last one completed and
+    its think time (or, `overlapping`, that long after the one made before it), the ends as the
+    model gave them: the model's own recording."""
+    model, start, calls = Model(params, 1.0), 1.0, []
+    client = NfsClient(model)
+    done = dict.fromkeys(range(1, 4), start)
+    for chain, think, op, kib, overlapping in steps:
+        # in start order: never before the one made before it
+        t = start + think if overlapping else max(start, done[chain] + think)
+        mode = {"sync": "sync", "direct": "direct"}.get(op, "buffered")
+        c = Call("write", 100 + chain, size=kib * KiB, write_mode=mode) if op in ("write", "sync", "direct") else None
+        c = c or Call(op, 100 + chain, directory=ROOT, name=f"f{chain}", size=kib * KiB)
+        done[chain] = client.admit(c, t).done_at
+        calls.append((t, done[chain], chain, c))
+        start = t
+    return [(t, end, chain, Call(**{f: getattr(c, f) for f in c.__slots__})) for t, end, chain, c in calls]
+
+
+def _closed(params, calls: list[Timed], seen=None):
+    first = calls[0][0]
+    span = max(end for _, end, _, _ in calls) - first
+    sim = TraceSim(
+        Model(params, first), lambda: calls, origin=first, first=first, span=span, every=0.5, closed=True, admitted=seen
+    )
+    return sim.run(None), span
+
+
+@settings(max_examples=100, deadline=None)
+@given(STEPS)
+def test_closed_loop_on_the_recordings_own_model_takes_what_it_took(steps):
+    """A recording made on the model, simulated in closed loop on the same model: every
+    operation is made when it was, and the job takes exactly as long (slowdown 1)."""
+    params = load_params("efs-bursting", FIXED)
+    calls = _recorded(params, steps)
+    made: list[float] = []
+    res, span = _closed(params, calls, lambda c, t, a: made.append(t))
+    assert made == [t for t, *_ in calls]
+    assert res.job == span
+    assert all(recorded == simulated for recorded, simulated in res.chains.values())
+
+
+def _writes(n: int, think: float, chain: int = 1, start: float = 1.0, took: float = 0.012) -> list[Timed]:
+    """One thread's n direct writes of 1 MiB, each recorded taking `took`, `think` apart."""
+    calls, t = [], start
+    for _ in range(n):
+        calls.append((t, t + took, chain, Call("write", 100 + chain, size=1 * MiB, write_mode="direct")))
+        t += took + think
+    return calls
+
+
+def test_a_job_past_the_baseline_stretches_as_worked_out_by_hand():
+    """No credits: 1 MiB/s, the floor, is permitted, earned as the job goes.  Ten writes of
+    1 MiB, half a second apart: each waits for the one before, so the tenth completes when
+    ten MiB have been earned, 10 s after the first started, where the recording took
+    10 x 12 ms + 9 x 0.5 s.  Nothing waits longer than one write's second; in open loop the
+    writes queue up behind one another instead."""
+    params = load_params("efs-bursting", [*FIXED, "burst_credit_balance=0", "stored_size=1GiB"])
+    calls = _writes(10, 0.5)
+    res, span = _closed(params, calls)
+    assert span == pytest.approx(10 * 0.012 + 9 * 0.5)
+    assert res.job == pytest.approx(10.0, abs=1e-9)
+    assert res.job / span == pytest.approx(10 / 4.62)
+    assert res.max_wait <= 1.0 and not res.saturated
+    opened = TraceSim(Model(params, 1.0), lambda: calls, origin=1.0, first=1.0, span=span, every=0.5).run(None)
+    assert opened.job == pytest.approx(10.0, abs=1e-9)  # the same bytes at the same rate ...
+    assert opened.max_wait > 4 * res.max_wait  # ... queued: the last write waits for all before it
+
+
+def test_two_threads_each_wait_only_for_their_own():
+    """A thread of synchronous writes (each flushed) recorded on a faster disk, and one of lookups and stats
+    recorded on a slower one: the writer's chain stretches by what each write takes more, the
+    other's operations are made at their recorded times."""
+    params = load_params("efs-bursting", FIXED)
+    writes, stats = [], []
+    for i in range(50):
+        t = 1.0 + i * 0.0011  # 0.1 ms each, 1 ms apart
+        c = Call("fsync", 101) if i % 2 else Call("write", 101, size=4 * KiB, write_mode="sync")
+        writes.append((t, t + 0.0001, 1, c))
+        t = 1.0 + i * 0.005 + 0.0005  # 2 ms each, 3 ms apart
+        stats.append((t, t + 0.002, 2, Call("getattr" if i % 2 else "lookup", 102, directory=ROOT, name=f"m{i}")))
+    made: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    res, _ = _closed(
+        params, sorted(writes + stats, key=lambda x: x[0]), lambda c, t, a: made[c.file - 100].append((t, a.done_at))
+    )
+    assert [t for t, _ in made[2]] == [t for t, *_ in stats]
+    # each write made 1 ms after the fsync before it completed (a write is answered from the
+    # cache faster than recorded: the fsync after it at its recorded time, the chain's delay added)
+    after = list(zip(made[1], made[1][1:]))
+    assert all(t == pytest.approx(done + 0.001) for (_, done), (t, _) in after[1::2])
+    assert all(t == pytest.approx(w + 0.0011) for (w, _), (t, _) in after[::2])
+    writer, other = res.chains[1], res.chains[2]
+    assert writer[1] == pytest.approx(made[1][-1][1] - 1.0) and writer[1] > 1.5 * writer[0]
+    assert other[1] <= other[0]  # each answered within its recorded 2 ms
+
+
+def test_closed_loop_command_says_how_much_longer_the_job_takes(tmp_path):
+    """Recorded at 0.5 ms an operation, 1 ms apart, on a 2018-era file system whose writes take
+    milliseconds: the job stretches; in open loop it is as recorded, ops at their times."""
+    _trace(tmp_path / "t", rounds=40, gap_ms=0)
+    args = ["simulate", str(tmp_path / "t"), "--profile", "efs-2018"]
+    out = json.loads(fusetrace(*args, "--json").stdout)
+    assert out["loop"] == "closed" and out["process_count"] == 1 and out["processes"][0]["pid"] == 42
+    assert out["recorded_s"] == pytest.approx(out["span_s"]) and out["simulated_s"] > out["recorded_s"]
+    assert out["slowdown"] == pytest.approx(out["simulated_s"] / out["recorded_s"]) and out["slowdown"] > 1.5
+    assert out["processes"][0]["slowdown"] == pytest.approx(out["slowdown"])
+    assert out["duration_s"] == pytest.approx(out["first_operation_s"] + out["simulated_s"], abs=1e-6)
+    # longer than recorded: the samples merged to keep the table within its rows, none lost
+    assert out["row_s"] * simulate.TABLE_ROWS >= out["duration_s"] > 0.02 * simulate.TABLE_ROWS
+    assert len(out["samples"]) <= simulate.TABLE_ROWS * simulate.SAMPLES_PER_ROW + 2
+    assert sum(x["ops"] for x in out["samples"]) == out["records"]
+    text = fusetrace(*args).stdout
+    job = f"the job would take {simulate._length(out['simulated_s'])} instead of {simulate._length(out['recorded_s'])}"
+    assert f"{job} ({out['slowdown']:,.2f}x)" in text
+    opened = json.loads(fusetrace(*args, "--open-loop", "--json").stdout)
+    assert opened["loop"] == "open" and opened["processes"] == [] and opened["slowdown"] < out["slowdown"]
+
+
+def test_open_loop_makes_every_operation_at_its_recorded_time(tmp_path):
+    """--open-loop is the simulation as it was: the trace's requests handed to the client at their
+    recorded times, whatever their processes."""
+    n = _trace(tmp_path / "t", rounds=30)
+    params = load_params("efs-2018", [])
+    out = simulate.simulate(str(tmp_path / "t"), params, None, closed=False)
+    calls = list(simulate._Calls(str(tmp_path / "t"), n, False)())
+    assert {chain for _, _, chain, _ in calls} == {-1}
+    client = NfsClient(Model(params, calls[0][0]))
+    waits = [client.admit(c, t).wait for t, _, _, c in calls]
+    assert out["waited"]["total_s"] == pytest.approx(sum(waits), rel=1e-12)
+    assert out["waited"]["max_s"] == max(waits)
+
+
+def test_closed_loop_past_the_cliff_the_job_slows_instead_of_queueing(tmp_path):
+    """A week of the job of test_simulate_says_when_credits_run_out, in closed loop: the credits
+    run out as before, but nothing queues without end: the job runs fewer times instead."""
+    _trace(tmp_path / "t")
+    args = ["simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst_credit_balance=2 GiB"]
+    out = json.loads(fusetrace(*args, "--days", "7", "--json").stdout)
+    assert out["credits"]["run_out_s"] is not None and not out["saturated"]
+    assert out["waited"]["max_s"] < out["span_s"]
+    assert out["repetitions"] < 0.9 * 7 * 86400 / out["span_s"]
+    assert out["slowdown"] == pytest.approx(1.0, abs=0.1)  # its first pass, with credits
+    assert out["samples"][-1]["t_s"] == 7 * 86400
+
+
+def test_closed_loop_fast_forward_finds_what_every_operation_finds(monkeypatch):
+    """The job of test_fast_forward_finds_the_cliff_every_operation_finds, one thread, each
+    operation recorded taking 0.5 ms, repeated for 120 of its spans in closed loop: skipping
+    the steady stretches finds the cliff, the balance, the bytes, the waits and the passes that
+    every operation simulated finds."""
+    calls = [(t, t + 0.0005, 1, c) for t, _, _, c in _workload()]
+    params = load_params("efs-bursting", ["burst_credit_balance=400 MiB"])
+    span, first = _span(calls), calls[0][0]
+
+    def run():
+        sim = TraceSim(
+            Model(params, first), lambda: calls, origin=first, first=first, span=span, every=span, closed=True
+        )
+        return sim.run(120 * span)
+
+    res = run()
+    monkeypatch.setattr(tracesim, "CLOSED_STEADY", 10**9)
+    full = run()
+    assert [s.simulated for s in full.spans] == [True] and full.cliff is not None
+    assert [s.simulated for s in res.spans][:2] == [True, False] and res.ops < full.ops / 3
+    assert abs(res.cliff - full.cliff) < span, (res.cliff, full.cliff)
+    assert res.end_balance == pytest.approx(full.end_balance, abs=1 * MiB)
+    assert res.metered == pytest.approx(full.metered, rel=0.01)
+    assert res.reps == pytest.approx(full.reps, rel=0.01)
+    assert res.waited == pytest.approx(full.waited, rel=0.05)
+    assert res.max_wait == pytest.approx(full.max_wait, rel=0.05)
+    assert not res.saturated and res.job == full.job
+
+
+def test_one_pass_far_longer_than_recorded_keeps_its_samples_few():
+    """A write of 1 TiB with no credits holds its thread for 12 days at 1 MiB/s, and the
+    operations after it with it: one pass sampled every 5 ms as recorded would take 200
+    million samples; the interval doubles instead, and every operation is still counted."""
+    params = load_params("efs-bursting", [*FIXED, "burst_credit_balance=0", "stored_size=1GiB"])
+    calls = [(1.0, 1.001, 1, Call("write", 101, size=1 << 40, write_mode="direct"))]
+    calls += [(1.002 + i * 0.001, 1.0025 + i * 0.001, 1, Call("getattr", 101)) for i in range(20)]
+    sim = TraceSim(Model(params, 1.0), lambda: calls, origin=1.0, first=1.0, span=0.03, every=0.005, closed=True)
+    res = sim.run(None, most=100)
+    assert res.job == pytest.approx(2**20 + 0.02, rel=1e-3)  # 1 TiB at 1 MiB/s, then the stats
+    assert 50 <= len(res.samples) <= 102
+    assert sum(s.ops for s in res.samples) == len(calls)
+    assert res.samples[-1].t == pytest.approx(res.job, rel=1e-6)

@@ -39,7 +39,7 @@ from .metrics import CLASSES, Counters
 from .ops import Admission, Gate, Op, OpClass
 from .params import LATENCY_CLASSES, RPC_LATENCIES, MiB, Params, ParamValue, ProfileError
 from .profiles import replace_keys
-from .slots import SlotPools
+from .slots import OneSlot, SlotPools
 from .throughput import client_pipe_rates, elastic_rates, fs_pipe_rates
 from .writeback import Writeback
 
@@ -104,7 +104,7 @@ class Model:
         self._elastic: tuple[CreditPipe | None, CreditPipe | None] = (None, None)
         self._client: CreditPipe | None = None
         self._files: SlotPools | None = None
-        self._stripes: SlotPools | None = None  # a file's stripes, each one slot (params: file_stripe_size)
+        self._stripes: OneSlot | None = None  # a file's stripes, each one slot (params: file_stripe_size)
         self._rpc_latency: dict[str, Lognormal] = {}
         self._dirs: SlotPools | None = None
         self._writeback = Writeback(params.client_dirty_limit)
@@ -517,7 +517,7 @@ class Model:
         self._stripe_size = p.file_stripe_size
         self._stripe_rate = (p.stripe_write_mibps or p.stream_mibps) * MiB
         striped = self._stripe_size > 0 and self._stripe_rate > 0
-        self._stripes = (self._stripes or SlotPools(1, Gate.FILE)) if striped else None
+        self._stripes = (self._stripes or OneSlot(Gate.FILE)) if striped else None
 
         self._rpc_latency = _rpc_latencies(p)
         elastic = p.throughput_mode == "elastic"

@@ -48,3 +48,32 @@ class SlotPools:
     def _sweep(self, now: float) -> None:
         self._free = {k: f for k, f in self._free.items() if max(f) > now}
         self._sweep_at = max(_SWEEP_AT, 2 * len(self._free))
+
+
+class OneSlot:
+    """SlotPools with one slot a key, kept as one float a key: a file's stripes, taken by
+    every write (docs/BENCHMARKS.md: a tenth of a simulated week's time went to the list
+    SlotPools keeps a key)."""
+
+    __slots__ = ("_free", "_sweep_at", "label")
+
+    def __init__(self, label: Gate):
+        self.label = label
+        self._free: dict[int, float] = {}
+        self._sweep_at = _SWEEP_AT
+
+    def take(self, key: int, at: float, hold: float) -> float:
+        """As SlotPools.take."""
+        start = self._free.get(key)
+        if start is None:
+            if len(self._free) >= self._sweep_at:
+                self._sweep(at)
+            start = at
+        elif start < at:
+            start = at
+        self._free[key] = start + hold
+        return start
+
+    def _sweep(self, now: float) -> None:
+        self._free = {k: t for k, t in self._free.items() if t > now}
+        self._sweep_at = max(_SWEEP_AT, 2 * len(self._free))

@@ -89,21 +89,10 @@ def record(
     with TraceWriter(directory, meta) as w:
         for i, r in [(0, mkdir), *((n, r) for n in range(cycles) for r in _cycle(n))]:
             t = max(t, i * CYCLE_NS + 1) + r.pop("at", 0)
-            request = rebuilder.rebuild(
-                r["op"],
-                r["inode"],
-                r["path"],
-                r.get("path2"),
-                r.get("fh", 0),
-                r.get("offset", 0),
-                r.get("size", 0),
-                r.get("errno", 0),
-                r["kind"],
-                r.get("flags", 0),
-                r.get("mode", 0),
-                r.get("entry", 0),
-                None,
-            )
+            fh, offset, size, err = (r.get(k, 0) for k in ("fh", "offset", "size", "errno"))
+            flags, mode, entry = (r.get(k, 0) for k in ("flags", "mode", "entry"))
+            where = (r["op"], r["inode"], r["path"], r.get("path2"), fh, offset, size)  # both take these first
+            request = rebuilder.rebuild(*where, err, r["kind"], flags, mode, entry, None)
             assert request is not None, r
             a = client.admit(request.call(0), t / 1e9)
             dur = max(int(a.done_at * 1e9) - t, 1)
@@ -117,22 +106,16 @@ def record(
                 TraceRecord(
                     t,
                     dur if nfs else max(dur - rt, 1),
-                    r["op"],
-                    r["inode"],
-                    r["path"],
-                    r.get("path2"),
-                    r.get("fh", 0),
-                    r.get("offset", 0),
-                    r.get("size", 0),
-                    r.get("size", 0),
-                    r.get("errno", 0),
+                    *where,
+                    size,
+                    err,
                     100,
                     0,
                     0,
                     kind=r["kind"],
-                    flags=r.get("flags", 0),
-                    mode=r.get("mode", 0),
-                    entry=r.get("entry", 0),
+                    flags=flags,
+                    mode=mode,
+                    entry=entry,
                     comm="app",
                     **account,
                 )

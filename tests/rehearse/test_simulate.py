@@ -25,7 +25,7 @@ from fusetrace.emulator import tracesim
 from fusetrace.emulator.call import Call
 from fusetrace.emulator.model import Model
 from fusetrace.emulator.nfsclient import NfsClient
-from fusetrace.emulator.params import GiB, KiB, MiB
+from fusetrace.emulator.params import RPC_LATENCIES, GiB, KiB, MiB
 from fusetrace.emulator.tracesim import Timed, TraceSim
 from fusetrace.rehearse import simulate
 from fusetrace.rehearse.requests import COLUMNS, UNKNOWN_DIRECTORY, Rebuilder
@@ -769,9 +769,14 @@ def test_a_mount_and_the_simulation_of_its_trace_agree_on_the_credits(mount, wor
 
 # ---- closed loop: each process waits for its own operations --------------------------------
 
-# Latencies without spread (p99 = median): a model whose every figure can be worked out by hand.
-FIXED = [f"{c}_latency_p99_ms={ms}" for c, ms in (("read", 0.4), ("write", 2.7), ("meta_read", 0.4))] + [
-    f"{c}_latency_p99_ms=2.7" for c in ("meta_write", "commit")
+# Latencies without spread (p99 = median), every RPC its class's, no stripes: a model whose
+# every figure can be worked out by hand.
+_FIXED_MS = (("read", 0.4), ("write", 2.7), ("meta_read", 0.4), ("meta_write", 2.7), ("commit", 2.7))
+FIXED = [
+    *(f"{c}_latency_ms={ms}" for c, ms in _FIXED_MS),
+    *(f"{c}_latency_p99_ms={ms}" for c, ms in _FIXED_MS),
+    *(f"{key}_latency_ms=0" for key in RPC_LATENCIES),
+    "file_stripe_size=0",
 ]
 STEPS = st.lists(
     st.tuples(

@@ -36,13 +36,32 @@ def _run_readers(path, offsets, nthreads):
     return elapsed
 
 
-def test_sixteen_readers_ten_times_faster_than_one(slow_mount):
-    m = slow_mount(DELAY_MS, 256 * BLOCK)
+def _peak_reads(trace) -> tuple[int, int]:
+    """(reads in the trace, the most of them in flight at one instant: a sweep over their
+    start and end events)."""
+    reads = duckdb.sql(f"select start_ns, start_ns + dur_ns as end_ns from '{trace}/*.parquet' where op = 'read'")
+    rows = reads.fetchall()
+    events = sorted([(s, 1) for s, _ in rows] + [(e, -1) for _, e in rows])
+    in_flight = peak = 0
+    for _, step in events:
+        in_flight += step
+        peak = max(peak, in_flight)
+    return len(rows), peak
+
+
+def test_sixteen_readers_overlap_below_the_mount(slow_mount):
+    """Sixteen readers of a file whose every read blocks 20 ms below the mount: their reads
+    are in flight together (the trace's own times), and the run takes a fraction of one
+    reader's (a loose bound: the host's scheduling is not the claim)."""
+    m = slow_mount(DELAY_MS, 256 * BLOCK, trace=True)
     path = m.mountpoint / "f"
     offsets = [i * BLOCK for i in range(128)]
     serial = _run_readers(path, offsets, 1)
     parallel = _run_readers(path, offsets, 16)
-    assert serial / parallel >= 10, f"serial {serial:.3f} s, 16 readers {parallel:.3f} s"
+    m.unmount()
+    count, peak = _peak_reads(m.trace)
+    assert count == 256 and peak >= 12, f"{count} reads, at most {peak} at once"
+    assert serial / parallel >= 3, f"serial {serial:.3f} s, 16 readers {parallel:.3f} s"
 
 
 def test_sixty_four_requests_in_flight(slow_mount):
@@ -62,14 +81,4 @@ def test_sixty_four_requests_in_flight(slow_mount):
     for t in threads:
         t.join()
     m.unmount()
-    reads = duckdb.sql(
-        f"select start_ns, start_ns + dur_ns as end_ns from '{m.trace}/*.parquet' where op = 'read'"
-    ).fetchall()
-    assert len(reads) == 64
-    # The most reads in flight at one instant: sweep over start and end events.
-    events = sorted([(s, 1) for s, _ in reads] + [(e, -1) for _, e in reads])
-    in_flight = peak = 0
-    for _, step in events:
-        in_flight += step
-        peak = max(peak, in_flight)
-    assert peak == 64
+    assert _peak_reads(m.trace) == (64, 64)

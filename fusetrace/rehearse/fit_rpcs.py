@@ -122,10 +122,10 @@ class Samples:
     # was under that time (ms), all that is known of it.
     censored: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     compounds: list[tuple[list[str], float]] = field(default_factory=list)
-    # the samples whose tail is the RPC's own: a WRITE read off the flush that waited for it
+    # samples whose tail is not the RPC's own: a WRITE read off the flush that waited for it
     # holds the queues the write-back met too (its file's slots, its stripe), which a
     # rehearsal adds again, so it counts towards the median only
-    tail: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    loose: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     write_back = 0  # WRITE(write-back) records: their WRITE's latency is not in the trace
 
     def add(self, rpc: str, ms: float, size: int, transfer_ns: int, how: str) -> None:
@@ -133,8 +133,8 @@ class Samples:
         self.sizes[rpc].append(size)
         self.transfer[rpc].append(transfer_ns)
         self.how[rpc][how] += 1
-        if how != AFTER_WRITE_BACK:
-            self.tail[rpc].append(ms)
+        if how == AFTER_WRITE_BACK:
+            self.loose[rpc].append(ms)
 
 
 def terms(nfs: str) -> list[tuple[str, int]]:
@@ -249,7 +249,7 @@ def latency_keys(s: Samples, base: Params, source: str) -> list[Key]:
             median = statistics.median(ms)
             said = f"{_seen(s, plain)}: {source}"
             out.append(Key(f"{cls}_latency_ms", round(median, 4), f"median of {said}"))
-            tail = [m for r in plain for m in s.tail.get(r, [])]
+            tail = _without(ms, [m for r in plain for m in s.loose.get(r, [])])
             if len(tail) >= MIN_RECORDS:
                 p99 = min(max(quantile(tail, 0.99), median), 999 * median)
                 how = f"99th percentile of the same {int_text(len(ms))}"
@@ -374,3 +374,17 @@ def _number(value: float | int) -> str:
     if isinstance(value, int):
         return str(value)
     return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.1f}"
+
+
+def _without(samples: list[float], removed: list[float]) -> list[float]:
+    """`samples` less one occurrence of each of `removed` (all of which are among them)."""
+    if not removed:
+        return samples
+    left = Counter(removed)
+    out = []
+    for m in samples:
+        if left[m]:
+            left[m] -= 1
+        else:
+            out.append(m)
+    return out

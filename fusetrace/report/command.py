@@ -7,7 +7,7 @@ import os
 
 import duckdb
 
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from .filters import Filters
 from .plots import plot_timeline
 from .query import Trace, expand_traces
@@ -49,10 +49,10 @@ def _nfs(args: argparse.Namespace, directories: list[str], filters: Filters) -> 
     from . import nfs
 
     if not args.nfs:
-        raise UserError(f"--interval {args.interval:g}: is the NFS view's; give --nfs with it")
+        raise BadValue(f"--interval {args.interval:g}: is the NFS view's; give --nfs with it")
     given = [o for o, on in (("--by", args.by), ("--timeline", args.timeline), ("--histogram", args.histogram)) if on]
     if given:
-        raise UserError(f"--nfs: a view of its own; give it without {given[0]}")
+        raise BadValue(f"--nfs: a view of its own; give it without {given[0]}")
     try:
         v = nfs.view(Trace(directories, filters), args.interval)
     except duckdb.Error as exc:

@@ -4,7 +4,7 @@ the NFS RPCs its source received, from the mount's samples of /proc/self/mountst
 for a trace taken on an emulated mount, from the model's `nfs` column: what the emulated
 client sent (docs/REPORT.md, "The NFS view").
 
-The sidecar is read as hostile text: a line that is not a sample is one UserError naming
+The sidecar is read as hostile text: a line that is not a sample is one NfsViewError (exit 2) naming
 the file and line (exit 2), except a torn last line (a killed server's), which is left
 out and counted.
 """
@@ -26,6 +26,12 @@ MAX_LINE = 1 << 20  # a sample of every RPC of NFSv4.2 is a few kB
 MAX_RPC_NAME = 64
 MAX_INT = 2**64 - 1
 DATA_OPS = ("read", "write")
+
+
+class NfsViewError(UserError):
+    """A damaged sidecar, or a trace with neither samples nor the model's column: bad input."""
+
+    exit_code = 2
 
 
 class Rpc(TypedDict):
@@ -89,8 +95,8 @@ class _Sums:
         return out
 
 
-def _bad(path: str, n: int, why: str) -> UserError:
-    return UserError(f"{path}: line {n}: not an NFS sample ({why}); the sidecar is damaged")
+def _bad(path: str, n: int, why: str) -> NfsViewError:
+    return NfsViewError(f"{path}: line {n}: not an NFS sample ({why}); the sidecar is damaged")
 
 
 def _count(v: object) -> bool:
@@ -102,10 +108,10 @@ def _lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read it: {exc.strerror}") from None
+        raise NfsViewError(f"{path}: cannot read it: {exc.strerror}") from None
     with open(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UserError(f"{path}: not a regular file")
+            raise NfsViewError(f"{path}: not a regular file")
         n = 0
         while line := f.readline(MAX_LINE + 1):
             n += 1
@@ -157,15 +163,15 @@ def read_samples(path: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, l
                 raise _bad(path, n, f"{name}: not {FIELDS} counters")
         rows.append((row["t_ns"], rpcs))
     if head is None:
-        raise UserError(f"{path}: empty; the sidecar is damaged")
+        raise NfsViewError(f"{path}: empty; the sidecar is damaged")
     return head, rows, torn
 
 
 def view(trace: Trace, interval_s: float | None) -> NfsView:
     """The NFS view of one trace: from its samples when it has them, else from its model's
-    `nfs` column; UserError (one line) when it has neither."""
+    `nfs` column; NfsViewError (one line, exit 2) when it has neither."""
     if trace.fleet:
-        raise UserError("--nfs: reads one trace at a time, not several")
+        raise NfsViewError("--nfs: reads one trace at a time, not several")
     path = os.path.join(trace.directory, SIDECAR)
     if os.path.lexists(path):
         head, rows, torn = read_samples(path)
@@ -174,7 +180,7 @@ def view(trace: Trace, interval_s: float | None) -> NfsView:
     if "nfs" in trace.columns and trace.one("select count(nfs) from all_records")[0]:
         return _from_model(trace, int((interval_s or 1.0) * 1e9))
     why = (trace.metadata.get("nfs") or {}).get("error") if isinstance(trace.metadata.get("nfs"), dict) else None
-    raise UserError(
+    raise NfsViewError(
         f"{trace.directory}: --nfs: no NFS samples (the source was not on NFS"
         + (f"; the mount said: {why}" if why else "")
         + ") and no model's nfs column (not taken on an emulated mount)"

@@ -302,22 +302,22 @@ def render(v: NfsView) -> str:
     if v["source"] == "samples":
         title = (
             f"NFS view: RPCs the source's NFS client sent ({printable(v['device'] or '?')} on "
-            f"{printable(v['mountpoint'] or '?')}, {printable(v['fstype'] or '?')}), from /proc/self/mountstats "
-            f"sampled every second, beside the FUSE operations; intervals of {num_text(v['interval_s'])} s "
+            f"{printable(v['mountpoint'] or '?')}, {printable(v['fstype'] or '?')}),\nfrom /proc/self/mountstats "
+            f"sampled every second, beside the FUSE operations; intervals of {v['interval_s']:g} s "
             "from the first sample"
         )
         rtt = ["RTT ms", "exec ms"]
     else:
         title = (
             "NFS view: RPCs the MODEL's emulated NFS client sent (the trace's nfs column), beside the FUSE "
-            f"operations; intervals of {num_text(v['interval_s'])} s from the first record; "
+            f"operations;\nintervals of {v['interval_s']:g} s from the first record; "
             "model ms: the modelled time of the operations that sent the RPC"
         )
         rtt = ["model ms"]
     head = ["t_s", "FUSE ops", "FUSE MB", "busiest FUSE ops", "RPC", "count", "MB", *rtt]
     rows: list[list[str]] = []
     for iv in [*v["intervals"], v["total"]]:
-        label = "total" if iv is v["total"] else num_text(iv["t_s"]) if iv["t_s"] else "0"
+        label = "total" if iv is v["total"] else f"{iv['t_s']:g}"
         left = [label, int_text(iv["fuse_ops"]), num_text(iv["fuse_mb"]), _busiest(iv["fuse"])]
         if not iv["rpcs"]:
             rows.append([*left, "-", "0", "0", *["-"] * len(rtt)])

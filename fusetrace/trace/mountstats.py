@@ -13,6 +13,7 @@ the kernel's, but a stand-in file (the sampler's test hook) or a copy is anyone'
 that is not as above is skipped and counted, never a traceback.  Pure: no I/O.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -73,8 +74,17 @@ def _counters(words: list[str]) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+_ESCAPED = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    """The kernel writes a space, tab, newline or backslash of a name as \\ooo (octal),
+    as in /proc/self/mountinfo: undone, so that the names compare with mountinfo's."""
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
 def _device(line: str) -> Entry | None:
-    # "device D mounted on M with fstype T [statvers=V]": D and M have spaces escaped as \040
+    # "device D mounted on M with fstype T [statvers=V]"
     rest = line[len("device ") :]
     dev, sep, rest = rest.partition(" mounted on ")
     point, sep2, rest = rest.rpartition(" with fstype ")
@@ -84,7 +94,7 @@ def _device(line: str) -> Entry | None:
     if not words or len(words) > 2:
         return None
     statvers = words[1].removeprefix("statvers=") if len(words) == 2 else ""
-    return Entry(dev, point, words[0], statvers)
+    return Entry(_unescape(dev), _unescape(point), words[0], statvers)
 
 
 def parse(text: str) -> Parsed:

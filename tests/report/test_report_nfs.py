@@ -102,14 +102,20 @@ def test_a_remount_restarts_the_series(mount, standin):
     assert next(r for r in v["total"]["rpcs"] if r["rpc"] == "WRITE")["count"] == 32
 
 
-@pytest.mark.parametrize("planted", ["symlink", "fifo"])
-def test_a_stand_in_that_is_not_a_plain_file_is_refused(mount, standin, tmp_path, planted):
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "another user's", "too large"])
+def test_a_stand_in_that_is_not_the_users_plain_file_is_refused(mount, standin, tmp_path, planted):
     real = tmp_path / "real"
-    shutil.move(standin, real)
+    shutil.copy(standin, real)
     if planted == "symlink":
+        standin.unlink()
         standin.symlink_to(real)
-    else:
+    elif planted == "fifo":
+        standin.unlink()
         os.mkfifo(standin)
+    elif planted == "another user's":
+        os.chown(standin, os.getuid() + 1, -1)
+    else:
+        os.truncate(standin, nfssampler.MAX_BYTES + 1)  # sparse: costs no disk
     m = mount(trace=True)
     (m.mountpoint / "f").write_bytes(b"x")
     poll(lambda: "nfs" in json.loads((m.trace / "_metadata.json").read_text()), timeout=20)
@@ -183,6 +189,8 @@ def test_a_trace_with_neither_samples_nor_model_is_one_line(mount):
     m = mount(trace=True)
     (m.mountpoint / "f").write_bytes(b"x")
     m.unmount()
+    assert "nfs" not in json.loads((m.trace / "_metadata.json").read_text())  # the source is not on NFS
+    assert not (m.trace / nfssampler.SIDECAR).exists()
     one_line_error(_report(m.trace, check=False), "no NFS samples", "no model's nfs column", code=2)
 
 

@@ -77,6 +77,14 @@ def test_a_counter_that_went_back_restarts_the_series():
     assert ms.delta(after, ms.find(fresh, NFS41_MOUNT)) is None  # remounted: younger
 
 
+def test_names_are_unescaped_as_mountinfo_gives_them():
+    text = "device srv:/a\\040b mounted on /mnt/with\\040space\\134x with fstype nfs4 statvers=1.1\n"
+    p = ms.parse(text + "\tage:\t5\n")
+    assert p.bad_lines == 0
+    e = ms.find(p, "/mnt/with space\\x", "srv:/a b")
+    assert e is not None and e.age_s == 5
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -173,6 +173,15 @@ def _report_parser(sub) -> None:
     r.add_argument("--plot", metavar="FILE.png", help="with --timeline: also draw it into this PNG")
     r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
     r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.add_argument(
+        "--nfs",
+        action="store_true",
+        help="per interval, the FUSE operations beside the NFS RPCs the source received "
+        "(the mount's mountstats samples, or an emulated mount's model)",
+    )
+    r.add_argument(
+        "--interval", type=_positive_float, metavar="S", help="with --nfs: intervals of S seconds (default 1)"
+    )
 
 
 def _rehearse_parsers(sub) -> None:

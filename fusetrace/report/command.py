@@ -7,7 +7,7 @@ import os
 
 import duckdb
 
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from .filters import Filters
 from .plots import plot_timeline
 from .query import Trace, expand_traces
@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--plot {args.plot}: no such directory {folder}")
     filters = Filters.from_args(args)
     (directories,) = expand_traces(args.trace_dir)
+    if args.nfs or args.interval is not None:
+        return _nfs(args, directories, filters)
     try:
         trace = Trace(directories, filters)
         s = trace.summary(args.by, args.histogram, None if args.json else args.top, args.timeline)
@@ -39,4 +41,21 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
         s["timeline"]["plot"] = os.path.abspath(args.plot)
     print(json.dumps(s, indent=2) if args.json else render(s))
+    return 0
+
+
+def _nfs(args: argparse.Namespace, directories: list[str], filters: Filters) -> int:
+    """`report --nfs`: the NFS view (fusetrace/report/nfs.py) instead of the summary."""
+    from . import nfs
+
+    if not args.nfs:
+        raise BadValue(f"--interval {args.interval:g}: is the NFS view's; give --nfs with it")
+    given = [o for o, on in (("--by", args.by), ("--timeline", args.timeline), ("--histogram", args.histogram)) if on]
+    if given:
+        raise BadValue(f"--nfs: a view of its own; give it without {given[0]}")
+    try:
+        v = nfs.view(Trace(directories, filters), args.interval)
+    except duckdb.Error as exc:
+        raise UserError(f"{directories[0]}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+    print(json.dumps(v, indent=2) if args.json else nfs.render(v))
     return 0

@@ -18,7 +18,7 @@ import trio
 from .. import __version__
 from ..errors import UserError
 from ..shaping import roundtrip
-from . import fusectl, fuseread, inline, mounts, runstate
+from . import fusectl, fuseread, inline, mounts, nfssampler, runstate
 from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy
@@ -455,6 +455,7 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: Status, contro
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, opts.metrics_port, status.counters)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
+        nursery.start_soon(nfssampler.run, opts.source, status.tracer)  # when the source is on NFS
         await _measure_round_trip(opts.mountpoint, status)
         _say(ready_fd, "ok")
         log.info(

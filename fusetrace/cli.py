@@ -170,7 +170,7 @@ def _report_parser(sub) -> None:
     )
     r.add_argument("--until", metavar="T", help="only operations started before T (as --since)")
     r.add_argument("--timeline", action="store_true", help="operations and MB per second over time")
-    r.add_argument("--plot", metavar="FILE.png", help="with --timeline: also draw it into this PNG")
+    r.add_argument("--plot", metavar="FILE.png", help="draw the timeline into this PNG (implies --timeline)")
     r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
     r.add_argument("--json", action="store_true", help="machine-readable output")
 

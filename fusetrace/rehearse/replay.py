@@ -40,7 +40,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from ..texttable import count, int_text, ns_text, printable, table
 from ..trace import names, reader
 from .lanes import Lanes
@@ -387,7 +387,7 @@ def check_trace(trace_dir: str) -> None:
             part = os.path.join(trace_dir, os.path.basename(files[0]))  # files[0] may be /proc/self/fd/N/...
             raise UserError(f"{printable(part)}: not a readable trace part: {exc}") from None
     if version < FORMAT:
-        raise UserError(
+        raise BadValue(
             f"{printable(trace_dir)}: a format {version} trace: replay needs format {FORMAT} or later "
             f"(earlier ones do not keep open handles, open flags or what a setattr set); trace again "
             f"with this fusetrace"

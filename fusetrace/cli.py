@@ -36,7 +36,7 @@ class _Commands:
 
 START = (
     "start with: fusetrace mount SOURCE MOUNTPOINT --trace DIR, run the workload in MOUNTPOINT, "
-    'fusetrace umount MOUNTPOINT, fusetrace report DIR (README.md, "The first minute")'
+    'fusetrace umount MOUNTPOINT, fusetrace report DIR (README.md, "Tracing a workload")'
 )
 
 
@@ -454,8 +454,9 @@ def _command(argv: list[str] | None) -> int:
             from fusetrace.scenarios import command
 
             return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
-        small = {"stats": _stats, "set": _set, "list": _list, "profiles": _profiles, "fault": fault_cli.run}
-        return small[args.command](args)
+        if args.command == "list":
+            return _list(args)
+        return {"stats": _stats, "set": _set, "profiles": _profiles, "fault": fault_cli.run}[args.command](args)
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)
         return exc.exit_code

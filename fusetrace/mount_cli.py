@@ -402,11 +402,8 @@ def _say_if_hidden(mountpoint: str) -> None:
     except OSError:
         return
     if n:
-        what = f"{n:,}{'+' if n == HIDDEN_COUNTED else ''} {'entry' if n == 1 else 'entries'}"
-        print(
-            f"fusetrace: note: {mountpoint} is not empty: its {what} stay hidden while it is mounted",
-            file=sys.stderr,
-        )
+        what = f"{n:,}{'+' if n == HIDDEN_COUNTED else ''} {'entry stays' if n == 1 else 'entries stay'}"
+        print(f"fusetrace: note: {mountpoint} is not empty: its {what} hidden while it is mounted", file=sys.stderr)
 
 
 HIDDEN_COUNTED = 1000  # entries of a non-empty mount point counted, at most

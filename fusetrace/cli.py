@@ -6,6 +6,7 @@ import os
 import select
 import signal
 import sys
+from typing import Any
 
 from . import __version__, fault_cli, logs, mount_cli
 from .client import ask
@@ -17,6 +18,40 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
+
+
+class _Commands:
+    """The subcommands' parsers as add_subparsers() makes them, each one's help kept for
+    the summary `fusetrace` alone prints (argparse keeps its own list private)."""
+
+    def __init__(self, sub: Any):
+        self.sub = sub
+        self.helps: dict[str, str] = {}
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        self.helps[name] = kwargs.get("help", "")
+        parser: argparse.ArgumentParser = self.sub.add_parser(name, **kwargs)
+        return parser
+
+
+START = (
+    "start with: fusetrace mount SOURCE MOUNTPOINT --trace DIR, run the workload in MOUNTPOINT, "
+    'fusetrace umount MOUNTPOINT, fusetrace report DIR (README.md, "Tracing a workload")'
+)
+
+
+def usage_summary(helps: dict[str, str]) -> str:
+    """What `fusetrace` with no arguments prints: the commands, a line each, and where to start."""
+    width = max(map(len, helps))
+    return "\n".join(
+        [
+            "usage: fusetrace COMMAND [ARGS...]  (fusetrace COMMAND --help: its options)",
+            "",
+            *(f"  {name:<{width}}  {text}" for name, text in helps.items()),
+            "",
+            START,
+        ]
+    )
 
 
 class _Version(argparse.Action):
@@ -81,6 +116,16 @@ def _set(args) -> int:
                 raise BadValue(exc.args[0]) from None
             raise
         print(f"{key} = {answer['value']}")
+    return 0
+
+
+def _list(args) -> int:
+    import json
+
+    from .client import list_mounts, render_list
+
+    rows = list_mounts()
+    print(json.dumps(rows, indent=2) if args.json else render_list(rows, everyone=os.geteuid() == 0))
     return 0
 
 
@@ -170,7 +215,7 @@ def _report_parser(sub) -> None:
     )
     r.add_argument("--until", metavar="T", help="only operations started before T (as --since)")
     r.add_argument("--timeline", action="store_true", help="operations and MB per second over time")
-    r.add_argument("--plot", metavar="FILE.png", help="with --timeline: also draw it into this PNG")
+    r.add_argument("--plot", metavar="FILE.png", help="draw the timeline into this PNG (implies --timeline)")
     r.add_argument("--histogram", action="store_true", help="log2 latency histogram per operation")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument(
@@ -316,8 +361,8 @@ def _positive_float(text: str) -> float:
 REHEARSE = ("export", "replay", "fit", "compare", "simulate")  # each fusetrace/rehearse/<name>.py's run(args)
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, set[str], mount_cli.Options]:
-    """The parser, the names of its commands and `fusetrace mount`'s options (read by the
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str], mount_cli.Options]:
+    """The parser, its commands (name: help) and `fusetrace mount`'s options (read by the
     mount(8) form, `fusetrace SOURCE MOUNTPOINT -o OPTIONS`)."""
     parser = _Parser(
         prog="fusetrace",
@@ -327,10 +372,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, set[str], mount_cli.Options
         "--help` for -o",
     )
     parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     mount = mount_cli.add_mount_parser(sub)
     u = sub.add_parser("umount", help="unmount, after the server has flushed its trace")
     u.add_argument("mountpoint")
+    u.add_argument(
+        "--lazy",
+        action="store_true",
+        help="detach a mount in use now (umount -l): files open in it stay served and traced; the "
+        "server flushes its trace and exits when the last is closed",
+    )
+    ls = sub.add_parser("list", help="the running mounts of this user (root: every user's), with their traces")
+    ls.add_argument("--json", action="store_true")
     st = sub.add_parser("stats", help="current figures of a running mount (emulator metrics)")
     st.add_argument("mountpoint")
     st.add_argument("--json", action="store_true")
@@ -347,7 +400,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, set[str], mount_cli.Options
     _report_parser(sub)
     _rehearse_parsers(sub)
     fault_cli.add_parser(sub)
-    return parser, set(sub.choices), mount
+    return parser, sub.helps, mount
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,8 +433,11 @@ def _command(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logs.configure()
     parser, commands, mount = build_parser()
+    if not argv:
+        print(usage_summary(commands), file=sys.stderr)
+        return 2
     try:
-        if argv[:1] == ["mount"] or mount_cli.is_mount_form(argv, commands):
+        if argv[:1] == ["mount"] or mount_cli.is_mount_form(argv, set(commands)):
             argv = mount_cli.mount_argv(argv, mount)
         args = parser.parse_args(argv)
         if args.command in ("demo", "scenario"):
@@ -407,6 +463,8 @@ def _command(argv: list[str] | None) -> int:
             from fusetrace.scenarios import command
 
             return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
+        if args.command == "list":
+            return _list(args)
         return {"stats": _stats, "set": _set, "profiles": _profiles, "fault": fault_cli.run}[args.command](args)
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)

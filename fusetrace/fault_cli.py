@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from .client import ask
-from .errors import UserError
-from .faults.rules import EVENT_ID
+from .errors import BadValue
+from .faults.rules import EVENT_ID, parse_rule
 from .texttable import table
 
 # option → the rule's key, in the order `add --help` lists them
@@ -113,7 +113,9 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     mnt = args.mountpoint
     if args.fault_command == "add":
-        rule = ask(mnt, cmd="fault_add", rule=rule_of(args))["rule"]
+        raw = rule_of(args)
+        parse_rule(raw, "fault add", "r1")  # a mistake in the options is a usage error (2), before anything is sent
+        rule = ask(mnt, cmd="fault_add", rule=raw)["rule"]
         print(f"{rule['id']}: added")
     elif args.fault_command == "list":
         answer = ask(mnt, cmd="fault_list")
@@ -173,7 +175,7 @@ def rule_of(args: argparse.Namespace) -> dict[str, object]:
 def _assignment(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep:
-        raise UserError(f"fault event --set {item}: expected KEY=VALUE")
+        raise BadValue(f"fault event --set {item}: expected KEY=VALUE")
     return key.strip(), value.strip()
 
 

@@ -2,7 +2,7 @@
 
 import re
 
-from .errors import UserError
+from .errors import BadValue
 
 
 def glob_regex(pattern: str, what: str = "--path") -> str:
@@ -10,7 +10,7 @@ def glob_regex(pattern: str, what: str = "--path") -> str:
     one name, `**` crosses `/` (and `**/` also matches no directory at all), `[abc]`,
     `[a-z]`, `[!abc]` a character class; anything else, `\\` included, stands for itself.
     A glob not starting with `/` matches at any depth, as if it began with `**/`.  A
-    mistake is a UserError naming `what` (the option or key that gave the glob)."""
+    mistake is a BadValue naming `what` (the option or key that gave the glob)."""
     given = pattern
     if not pattern.startswith("/"):
         pattern = "**/" + pattern
@@ -43,7 +43,7 @@ def glob_regex(pattern: str, what: str = "--path") -> str:
             while j < n and pattern[j] != "]":
                 j += 1
             if j >= n:
-                raise UserError(f"{what} {given}: a [ opens a character class that has no ]; write [[] for a literal [")
+                raise BadValue(f"{what} {given}: a [ opens a character class that has no ]; write [[] for a literal [")
             members = "".join("\\" + ch if ch in "\\[]^" else ch for ch in pattern[first:j])
             out.append(f"[^/{members}]" if negate else f"[{members}]")
             i = j + 1

@@ -355,6 +355,7 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
         logs.configure(server=True, debug=args.debug)
         return serve(opts, ready_fd=args.ready_fd)
     preflight(opts)
+    _say_if_hidden(opts.mountpoint)
     if args.log:  # the user's own choice of path, but not of a link planted at it or another user's file
         log = args.log
         logfd = open_own_log(log, f"--log {log}")
@@ -390,6 +391,22 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
     if answer.startswith("error: "):
         raise UserError(answer[len("error: ") :])
     raise UserError(f"server for {opts.mountpoint} {answer}: {_last_line(log)} (log: {log})")
+
+
+def _say_if_hidden(mountpoint: str) -> None:
+    """A mount point with files in it: the mount hides them until it is unmounted (as any
+    mount does), which is no error but surprises; said in one line."""
+    try:
+        with os.scandir(mountpoint) as entries:
+            n = sum(1 for _, _ in zip(range(HIDDEN_COUNTED), entries))
+    except OSError:
+        return
+    if n:
+        what = f"{n:,}{'+' if n == HIDDEN_COUNTED else ''} {'entry stays' if n == 1 else 'entries stay'}"
+        print(f"fusetrace: note: {mountpoint} is not empty: its {what} hidden while it is mounted", file=sys.stderr)
+
+
+HIDDEN_COUNTED = 1000  # entries of a non-empty mount point counted, at most
 
 
 def _last_line(path: str) -> str:
@@ -442,6 +459,8 @@ def umount(args: argparse.Namespace) -> int:
     if info.fstype != mounts.FSTYPE:
         raise UserError(f"{mnt}: not a fusetrace mount ({info.fstype} from {info.source})")
     pid = state.get("pid") if processes.is_fusetrace(state.get("pid")) else None
+    if args.lazy:
+        return _detach(mnt, pid, state)
     stopped = (
         f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
         f"mount now with fusermount3 -uz {mnt}"
@@ -475,9 +494,15 @@ def umount(args: argparse.Namespace) -> int:
                 (f"; in use by {', '.join(inside)}" if inside else "" if held else "; in use")
                 + (f"; waiting in the server: {'; '.join(map(held_words, held))}" if held else "")
                 + (f" (fusetrace fault {mnt} clear lets go what a stall rule holds)" if by_rule else "")
-                + f"; or detach it now with fusermount3 -uz {mnt}"
+                + f"; or detach it now with fusetrace umount --lazy {mnt}"
             )
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
+    return _unmounted(mnt, pid, state)
+
+
+def _unmounted(mnt: str, pid: int | None, state: dict) -> int:
+    """Once the kernel has let go of the mount: wait for its server to flush its trace and
+    exit, and say where the trace is and what it lost."""
     if pid:
         _wait_server(mnt, pid, state.get("trace"))
     _forget_dead(mnt, state)
@@ -490,6 +515,40 @@ def umount(args: argparse.Namespace) -> int:
         if loss:
             print(f"fusetrace: warning: {loss}", file=sys.stderr)
     return 0
+
+
+def _detach(mnt: str, pid: int | None, state: dict) -> int:
+    """`umount --lazy`: the mount leaves the tree now (fusermount3 -uz, as umount -l), and
+    the kernel keeps the connection while anything holds a file, directory or working
+    directory in it; those go on being served, and traced, and the server flushes its
+    trace and exits once the last lets go.  Nothing in use: as a plain umount, waited for."""
+    from .server import mounts
+
+    inside = mounts.users(mnt)  # before the detach: after it /proc names them from the detached root
+    try:
+        done = subprocess.run(
+            ["fusermount3", "-uz", mnt],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=UMOUNT_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(f"cannot detach {mnt}: fusermount3 did not return within {UMOUNT_TIMEOUT:.0f} s") from None
+    if done.returncode != 0:
+        err = done.stderr.strip()
+        raise UserError(f"cannot detach {mnt}: {err.splitlines()[-1] if err else f'exit {done.returncode}'}")
+    trace = state.get("trace")
+    if inside:
+        then = f"flushes its trace to {trace} and exits" if trace else "exits"
+        print(
+            f"fusetrace: detached {mnt}; in use by {', '.join(inside)}: what they hold open stays served"
+            f"{' and traced' if trace else ''}, new paths under {mnt} no longer reach it, and the server"
+            f"{f' (pid {pid})' if pid else ''} {then} when the last lets go"
+        )
+        return 0
+    return _unmounted(mnt, pid, state)
 
 
 def _forget_dead(mnt: str, state: dict) -> None:

@@ -17,11 +17,12 @@ class NotPrivate(UserError):
     """A directory or file that another user could have planted or may change."""
 
 
-def open_private_dir(path: str, create: bool = True) -> int:
+def open_private_dir(path: str, create: bool = True, owner: int | None = None) -> int:
     """A descriptor of directory `path`, made (mode 0700) when `create` and it is missing.
 
     Raises NotPrivate (the reason, no path) when it is a symlink or no directory,
-    belongs to another user, or group or others may write in it, and OSError when it
+    belongs to another user than `owner` (default: this one; root reads another user's
+    run state), or group or others may write in it, and OSError when it
     cannot be made or opened (FileNotFoundError when missing and not `create`).
     Opened with O_NOFOLLOW and checked through the descriptor, so what is checked is
     what the caller then works in, whatever happens to the path afterwards."""
@@ -40,10 +41,10 @@ def open_private_dir(path: str, create: bool = True) -> int:
         st = os.fstat(fd)
         if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
             raise OSError(errno.EROFS, "Read-only file system")  # EROFS: said before the checks below
-        if st.st_uid != os.geteuid():
+        if st.st_uid != (os.geteuid() if owner is None else owner):
             raise NotPrivate(
-                f"belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()}); "
-                f"refusing to use a directory another user controls"
+                f"belongs to {_owner(st.st_uid)}, not to {'you' if owner is None else 'its user'} "
+                f"(uid {os.geteuid() if owner is None else owner}); refusing to use a directory another user controls"
             )
         if st.st_mode & 0o022:
             who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
@@ -57,12 +58,12 @@ def open_private_dir(path: str, create: bool = True) -> int:
     return fd
 
 
-def check_own_file(fd: int, name: str) -> None:
-    """Refuse (NotPrivate) an opened file that is not a regular file of ours."""
+def check_own_file(fd: int, name: str, owner: int | None = None) -> None:
+    """Refuse (NotPrivate) an opened file that is not a regular file of ours (of `owner`'s)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise NotPrivate(f"{name}: not a regular file")
-    if st.st_uid != os.geteuid():
+    if st.st_uid != (os.geteuid() if owner is None else owner):
         raise NotPrivate(f"{name}: belongs to {_owner(st.st_uid)}, not to you (uid {os.geteuid()})")
 
 

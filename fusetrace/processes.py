@@ -28,6 +28,18 @@ def progress(pid: int) -> tuple[int, ...]:
     return cpu + io
 
 
+def age(pid: int) -> float | None:
+    """Seconds since process `pid` started (its start time in /proc/PID/stat, in clock ticks
+    since boot, against /proc/uptime), None when it has gone."""
+    fields = _stat_fields(pid)
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if fields is None else max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+
+
 def is_fusetrace(pid: object) -> bool:
     """Whether `pid` (a recorded server pid, maybe stale) is a live fusetrace process,
     not another that reuses the number."""

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from ..texttable import table as text_table
 from . import application, runner, spec
 from .progress import Progress
@@ -33,10 +33,10 @@ def list_scenarios(args: argparse.Namespace) -> int:
 
 def run_scenarios(args: argparse.Namespace) -> int:
     if args.all and args.names:
-        raise UserError(f"scenario run: --all runs every scenario; give it no names (got: {', '.join(args.names)})")
+        raise BadValue(f"scenario run: --all runs every scenario; give it no names (got: {', '.join(args.names)})")
     names = spec.ids() if args.all else args.names
     if not names:
-        raise UserError("scenario run: name one or more scenarios, or --all (see: fusetrace scenario list)")
+        raise BadValue("scenario run: name one or more scenarios, or --all (see: fusetrace scenario list)")
     scenarios = [spec.load(n) for n in names]  # an unknown name: one line listing the known ones
     out = writable_dir(args.out)
     for s in scenarios:  # everything that can be checked, before anything runs

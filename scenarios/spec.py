@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fusetrace.emulator.events import parse_event
-from fusetrace.errors import UserError
+from fusetrace.errors import BadValue
 from fusetrace.faults.injector import Injector
 
 DIRECTORY = Path(__file__).resolve().parent  # the data files live beside the code
@@ -118,12 +118,12 @@ def load(name: str) -> Scenario:
     """The scenario `name` (an id, or a path to a .toml file), checked."""
     path = Path(name) if name.endswith(".toml") else DIRECTORY / f"{name}.toml"
     if not path.is_file():
-        raise UserError(f"scenario {name}: no such scenario (have: {', '.join(ids())})")
+        raise BadValue(f"scenario {name}: no such scenario (have: {', '.join(ids())})")
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: {exc}") from None
+        raise BadValue(f"{path}: {exc}") from None
     return _scenario(path, data)
 
 
@@ -132,13 +132,13 @@ def _scenario(path: Path, data: dict) -> Scenario:
     _known(where, data, _TOP)
     for key in ("title", "system", "source", "profile", "steps"):
         if key not in data:
-            raise UserError(f"{where}: missing key '{key}'")
+            raise BadValue(f"{where}: missing key '{key}'")
     steps = tuple(_step(where, i, raw) for i, raw in enumerate(data["steps"], 1))
     if not steps:
-        raise UserError(f"{where}: no steps")
+        raise BadValue(f"{where}: no steps")
     shell = data.get("shell", "sh")
     if shell not in ("sh", "bash"):
-        raise UserError(f"{where}: shell = {shell!r}: must be 'sh' or 'bash'")
+        raise BadValue(f"{where}: shell = {shell!r}: must be 'sh' or 'bash'")
     return Scenario(
         id=path.stem,
         path=path,
@@ -167,12 +167,12 @@ def _events(where: str, data: dict, steps: tuple) -> tuple[dict, ...]:
     (`step = "NAME"`)."""
     events = data.get("events", [])
     if not isinstance(events, list):
-        raise UserError(f"{where}: write [[events]], one table per event")
+        raise BadValue(f"{where}: write [[events]], one table per event")
     names = {s.name for s in steps}
     for i, raw in enumerate(events, 1):
         step = raw.get("step") if isinstance(raw, dict) else None
         if step is not None and step not in names:
-            raise UserError(f"{where}: event {i}: step = {step!r}: no such step (have: {', '.join(sorted(names))})")
+            raise BadValue(f"{where}: event {i}: step = {step!r}: no such step (have: {', '.join(sorted(names))})")
     _check_each(where, data, events, "event", lambda raw, name: parse_event(split_step(raw)[1], name))
     return tuple(events)
 
@@ -188,14 +188,14 @@ def _faults(where: str, data: dict) -> tuple[dict, ...]:
     """The [[faults]] tables, each checked as a fault rule, with and without --fast."""
     rules = data.get("faults", [])
     if not isinstance(rules, list):
-        raise UserError(f"{where}: write [[faults]], one table per rule")
+        raise BadValue(f"{where}: write [[faults]], one table per rule")
     _check_each(where, data, rules, "fault", lambda raw, name: Injector().add(raw, 0, name))
     return tuple(rules)
 
 
 def _check_each(where: str, data: dict, tables: list, kind: str, check: Callable[[Any, str], object]) -> None:
     """check(table with the run's variables put in, "FILE: KIND i") for each table as it runs
-    with and without --fast; a UserError naming the table on any mistake."""
+    with and without --fast; a BadValue naming the table on any mistake."""
     for fast in (False, True):
         variables = {
             **_strings(where, "vars", data.get("vars", {})),
@@ -206,9 +206,9 @@ def _check_each(where: str, data: dict, tables: list, kind: str, check: Callable
             try:
                 check(_expanded(raw, variables), name)
             except KeyError as exc:
-                raise UserError(f"{name}: no variable {exc} in [vars]") from None
+                raise BadValue(f"{name}: no variable {exc} in [vars]") from None
             except ValueError as exc:
-                raise UserError(str(exc) if str(exc).startswith(name) else f"{name}: {exc}") from None
+                raise BadValue(str(exc) if str(exc).startswith(name) else f"{name}: {exc}") from None
 
 
 def _expanded(raw, variables: dict[str, str]):
@@ -229,35 +229,35 @@ def _step(where: str, i: int, raw: dict) -> Step:
     name = raw.get("name") or f"step {i}"
     where = f"{where}: step '{name}'"
     if ("fio" in raw) == ("run" in raw):
-        raise UserError(f"{where}: needs exactly one of 'fio' (a fio job) or 'run' (a shell command)")
+        raise BadValue(f"{where}: needs exactly one of 'fio' (a fio job) or 'run' (a shell command)")
     kind = "fio" if "fio" in raw else "shell"
     _known(where, raw, _FIO if kind == "fio" else _SHELL)
     if raw.get("unit") and not raw.get("count"):
-        raise UserError(f"{where}: 'unit' needs 'count' (how many units the step does)")
+        raise BadValue(f"{where}: 'unit' needs 'count' (how many units the step does)")
     for key in ("runtime", "fast_runtime", "clients", "repeat", "fast_repeat"):
         if key in raw and not (isinstance(raw[key], (int, float)) and raw[key] > 0):
-            raise UserError(f"{where}: {key} = {raw[key]!r}: must be a positive number")
+            raise BadValue(f"{where}: {key} = {raw[key]!r}: must be a positive number")
     if not isinstance(raw.get("host_check", False), bool):
-        raise UserError(f"{where}: host_check = {raw['host_check']!r}: must be true or false")
+        raise BadValue(f"{where}: host_check = {raw['host_check']!r}: must be true or false")
     if "needs" in raw and (not isinstance(raw["needs"], str) or raw["needs"] not in PHASES):
-        raise UserError(f"{where}: needs = {raw['needs']!r}: must be one of {', '.join(map(repr, PHASES))}")
+        raise BadValue(f"{where}: needs = {raw['needs']!r}: must be one of {', '.join(map(repr, PHASES))}")
     for key in sorted(_FIGURES):
         if not isinstance(raw.get(key, {}), dict):
-            raise UserError(f"{where}: '{key}' must be a table of metric = value")
+            raise BadValue(f"{where}: '{key}' must be a table of metric = value")
     for key, value in raw.get("also_published", {}).items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserError(f"{where}: also_published {key!r} = {value!r}: must be a number")
+            raise BadValue(f"{where}: also_published {key!r} = {value!r}: must be a number")
     return Step(kind=kind, **{**raw, "name": name})
 
 
 def _known(where: str, data: dict, allowed: set) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise UserError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+        raise BadValue(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
 
 
 def _strings(where: str, table: str, values: dict) -> dict[str, str]:
     for key, value in values.items():
         if not isinstance(value, (str, int, float)):
-            raise UserError(f"{where}: [{table}] {key}: must be a string or a number")
+            raise BadValue(f"{where}: [{table}] {key}: must be a string or a number")
     return {k: str(v) for k, v in values.items()}

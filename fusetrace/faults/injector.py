@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias, TypedDict
 
-from ..errors import UserError
+from ..errors import BadValue
 from ..request import Kind
 from .rules import CREATES, Rule, RuleTable, errno_name, parse_rule
 
@@ -86,15 +86,15 @@ class Injector:
         faults file before mounting, not logged."""
         rule = parse_rule(raw, where, f"r{self._next}")
         if self.write_back and rule.effect == "short":
-            raise UserError(
+            raise BadValue(
                 f"{where}: short: the write-back cache's kernel would drop the rest of a short "
                 f"write-back and read zeros past a short read (mount with --no-writeback-cache to "
                 f"cut reads and writes short)"
             )
         if any(s.rule.id == rule.id for s in self.rules):
             if trial:  # a faults file, checked before mounting: the other rule is in the file
-                raise UserError(f"{where}: id {rule.id!r}: an earlier rule of the file has that id")
-            raise UserError(f"{where}: id {rule.id!r}: a rule with that id is in force (fault clear {rule.id})")
+                raise BadValue(f"{where}: id {rule.id!r}: an earlier rule of the file has that id")
+            raise BadValue(f"{where}: id {rule.id!r}: a rule with that id is in force (fault clear {rule.id})")
         if rule.probability is not None and rule.seed is None:
             rule = dataclasses.replace(rule, seed=random.SystemRandom().randrange(1 << 31))  # listed: rerun with it
         self._next += 1
@@ -112,7 +112,7 @@ class Injector:
         if ids is not None:
             missing = [i for i in ids if i not in known]
             if missing:
-                raise UserError(f"fault clear {missing[0]}: no such rule (in force: {', '.join(known) or 'none'})")
+                raise BadValue(f"fault clear {missing[0]}: no such rule (in force: {', '.join(known) or 'none'})")
         gone = set(known if ids is None else ids)
         self.rules = [s for s in self.rules if s.rule.id not in gone]
         self.stale = {node: rid for node, rid in self.stale.items() if rid not in gone}

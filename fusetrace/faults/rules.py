@@ -12,7 +12,7 @@ from typing import Any, Required, TypedDict
 
 from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
-from ..errors import UserError
+from ..errors import BadValue
 from ..globs import glob_regex
 from ..private import read_regular
 from ..request import TRACED_OPERATIONS, Kind
@@ -211,18 +211,18 @@ def errno_name(number: int) -> str:
 def parse_errno(value: object, where: str, key: str = "errno") -> int:
     """An errno from its name ("EIO") or number."""
     if isinstance(value, bool):
-        raise UserError(f"{where}: {key} {value!r}: expected an errno name such as EIO, or its number")
+        raise BadValue(f"{where}: {key} {value!r}: expected an errno name such as EIO, or its number")
     if isinstance(value, int):
         if value in E.errorcode:
             return value
-        raise UserError(f"{where}: {key} {value}: not an errno number on this system")
+        raise BadValue(f"{where}: {key} {value}: not an errno number on this system")
     if isinstance(value, str):
         number = getattr(E, value.strip().upper(), None)
         if isinstance(number, int) and value.strip().upper().startswith("E"):
             return number
         if value.strip().isdigit():
             return parse_errno(int(value), where, key)
-    raise UserError(f"{where}: {key} {value!r}: not an errno name (e.g. EIO, ENOSPC, ESTALE, ETIMEDOUT)")
+    raise BadValue(f"{where}: {key} {value!r}: not an errno name (e.g. EIO, ENOSPC, ESTALE, ETIMEDOUT)")
 
 
 def parse_duration(value: object, where: str, key: str) -> float:
@@ -230,27 +230,27 @@ def parse_duration(value: object, where: str, key: str) -> float:
     try:
         return seconds(value)
     except ValueError as exc:
-        raise UserError(f"{where}: {key} {exc}") from None
+        raise BadValue(f"{where}: {key} {exc}") from None
 
 
 def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
     """A Rule from a table of the faults file or a control request; every mistake is a
-    UserError naming `where` and the key."""
+    BadValue naming `where` and the key."""
     if not isinstance(raw, dict):
-        raise UserError(f"{where}: expected a table of keys, got {type(raw).__name__}")
+        raise BadValue(f"{where}: expected a table of keys, got {type(raw).__name__}")
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_KEYS))})")
+        raise BadValue(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_KEYS))})")
     effects = [k for k in EFFECTS if k in raw and not (k == "errno" and ("soft" in raw or "full" in raw))]
     if len(effects) != 1:
         said = " and ".join(effects) if effects else "none"
-        raise UserError(f"{where}: a rule has exactly one effect of {', '.join(EFFECTS)} (got {said})")
+        raise BadValue(f"{where}: a rule has exactly one effect of {', '.join(EFFECTS)} (got {said})")
     effect = effects[0]
     rid = str(raw.get("id", default_id))
     if not _ID.fullmatch(rid):
-        raise UserError(f"{where}: id {rid!r}: letters, digits, '_', '.' and '-' only, at most 64")
+        raise BadValue(f"{where}: id {rid!r}: letters, digits, '_', '.' and '-' only, at most 64")
     if EVENT_ID.fullmatch(rid):
-        raise UserError(f"{where}: id {rid!r}: e and a number name the model's events; give the rule another")
+        raise BadValue(f"{where}: id {rid!r}: e and a number name the model's events; give the rule another")
     ops, kinds, names = _ops(raw.get("op"), where)
     if effect == "full" and not names:
         ops, names = frozenset({"write", *CREATES}), ("write", *sorted(CREATES))
@@ -258,30 +258,30 @@ def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
     if "path" in raw:
         path = raw["path"]
         if not isinstance(path, str) or not path:
-            raise UserError(f"{where}: path {path!r}: expected a glob such as '*.db' or '/data/**'")
+            raise BadValue(f"{where}: path {path!r}: expected a glob such as '*.db' or '/data/**'")
         kw["path"], kw["path_re"] = path, re.compile(glob_regex(path, f"{where}: path"), re.DOTALL)
     kw["pids"] = frozenset(_list_of(raw, "pid", int, where))
     kw["comms"] = frozenset(_list_of(raw, "comm", str, where))
     for pid in kw["pids"]:
         if pid <= 0:
-            raise UserError(f"{where}: pid {pid}: a process id is a number above 0")
+            raise BadValue(f"{where}: pid {pid}: a process id is a number above 0")
     for comm in kw["comms"]:
         name = os.fsencode(comm)  # (as the command line gave it: undecodable bytes kept)
         if not 0 < len(name) <= _COMM_MAX:
             kept = os.fsdecode(name[:_COMM_MAX])
-            raise UserError(
+            raise BadValue(
                 f"{where}: comm {comm!r}: Linux keeps 1 to {_COMM_MAX} bytes of a process's name "
                 f"(/proc/PID/comm), so no process is named so; give {kept!r}"
             )
     if "probability" in raw:
         p = raw["probability"]
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-            raise UserError(f"{where}: probability {p!r}: must be a number above 0 and at most 1")
+            raise BadValue(f"{where}: probability {p!r}: must be a number above 0 and at most 1")
         kw["probability"] = float(p)
         if "seed" in raw:
             kw["seed"] = _whole(raw, "seed", where, 0)
     elif "seed" in raw:
-        raise UserError(f"{where}: seed: only with probability")
+        raise BadValue(f"{where}: seed: only with probability")
     for key in ("count", "every"):
         if key in raw:
             kw[key] = _whole(raw, key, where, 1)
@@ -290,7 +290,7 @@ def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
     if "until" in raw:
         kw["until_s"] = parse_duration(raw["until"], where, "until")
         if kw["until_s"] <= kw.get("after_s", 0.0):
-            raise UserError(f"{where}: until {raw['until']!r}: must be later than after")
+            raise BadValue(f"{where}: until {raw['until']!r}: must be later than after")
     _effect(raw, effect, kw, where)
     return Rule(**kw)
 
@@ -299,38 +299,38 @@ def _effect(raw: dict[str, Any], effect: str, kw: dict[str, Any], where: str) ->
     """The effect's own keys into kw."""
     for key in ("soft", "timeo", "retrans"):
         if key in raw and effect != "stall":
-            raise UserError(f"{where}: {key}: only with stall")
+            raise BadValue(f"{where}: {key}: only with stall")
     if effect == "errno":
         kw["errno"] = parse_errno(raw["errno"], where)
     elif effect == "stall":
         kw["stall_s"] = parse_duration(raw["stall"], where, "stall")
         if kw["stall_s"] <= 0:
-            raise UserError(f"{where}: stall {raw['stall']!r}: must be longer than 0")
+            raise BadValue(f"{where}: stall {raw['stall']!r}: must be longer than 0")
         kw.setdefault("count", 1)  # one outage unless asked for more
         soft = raw.get("soft", False)
         if not isinstance(soft, bool):
-            raise UserError(f"{where}: soft {soft!r}: expected true or false")
+            raise BadValue(f"{where}: soft {soft!r}: expected true or false")
         kw["soft"] = soft
         if not soft and any(k in raw for k in ("timeo", "retrans", "errno")):
-            raise UserError(f"{where}: timeo, retrans and errno go with soft = true (a hard mount waits)")
+            raise BadValue(f"{where}: timeo, retrans and errno go with soft = true (a hard mount waits)")
         if soft:
             kw["timeo"] = _whole(raw, "timeo", where, 1) if "timeo" in raw else 600
             kw["retrans"] = _whole(raw, "retrans", where, 0) if "retrans" in raw else 2
             kw["errno"] = parse_errno(raw.get("errno", "EIO"), where)
     elif effect == "stale":
         if raw["stale"] is not True:
-            raise UserError(f"{where}: stale {raw['stale']!r}: write stale = true")
+            raise BadValue(f"{where}: stale {raw['stale']!r}: write stale = true")
     elif effect == "write_error":
         kw["errno"] = parse_errno(raw["write_error"], where, "write_error")
         _only_ops(kw, {"write"}, "write_error", where)
     elif effect == "full":
         for key in ("probability", "every", "count"):
             if key in raw:
-                raise UserError(f"{where}: {key}: a full rule counts every matched write; it takes no {key}")
+                raise BadValue(f"{where}: {key}: a full rule counts every matched write; it takes no {key}")
         kw["full_bytes"] = _bytes(raw["full"], where, "full", 0)
         kw["errno"] = parse_errno(raw.get("errno", "ENOSPC"), where)
         if kw["errno"] not in (E.ENOSPC, E.EDQUOT):
-            raise UserError(f"{where}: errno {raw['errno']!r}: a full file system answers ENOSPC, or EDQUOT over quota")
+            raise BadValue(f"{where}: errno {raw['errno']!r}: a full file system answers ENOSPC, or EDQUOT over quota")
     else:
         kw["short_bytes"] = _bytes(raw["short"], where, "short", 1)
         _only_ops(kw, {"read", "write"}, "short", where)
@@ -341,7 +341,7 @@ def _only_ops(kw: dict[str, Any], allowed: set[str], effect: str, where: str) ->
     that names none of them."""
     said = set(kw["ops"]) | {op for op in OPERATIONS if _kind_of(op) & kw["kinds"]}
     if kw["op_names"] and not said & allowed:
-        raise UserError(f"{where}: {effect} applies to {' and '.join(sorted(allowed))} only")
+        raise BadValue(f"{where}: {effect} applies to {' and '.join(sorted(allowed))} only")
     kw["ops"], kw["kinds"] = frozenset(allowed & said if kw["op_names"] else allowed), frozenset()
     kw["op_names"] = kw["op_names"] or tuple(sorted(allowed))
 
@@ -356,7 +356,7 @@ def _ops(value: object, where: str) -> tuple[frozenset[str], frozenset[Kind], tu
         return frozenset(), frozenset(), ()
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise UserError(f'{where}: op {value!r}: expected names such as "write,fsync" or a list of them')
+        raise BadValue(f'{where}: op {value!r}: expected names such as "write,fsync" or a list of them')
     names = tuple(dict.fromkeys(i.strip() for i in items if i.strip()))
     ops: set[str] = set()
     kinds: set[Kind] = set()
@@ -366,11 +366,11 @@ def _ops(value: object, where: str) -> tuple[frozenset[str], frozenset[Kind], tu
         elif name in OPERATIONS:
             ops.add(name)
         else:
-            raise UserError(
+            raise BadValue(
                 f"{where}: op {name!r}: not an operation ({', '.join(OPERATIONS)}) nor a class ({', '.join(CLASSES)})"
             )
     if not names:
-        raise UserError(f"{where}: op {value!r}: names no operation")
+        raise BadValue(f"{where}: op {value!r}: names no operation")
     return frozenset(ops), frozenset(kinds), names
 
 
@@ -382,14 +382,14 @@ def _list_of(raw: dict[str, Any], key: str, kind: type, where: str) -> list[Any]
     if kind is str and isinstance(value, str):
         items = [v.strip() for v in value.split(",") if v.strip()]
     if not items or not all(isinstance(i, kind) and not isinstance(i, bool) for i in items):
-        raise UserError(f"{where}: {key} {value!r}: expected {'process ids' if kind is int else 'names'}")
+        raise BadValue(f"{where}: {key} {value!r}: expected {'process ids' if kind is int else 'names'}")
     return items
 
 
 def _whole(raw: dict[str, Any], key: str, where: str, least: int) -> int:
     value = raw[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise UserError(f"{where}: {key} {value!r}: must be a whole number, {least} or more")
+        raise BadValue(f"{where}: {key} {value!r}: must be a whole number, {least} or more")
     return value
 
 
@@ -399,7 +399,7 @@ def _bytes(value: object, where: str, key: str, least: int) -> int:
     except (ValueError, IndexError):
         n = -1
     if n < least:
-        raise UserError(f"{where}: {key} {value!r}: expected bytes ({least} or more), or a size such as 4k, 10M")
+        raise BadValue(f"{where}: {key} {value!r}: expected bytes ({least} or more), or a size such as 4k, 10M")
     return n
 
 
@@ -416,26 +416,26 @@ def load_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     try:
         raw = read_regular(path, MAX_FILE_BYTES)
     except OSError as exc:
-        raise UserError(f"--faults {path}: {(exc.strerror or str(exc)).lower()}") from None
+        raise BadValue(f"--faults {path}: {(exc.strerror or str(exc)).lower()}") from None
     except ValueError as exc:
-        raise UserError(f"--faults {path}: {exc}, so not a faults file") from None
+        raise BadValue(f"--faults {path}: {exc}, so not a faults file") from None
     try:
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"--faults {path}: not TOML: {exc}") from None
+        raise BadValue(f"--faults {path}: not TOML: {exc}") from None
     except ValueError:  # tomllib's int() of over 4,300 digits
-        raise UserError(f"--faults {path}: a number too long to read (over 4,300 digits)") from None
+        raise BadValue(f"--faults {path}: a number too long to read (over 4,300 digits)") from None
     except RecursionError:  # tomllib recurses once per level of arrays or inline tables
-        raise UserError(f"--faults {path}: arrays or tables nested too deep to read") from None
+        raise BadValue(f"--faults {path}: arrays or tables nested too deep to read") from None
     unknown = sorted(set(data) - {"rule", "event"})
     if unknown:
-        raise UserError(
+        raise BadValue(
             f"--faults {path}: unknown table {unknown[0]!r} (a faults file has [[rule]] and [[event]] tables)"
         )
     rules, events = data.get("rule", []), data.get("event", [])
     for name, tables in (("rule", rules), ("event", events)):
         if not isinstance(tables, list):
-            raise UserError(f"--faults {path}: write [[{name}]], one table per {name}")
+            raise BadValue(f"--faults {path}: write [[{name}]], one table per {name}")
     return rules, events
 
 

@@ -17,8 +17,9 @@ import base64
 import html
 import io
 import json
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 import duckdb
@@ -365,6 +366,7 @@ def _cdf_png(r: Comparison, sides: tuple[Side, Side]) -> bytes:
             if xs:
                 ax.plot([max(x, 1.0) / 1e3 for x in xs], ys, style, label=label)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(_minor_labels(ax))
         ax.set_title(op)
         ax.set_xlabel("latency (µs)")
         ax.set_ylabel("share of operations")
@@ -375,6 +377,23 @@ def _cdf_png(r: Comparison, sides: tuple[Side, Side]) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
     return buf.getvalue()
+
+
+def _minor_labels(ax: Any) -> Callable[[float, int | None], str]:
+    """The minor tick labels of a panel's log axis.  matplotlib labels 2, 3, 4 and 6 of a
+    decade when an axis spans under two, and in a panel 4 inches wide they overprint one
+    another and the majors'.  Where two powers of ten are in view they say enough, and minors
+    get none; else plain numbers (20, 50) at 2, 3 and 5 of a decade, or every one when the
+    axis spans under half a decade."""
+
+    def label(x: float, _pos: int | None = None) -> str:
+        low, high = sorted(ax.get_xlim())
+        if x <= 0 or low <= 0 or math.floor(math.log10(high)) - math.ceil(math.log10(low)) >= 1:
+            return ""
+        coefficient = round(x / 10 ** math.floor(math.log10(x) + 1e-9))
+        return f"{x:g}" if high / low < math.sqrt(10) or coefficient in (2, 3, 5) else ""
+
+    return label
 
 
 def _page(r: Comparison, png: bytes) -> str:

@@ -40,7 +40,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from ..texttable import count, int_text, ns_text, printable, table
 from ..trace import names, reader
 from .lanes import Lanes
@@ -377,7 +377,7 @@ def records(trace_dir: str) -> Generator[Rec, None, None]:
 
 
 def check_trace(trace_dir: str) -> None:
-    """A trace replay can read (NoTrace, or UserError for an older format)."""
+    """A trace replay can read (NoTrace, or BadValue for a damaged part or an older format)."""
     files = reader.checked_parts(trace_dir)
     version = reader.metadata(trace_dir).get("format_version")
     if version is None:
@@ -385,9 +385,9 @@ def check_trace(trace_dir: str) -> None:
             version = FORMAT if "entry" in pq.read_schema(files[0]).names else 2
         except (OSError, pa.ArrowException) as exc:
             part = os.path.join(trace_dir, os.path.basename(files[0]))  # files[0] may be /proc/self/fd/N/...
-            raise UserError(f"{printable(part)}: not a readable trace part: {exc}") from None
+            raise BadValue(f"{printable(part)}: not a readable trace part: {exc}") from None
     if version < FORMAT:
-        raise UserError(
+        raise BadValue(
             f"{printable(trace_dir)}: a format {version} trace: replay needs format {FORMAT} or later "
             f"(earlier ones do not keep open handles, open flags or what a setattr set); trace again "
             f"with this fusetrace"

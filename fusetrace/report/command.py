@@ -17,10 +17,9 @@ from .render import render
 def run(args: argparse.Namespace) -> int:
     """The `fusetrace report` command (its arguments: fusetrace/cli.py)."""
     if args.plot is not None:
-        if not args.timeline:
-            raise UserError(f"--plot {args.plot}: draws the timeline; give --timeline with it")
+        args.timeline = True  # the plot draws the timeline: asking for it asks for that
         if not args.plot.lower().endswith(".png"):
-            raise UserError(f"--plot {args.plot}: the plot is a PNG; name the file .png")
+            raise BadValue(f"--plot {args.plot}: the plot is a PNG; name the file .png")
         folder = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(folder):
             raise UserError(f"--plot {args.plot}: no such directory {folder}")

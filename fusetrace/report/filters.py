@@ -18,7 +18,7 @@ from datetime import datetime, time, timedelta
 
 import duckdb
 
-from ..errors import UserError
+from ..errors import BadValue
 from ..globs import glob_regex
 from ..request import TRACED_OPERATIONS
 from ..trace import metadata as meta
@@ -44,7 +44,7 @@ class Filters:
     def __post_init__(self) -> None:
         unknown = [op for op in self.ops if op not in TRACED_OPERATIONS]
         if unknown:
-            raise UserError(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(TRACED_OPERATIONS)})")
+            raise BadValue(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(TRACED_OPERATIONS)})")
         # matched against the trace's text, where bytes that are not UTF-8 are U+FFFD
         # (fusetrace/trace/names.py): a name given with such bytes is made that text too
         object.__setattr__(
@@ -92,7 +92,7 @@ class Selection:
         self.since_ns = self._instant("since", filters.since)
         self.until_ns = self._instant("until", filters.until)
         if self.since_ns is not None and self.until_ns is not None and self.since_ns >= self.until_ns:
-            raise UserError(f"--since {filters.since} is not before --until {filters.until}")
+            raise BadValue(f"--since {filters.since} is not before --until {filters.until}")
 
     def expression(self) -> duckdb.Expression | None:
         """The filters as one DuckDB expression, their values constants of it (None for none).
@@ -153,7 +153,7 @@ class Selection:
             pass
         else:
             if not math.isfinite(seconds) or seconds < 0:
-                raise UserError(f"--{option} {text}: seconds since the trace's first record must be 0 or more")
+                raise BadValue(f"--{option} {text}: seconds since the trace's first record must be 0 or more")
             return origin + round(seconds * 1e9)
         wall: datetime | None = None
         try:
@@ -162,13 +162,13 @@ class Selection:
             else:
                 wall = datetime.fromisoformat(text).astimezone()
         except ValueError:
-            raise UserError(
+            raise BadValue(
                 f"--{option} {text}: not seconds since the trace's first record (12.5), a time of day "
                 f"(14:03:07) or a date and time (2026-11-23T14:03:07)"
             ) from None
         if "start_wall_ns" not in self.metadata or "start_monotonic_ns" not in self.metadata:
             why = self.metadata_error or f"no start_wall_ns in its {meta.NAME}"
-            raise UserError(
+            raise BadValue(
                 f"--{option} {text}: this trace has no clock mapping ({why}); give seconds since its first record"
             )
         if wall is None:

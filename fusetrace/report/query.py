@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from ..errors import UserError
+from ..errors import BadValue
 from ..processes import is_fusetrace
 from ..texttable import int_text
 from ..trace import metadata as meta
@@ -98,7 +98,7 @@ class Trace:
 
     def _need_comm(self, what: str) -> None:
         if "comm" not in self.columns:
-            raise UserError(
+            raise BadValue(
                 f"{self.label}: {what}: {'these traces name' if self.fleet else 'this trace names'} "
                 f"no processes (format "
                 f"{self.format_version}, recorded before format 3 added comm); --pid and --by pid "
@@ -145,27 +145,36 @@ class Trace:
         """One row per op (or per (group, op), `by` comm, pid, path or dir), biggest total
         time first, and the number of groups; `top` keeps only the groups with most total
         time.  Each row has its errors by name (`errnos`, most first); by pid, the names the
-        process ran under (`comms`, most records first)."""
+        process ran under (`comms`, most records first).  Its rates (`ops_per_s`,
+        `bytes_per_s`) are over `span_ns`: with `by`, its group's own span (the group's first
+        start to its last end), so a process that ran for a second of an hour's trace shows
+        its rate in that second; else the records' span."""
         if by not in (None, "comm", "pid", "path", "dir", "host"):
             raise ValueError(f"by must be comm, pid, path, dir or host, not {by!r}")
         key = f'{self.group_key(by)} as "{by}"' if by else None
+        spans = ", min(start_ns) as first_ns, max(start_ns + dur_ns) as end_ns" if by else ""
         stats = f"""
             select {key + ", " if key else ""}op, count(*) as count, count(*) filter (where errno <> 0) as errors,
                    coalesce(sum(result) filter (where op in ('read', 'write')), 0) as bytes,
                    sum(dur_ns) as total_ns, avg(dur_ns) as mean_ns,
-                   quantile_cont(dur_ns, $quantiles) as q, max(dur_ns) as max_ns
+                   quantile_cont(dur_ns, $quantiles) as q, max(dur_ns) as max_ns{spans}
             from trace group by all"""
         if by:
             limit = "limit $top" if top else ""
             sql = f"""
                 with s as ({stats}),
-                k as (select "{by}", sum(total_ns) as group_ns, count(*) over () as groups
+                k as (select "{by}", sum(total_ns) as group_ns, count(*) over () as groups,
+                             max(end_ns) - min(first_ns) as span_ns
                       from s group by "{by}" order by group_ns desc, "{by}" {limit})
-                select s.*, k.groups from s join k using ("{by}")
+                select s.* exclude (first_ns, end_ns), k.groups, k.span_ns from s join k using ("{by}")
                 order by k.group_ns desc, "{by}", total_ns desc, op"""
         else:
-            sql = f"select *, 1 as groups from ({stats}) order by total_ns desc, op"
-        params = {"quantiles": list(QUANTILES.values()), **({"top": int(top)} if by and top else {})}
+            sql = f"select *, 1 as groups, $span as span_ns from ({stats}) order by total_ns desc, op"
+        params = {
+            "quantiles": list(QUANTILES.values()),
+            **({"top": int(top)} if by and top else {}),
+            **({} if by else {"span": self.span_ns}),
+        }
         cursor = self._db.execute(sql, params)
         names = [d[0] for d in cursor.description]
         rows = [dict(zip(names, r)) for r in cursor.fetchall()]
@@ -176,11 +185,11 @@ class Trace:
                     select pid, comm, count(*) as n from trace where comm <> '' group by all
                     order by pid, n desc, comm"""):
                 comms.setdefault(pid, []).append(comm)
-        span_s = self.span_ns / 1e9
         groups = rows[0]["groups"] if rows else 0
         for r in rows:
             del r["groups"]
             r.update(zip(QUANTILES, r.pop("q")))
+            span_s = r["span_ns"] / 1e9
             r["ops_per_s"] = r["count"] / span_s if span_s else None
             r["bytes_per_s"] = r["bytes"] / span_s if span_s else None
             r["errnos"] = errors.get((r[by], r["op"]) if by else (r["op"],), {})

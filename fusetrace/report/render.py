@@ -205,7 +205,13 @@ def _ops_table(s: Summary) -> str:
     text = table(head, rows, "l" * left + "r" * (len(head) - left - 1) + "l")
     note = (
         "latency is dur_ns (admission to reply); total: the latencies added up, %total: its share of all rows' "
-        "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; sorted by total"
+        "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; "
+        + (
+            f"ops/s and MB/s over each {key}'s own span (its first start to its last end), not the trace's; "
+            if key
+            else ""
+        )
+        + "sorted by total"
     )
     if key and s["top"] and s["groups"] > s["top"]:
         note += f"; top {s['top']} of {int_text(s['groups'])} {key}s (--top N shows more, --json has all)"

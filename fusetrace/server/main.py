@@ -16,7 +16,7 @@ import pyfuse3
 import trio
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from ..shaping import roundtrip
 from . import fusectl, fuseread, inline, mounts, nfssampler, runstate
 from .control import serve as serve_control
@@ -70,12 +70,6 @@ class MountOptions:
         self.mountpoint = mounts.canonical(self.mountpoint)
         if self.writeback_cache is None:
             self.writeback_cache = self.emulate is not None and self.shared is None
-
-
-class BadValue(UserError):
-    """A command-line value out of its range: exit code 2, like a usage error."""
-
-    exit_code = 2
 
 
 MAX_THREADS = 1024  # worker threads; each may hold a blocking syscall on the source
@@ -185,24 +179,24 @@ def preflight(opts: MountOptions) -> None:
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         raise UserError("/dev/fuse: permission denied")
     if opts.overrides and opts.emulate is None:
-        raise UserError("--set needs --emulate PROFILE")
+        raise BadValue("--set needs --emulate PROFILE")
     if opts.emulate is not None:
         from ..shaping.profile import load_params
 
         load_params(opts.emulate, opts.overrides)
     if (opts.shared is None) != (opts.fs_id is None):
-        raise UserError("--shared URL and --fs-id ID go together (which Redis, and which file system in it)")
+        raise BadValue("--shared URL and --fs-id ID go together (which Redis, and which file system in it)")
     if opts.shared is not None:
         from ..shaping.redis_hub import check_url, shown
 
         if opts.writeback_cache:
-            raise UserError(
+            raise BadValue(
                 f"--shared {shown(opts.shared)}: not with --writeback-cache (the kernel would keep "
                 f"each mount's file sizes and pages as its own, and the mounts would not see one "
                 f"another's writes)"
             )
         if opts.emulate is None:
-            raise UserError(
+            raise BadValue(
                 f"--shared {shown(opts.shared)}: needs --emulate PROFILE (what is shared is the "
                 f"emulated file system's state)"
             )
@@ -225,7 +219,7 @@ def _check_faults(opts: MountOptions) -> None:
     for i, raw in enumerate(rules, 1):
         trial.add(raw, 0, f"--faults {opts.faults}: rule {i}", trial=True)
     if events and opts.emulate is None:
-        raise UserError(
+        raise BadValue(
             f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
             f"emulated file system's timeline)"
         )

@@ -38,6 +38,7 @@ class MountInfo:
     fstype: str
     source: str
     dev_minor: int
+    owner: int | None = None  # a FUSE mount's user_id=: the uid that mounted it (the kernel's word)
 
 
 class NotAnswering(UserError):
@@ -80,8 +81,11 @@ def table() -> dict[str, MountInfo]:
             left, _, right = line.partition(" - ")
             fields = left.split()
             point = _unescape(fields[4])
-            fstype, source = right.split()[:2]
-            found[point] = MountInfo(point, fstype, _unescape(source), int(fields[2].split(":")[1]))
+            fstype, source, options = [*right.split(), ""][:3]
+            owner = next((o[len("user_id=") :] for o in options.split(",") if o.startswith("user_id=")), "")
+            found[point] = MountInfo(
+                point, fstype, _unescape(source), int(fields[2].split(":")[1]), int(owner) if owner.isdigit() else None
+            )
     return found
 
 

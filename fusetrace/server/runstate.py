@@ -29,12 +29,21 @@ def state_dir() -> str:
     return os.path.join(runtime, "fusetrace") if runtime else f"/tmp/fusetrace-{os.geteuid()}"
 
 
+def state_dirs_of(uid: int) -> list[str]:
+    """Where user `uid`'s servers may have written their state, for root's `fusetrace list`:
+    state_dir() as that user would have it, with or without the usual XDG_RUNTIME_DIR."""
+    if uid == 0:
+        return ["/run/fusetrace"]
+    return [f"/run/user/{uid}/fusetrace", f"/tmp/fusetrace-{uid}"]
+
+
 @contextlib.contextmanager
-def _state(create: bool = True) -> Iterator[int | None]:
-    """The checked state directory's descriptor (None when it is missing and not `create`)."""
-    path = state_dir()
+def _state(create: bool = True, path: str | None = None, owner: int | None = None) -> Iterator[int | None]:
+    """The checked state directory's descriptor (None when it is missing and not `create`):
+    this user's, or `path`, which must be `owner`'s."""
+    path = path or state_dir()
     try:
-        fd = open_private_dir(path, create)
+        fd = open_private_dir(path, create, owner)
     except FileNotFoundError:
         if not create:
             yield None
@@ -89,25 +98,28 @@ def write(mountpoint: str, **state: Any) -> None:
             raise
 
 
-def read(mountpoint: str) -> dict[str, Any] | None:
+def read(mountpoint: str, owner: int | None = None) -> dict[str, Any] | None:
     """The state a server wrote, or None (none, unreadable, or not a file of ours).
-    UserError when the state directory exists but is not private."""
-    with _state(create=False) as d:
-        if d is None:
-            return None
-        try:
-            fd = os.open(
-                _name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=d
-            )
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
+    UserError when the state directory exists but is not private.  `owner`: another
+    user's server (root only), its state looked for where that user's would be."""
+    for path in [None] if owner is None or owner == os.geteuid() else state_dirs_of(owner):
+        with _state(create=False, path=path, owner=owner) as d:
+            if d is None:
+                continue
             try:
-                check_own_file(f.fileno(), "state")
-                state: dict[str, Any] = json.load(f)
-                return state
-            except (OSError, ValueError, NotPrivate):
-                return None
+                fd = os.open(
+                    _name(mountpoint, ".json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=d
+                )
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                try:
+                    check_own_file(f.fileno(), "state", owner)
+                    state: dict[str, Any] = json.load(f)
+                    return state
+                except (OSError, ValueError, NotPrivate):
+                    return None
+    return None
 
 
 def remove(mountpoint: str) -> None:

@@ -27,7 +27,7 @@ import redis
 
 from ..emulator.params import ParamValue
 from ..emulator.shared import CLIENT_TTL, SOURCE_TTL, Reply, Report
-from ..errors import UserError
+from ..errors import BadValue
 
 TIMEOUT_S = 0.25  # no exchange waits longer than this for Redis; the mount serves on regardless
 LOG_LENGTH = 100_000  # reports kept: minutes of a fleet's history, for a client catching up after an outage
@@ -123,21 +123,21 @@ return held
 def check_url(url: str) -> str:
     """The URL if it names a Redis server (redis://, rediss:// or unix://) with a port and
     database redis-py will take as given (it takes a database that is not a number for 0);
-    UserError otherwise."""
+    BadValue otherwise."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise UserError(f"--shared {shown(url)}: expected a Redis URL, e.g. redis://127.0.0.1:6379/0")
+        raise BadValue(f"--shared {shown(url)}: expected a Redis URL, e.g. redis://127.0.0.1:6379/0")
     try:
         _ = parts.port  # (urllib checks the range as it reads it)
     except ValueError:
-        raise UserError(f"--shared {shown(url)}: the port is not a number from 0 to 65535") from None
+        raise BadValue(f"--shared {shown(url)}: the port is not a number from 0 to 65535") from None
     db = parts.path.strip("/") if parts.scheme != "unix" else ""
     for key, value in parse_qsl(parts.query):
         if key == "db":
             db = value
     db = unquote(db)
     if db and not (db.isascii() and db.isdigit()):
-        raise UserError(f"--shared {shown(url)}: the database {db!r} is not a number, e.g. redis://127.0.0.1:6379/0")
+        raise BadValue(f"--shared {shown(url)}: the database {db!r} is not a number, e.g. redis://127.0.0.1:6379/0")
     return url
 
 

@@ -24,7 +24,7 @@ import trio
 
 from ..emulator.model import Model
 from ..emulator.shared import ANNOUNCE_EVERY, EXCHANGE_EVERY, SharedClient, base_differences, file_system_base
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from .redis_hub import RedisHub, check_url, shown
 
 log = logging.getLogger("fusetrace")
@@ -47,7 +47,7 @@ def _source_id(source: str) -> str:
 def check_fs_id(fs_id: str) -> str:
     """The file system id if it is 1 to 64 of letters, digits, '.', '_' and '-'."""
     if not (0 < len(fs_id) <= 64 and all(c.isalnum() or c in "._-" for c in fs_id) and fs_id.isascii()):
-        raise UserError(f"--fs-id {fs_id!r}: expected 1 to 64 letters, digits, '.', '_' or '-'")
+        raise BadValue(f"--fs-id {fs_id!r}: expected 1 to 64 letters, digits, '.', '_' or '-'")
     return fs_id
 
 

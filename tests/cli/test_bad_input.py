@@ -236,12 +236,12 @@ def test_mount_option_of_the_wrong_type_is_one_line(dirs):
 
 def test_scenario_names_with_all_are_refused():
     done = fusetrace("scenario", "run", "--all", "nosuch", check=False)
-    one_line_error(done, "--all", "nosuch", code=1)
+    one_line_error(done, "--all", "nosuch", code=2)
 
 
 def test_an_unknown_scenario_lists_the_known_ones():
     done = fusetrace("scenario", "run", "efs-2018-touch", "nosuch", check=False)
-    one_line_error(done, "scenario nosuch: no such scenario", "efs-2018-touch", "efs-2019-credit-cliff", code=1)
+    one_line_error(done, "scenario nosuch: no such scenario", "efs-2018-touch", "efs-2019-credit-cliff", code=2)
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,12 @@ def test_umount_of_a_busy_mount_names_what_uses_it(mount):
         assert named.stdout is not None and named.stdout.readline() == b"\n"
         done = fusetrace("umount", str(m.mountpoint), check=False)
         line = one_line_error(
-            done, "cannot unmount", "busy", f"(pid {os.getpid()})", "fusermount3 -uz", f"?[2Jevil (pid {named.pid})"
+            done,
+            "cannot unmount",
+            "busy",
+            f"(pid {os.getpid()})",
+            "fusetrace umount --lazy",
+            f"?[2Jevil (pid {named.pid})",
         )
         # (nothing held in the server: no word of fault rules, which could not help)
         assert "fault" not in line and "\x1b" not in line and is_mounted(m.mountpoint)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT, fusetrace, is_mounted, one_line_error, poll
+from support import fusetrace, is_mounted, one_line_error, poll
 
 from fusetrace import __version__
 
@@ -32,16 +32,18 @@ def _server_pid(log: Path) -> int:
     return int(poll(lambda: MOUNTED.search(log.read_text())).group(1))
 
 
-@pytest.mark.parametrize("shadow", ["an empty folder", "the clone"])
+@pytest.mark.parametrize("shadow", ["an empty package", "another project's package"])
 def test_mounts_from_the_folder_that_holds_a_folder_named_fusetrace(tmp_path, shadow):
-    """Run from the folder that holds the clone, `python -m fusetrace` would import the
-    clone's top folder instead of the package: the server must not start that way."""
+    """Run from a folder that holds a package named fusetrace, `python -m fusetrace` would
+    import it instead of this one: the server must not start that way.  (The clone's own
+    top folder, no package, no longer shadows since the editable install names the checkout
+    on sys.path: a regular package found later on the path wins over it.)"""
     here = tmp_path / "here"
-    here.mkdir()
-    if shadow == "the clone":
-        (here / "fusetrace").symlink_to(ROOT)
+    (here / "fusetrace").mkdir(parents=True)
+    if shadow == "another project's package":
+        (here / "fusetrace" / "__init__.py").write_text("raise ImportError('another project')\n")
     else:
-        (here / "fusetrace").mkdir()
+        (here / "fusetrace" / "__init__.py").write_text("")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     shadowed = subprocess.run(
         [sys.executable, "-m", "fusetrace", "--version"], cwd=here, env=env, capture_output=True, text=True

@@ -285,7 +285,7 @@ def test_a_bad_target_or_trace_is_one_line(tmp_path):
     old = synthetic(tmp_path / "old", [rec(0, "getattr", "/")])
     meta.write(str(old), {**meta.read(str(old)), "format_version": 2})
     one_line_error(
-        fusetrace("replay", str(old), str(tmp_path), check=False), "old", "format 2", "needs format 3", code=1
+        fusetrace("replay", str(old), str(tmp_path), check=False), "old", "format 2", "needs format 3", code=2
     )
     broken = tmp_path / "broken"
     broken.mkdir(mode=0o700)

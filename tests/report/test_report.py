@@ -92,10 +92,13 @@ def trace(tmp_path_factory, data):
     return d
 
 
-def expected(cols, mask) -> dict:
+def expected(cols, mask, group=None) -> dict:
+    """The figures of the records in `mask`; rates over the span of those in `group` (a
+    --by group's own), else of all."""
     dur = cols["dur_ns"][mask]
     io = np.isin(cols["op"][mask], ["read", "write"])
-    span = (cols["start_ns"] + cols["dur_ns"]).max() - cols["start_ns"].min()
+    inside = slice(None) if group is None else group
+    span = (cols["start_ns"] + cols["dur_ns"])[inside].max() - cols["start_ns"][inside].min()
     out = {
         "count": int(mask.sum()),
         "errors": int((cols["errno"][mask] != 0).sum()),
@@ -133,7 +136,7 @@ def test_grouped_numbers_match_numpy(trace, data, by):
     assert groups == len(np.unique(data[by]))
     assert len(rows) == len({(r[by], r["op"]) for r in rows})
     for r in rows:
-        check(r, expected(data, (data[by] == r[by]) & (data["op"] == r["op"])))
+        check(r, expected(data, (data[by] == r[by]) & (data["op"] == r["op"]), group=data[by] == r[by]))
     group_totals = {}
     for r in rows:
         group_totals.setdefault(r[by], 0)
@@ -201,7 +204,7 @@ def test_cli_json(trace, data):
     assert sum(r["count"] for r in out["ops"]) == 20_000
     assert set(out["histograms"]) == set(OPS)
     r = out["ops"][0]
-    check(r, expected(data, (data["pid"] == r["pid"]) & (data["op"] == r["op"])))
+    check(r, expected(data, (data["pid"] == r["pid"]) & (data["op"] == r["op"]), group=data["pid"] == r["pid"]))
 
 
 def test_cli_text_by_path(trace):
@@ -1044,14 +1047,19 @@ def test_since_and_until_as_wall_clock_times(tmp_path, capsys, monkeypatch):
         (["--since", "2", "--until", "1"], ["--since 2 is not before --until 1"]),
         (["--path", "/src/[ab"], ["--path /src/[ab: a [ opens a character class that has no ]"]),
         (["--op", "reed"], ["--op reed: not a FUSE operation (one of: lookup, getattr"]),
-        (["--plot", "x.png"], ["--plot x.png: draws the timeline; give --timeline with it"]),
-        (["--timeline", "--plot", "x.jpg"], ["--plot x.jpg: the plot is a PNG; name the file .png"]),
-        (["--timeline", "--plot", "/nonexistent/x.png"], ["--plot /nonexistent/x.png: no such directory /nonexistent"]),
+        (["--plot", "x.jpg"], ["--plot x.jpg: the plot is a PNG; name the file .png"]),
     ],
 )
 def test_bad_options_are_one_line_errors(trace3, capsys, argv, needles):
     done = report(capsys, str(trace3), *argv)
-    one_line_error(done, *needles, code=1)
+    one_line_error(done, *needles, code=2)
+    assert done.stdout == "" and done.stderr.startswith("fusetrace: ")
+
+
+def test_a_plot_with_no_folder_to_go_in_is_one_line(trace3, capsys):
+    """A folder that is not there: the world's answer, not a usage error (exit 1)."""
+    done = report(capsys, str(trace3), "--plot", "/nonexistent/x.png")
+    one_line_error(done, "--plot /nonexistent/x.png: no such directory /nonexistent", code=1)
     assert done.stdout == "" and done.stderr.startswith("fusetrace: ")
 
 

@@ -109,7 +109,7 @@ def _run(*args, timeout=300):
 
 def test_unknown_scenario_missing_tool_and_wrong_key_are_one_line_each(tmp_path, new_scenario_mounts):
     done = _run("no-such-scenario", "--out", str(tmp_path / "o"))
-    assert done.returncode == 1 and "no such scenario" in done.stderr
+    assert done.returncode == 2 and "no such scenario" in done.stderr
     tool = write_scenario(tmp_path, 'tools = ["no-such-tool"]\n[[steps]]\nrun = "true"\n', "tool.toml")
     done = _run(str(tool), "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and "needs no-such-tool: not installed" in done.stderr

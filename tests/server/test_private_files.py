@@ -274,6 +274,47 @@ def test_a_non_root_mount_makes_a_private_state_directory(python, world):
     assert "inodes known" in results[2][1]
 
 
+def test_list_as_a_user_shows_theirs_alone(python, world, mount):
+    """nobody's `fusetrace list` shows the mount nobody made, found by the kernel's user_id=,
+    and not root's (in the mount table nobody reads too); its text has no user column."""
+    roots = mount()
+    src, mnt = world / "src", world / "mnt"
+    (mounted, _, merr), (listed, out, lerr), (shown, text, _), (unmounted, _, _), (_, after, _) = as_nobody(
+        python,
+        world / "dev",
+        ["fusetrace", "mount", str(src), str(mnt), "--trace", str(world / "trace")],
+        ["fusetrace", "list", "--json"],
+        ["fusetrace", "list"],
+        ["fusetrace", "umount", str(mnt)],
+        ["fusetrace", "list"],
+    )
+    assert mounted == 0 and listed == 0 and shown == 0 and unmounted == 0, (merr, lerr)
+    [row] = json.loads(out)
+    assert (row["mountpoint"], row["uid"], row["user"], row["server"]) == (str(mnt), NOBODY, "nobody", "running")
+    assert row["trace"] == str(world / "trace") and row["records"] is not None
+    assert str(roots.mountpoint) not in out + text
+    assert text.splitlines()[0].split()[:2] == ["mountpoint", "source"] and "trace only" in text
+    assert after == "no fusetrace mounts of yours\n"
+
+
+def test_root_reads_another_users_run_state_only_where_it_is_theirs(world):
+    """runstate.read(owner=): root finds nobody's state where nobody's servers write it,
+    and takes it only from a private directory and a file that are nobody's."""
+    mnt = world / "mnt"
+    STATE.mkdir(mode=0o700)
+    os.chown(STATE, NOBODY, NOBODY)
+    state = STATE / digest(mnt, ".json")
+    state.write_text('{"pid": 7}')
+    os.chown(state, NOBODY, NOBODY)
+    assert runstate.read(str(mnt), owner=NOBODY) == {"pid": 7}
+    os.chown(state, OTHER, OTHER)  # planted by another user
+    assert runstate.read(str(mnt), owner=NOBODY) is None
+    os.chown(state, NOBODY, NOBODY)
+    os.chmod(STATE, 0o777)  # anyone could have planted it
+    with pytest.raises(UserError, match="writable by group and others"):
+        runstate.read(str(mnt), owner=NOBODY)
+
+
 # ---- the state directory's functions, against planted files (in-process, as root) ------
 
 

@@ -495,7 +495,7 @@ def _credit_lines(s: Simulation) -> list[str]:
     after = c["after_run_out_bytes_per_s"]  # set with run_out_s
     if c["run_out_s"] is not None and after is not None:
         how = "simulated op by op" if c["run_out_simulated"] else "extrapolated"
-        wall = f" ({c['run_out_wall'].replace('+00:00', ' UTC')})" if "run_out_wall" in c else ""
+        wall = f", {c['run_out_wall'].replace('T', ' ').replace('+00:00', ' UTC')}" if "run_out_wall" in c else ""
         lines.append(
             f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start{wall} "
             f"({how}); then {_human_bytes(after)}/s is permitted (the baseline)"

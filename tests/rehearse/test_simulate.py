@@ -611,8 +611,9 @@ def test_simulate_says_when_credits_run_out(tmp_path):
 
     text = fusetrace(*args, "--plot", str(tmp_path / "credits.png")).stdout
     assert (
-        f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
-        f"(simulated op by op); then 1.0 MiB/s is permitted" in text
+        f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start, "
+        f"{c['run_out_wall'].replace('T', ' ').replace('+00:00', ' UTC')} (simulated op by op); "
+        "then 1.0 MiB/s is permitted" in text
     )
     assert "extrapolated: 0+00:" in text and "op by op" in text
     assert (tmp_path / "credits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TypedDict
 
 import duckdb
+import numpy as np
 
 from ..emulator.call import Call
 from ..emulator.model import Model
@@ -109,15 +110,25 @@ class Calls:
         rebuilders = [Rebuilder() for _ in members]
         kept: list[Timed] | None = [] if self.keep else None
         closed = self.closed
-        columns = ["start_ns", "dur_ns", "pid", "uid", *COLUMNS]
-        for batch in _batches(self.trace, names.with_raw(columns)):
-            for host, start_ns, dur_ns, pid, uid, *record in names.rows(batch, ["member", *columns]):
+        for batch in _batches(self.trace, names.with_raw(["start_ns", "dur_ns", "pid", "uid", *COLUMNS])):
+            # what depends on no record before it, a batch at a time: times in seconds, chains
+            start_ns = batch.column("start_ns").to_numpy()
+            member, pid = batch.column("member").to_numpy(), batch.column("pid").to_numpy().astype(np.int64)
+            chain = np.where(pid > 0, pid * n + member, -1) if closed else np.full(len(pid), -1)
+            for host, start, end, key, uid, record in zip(
+                member.tolist(),
+                (start_ns / 1e9).tolist(),
+                ((start_ns + batch.column("dur_ns").to_numpy()) / 1e9).tolist(),
+                chain.tolist(),
+                batch.column("uid").to_pylist(),
+                names.rows(batch, COLUMNS),
+            ):
                 request = rebuilders[host].rebuild(*record)
                 if request is None:
                     continue
                 c = request.call(uid)
                 c.host = host
-                call = (start_ns / 1e9, (start_ns + dur_ns) / 1e9, pid * n + host if closed and pid else -1, c)
+                call = (start, end, key, c)
                 if kept is not None:
                     kept.append(call)
                 yield call

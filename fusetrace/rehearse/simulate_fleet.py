@@ -49,6 +49,7 @@ class Host(TypedDict):
     host: str
     trace: str
     records: int
+    operations: int  # simulated op by op (every pass of them, with --days), which the waits are of
     waited_s: float
     top_gate: str | None  # None: nothing waited
     recorded_s: float | None
@@ -179,13 +180,14 @@ class Waits:
     and by the gate that set their time."""
 
     def __init__(self, hosts: int):
+        self.ops = [0] * hosts
         self.waited = [0.0] * hosts
         self.gates: list[dict[str, float]] = [{} for _ in range(hosts)]
 
     def __call__(self, call: Call, t: float, a: Admission) -> None:
-        w = a.wait
+        h, w = call.host, a.wait
+        self.ops[h] += 1
         if w > 0.0:
-            h = call.host
             self.waited[h] += w
             gates = self.gates[h]
             gates[a.gate] = gates.get(a.gate, 0.0) + w
@@ -210,6 +212,7 @@ def hosts(trace: Trace, waits: Waits, chains: dict[int, tuple[float, float, floa
                 "host": name,
                 "trace": m.directory,
                 "records": reader.record_count(m.directory),
+                "operations": waits.ops[h],
                 "waited_s": waits.waited[h],
                 "top_gate": max(gates, key=gates.__getitem__) if gates else None,
                 "recorded_s": recorded,
@@ -229,7 +232,7 @@ def host_lines(hosts: list[Host], seconds: Callable[[float], str], length: Calla
             printable(h["host"]),
             f"{h['records']:,}",
             seconds(h["waited_s"]),
-            seconds(h["waited_s"] / h["records"]) if h["records"] else "-",
+            seconds(h["waited_s"] / h["operations"]) if h["operations"] else "-",
             f"{h['slowdown']:,.2f}x ({length(h['simulated_s'])})"
             if h["slowdown"] is not None and h["simulated_s"] is not None
             else "-",
@@ -239,8 +242,9 @@ def host_lines(hosts: list[Host], seconds: Callable[[float], str], length: Calla
     ]
     more = len(hosts) - len(rows)
     lines = [
-        f"hosts that waited most (of {len(hosts):,}; slowdown: the host's first start to its last completion, "
-        "as simulated against as recorded; top gate: what held its operations longest in all):",
+        f"hosts that waited most (of {len(hosts):,}), in the operations simulated op by op; slowdown: the "
+        "host's first start to its last completion in the first pass, as simulated against as recorded; "
+        "top gate: what held its operations longest in all:",
         table(head, rows, "lrrrrl"),
     ]
     if more > 0:

@@ -144,31 +144,39 @@ class Calls:
 def _batches(trace: Trace, columns: list[str]) -> Iterator:
     """Every member's records, `columns` of them and its index (`member`), on the fleet's
     clock, in start order (ties by member), a batch at a time, in bounded memory (as
-    reader.ordered_batches reads one trace)."""
-    selects = []
-    for i, m in enumerate(trace.set.members):
-        have = set(m.columns)
-        fields = []
-        for c in columns:
-            if c == "start_ns":
-                fields.append(f"start_ns + {m.offset_ns} as start_ns" if m.offset_ns else "start_ns")
-            elif c == "host":
-                fields.append(reader.host_literal(m.metadata) + " as host" if c not in have else "host")
-            else:
-                fields.append(f'"{c}"' if c in have else f'{reader._DEFAULTS[c]} as "{c}"')
-        files = ", ".join("'" + f.replace("'", "''") + "'" for f in m.files)
-        selects.append(
-            f"select {', '.join(fields)}, {i} as member from read_parquet([{files}], union_by_name=true, "
-            f"hive_partitioning=false)"
-        )
+    reader.ordered_batches reads one trace).  One scan of every part (a scan a member would
+    hold buffers for each, past the memory limit with a hundred), each file's member and
+    clock offset joined by its name; a column some members lack reads as its default there."""
+    members = trace.set.members
+    have = set().union(*(m.columns for m in members))
+    fields = []
+    for c in columns:
+        default = reader._DEFAULTS.get(c, "null")
+        if c == "start_ns":
+            fields.append("start_ns + f.offset_ns as start_ns")
+        elif c not in have:
+            fields.append(f'{default} as "{c}"')
+        elif all(c in m.columns for m in members) or default.startswith("null"):
+            fields.append(f't."{c}"')
+        else:
+            fields.append(f'coalesce(t."{c}", {default}) as "{c}"')
+    files = [(f, i, m.offset_ns) for i, m in enumerate(members) for f in m.files]
     scratch = tempfile.mkdtemp(prefix="fusetrace-sort-")  # 0700, ours
     try:
         db = duckdb.connect(
             config={"memory_limit": reader.MEMORY_LIMIT, "temp_directory": scratch, "preserve_insertion_order": False}
         )
         try:
-            query = " union all ".join(selects)
-            yield from db.sql(f"select * from ({query}) order by start_ns, member").to_arrow_reader(BATCH_ROWS)
+            db.execute("create table f (filename varchar, member integer, offset_ns bigint)")
+            db.executemany("insert into f values (?, ?, ?)", files)
+            db.read_parquet(
+                [f for f, _, _ in files], union_by_name=True, hive_partitioning=False, filename=True
+            ).create_view("t")
+            query = (
+                f"select {', '.join(fields)}, f.member as member from t join f using (filename) "
+                "order by start_ns, member"
+            )
+            yield from db.sql(query).to_arrow_reader(BATCH_ROWS)
         finally:
             db.close()
     finally:

@@ -33,7 +33,8 @@ class Call:
     filled before part of it is written through a write-only handle, a file's times
     handed over) and an NFS client would send nothing for the call; `uid`: the caller's
     user, whose ACCESS answers the client keeps apart from other users'
-    (nfs_access_get_cached keys them by credential)."""
+    (nfs_access_get_cached keys them by credential); `host`: in a fleet simulated together,
+    which client (host) made it (tracesim.py hands it to that host's NfsClient)."""
 
     op: str
     file: int = 0
@@ -51,3 +52,4 @@ class Call:
     kernel_only: bool = False
     busy: int = 0
     uid: int = 0
+    host: int = 0

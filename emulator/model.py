@@ -86,7 +86,12 @@ class _Route:
 
 
 class Model:
-    def __init__(self, params: Params, now: float, rng: random.Random | None = None):
+    def __init__(self, params: Params, now: float, rng: random.Random | None = None, fs: "Model | None" = None):
+        """`fs`: another client's model whose file system this one shares, in one process
+        (a fleet simulated together): its IOPS limits, throughput pipes and credits, file
+        and directory slots and counters are this one's too, taken in time order by every
+        client's requests; the network, the per-client limit and the dirty data stay this
+        client's own.  Its metrics then count the whole file system's operations."""
         self.params = params
         self._rng = rng if rng is not None else random.Random(params.seed)
         self._now = now
@@ -117,8 +122,13 @@ class Model:
         self._usage: dict[tuple[int, int], list[Any]] | None = None  # when shared: what went through the shared gates
         # the gates the last request served went through (busy()): its route, and its slot pool and key
         self._last: tuple[_Route, SlotPools | None, int, bool] | None = None
+        if fs is not None:
+            self._credit, self._elastic, self._counters = fs._credit, fs._elastic, fs._counters
+            self._read_limit, self._write_limit, self._total_limit = fs._read_limit, fs._write_limit, fs._total_limit
+            self._files, self._dirs, self._stripes = fs._files, fs._dirs, fs._stripes
         self._configure(now)
-        self._credit.set_balance(params.burst_credit_balance, now)
+        if fs is None:
+            self._credit.set_balance(params.burst_credit_balance, now)
 
     # ---- the contract ---------------------------------------------------------------
 

@@ -51,7 +51,7 @@ clock-free, like the model.
 """
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -110,7 +110,8 @@ class Result:
     samples: list[Sample]
     job: float | None  # the first pass's length as simulated, its first recorded start to its last completion
     # (s); None: it did not end in the time simulated
-    chains: dict[int, tuple[float, float]]  # closed loop: each chain's first pass, recorded and simulated (s)
+    chains: dict[int, tuple[float, float, float]]  # closed loop: each chain's first pass, its first
+    # recorded start, last recorded end and last completion as simulated (s)
     period: float  # a repetition's length where `delta` was found (the span in open loop)
     steady: float | None  # closed loop: the length of the last repetitions skipped (None: none were)
     spans: list[Span]
@@ -138,7 +139,8 @@ class TraceSim:
     `origin` (<= first); repetition r is shifted by r x `span`.  A sample is taken every
     `every` seconds.  `closed`: in closed loop (the operations' chains wait for one
     another) rather than open.  `admitted(call, t, admission)`, if given, sees each
-    operation simulated op by op."""
+    operation simulated op by op.  `clients`: a fleet's, one a host sharing `model`'s file
+    system (Model's `fs`), each call to its `host`'s (default: one client of `model`)."""
 
     def __init__(
         self,
@@ -151,10 +153,11 @@ class TraceSim:
         every: float,
         closed: bool = False,
         admitted: Callable[[Call, float, Admission], None] | None = None,
+        clients: Sequence[NfsClient] | None = None,
     ):
         if span <= 0 or every <= 0 or first < origin:
             raise ValueError("span and every must be above 0, and the origin not after the first call")
-        self.model, self.client = model, NfsClient(model)
+        self.model, self.clients = model, list(clients) if clients else [NfsClient(model)]
         self.calls, self.origin, self.first, self.span, self.every = calls, origin, first, span, every
         self.closed = closed
         self.period = span  # a repetition's length: the span, or in closed loop what the steady ones took
@@ -162,7 +165,7 @@ class TraceSim:
         self._pass_ops = 0  # operations in a whole pass
         self.job: float | None = None
         self.steady: float | None = None  # closed loop: the length of the last passes skipped
-        self.chains: dict[int, tuple[float, float]] = {}
+        self.chains: dict[int, tuple[float, float, float]] = {}
         self._delta_period = span
         self.admitted = admitted
         self.most: int | None = None
@@ -255,7 +258,10 @@ class TraceSim:
         self._observe(begin, m)
         rep = Rep(m["BurstCreditBalance"], m["ClientNetworkCreditBalance"], m["MeteredIOBytes"])
         shift = begin - self.first if r else 0.0
-        admit, admitted, metrics = self.client.admit, self.admitted, self.model.metrics
+        admitted, metrics = self.admitted, self.model.metrics
+        admits = [x.admit for x in self.clients]  # a fleet's: each call to its host's client
+        admit = admits[0] if len(admits) == 1 else (lambda c, t: admits[c.host](c, t))
+
         # The balance is looked at where it could first be zero: it falls at most at burst
         # less baseline (`fall`).  Where it is lowest, at the end of a busy stretch, it has
         # since earned at most `earn` for the time until it is looked at again (`low`).
@@ -322,7 +328,7 @@ class TraceSim:
         if not cut and r == 0:
             self.job, self._pass_ops = rep.last_done - self.first, rep.ops
             if chains is not None:
-                self.chains = {k: (x.last_end - x.first, x.last_done - x.first) for k, x in chains.chains.items()}
+                self.chains = {k: (x.first, x.last_end, x.last_done) for k, x in chains.chains.items()}
         self.ops += rep.ops
         self.waited += rep.waited
         self.max_wait = max(self.max_wait, rep.max_wait)

@@ -310,7 +310,12 @@ def _rehearse_parsers(sub) -> None:
     s = sub.add_parser(
         "simulate", help="a trace's operations through the model in virtual time: credits, throughput, waits"
     )
-    s.add_argument("trace_dir", metavar="DIR")
+    s.add_argument(
+        "trace_dirs",
+        nargs="+",
+        metavar="DIR",
+        help="a trace, or several or a glob (quoted): a fleet's, through one file system",
+    )
     s.add_argument("--profile", required=True, help="a profile's name or a .toml file")
     s.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     s.add_argument(

@@ -13,30 +13,29 @@ extrapolating the steady stretches between (it says which).
 """
 
 import argparse
+import datetime
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 import duckdb
 
-from ..emulator.model import Model
 from ..emulator.params import Params
 from ..emulator.throughput import credit_cap
-from ..emulator.tracesim import Result, Timed, TraceSim, coarsened
+from ..emulator.tracesim import Result, TraceSim, coarsened
 from ..errors import UserError
-from ..report.query import Trace
+from ..report.query import Trace, expand_traces
 from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import ns_text, printable, table
 from ..trace import metadata as meta
 from ..trace import reader
+from . import simulate_fleet as fleet
 from . import simulate_plot
-from .requests import COLUMNS, Gaps, Rebuilder
-from .rows import records
+from .requests import Gaps
 
-CACHE_CALLS = 500_000  # a trace of at most this many records is kept in memory (about 300 bytes a call)
 TOP_PROCESSES = 10  # the processes said, those the simulation slows down most
 TABLE_ROWS = 24  # at most, besides the start
 SAMPLES_PER_ROW = 20  # samples a table row sums up (the plot draws every one)
@@ -75,6 +74,7 @@ class Credits(TypedDict):
     change_per_day_bytes: float | None
     run_out_s: float | None
     run_out_at: str | None
+    run_out_wall: NotRequired[str]  # when, on the wall clock (UTC), if the traces map their clock to it
     run_out_simulated: bool | None
     projected_run_out_s: float | None
     projected_run_out_at: str | None
@@ -111,6 +111,7 @@ class Process(TypedDict):
 
     pid: int
     comm: str  # its name, as the trace gives it ("" unknown)
+    host: NotRequired[str]  # a fleet's: the host it ran on
     recorded_s: float
     simulated_s: float
     slowdown: float
@@ -162,49 +163,22 @@ class Simulation(TypedDict):
     profile: NotRequired[str]
     overrides: NotRequired[list[str]]
     plot: NotRequired[str]
-
-
-class _Calls:
-    """One pass of the trace as the NFS client's calls, each time it is called: read from
-    the trace, or from memory once a whole pass has been read if the trace is small."""
-
-    def __init__(self, directory: str, count: int, closed: bool):
-        self.directory, self.closed = directory, closed
-        self.keep = count <= CACHE_CALLS
-        self.cached: list[Timed] | None = None
-        self.gaps = Gaps()
-
-    def __call__(self) -> Iterable[Timed]:
-        return self.cached if self.cached is not None else self._read()
-
-    def _read(self) -> Iterator[Timed]:
-        rebuilder = Rebuilder()
-        kept: list[Timed] | None = [] if self.keep else None
-        closed = self.closed
-        for start_ns, dur_ns, pid, uid, *record in records(
-            self.directory, ["start_ns", "dur_ns", "pid", "uid", *COLUMNS]
-        ):
-            request = rebuilder.rebuild(*record)
-            if request is None:
-                continue
-            # a chain a process (the trace names no threads); pid 0, the kernel's own requests: none
-            call = (start_ns / 1e9, (start_ns + dur_ns) / 1e9, pid if closed and pid else -1, request.call(uid))
-            if kept is not None:
-                kept.append(call)
-            yield call
-        self.gaps = rebuilder.gaps
-        self.cached = kept
+    traces: NotRequired[list[str]]  # a fleet's trace directories
+    hosts: NotRequired[list[fleet.Host]]  # a fleet's hosts, those that waited most first
 
 
 def run(args: argparse.Namespace) -> int:
-    """The command: args has trace_dir, profile, overrides, days, open_loop, plot and json."""
+    """The command: args has trace_dirs (directories and globs: a fleet's), profile, overrides,
+    days, open_loop, plot and json."""
+    (directories,) = expand_traces(args.trace_dirs)
     params = load_params(args.profile, args.overrides)
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         raise UserError(f"{args.plot}: no such directory to write the plot in")
     try:
-        summary = simulate(args.trace_dir, params, args.days, closed=not args.open_loop)
+        summary = simulate(directories, params, args.days, closed=not args.open_loop)
     except duckdb.Error as exc:
-        raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
+        what = printable(directories[0]) if len(directories) == 1 else f"{len(directories)} traces"
+        raise UserError(f"{what}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     summary["profile"], summary["overrides"] = args.profile, args.overrides
     if args.plot:
         try:
@@ -216,36 +190,54 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def simulate(trace_dir: str, params: Params, days: float | None, closed: bool = True) -> Simulation:
-    """The simulation of the trace at `trace_dir` under `params` (once, or back to back
-    for `days`), in closed loop or open, as the command's --json gives it."""
-    trace = Trace(trace_dir)
+def simulate(trace_dirs: str | Sequence[str], params: Params, days: float | None, closed: bool = True) -> Simulation:
+    """The simulation of the trace at `trace_dirs` (or of several, a fleet's, through one file
+    system: simulate_fleet.py) under `params` (once, or back to back for `days`), in closed
+    loop or open, as the command's --json gives it."""
+    trace = Trace(trace_dirs)
     if not trace.records:
-        raise reader.NoTrace(f"{trace_dir}: the trace holds no records")
+        raise reader.NoTrace(f"{trace.label}: the trace holds no records")
     first, last = trace.origin_ns, trace.last_ns
-    # Virtual time 0 is when the mount's model started (an emulated mount's metadata says), else
-    # when it began tracing, else the first record: credits earned before the first operation count.
-    started = (trace.metadata.get("emulation") or {}).get(
-        "started_monotonic_ns", trace.metadata.get("start_monotonic_ns")
-    )
-    origin = started if isinstance(started, int) and started <= first else first
+    origin = fleet.origin_ns(trace)
     span = max(last - first, 1000) / 1e9  # at least a microsecond
     # once in closed loop: until the job's last operation completes, however long that is
     # (the table's rows are chosen for the recorded length, and merged if it is longer)
     duration = days * DAY if days else (last - origin) / 1e9 or span
     step = _step(duration)
-    calls = _Calls(trace_dir, trace.records, closed)
-    model = Model(params, origin / 1e9)
+    calls = fleet.Calls(trace, closed)
+    hosts = len(trace.set.members)
+    model, clients = fleet.clients(params, origin / 1e9, hosts)
+    waits = fleet.Waits(hosts) if hosts > 1 else None
     began = time.perf_counter()
     result = TraceSim(
-        model, calls, origin=origin / 1e9, first=first / 1e9, span=span, every=step / SAMPLES_PER_ROW, closed=closed
+        model,
+        calls,
+        origin=origin / 1e9,
+        first=first / 1e9,
+        span=span,
+        every=step / SAMPLES_PER_ROW,
+        closed=closed,
+        admitted=waits,
+        clients=clients,
     ).run(duration if days or not closed else None, most=2 * TABLE_ROWS * SAMPLES_PER_ROW)
     wall = time.perf_counter() - began
     duration = result.samples[-1].t
     if duration > step * TABLE_ROWS * 1.000001:
         step = _step(duration)
         result.samples = coarsened(result.samples, step / SAMPLES_PER_ROW)
-    return _summary(trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9, closed)
+    summary = _summary(
+        trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9, closed
+    )
+    clock = trace.set.base
+    if result.cliff is not None and "start_wall_ns" in clock:
+        wall_ns = meta.to_wall_ns(clock, origin + round(result.cliff * 1e9))
+        summary["credits"]["run_out_wall"] = datetime.datetime.fromtimestamp(wall_ns / 1e9, datetime.UTC).isoformat(
+            timespec="seconds"
+        )
+    if waits is not None:
+        summary["traces"] = trace.directories
+        summary["hosts"] = fleet.hosts(trace, waits, result.chains)
+    return summary
 
 
 def _step(duration: float) -> float:
@@ -294,20 +286,28 @@ def _summary(
         )
     if gaps.unknown_ops:
         notes.append(f"{gaps.unknown_ops:,} records of operations no handler makes: left out")
-    comms = dict(trace.rows("select pid, max(comm) from trace group by pid")) if "comm" in trace.columns else {}
-    processes: list[Process] = [
-        {
+    comms = (
+        {(h, pid): c for h, pid, c in trace.rows("select host, pid, max(comm) from trace group by host, pid")}
+        if "comm" in trace.columns
+        else {}
+    )
+    members, named = trace.set.members, fleet.host_names(trace)
+    processes: list[Process] = []
+    for key, (first, end, done) in r.chains.items():
+        pid, h = divmod(key, len(members))
+        process: Process = {
             "pid": pid,
-            "comm": comms.get(pid) or "",
-            "recorded_s": rec,
-            "simulated_s": sim,
-            "slowdown": sim / rec if rec > 0 else 1.0,
+            "comm": comms.get((members[h].host, pid)) or "",
+            "recorded_s": end - first,
+            "simulated_s": done - first,
+            "slowdown": (done - first) / (end - first) if end > first else 1.0,
         }
-        for pid, (rec, sim) in r.chains.items()
-    ]
+        if trace.fleet:
+            process["host"] = named[h]
+        processes.append(process)
     processes.sort(key=lambda p: (p["recorded_s"] - p["simulated_s"], p["pid"]))
     return {
-        "trace": trace.directory,
+        "trace": trace.label,
         "loop": "closed" if closed else "open",
         "records": trace.records,
         "format_version": trace.format_version,
@@ -379,7 +379,9 @@ def render(s: Simulation) -> str:
     w, ops = s["waited"], s["operations"]
     settings = ", ".join(s["overrides"])
     lines = [
-        f"simulate: {s['trace']} ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
+        f"simulate: {s['trace']}"
+        + (f" ({len(s['hosts']):,} hosts through one file system)" if "hosts" in s else "")
+        + f" ({s['records']:,} records over {_seconds(s['span_s'])}), profile "
         f"{s['profile']}"
         + (f", {settings}" if settings else "")
         + f" ({_human_bytes(s['stored_size_bytes'])} stored: stored_size)"
@@ -399,6 +401,8 @@ def render(s: Simulation) -> str:
     lines += _job_lines(s)
     lines += ["", _table(s), ""]
     lines += _credit_lines(s)
+    if "hosts" in s:
+        lines += fleet.host_lines(s["hosts"], _seconds, _length)
     lines.append(
         f"time operations waited (for limits, slots and queues): {_seconds(w['total_s'])} in all, "
         f"{_seconds(w['mean_s'])} on average, {_seconds(w['max_s'])} at most"
@@ -444,7 +448,8 @@ def _job_lines(s: Simulation) -> list[str]:
         )
     if s["process_count"] > 1:
         shown = [
-            f"{p['pid']}{_named(p['comm'])} {_length(p['simulated_s'])} "
+            f"{printable(p['host']) + ':' if 'host' in p else ''}{p['pid']}{_named(p['comm'])} "
+            f"{_length(p['simulated_s'])} "
             f"instead of {_length(p['recorded_s'])} ({p['slowdown']:,.2f}x)"
             for p in s["processes"][:5]
         ]
@@ -490,8 +495,9 @@ def _credit_lines(s: Simulation) -> list[str]:
     after = c["after_run_out_bytes_per_s"]  # set with run_out_s
     if c["run_out_s"] is not None and after is not None:
         how = "simulated op by op" if c["run_out_simulated"] else "extrapolated"
+        wall = f", {c['run_out_wall'].replace('T', ' ').replace('+00:00', ' UTC')}" if "run_out_wall" in c else ""
         lines.append(
-            f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start "
+            f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start{wall} "
             f"({how}); then {_human_bytes(after)}/s is permitted (the baseline)"
         )
     elif c["projected_run_out_s"] is not None:

@@ -41,7 +41,10 @@ def test_prometheus_endpoint(mount):
     families = {f.name: f for f in text_string_to_metric_families(body)}
     process = {name for name in families if name.startswith("process_")}
     assert {"process_resident_memory_bytes", "process_open_fds", "process_cpu_seconds"} <= process
-    assert set(families) - process == {metric.family for metric in METRICS}
+    per_op = {"fusetrace_operations", "fusetrace_operation_errors", "fusetrace_bytes", "fusetrace_operation_seconds"}
+    assert set(families) - process - per_op == {metric.family for metric in METRICS}  # the model's
+    assert {"fusetrace_operations", "fusetrace_bytes", "fusetrace_operation_seconds"} <= set(families)  # any mount's
+    assert families["fusetrace_operation_seconds"].type == "histogram"
     for metric in METRICS:
         family = families[metric.family]
         assert family.type == metric.kind.value, metric.name

@@ -3,15 +3,17 @@ by errno, bytes and latency histograms, checked against the trace of the same wo
 Unix socket; the places refused before anything is mounted."""
 
 import os
+import re
 import socket
 import stat
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from support import fusetrace, is_mounted, one_line_error, poll
 from support.metrics import families, free_port, scrape, scrape_unix
 
-from fusetrace.shaping.opmetrics import BOUNDS_S
+from fusetrace.shaping.opmetrics import BOUNDS_S, OpCollector, OpCounts
 
 MISSING = 7  # lookups of names that are not there: ENOENT each (negative_timeout 0: none cached)
 
@@ -164,3 +166,16 @@ def test_a_live_socket_is_not_taken_over(dirs, mount):
     done = _mount_fails(dirs, "--metrics-addr", f"unix:{path}")
     one_line_error(done, "a server answers on this socket already", code=2)
     assert "fusetrace_operations_total" in scrape_unix(str(path))
+
+
+def test_docs_list_every_metric_with_its_type_and_labels():
+    counts = OpCounts()
+    counts.add("read", 0, b"x", 0)
+    counts.add("lookup", 0, None, 2)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "METRICS.md").read_text()
+    for family in OpCollector(counts).collect():
+        name = family.name + "_total" if family.type == "counter" else family.name
+        row = re.search(rf"^\| `{name}` \| {family.type} \| (.*)$", text, re.M)
+        assert row, name
+        for label in {key for sample in family.samples for key in sample.labels}:
+            assert f"`{label}`" in row.group(1), (name, label)

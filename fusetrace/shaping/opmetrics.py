@@ -18,7 +18,7 @@ import errno as E
 from bisect import bisect_left
 from collections.abc import Iterator
 from time import monotonic_ns
-from typing import Any
+from typing import Any, TypedDict
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
@@ -58,6 +58,46 @@ class OpCounts:
             self.errors[key] = self.errors.get(key, 0) + 1
         elif op in _DATA:
             row[_BYTES] += out if type(out) is int else len(out)
+
+
+class OpFigures(TypedDict):
+    """One operation's figures for `fusetrace stats`: the quantiles are the upper bounds of
+    the buckets they fall in (seconds; None: past 60 s)."""
+
+    count: int
+    errors: dict[str, int]
+    bytes: int
+    mean_s: float
+    p50_le_s: float | None
+    p99_le_s: float | None
+
+
+def figures(counts: OpCounts) -> dict[str, OpFigures]:
+    """Every operation with a request, on the loop (the control socket's handler)."""
+    out: dict[str, OpFigures] = {}
+    for op, row in counts.rows.items():
+        buckets = row[_BUCKETS:]
+        n = sum(buckets)
+        if n:
+            errors = {errno_name(err): k for (o, err), k in sorted(counts.errors.items()) if o == op}
+            out[op] = OpFigures(
+                count=n,
+                errors=errors,
+                bytes=row[_BYTES],
+                mean_s=row[_SUM] / n / 1e9,
+                p50_le_s=_quantile_bound(buckets, 0.5 * n),
+                p99_le_s=_quantile_bound(buckets, 0.99 * n),
+            )
+    return out
+
+
+def _quantile_bound(buckets: list[int], rank: float) -> float | None:
+    seen = 0
+    for bound, count in zip(BOUNDS_S, buckets, strict=False):  # the last bucket, +Inf, has no bound
+        seen += count
+        if seen >= rank:
+            return bound
+    return None
 
 
 def errno_name(err: int) -> str:

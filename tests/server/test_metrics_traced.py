@@ -86,6 +86,11 @@ def test_latency_histograms_are_cumulative_and_count_every_request(mount):
         assert 0 < total < 60 * n, op
         seen.add(op)
     assert {"lookup", "create", "write", "read", "flush", "release", "mkdir", "rmdir", "unlink"} <= seen
+    # fusetrace stats shows the same counts, from the control socket
+    shown = fusetrace("stats", str(m.mountpoint)).stdout
+    table = shown.partition("requests since mounting")[2]
+    (enoent,) = [s.value for s in fams["fusetrace_operation_errors"].samples if s.labels["errno"] == "ENOENT"]
+    assert re.search(rf"^lookup +{int(counted['lookup'])} +ENOENT {int(enoent)}\b", table, re.M), table
 
 
 def test_a_unix_socket_is_the_users_alone_and_goes_with_the_mount(mount, tmp_path):

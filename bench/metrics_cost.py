@@ -107,9 +107,9 @@ def _small_files(root: Path, files: int) -> None:
 def mounts(files: int, rounds: int, metrics_first: bool, port: int = 19188) -> dict[str, dict[str, float]]:
     """Rounds of `files` small files on three traced mounts, one with --metrics-port and a
     second without as the control (two servers differ by more than what is measured here:
-    bench/tracecost.py; here the mount made last was 10 % slower in wall time, whichever it
-    was, so the metrics' mount is made first or last as asked), in an order that turns each
-    round.  Per mount: the median round's wall time and server CPU, and the median of its
+    bench/tracecost.py; two earlier runs here had the metrics' mount made last 10 % slower
+    in wall time, one with it made first 4 % faster: so it is made first or last as asked),
+    in an order that turns each round.  Per mount: the median round's wall time and server CPU, and the median of its
     per-round ratios to the traced mount's."""
     names: dict[str, list[str]] = {"traced": [], "control": []}
     names = (

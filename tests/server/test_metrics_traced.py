@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import stat
+import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -109,6 +110,17 @@ def test_a_unix_socket_is_the_users_alone_and_goes_with_the_mount(mount, tmp_pat
         stale.bind(str(path))
     m = mount("--metrics-addr", f"unix:{path}")
     assert "fusetrace_operations_total" in scrape_unix(str(path))
+
+
+@pytest.mark.parametrize("addr, url_host", [("0.0.0.0", "127.0.0.1"), ("::1", "[::1]")])
+def test_an_address_given_is_where_it_listens(mount, addr, url_host):
+    if ":" in addr and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    port = free_port()
+    m = mount("--metrics-addr", addr, "--metrics-port", str(port))
+    (m.mountpoint / "f").write_bytes(b"abc")
+    page = urllib.request.urlopen(f"http://{url_host}:{port}/metrics", timeout=10).read().decode()
+    assert 'fusetrace_bytes_total{op="write"} 3.0' in page
 
 
 @pytest.fixture

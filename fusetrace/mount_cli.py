@@ -139,7 +139,14 @@ def add_mount_parser(sub: Any) -> Options:
         "--metrics-port",
         type=int,
         metavar="PORT",
-        help="serve the emulator's metrics for Prometheus on 127.0.0.1:PORT (1 to 65535)",
+        help="serve metrics for Prometheus on 127.0.0.1:PORT (1 to 65535): requests, errors, "
+        "bytes and latency by operation, and the emulator's with --emulate (docs/METRICS.md)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        metavar="ADDR",
+        help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 or :: for "
+        "every interface), or unix:/PATH: a Unix socket, mode 0600, without --metrics-port",
     )
     p.add_argument(
         "--inline",
@@ -342,6 +349,7 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
         emulate=args.emulate,
         overrides=args.overrides,
         metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
         inline=args.inline,
         xattrs=args.xattrs,
         writeback_cache=args.writeback_cache,

@@ -4,7 +4,7 @@ the operations, how the host keeps up, and what the run must be warned of."""
 import time
 
 from .hostload import load_words
-from .texttable import duration_text, printable, table
+from .texttable import duration_text, ns_text, printable, table
 
 _BYTES = (
     "BurstCreditBalance",
@@ -132,6 +132,8 @@ def render(stats: dict) -> str:
     trace = stats.get("trace")
     if trace:
         lines.append(_trace_line(trace))
+    if stats.get("operations"):  # a mount serving metrics (docs/METRICS.md)
+        lines.append(_operations_table(stats["operations"]))
     faults = stats.get("faults")
     if faults and (faults["rules"] or faults["fired"]):
         rules = ", ".join(f"{r['id']} (fired {r['fired']:,} of {r['matched']:,} matched)" for r in faults["rules"])
@@ -201,6 +203,29 @@ def _gates_table(gates: dict) -> str:
             row += [f"{g[part] / 1e9:,.3f}", f"{g[part] / g['ops'] / 1e6:,.3f}"]
         rows.append(row)
     return "what set each operation's modelled time, since mounting:\n" + table(head, rows, "l" + "r" * 7)
+
+
+def _operations_table(operations: dict) -> str:
+    """Per operation since mounting: requests, errors by errno, bytes, mean time and the
+    histogram buckets its median and 99th percentile fall in."""
+
+    def bound(s: float | None) -> str:
+        return "> 60s" if s is None else f"<= {ns_text(s * 1e9)}"
+
+    rows = [
+        [
+            op,
+            f"{f['count']:,}",
+            ", ".join(f"{name} {n:,}" for name, n in f["errors"].items()) or "-",
+            _human_bytes(f["bytes"]) if f["bytes"] else "-",
+            ns_text(f["mean_s"] * 1e9),
+            bound(f["p50_le_s"]),
+            bound(f["p99_le_s"]),
+        ]
+        for op, f in operations.items()
+    ]
+    head = ["op", "requests", "errors", "bytes", "mean", "p50", "p99"]
+    return "requests since mounting (the metrics' counts):\n" + table(head, rows, "lrlrrrr")
 
 
 def _trace_line(trace: dict) -> str:

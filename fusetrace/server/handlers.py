@@ -38,6 +38,7 @@ from .setattrs import Change
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
+    from ..shaping.opmetrics import OpCounts
     from ..shaping.shaper import Shaper
     from ..trace.writer import TraceWriter
 
@@ -61,6 +62,7 @@ class Operations(NamespaceHandlers, FileHandlers):
         negative_timeout: float = 0.0,
         xattrs: bool = True,
         writeback_cache: bool = False,
+        counts: "OpCounts | None" = None,
     ) -> None:
         super().__init__()
         # FUSE's write-back cache (pyfuse3 asks the kernel for it when this is true): see
@@ -89,6 +91,7 @@ class Operations(NamespaceHandlers, FileHandlers):
             tracer=tracer,
             shaper=shaper,
             writeback_cache=writeback_cache,
+            counts=counts,
         )
         self._cached_pread = self._nowait_pread
         self.tracer = tracer

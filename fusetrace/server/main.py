@@ -17,7 +17,7 @@ import trio
 
 from .. import __version__
 from ..errors import BadValue, UserError
-from ..shaping import roundtrip
+from ..shaping import exporter, roundtrip
 from . import fusectl, fuseread, inline, mounts, nfssampler, runstate
 from .control import serve as serve_control
 from .handlers import Operations
@@ -27,6 +27,7 @@ from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
     from ..shaping.emulation import Emulation
+    from ..shaping.opmetrics import OpCounts
     from ..trace.writer import TraceWriter
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class MountOptions:
     emulate: str | None = None  # profile name or .toml path
     overrides: list[str] = field(default_factory=list)  # --set key=value
     metrics_port: int | None = None
+    metrics_addr: str | None = None  # an IP address (with metrics_port) or unix:/PATH
     inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
     # FUSE's write-back cache (emulated mounts only): see cli.py's help; None: on when emulated
@@ -140,20 +142,8 @@ def check_values(opts: MountOptions) -> None:
             "--writeback-cache: needs --emulate PROFILE (over a shared source such as NFS, "
             "the kernel would keep written data and times that other clients do not see)"
         )
-    if opts.metrics_port is not None and not 1 <= opts.metrics_port <= 65535:
-        raise BadValue(f"--metrics-port {opts.metrics_port}: must be a port from 1 to 65535")
-    if opts.metrics_port is not None and opts.emulate is None:
-        raise BadValue(f"--metrics-port {opts.metrics_port}: needs --emulate PROFILE (the metrics are the emulator's)")
-    if opts.metrics_port is not None:  # taken, or privileged: said now, not by the server once mounted
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's listener does
-            try:
-                probe.bind(("127.0.0.1", opts.metrics_port))
-            except OSError as exc:
-                raise UserError(
-                    f"--metrics-port {opts.metrics_port}: cannot listen on 127.0.0.1:"
-                    f"{opts.metrics_port} ({exc.strerror or exc})"
-                ) from None
+    if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
+        exporter.check(place)  # taken, or privileged: said now, not by the server once mounted
     for item in opts.fuse_options:
         for option in item.split(","):
             name = option.partition("=")[0].strip()
@@ -314,14 +304,18 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     thread's Python traceback to standard error: the log."""
     faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    emulation = None
+    emulation = listener = None
     try:
         preflight(opts)
+        if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
+            listener = exporter.Listener(place)  # before any thread starts (exporter._bind_own)
         emulation = _open_emulation(opts)
         rules = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _leave(emulation)
+        if listener is not None:
+            listener.close()
         _say(ready_fd, f"error: {exc}")
         raise
     os.umask(0)  # modes arrive with the caller's umask applied already
@@ -336,6 +330,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         **_cache_timeouts(opts, emulation),
         xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
         writeback_cache=bool(opts.writeback_cache),
+        counts=_op_counts(listener),
     )
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
         ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
@@ -344,6 +339,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     except RuntimeError as exc:
         _close(ops, workers, tracer)
         _leave(emulation)
+        if listener is not None:
+            listener.close()
         msg = f"cannot mount {opts.source} on {opts.mountpoint}: {exc}"
         _say(ready_fd, f"error: {msg}")
         raise UserError(msg) from None
@@ -377,7 +374,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
-            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control)
+            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -388,6 +385,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         if tracer is not None and (ops.pipeline.faults.fired or ops.pipeline.faults.rules):
             tracer.update_metadata(faults=ops.pipeline.faults.listing())
         _close(ops, workers, tracer)
+        if listener is not None:
+            listener.close()
         runstate.remove(opts.mountpoint)
         log.info("%s: server (pid %d) stopped", opts.mountpoint, os.getpid())
     return 0
@@ -441,13 +440,17 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
         raise UserError(str(exc)) from None
 
 
-async def _main(opts: MountOptions, ready_fd: int | None, status: Status, control: str) -> None:
+async def _main(
+    opts: MountOptions, ready_fd: int | None, status: Status, control: str, listener: exporter.Listener | None
+) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
         nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
-            await status.emulation.start(nursery, status.tracer, opts.metrics_port, status.counters)
+            await status.emulation.start(nursery, status.tracer, status.counters)
+        if listener is not None:
+            _serve_metrics(listener, status)
         nursery.start_soon(_serve_fuse, opts, nursery.cancel_scope)
         nursery.start_soon(nfssampler.run, opts.source, status.tracer)  # when the source is on NFS
         await _measure_round_trip(opts.mountpoint, status)
@@ -461,6 +464,31 @@ async def _main(opts: MountOptions, ready_fd: int | None, status: Status, contro
             pyfuse3.__version__,
             platform.python_version(),
         )
+
+
+def _op_counts(listener: exporter.Listener | None) -> "OpCounts | None":
+    """The per-operation counters, where metrics are served (prometheus_client is
+    imported only then)."""
+    if listener is None:
+        return None
+    from ..shaping.opmetrics import OpCounts
+
+    return OpCounts()
+
+
+def _serve_metrics(listener: exporter.Listener, status: Status) -> None:
+    """Every mount's per-operation figures, and the emulation's beside them; on the loop's
+    thread, whose token the emulation's collector needs."""
+    from ..shaping.opmetrics import OpCollector
+
+    assert status.ops.pipeline.counts is not None  # made with the listener (_op_counts)
+    collectors: list[object] = [OpCollector(status.ops.pipeline.counts)]
+    if status.emulation is not None:
+        from ..shaping.prometheus import EmulationCollector
+
+        token = trio.lowlevel.current_trio_token()
+        collectors.append(EmulationCollector(status.emulation.prometheus_metrics, token))
+    listener.serve(*collectors)
 
 
 async def _measure_round_trip(mountpoint: str, status: Status) -> None:

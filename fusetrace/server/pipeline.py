@@ -9,7 +9,8 @@ place it (a Site) and the call that does it on the source; Pipeline.call then
 3. places the call on the loop or in a worker thread (inline.py, workers.py);
 4. holds the reply until the shaper's deadline, listed when long and let go when its
    caller is killed (holds.py, kills.py);
-5. queues the trace record;
+5. queues the trace record, and counts the request where metrics are served
+   (shaping/opmetrics.py);
 6. replies: `reply(out)` turns the call's result into the handler's answer, and an
    OSError from below answers its errno (only pyfuse3.FUSEError leaves).
 
@@ -42,6 +43,7 @@ from .openfiles import OpenFiles
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
+    from ..shaping.opmetrics import OpCounts
     from ..shaping.shaper import Shaper, Ticket
     from ..trace.writer import TraceWriter
 
@@ -112,6 +114,7 @@ class Pipeline:
         tracer: "TraceWriter | None",
         shaper: "Shaper | None",
         writeback_cache: bool,
+        counts: "OpCounts | None" = None,
     ) -> None:
         self.inodes = inodes
         self.fds = fds
@@ -124,8 +127,9 @@ class Pipeline:
         self.holds = Holds(self.callers)
         self.faults = Injector(write_back=writeback_cache)
         self.fault_stage = FaultStage(self.faults, self.callers, files)
+        self.counts = counts  # per-operation figures for Prometheus (shaping/opmetrics.py)
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
-        self.watched = tracer is not None or shaper is not None  # else a write may skip to timed
+        self.watched = tracer is not None or shaper is not None or counts is not None  # else a write may skip to timed
 
     @overload
     async def call(
@@ -202,6 +206,8 @@ class Pipeline:
                 ticket,
                 None if firing is None else firing.rule or None,
             )
+        if self.counts is not None and who.pid != self.untraced_pid:
+            self.counts.add(req.op, start, out, err)
         if err:
             raise FUSEError(err)
         return out
@@ -234,6 +240,8 @@ class Pipeline:
             if scope is not None and scope.cancelled_caught:  # its caller is being killed: nothing is sent
                 if self.tracer is not None:
                     self._trace(self.tracer, req, site, who, start, None, E.EINTR, 0, None, firing.rule)
+                if self.counts is not None:
+                    self.counts.add(req.op, start, None, E.EINTR)
                 raise FUSEError(E.EINTR)
             return err, args, nowait
         if firing.effect == "short":
@@ -250,6 +258,8 @@ class Pipeline:
         if not self.fds.take(ctx.uid):
             if self.tracer is not None and ctx.pid != self.untraced_pid:
                 self._trace(self.tracer, req, site, ctx, monotonic_ns(), None, E.EMFILE, 0, None)
+            if self.counts is not None and ctx.pid != self.untraced_pid:
+                self.counts.add(req.op, monotonic_ns(), None, E.EMFILE)
             raise FUSEError(E.EMFILE)
         try:
             return await self.call(req, site, ctx, fn, *args, reply=reply)

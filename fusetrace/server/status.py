@@ -38,6 +38,10 @@ class Status:
             out.update(self.emulation.stats())
         faults = self.ops.pipeline.faults
         out["faults"] = {"rules": faults.listing(), **faults.counters()}
+        if self.ops.pipeline.counts is not None:  # counted where metrics are served
+            from ..shaping.opmetrics import figures
+
+            out["operations"] = figures(self.ops.pipeline.counts)
         return out
 
     def counters(self) -> dict[str, int]:

@@ -22,7 +22,7 @@ from ..emulator.model import Model
 from ..emulator.params import Params, ProfileError
 from ..errors import ControlError, UserError
 from ..hostload import NO_LOAD, extending_writes_note, host_load
-from . import prometheus, roundtrip
+from . import roundtrip
 from .kernelqueue import LOOP_STANDS_IN, KernelQueue
 from .loopload import LoopLoad
 from .profile import load_params
@@ -176,11 +176,10 @@ class Emulation:
         self,
         nursery: trio.Nursery,
         tracer: _Tracer | None,
-        metrics_port: int | None,
         counters: Callable[[], dict[str, int]] | None = None,
     ) -> None:
-        """Run the timer and the samplers; serve the metrics (the model's, the host's and
-        `counters()`) on metrics_port."""
+        """Run the timer and the samplers; `counters()`: the server's own figures that
+        prometheus_metrics adds to the model's and the host's."""
         self._tracer = tracer
         self._counters = counters or _no_counters
         self.loop = LoopLoad()  # on the loop's thread, whose CPU time it reads
@@ -191,8 +190,6 @@ class Emulation:
         nursery.start_soon(self._measure_storage)
         if self.sharing is not None:
             nursery.start_soon(self.sharing.run)
-        if metrics_port is not None:
-            prometheus.serve(metrics_port, self.prometheus_metrics)
 
     async def calibrate(self, mountpoint: str, started: Callable[[int], None], probes: int = 80) -> int | None:
         """Measure FUSE's own share of a round trip (statfs, which the kernel never
@@ -364,7 +361,7 @@ class Emulation:
 
     def prometheus_metrics(self) -> dict[str, float]:
         """The model's CloudWatch-named metrics and the host's counters at one instant,
-        for prometheus.METRICS; on the loop's thread (prometheus.serve runs it there)."""
+        for prometheus.METRICS; on the loop's thread (prometheus.EmulationCollector runs it there)."""
         host = self.host()
         return {
             **self.model.metrics(_now()),

@@ -1,11 +1,12 @@
-"""The emulator's metrics for Prometheus, on 127.0.0.1, through `prometheus_client`.
+"""The emulator's metrics for Prometheus, through `prometheus_client` (served beside every
+mount's per-operation figures, opmetrics.py, where exporter.py listens).
 
 Names follow CloudWatch's EFS metrics in Prometheus style (`MeteredIOBytes` is
 `efs_metered_io_bytes_total`): cumulative figures are counters, current values
 gauges, units in the names.  What CloudWatch does not show (the emulated NFS
 client's state, how the host keeps up with the model) is named `fusetrace_...`; and
 prometheus_client's usual `process_...` metrics describe the server process.
-docs/EMULATOR.md lists them all; docs/grafana-dashboard.json charts them.
+docs/METRICS.md lists them all; docs/grafana-dashboard.json charts them.
 
 Nothing is counted per operation here: the collector reads the model's own
 counters when Prometheus scrapes.
@@ -16,10 +17,8 @@ import enum
 from collections.abc import Callable, Iterator, Mapping
 
 import trio
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-HOST = "127.0.0.1"
 _NS = 1e9
 
 
@@ -212,15 +211,3 @@ class EmulationCollector:
                 if key in values:  # the kernel's queue may not be measured (Emulation.host)
                     family.add_metric([label_value] if m.label else [], float(values[key]) * m.scale)
             yield family
-
-
-def serve(port: int, snapshot: Callable[[], Mapping[str, float]]) -> None:
-    """Serve METRICS on 127.0.0.1:port (any path).  Call it on the trio thread, where
-    `snapshot` then runs at each scrape.  prometheus_client's server answers in daemon
-    threads of its own, so a slow or stuck client never holds the loop; they end with
-    the server process (stopping them at unmount would wait out their 0.5 s poll), and
-    a scrape after the loop has stopped gets HTTP 500."""
-    registry = CollectorRegistry(auto_describe=False)  # never collects at registration
-    registry.register(EmulationCollector(snapshot, trio.lowlevel.current_trio_token()))
-    ProcessCollector(registry=registry)  # CPU, memory and descriptors, read from /proc at each scrape
-    start_http_server(port, addr=HOST, registry=registry)

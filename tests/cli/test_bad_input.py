@@ -4,7 +4,6 @@ and no mount left behind (issue 10, item 6)."""
 
 import math
 import random
-import socket
 
 import pytest
 from support import fusetrace, is_mounted, one_line_error
@@ -206,17 +205,6 @@ def test_a_base_that_is_not_utf8_names_both_files(dirs):
 )
 def test_mount_option_out_of_range(dirs, options, needles):
     one_line_error(_mount_fails(dirs, *options), *needles, code=2)
-
-
-def test_metrics_port_needs_emulation_and_a_free_port(dirs):
-    done = _mount_fails(dirs, "--metrics-port", "9108")
-    one_line_error(done, "--metrics-port 9108: needs --emulate", code=2)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = _mount_fails(dirs, "--emulate", "efs-tiny", "--metrics-port", str(port))
-    one_line_error(done, f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}", "in use", code=1)
 
 
 def test_mount_option_foreground_is_checked_too(dirs):

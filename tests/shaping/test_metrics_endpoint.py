@@ -11,6 +11,7 @@ from support.metrics import free_port, scrape, values
 
 from fusetrace.emulator.model import Model
 from fusetrace.shaping.emulation import Emulation
+from fusetrace.shaping.opmetrics import OpCollector, OpCounts
 from fusetrace.shaping.prometheus import METRICS, MetricType
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
@@ -41,7 +42,10 @@ def test_prometheus_endpoint(mount):
     families = {f.name: f for f in text_string_to_metric_families(body)}
     process = {name for name in families if name.startswith("process_")}
     assert {"process_resident_memory_bytes", "process_open_fds", "process_cpu_seconds"} <= process
-    assert set(families) - process == {metric.family for metric in METRICS}
+    per_op = {"fusetrace_operations", "fusetrace_operation_errors", "fusetrace_bytes", "fusetrace_operation_seconds"}
+    assert set(families) - process - per_op == {metric.family for metric in METRICS}  # the model's
+    assert {"fusetrace_operations", "fusetrace_bytes", "fusetrace_operation_seconds"} <= set(families)  # any mount's
+    assert families["fusetrace_operation_seconds"].type == "histogram"
     for metric in METRICS:
         family = families[metric.family]
         assert family.type == metric.kind.value, metric.name
@@ -92,7 +96,11 @@ def test_dashboard_queries_only_exported_metrics():
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    exported = {metric.name for metric in METRICS}
+    counts = OpCounts()
+    counts.add("read", 0, b"x", 0)
+    counts.add("lookup", 0, None, 2)
+    per_op = {sample.name for family in OpCollector(counts).collect() for sample in family.samples}
+    exported = {metric.name for metric in METRICS} | per_op
     queried = set()
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
@@ -108,8 +116,13 @@ def test_dashboard_queries_only_exported_metrics():
         "efs_percent_io_limit",
         "efs_permitted_throughput_bytes_per_second",
         "fusetrace_late_operations_total",
+        "fusetrace_operations_total",
+        "fusetrace_operation_errors_total",
+        "fusetrace_operation_seconds_bucket",
+        "fusetrace_bytes_total",
     ):
         assert needed in queried, needed
+    assert variables["instance"]["query"]["query"] == "label_values(fusetrace_operations_total, instance)"  # any mount
 
 
 def test_docs_list_every_metric_with_its_type():

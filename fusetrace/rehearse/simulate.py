@@ -31,7 +31,7 @@ from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import ns_text, printable, table
 from ..trace import metadata as meta
-from ..trace import reader
+from ..trace import partial, reader
 from . import simulate_plot
 from .requests import COLUMNS, Gaps, Rebuilder
 from .rows import records
@@ -199,6 +199,10 @@ class _Calls:
 def run(args: argparse.Namespace) -> int:
     """The command: args has trace_dir, profile, overrides, days, open_loop, plot and json."""
     params = load_params(args.profile, args.overrides)
+    known = reader.metadata(args.trace_dir)
+    left = partial.described(known)
+    if not args.partial:  # credits, throughput and IOPS of part of the load would be wrong
+        partial.refuse_partial(args.trace_dir, known, "simulate", "the model would see only part of the load")
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         raise UserError(f"{args.plot}: no such directory to write the plot in")
     try:
@@ -206,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
     except duckdb.Error as exc:
         raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     summary["profile"], summary["overrides"] = args.profile, args.overrides
+    if left is not None:
+        summary["notes"].append(f"the trace left out {left}: the model saw only its records (--partial)")
     if args.plot:
         try:
             simulate_plot.plot(args.plot, summary)

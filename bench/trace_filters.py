@@ -41,7 +41,7 @@ from fusetrace.trace.capture import Capture  # noqa: E402
 MARK = "<!-- trace-filters -->"
 DIRS, FILES, SIZE = 10, 100, 1024
 SAMPLED = ["getattr=100", "lookup=100", "read=100", "readdir=100", "opendir=100", "releasedir=100", "getxattr=100"]
-MOUNTS = {  # name: trace options (None: no trace)
+MOUNTS: dict[str, list[str] | None] = {  # name: trace options (None: no trace)
     "untraced": None,
     "traced": [],
     "only op=write": ["--trace-only", "op=write"],
@@ -89,7 +89,7 @@ def mounts(rounds: int) -> dict:
             for i, (name, options) in enumerate(MOUNTS.items()):
                 mnt, trace = base / f"mnt{i}", (base / f"trace{i}" if options is not None else None)
                 mnt.mkdir()
-                extra = [] if trace is None else ["--trace", str(trace), *options]
+                extra = [] if trace is None or options is None else ["--trace", str(trace), *options]
                 ft("mount", str(src), str(mnt), "--attr-timeout", "0", "--entry-timeout", "0", *extra)
                 made[name] = (mnt, trace, server_pid(str(mnt)))
             for name in made:  # a first pass each: the servers' caches and imports warm
@@ -112,17 +112,17 @@ def mounts(rounds: int) -> dict:
         traced = made["traced"][1]
         assert traced is not None
         ops_per_round = _records(traced) / (rounds + 1)
-        out = {"ops_per_round": ops_per_round, "load": load, "rows": {}}
+        rows: dict[str, dict] = {}
         for name, (_, trace, _) in made.items():
             left = meta.read(str(trace)).get("left_out", {}) if trace else {}
-            out["rows"][name] = {
+            rows[name] = {
                 "wall": wall[name],
                 "cpu_us": [c / ops_per_round * 1e6 for c in cpu[name]],
                 "ratio": [w / u for w, u in zip(wall[name], wall["untraced"])],
                 "records": _records(trace) if trace else None,
                 "left_out": sum(sum(v.values()) for v in left.values()) if left else 0,
             }
-        return out
+        return {"ops_per_round": ops_per_round, "load": load, "rows": rows}
 
 
 def decision_ns() -> dict[str, float]:

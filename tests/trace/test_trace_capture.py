@@ -88,6 +88,10 @@ def test_sampling_keeps_about_one_in_n_and_the_report_scales_it(mount):
     assert row["count"] == 10 * kept
     assert abs(row["count"] - served) <= 0.3 * served  # the weighted count estimates what was served
     assert report["left_out"][0]["sampled"] == {"getattr": left}
+    compared = json.loads(fusetrace("compare", str(m.trace), str(m.trace), "--json").stdout)
+    [row] = [r for r in compared["ops"] if r["op"] == "getattr"]
+    assert (row["a"]["count"], row["a"]["records"]) == (10 * kept, kept)
+    assert "sampled out (--trace-sample getattr=10" in compared["caution"]
 
 
 def test_capture_samples_each_operation_independently():

@@ -264,6 +264,7 @@ def _rehearse_parsers(sub) -> None:
         "trace holds the replay alone",
     )
     rp.add_argument("--json", action="store_true", help="machine-readable summary")
+    rp.add_argument("--partial", action="store_true", help="replay a filtered or sampled trace (else refused)")
     f = sub.add_parser("fit", help="a profile fitted to what a trace saw")
     f.add_argument("trace_dir", metavar="DIR")
     f.add_argument("-o", "--output", required=True, metavar="PROFILE.toml")
@@ -330,6 +331,7 @@ def _rehearse_parsers(sub) -> None:
         help="make every operation at its recorded time (default: each process waits for its own, as it did)",
     )
     s.add_argument("--plot", metavar="FILE.png", help="also draw the credits and throughput into this PNG")
+    s.add_argument("--partial", action="store_true", help="simulate a filtered or sampled trace (else refused)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
 
 

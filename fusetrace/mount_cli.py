@@ -58,6 +58,24 @@ def add_mount_parser(sub: Any) -> Options:
         "NAME of a trace directory called host=NAME, else this machine's host name; "
         "1 to 64 letters, digits, '.', '_' or '-')",
     )
+    p.add_argument(
+        "--trace-only",
+        metavar="KEY=V[,V...]",
+        action="append",
+        default=[],
+        help="record only the operations that match (repeatable; values of one key: any of them, "
+        "keys: all of them): op=NAME or class (meta_read, meta_write, metadata, read, write, "
+        "commit), path=GLOB (as report --path), comm=NAME, uid=N. Every operation is still "
+        "served; those left out are counted per operation in _metadata.json (left_out)",
+    )
+    p.add_argument(
+        "--trace-sample",
+        metavar="OP=N",
+        action="append",
+        default=[],
+        help="record 1 in N of the operation OP, at random (repeatable; e.g. getattr=100); "
+        "each record's sample column says N. Not for operations that change state",
+    )
     p.add_argument("--foreground", action="store_true", help="serve in this process until unmounted")
     p.add_argument(
         "--attr-timeout",
@@ -358,6 +376,8 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
         shared=args.shared,
         fs_id=args.fs_id,
         host=args.host,
+        trace_only=args.trace_only,
+        trace_sample=args.trace_sample,
     )
     if args.foreground:
         logs.configure(server=True, debug=args.debug)

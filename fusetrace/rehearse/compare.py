@@ -26,8 +26,8 @@ import duckdb
 
 from ..errors import UserError
 from ..report.query import expand_traces
-from ..texttable import int_text, ns_text, table
-from ..trace import reader
+from ..texttable import int_text, ns_text, printable, table
+from ..trace import partial, reader
 
 MIN_RECORDS = 20
 CDF_POINTS = 200
@@ -37,7 +37,8 @@ HOST = "pass (within FUSE's round trip)"
 class LatencyStats(TypedDict):
     """One op's (or kind's) latency figures on one side."""
 
-    count: int
+    count: int  # operations: the records weighed by their sample (--trace-sample kept 1 in N)
+    records: int  # the records kept, which the percentiles are of (a uniform sample's stand for all)
     mean_ns: float
     p50_ns: float
     p90_ns: float
@@ -122,12 +123,13 @@ class Side:
         self.records, self.span_ns = row
 
     def stats(self, key: str) -> dict[str, LatencyStats]:
-        """{op or kind: {count, mean_ns, p50_ns, p90_ns, p99_ns}}."""
+        """{op or kind: {count, records, mean_ns, p50_ns, p90_ns, p99_ns}}."""
         rows = self.db.execute(f"""
-            select {key}, count(*), avg(dur_ns), quantile_cont(dur_ns, [0.5, 0.9, 0.99])
+            select {key}, sum(sample)::bigint, count(*), avg(dur_ns), quantile_cont(dur_ns, [0.5, 0.9, 0.99])
             from trace where {key} is not null group by {key}""").fetchall()
         return {
-            str(k): LatencyStats(count=n, mean_ns=mean, p50_ns=q[0], p90_ns=q[1], p99_ns=q[2]) for k, n, mean, q in rows
+            str(k): LatencyStats(count=n, records=kept, mean_ns=mean, p50_ns=q[0], p90_ns=q[1], p99_ns=q[2])
+            for k, n, kept, mean, q in rows
         }
 
     def cdf(self, op: str) -> list[float]:
@@ -176,7 +178,7 @@ def judge(a: LatencyStats | None, b: LatencyStats | None, tolerance: float, tail
         return row
     row["p50_ratio"] = b["p50_ns"] / a["p50_ns"] if a["p50_ns"] else None
     row["p99_ratio"] = b["p99_ns"] / a["p99_ns"] if a["p99_ns"] else None
-    if min(a["count"], b["count"]) < MIN_RECORDS:
+    if min(a["records"], b["records"]) < MIN_RECORDS:
         row["verdict"] = "too few"
         return row
     within = [
@@ -201,13 +203,13 @@ def compare(
     a, b = Side(dirs_a), Side(dirs_b)
     slack = max(a.round_trip_ns(), b.round_trip_ns())
     described = a.describe(), b.describe()
-    caution = None
+    caution = _partial(a, b)
     had = (described[0]["writeback_cache"], described[1]["writeback_cache"])
     if had[0] != had[1] or None in had:
         which = (
             " and ".join(f"some of {s}'s" for s, h in zip("AB", had) if h is None) or f"only {'A' if had[0] else 'B'}'s"
         )
-        caution = (
+        caution = (caution + "; " if caution else "") + (
             f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
             f"write-back of many write(2) calls, and reads of data written through them are missing; "
             f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them"
@@ -232,6 +234,18 @@ def compare(
         "failed": sum(r["verdict"] == "fail" for r in ops),
     }
     return out, (a, b)
+
+
+def _partial(a: Side, b: Side) -> str | None:
+    """What either side's traces did not record (--trace-only, --trace-sample), or None.
+    Counts are weighed by sample; an operation one side filtered out shows as only in the other."""
+    said = [
+        f"{side}: {printable(m.directory)} left out {text}"
+        for side, s in (("A", a), ("B", b))
+        for m in s.traces.members
+        if (text := partial.described(m.metadata)) is not None
+    ]
+    return "; ".join(said) or None
 
 
 def _judged(a: Side, b: Side, key: str, tolerance: float, tail: float, slack: float) -> list[tuple[str, Judgement]]:

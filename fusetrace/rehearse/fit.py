@@ -39,7 +39,7 @@ from ..emulator.params import MiB, Params, ProfileError
 from ..emulator.profiles import load_profile
 from ..errors import UserError
 from ..texttable import count, int_text, printable
-from ..trace import reader
+from ..trace import partial, reader
 from ..trace.metadata import atomic_write
 from . import fit_rpcs
 from .fit_infer import COLUMNS, Inference
@@ -64,6 +64,12 @@ def run(args) -> int:
     except ProfileError as exc:
         raise FitError(f"--base {args.base}: {exc}") from None
     print(f"base: {base_name} ({why})")
+    left = partial.described(reader.metadata(args.trace_dir))
+    if left is not None:  # latencies of a uniform sample stand for all; the ceilings are weighed by sample
+        print(
+            f"note: {printable(args.trace_dir)} left out {left}: ceilings are weighed by each record's "
+            f"sample; an operation filtered out keeps the base's values"
+        )
     fitted = Fitter(args.trace_dir, base).fit()
     text = render(args.trace_dir, base_name, fitted)
     output = os.path.abspath(args.output)
@@ -132,7 +138,9 @@ class Fitter:
         self.columns = {row[0] for row in self.db.execute("describe records").fetchall()}
         # what injected faults did (docs/FAULTS.md) is not the file system's behaviour to learn
         unfaulted = " where fault is null" if "fault" in self.columns else ""
-        self.db.execute(f"create view trace as select * from records{unfaulted}")
+        # a record stands for `sample` operations (format 7; 1 before): the ceilings weigh it so
+        sample = "" if "sample" in self.columns else ", 1::uinteger as sample"
+        self.db.execute(f"create view trace as select *{sample} from records{unfaulted}")
         self.rt_ns = int(self.meta.get("fuse_round_trip_ns") or 0)
         self.modelled = "nfs" in self.columns and self._one("select count(*) from trace where nfs is not null") > 0
         self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
@@ -287,11 +295,12 @@ class Fitter:
     def _ceilings(self) -> list[Key]:
         row = self.db.execute("""
             with w as (select (start_ns - (select min(start_ns) from trace)) // 1000000000 as s,
-                              count(*) filter (where op in ('read', 'lookup', 'getattr', 'open', 'opendir',
-                                  'readdir', 'readlink', 'access', 'statfs', 'getxattr', 'listxattr')) as r_ops,
-                              count(*) - r_ops as w_ops,
-                              coalesce(sum(result) filter (where op = 'read'), 0) as r_bytes,
-                              coalesce(sum(result) filter (where op = 'write'), 0) as w_bytes
+                              coalesce(sum(sample) filter (where op in ('read', 'lookup', 'getattr', 'open',
+                                  'opendir', 'readdir', 'readlink', 'access', 'statfs', 'getxattr', 'listxattr')),
+                                  0) as r_ops,
+                              sum(sample) - r_ops as w_ops,
+                              coalesce(sum(result::hugeint * sample) filter (where op = 'read'), 0) as r_bytes,
+                              coalesce(sum(result::hugeint * sample) filter (where op = 'write'), 0) as w_bytes
                        from trace where errno = 0 group by s)
             select max(r_ops), max(w_ops), max(r_bytes), max(w_bytes), count(*) from w""").fetchone()
         assert row is not None

@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from ..errors import BadValue, UserError
 from ..texttable import count, int_text, ns_text, printable, table
-from ..trace import names, reader
+from ..trace import names, partial, reader
 from .lanes import Lanes
 from .prepare import Prepared, prepare
 from .progress import counted
@@ -394,8 +394,20 @@ def check_trace(trace_dir: str) -> None:
         )
 
 
+def check_whole(trace_dir: str, go_on: bool) -> None:
+    """PartialTrace (exit 2) for a trace that left operations out (--trace-only,
+    --trace-sample), unless `go_on` (--partial): then a note says what the replay lacks."""
+    m = reader.metadata(trace_dir)
+    why = "a replay issues only the operations recorded, so the files, handles and load it needs would not be all there"
+    if not go_on:
+        partial.refuse_partial(trace_dir, m, "replay", why)
+    elif (left := partial.described(m)) is not None:
+        print(f"fusetrace replay: note: {printable(trace_dir)} left out {left}: only its records are replayed")
+
+
 def run(args: argparse.Namespace) -> int:
     check_trace(args.trace_dir)
+    check_whole(args.trace_dir, args.partial)
     prepared = None
     if args.prepare or args.prepare_into:
         try:

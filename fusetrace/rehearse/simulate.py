@@ -31,7 +31,7 @@ from ..shaping.profile import load_params
 from ..stats_view import _human_bytes
 from ..texttable import ns_text, printable, table
 from ..trace import metadata as meta
-from ..trace import reader
+from ..trace import partial, reader
 from . import simulate_fleet as fleet
 from . import simulate_plot
 from .requests import Gaps
@@ -172,6 +172,13 @@ def run(args: argparse.Namespace) -> int:
     days, open_loop, plot and json."""
     (directories,) = expand_traces(args.trace_dirs)
     params = load_params(args.profile, args.overrides)
+    lefts = []
+    for directory in directories:
+        known = reader.metadata(directory)
+        if not args.partial:  # credits, throughput and IOPS of part of the load would be wrong
+            partial.refuse_partial(directory, known, "simulate", "the model would see only part of the load")
+        if (left := partial.described(known)) is not None:
+            lefts.append(left if len(directories) == 1 else f"{printable(directory)}: {left}")
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         raise UserError(f"{args.plot}: no such directory to write the plot in")
     try:
@@ -180,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
         what = printable(directories[0]) if len(directories) == 1 else f"{len(directories)} traces"
         raise UserError(f"{what}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     summary["profile"], summary["overrides"] = args.profile, args.overrides
+    for left in lefts:
+        summary["notes"].append(f"the trace left out {left}: the model saw only its records (--partial)")
     if args.plot:
         try:
             simulate_plot.plot(args.plot, summary)

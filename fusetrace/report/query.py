@@ -21,7 +21,7 @@ from ..errors import BadValue
 from ..processes import is_fusetrace
 from ..texttable import int_text
 from ..trace import metadata as meta
-from ..trace import reader
+from ..trace import partial, reader
 from . import hints
 from .credits import credits
 from .filters import NO_FILTERS, Filters, Selection
@@ -38,6 +38,11 @@ TIMELINE_ROWS = 60  # at most this many buckets; their width is the first of WID
 WIDTHS_NS = tuple(int(m * 10**e) for e in range(6, 9) for m in (1, 2, 5)) + tuple(
     s * 10**9 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 )
+
+# Counts, bytes and summed times weigh each record by its `sample` (the operations it stands
+# for: --trace-sample kept 1 in N at random); latency percentiles and means are of the kept
+# records, which for a uniform random sample estimate the whole's without weighting.
+WEIGHTED_NS = "sum(dur_ns::hugeint * sample)"
 
 NoTrace = reader.NoTrace  # raised for a missing or empty trace directory (scenarios/plots.py catches it)
 Params = dict[str, Any] | list[Any] | None  # a query's values: $name or ? parameters
@@ -70,7 +75,7 @@ class Trace:
         else:
             self.metadata, self.metadata_error = members[0].metadata, members[0].metadata_error
         self.format_version = min(m.format_version for m in members)
-        totals = "count(*), min(start_ns), max(start_ns + dur_ns), coalesce(sum(dur_ns), 0)"
+        totals = f"count(*), min(start_ns), max(start_ns + dur_ns), coalesce({WEIGHTED_NS}, 0)"
         whole = self.one(f"select {totals} from all_records")
         self.records, self.origin_ns = whole[:2]
         self.filters = filters
@@ -122,8 +127,8 @@ class Trace:
         traces: dict[str, int] = {}
         for m in self.set.members:
             traces[m.host] = traces.get(m.host, 0) + 1
-        rows = self.rows("""
-            select host, count(*), count(*) filter (where errno <> 0), sum(dur_ns),
+        rows = self.rows(f"""
+            select host, sum(sample), sum(sample) filter (where errno <> 0), {WEIGHTED_NS},
                    max(start_ns + dur_ns) - min(start_ns)
             from trace group by host order by sum(dur_ns) desc, host""")
         total = self.total_ns or 1
@@ -154,9 +159,10 @@ class Trace:
         key = f'{self.group_key(by)} as "{by}"' if by else None
         spans = ", min(start_ns) as first_ns, max(start_ns + dur_ns) as end_ns" if by else ""
         stats = f"""
-            select {key + ", " if key else ""}op, count(*) as count, count(*) filter (where errno <> 0) as errors,
-                   coalesce(sum(result) filter (where op in ('read', 'write')), 0) as bytes,
-                   sum(dur_ns) as total_ns, avg(dur_ns) as mean_ns,
+            select {key + ", " if key else ""}op, sum(sample) as count,
+                   coalesce(sum(sample) filter (where errno <> 0), 0) as errors,
+                   coalesce(sum(result::hugeint * sample) filter (where op in ('read', 'write')), 0) as bytes,
+                   {WEIGHTED_NS} as total_ns, avg(dur_ns) as mean_ns,
                    quantile_cont(dur_ns, $quantiles) as q, max(dur_ns) as max_ns{spans}
             from trace group by all"""
         if by:
@@ -201,7 +207,7 @@ class Trace:
         """{(group, op) or (op,): {errno name: count, most first}} of the failed records."""
         errors: dict[tuple, dict[str, int]] = {}
         for *k, code, n in self.rows(f"""
-                select {key + ", " if key else ""}op, errno, count(*) as n from trace where errno <> 0
+                select {key + ", " if key else ""}op, errno, sum(sample) as n from trace where errno <> 0
                 group by all order by n desc, errno"""):
             errors.setdefault(tuple(k), {})[errnos.errorcode.get(code, f"errno {code}")] = n
         return errors
@@ -227,7 +233,7 @@ class Trace:
         errors = self._errors(None)
         return {
             op: {"count": n, "total_ns": total, "errnos": errors.get((op,), {})}
-            for op, n, total in self.rows("select op, count(*), sum(dur_ns) from trace group by op")
+            for op, n, total in self.rows(f"select op, sum(sample), {WEIGHTED_NS} from trace group by op")
         }
 
     def shaping(self) -> list[dict] | None:
@@ -340,9 +346,9 @@ class Trace:
             b: r
             for b, *r in self.rows(
                 """
-            select (start_ns - $origin) // $width as b, count(*), count(*) filter (where errno <> 0),
-                   coalesce(sum(result) filter (where op = 'read'), 0),
-                   coalesce(sum(result) filter (where op = 'write'), 0)
+            select (start_ns - $origin) // $width as b, sum(sample), coalesce(sum(sample) filter (where errno <> 0), 0),
+                   coalesce(sum(result::hugeint * sample) filter (where op = 'read'), 0),
+                   coalesce(sum(result::hugeint * sample) filter (where op = 'write'), 0)
             from trace group by b""",
                 {"origin": origin, "width": width},
             )
@@ -403,11 +409,22 @@ class Trace:
             "credits": credits(self),
             "faults": self.faults(),
             "hints": self.hints(None if by else {r["op"]: r for r in ops}),
+            "left_out": self.left_out(),
         }
         if histogram:
             out["histograms"] = self.histograms()
         if timeline:
             out["timeline"] = self.timeline()
+        return out
+
+    def left_out(self) -> list[dict]:
+        """Per trace that did not record every operation (--trace-only, --trace-sample):
+        its directory, what it left out per reason and operation, and that in one line."""
+        out = []
+        for t in self.set.members:
+            text = partial.described(t.metadata)
+            if text is not None:
+                out.append({"directory": t.directory, **partial.left_out(t.metadata), "text": text})
         return out
 
     def traces(self) -> list[dict]:

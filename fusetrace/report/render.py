@@ -60,6 +60,12 @@ def _header(s: Summary) -> list[str]:
             f"{int_text(s['matched'])} of {int_text(s['records'])} records"
         )
     lines += _coverage(s)
+    for t in s["left_out"]:  # what the trace did not see: counts, bytes and ops/s weigh the sampled
+        where = "" if s["directory"] is not None else f"{t['directory']}: "
+        lines.append(
+            f"left out    {where}{printable(t['text'])}; counts, bytes and rates below are scaled "
+            f"by each record's sample"
+        )
     if m.get("dropped"):
         limit = (
             f"max_pending {m['max_pending']}"

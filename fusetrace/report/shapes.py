@@ -88,5 +88,6 @@ class Summary(TypedDict):
     credits: dict[str, Any] | None  # credits.credits(): when the burst credits ran out
     faults: list[dict[str, Any]]
     hints: list[dict[str, Any]]
+    left_out: list[dict[str, Any]]  # the traces that recorded only some operations (Trace.left_out)
     histograms: NotRequired[dict[str, list[dict[str, Any]]]]
     timeline: NotRequired[Timeline | None]

@@ -28,6 +28,7 @@ from .workers import Workers
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
     from ..shaping.emulation import Emulation
     from ..shaping.opmetrics import OpCounts
+    from ..trace.capture import Capture
     from ..trace.writer import TraceWriter
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class MountOptions:
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
     fs_id: str | None = None  # which shared file system
     host: str | None = None  # --host: the host the trace names (trace_host)
+    trace_only: list[str] = field(default_factory=list)  # --trace-only KEY=V[,V...] (trace/capture.py)
+    trace_sample: list[str] = field(default_factory=list)  # --trace-sample OP=N
 
     def __post_init__(self) -> None:
         self.source = os.path.realpath(self.source)
@@ -120,6 +123,7 @@ def _check_host(opts: MountOptions) -> None:
 def check_values(opts: MountOptions) -> None:
     """Every option's value within its range, each refused as one line naming the option."""
     _check_host(opts)
+    _capture(opts)
     if not 1 <= opts.threads <= MAX_THREADS:
         raise BadValue(f"--threads {opts.threads}: must be from 1 to {MAX_THREADS}")
     if not 1 <= opts.max_requests <= MAX_REQUESTS:
@@ -424,6 +428,21 @@ def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list
     return rules
 
 
+def _capture(opts: MountOptions) -> "Capture | None":
+    """The --trace-only and --trace-sample settings (BadValue for a bad one); None when
+    every record is kept."""
+    if not (opts.trace_only or opts.trace_sample):
+        return None
+    from ..trace.capture import Capture, parse_only, parse_sample
+
+    only, sample = parse_only(opts.trace_only), parse_sample(opts.trace_sample)
+    if opts.trace_dir is None:
+        given = "--trace-only" if opts.trace_only else "--trace-sample"
+        raise BadValue(f"{given}: chooses what the trace records; give --trace DIR with it")
+    seed = int.from_bytes(os.urandom(4), "little")
+    return Capture(only, sample, roots=(opts.mountpoint, opts.source), seed=seed)
+
+
 def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWriter | None":
     if opts.trace_dir is None:
         return None
@@ -434,8 +453,11 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
     meta["options"].update(_cache_timeouts(opts, emulation))  # the ones the kernel was given
     if emulation is not None:
         meta["emulation"] = emulation.describe()
+    capture = _capture(opts)
+    if capture is not None:
+        meta["options"].update(capture.settings())
     try:
-        return TraceWriter(opts.trace_dir, meta)
+        return TraceWriter(opts.trace_dir, meta, capture=capture)
     except TraceDirError as exc:
         raise UserError(str(exc)) from None
 

@@ -121,6 +121,8 @@ class Pipeline:
         self.workers = workers
         self.inline = inline
         self.tracer = tracer
+        # what the trace leaves out (--trace-only, --trace-sample): None keeps every record
+        self.capture = None if tracer is None else tracer.capture
         self.shaper = shaper
         self.writeback_cache = writeback_cache
         self.callers = Callers()
@@ -425,7 +427,11 @@ class Pipeline:
         ticket: "Ticket | None",
         fault: str | None = None,
     ) -> None:
-        """Queue the request's trace record, with the model's account of it if it was shaped."""
+        """Queue the request's trace record, with the model's account of it if it was
+        shaped, unless the capture's filters or sampling leave it out (it counts it)."""
+        process = self.callers.who(who.pid, start)
+        if self.capture is not None and not self.capture.keep(req, site.path, who.uid, process.comm):
+            return
         fh, mode, entry, result = site.fh, 0, 0, 0
         flags = site.flags if req.op == "rename" else 0  # renameat2's, whatever the outcome (replay issues them)
         if req.busy:  # unlink, rename: the open file whose name goes (NFS renames it away), charged
@@ -446,7 +452,6 @@ class Pipeline:
                 mode, entry = out.st_mode, out.st_ino
             elif kind is os.stat_result:  # getattr, setattr
                 mode = out.st_mode
-        process = self.callers.who(who.pid, start)
         tracer.add(
             start,
             monotonic_ns() - start,

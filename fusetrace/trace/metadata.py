@@ -20,8 +20,10 @@ NAME = "_metadata.json"
 # request's details (comm, kind, flags, mode, entry), open's handle in fh, setattr's attributes in
 # path2; 4: the fault rule that acted on the operation (fault); 5: the host the trace was taken on
 # (host), so that a fleet's traces read as one; 6: names that are not UTF-8 kept exactly
-# (path_raw, path2_raw), their text with U+FFFD for those bytes (before: \xNN, ambiguous)
-FORMAT_VERSION = 6
+# (path_raw, path2_raw), their text with U+FFFD for those bytes (before: \xNN, ambiguous); 7:
+# each record's wall-clock time (time, TIMESTAMP ns UTC) and sampling factor (sample), and the
+# records left out by --trace-only and --trace-sample counted per operation (left_out)
+FORMAT_VERSION = 7
 
 
 _INT, _NONE, _STR, _DICT, _LIST = (int,), (type(None),), (str,), (dict,), (list,)
@@ -49,7 +51,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("source", "mountpoint", "host", "hostname", "clock", "locks"), _STR),
     "last_error": _STR + _NONE,
     "flush_interval": (int, float),
-    **dict.fromkeys(("options", "versions", "host_load"), _DICT),
+    **dict.fromkeys(("options", "versions", "host_load", "left_out"), _DICT),
     "emulation": _DICT + _NONE,
     **dict.fromkeys(("warnings", "metrics_per_minute", "credits_at_zero"), _LIST),
 }

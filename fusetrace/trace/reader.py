@@ -7,7 +7,9 @@ a replay or a simulation without being loaded whole.  Columns an older format la
 (format 1: gate to nfs; format 2: comm to entry; format 3: fault) come back with the values
 a trace records when it has nothing to say: null, 0 or ""; format 4's missing `host`, with
 the host its metadata names; format 5's missing `path_raw`, `path2_raw`, null (its names
-that were not UTF-8 are lost: \\xNN in their text).
+that were not UTF-8 are lost: \\xNN in their text); format 6's missing `time`, from its
+start_ns and its metadata's clock pair (null without one), and `sample`, 1 (nothing was
+sampled before format 7).
 
 Every part is checked once, before any command reads it (`checked_parts`): a part that
 is not Parquet at all, or whose pages cannot be decoded (what a crash or a full disk
@@ -58,7 +60,8 @@ _DEFAULTS = {
     },
     "path_raw": "null::blob",
     "path2_raw": "null::blob",
-}  # and host: the trace's own (host_literal)
+    "sample": "1::uinteger",
+}  # and host, time: the trace's own (host_literal, time_expression)
 MEMORY_LIMIT = "512MB"
 
 
@@ -78,6 +81,7 @@ class DamagedTrace(NoTrace):
 REQUIRED = tuple(SCHEMA.names[:15])
 # Columns the writer may leave null (comm and host: a converted trace may not know them).
 NULLABLE = frozenset(("path2", "gate", "nfs", "comm", "kind", "fault", "host", "path_raw", "path2_raw"))
+# What a record may stand for: 1 to 2**32 - 1 operations (sample); 0 is no record's.
 MAX_START_NS = 2**62  # CLOCK_MONOTONIC ns: 146 years of uptime; start_ns + dur_ns cannot overflow
 MAX_DURATION_NS = 2**53  # 104 days: longer than anything a mount holds, and exact as a float
 # [least, most] of each integer column: beyond them a value is no operation's, and the
@@ -90,6 +94,7 @@ RANGES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("pid", "uid", "gid", "mode"), (0, 2**32 - 1)),
     "errno": (0, 4095),
     "flags": (-(2**31), 2**31 - 1),
+    "sample": (1, 2**32 - 1),
 }
 _checked: dict[tuple[object, ...], list[str]] = {}  # what checked_parts found, by the parts' names, sizes and times
 _unreadable: set[str] = set()  # directories whose metadata was warned of
@@ -247,6 +252,8 @@ def _check_types(f: str, schema: pa.Schema) -> None:
             ok, kind = pa.types.is_integer(got), f"an integer ({want} as written)"
         elif pa.types.is_binary(want):  # a name's exact bytes (path_raw, path2_raw)
             ok, kind = pa.types.is_binary(got) or pa.types.is_large_binary(got), "bytes"
+        elif pa.types.is_timestamp(want):  # time: any unit; a zone, since it is UTC
+            ok, kind = pa.types.is_timestamp(got) and got.tz is not None, "a timestamp with a time zone"
         else:
             ok, kind = pa.types.is_string(got) or pa.types.is_large_string(got), "a string"
         if not ok and not (pa.types.is_null(got) and name in NULLABLE):
@@ -387,7 +394,8 @@ def ordered_batches(
     unknown = [c for c in wanted if c not in COLUMNS]
     if unknown:
         raise ValueError(f"not trace columns: {', '.join(unknown)}")
-    defaults = {**_DEFAULTS, "host": host_literal(metadata(directory))}
+    known = metadata(directory)
+    defaults = {**_DEFAULTS, "host": host_literal(known), "time": time_expression(known)}
     scratch = tempfile.mkdtemp(prefix="fusetrace-sort-")  # 0700, ours
     try:
         db = duckdb.connect(
@@ -413,6 +421,15 @@ def host_literal(metadata: meta.Metadata) -> str:
     return "'" + (host if isinstance(host, str) else "").replace("'", "''") + "'"
 
 
+def time_expression(metadata: meta.Metadata) -> str:
+    """A trace from before format 7's `time` (no column), as a DuckDB expression of its
+    start_ns: through its metadata's clock pair, else null."""
+    if not _has_clock(metadata):
+        return "null::timestamptz_ns"
+    offset = int(metadata["start_wall_ns"]) - int(metadata["start_monotonic_ns"])
+    return f"make_timestamp_ns(start_ns + ({offset})::bigint)::timestamptz_ns"
+
+
 @dataclass
 class Member:
     """One trace of a TraceSet."""
@@ -430,7 +447,9 @@ class Member:
         """Its metadata's format_version, else what its columns say."""
         c = self.columns
         return self.metadata.get("format_version") or (
-            6
+            7
+            if "sample" in c
+            else 6
             if "path_raw" in c
             else 5
             if "host" in c
@@ -490,7 +509,8 @@ class TraceSet:
 
     def create_view(self, db: duckdb.DuckDBPyConnection, name: str) -> set[str]:
         """View `name` over every member's records, `host` filled in for a format 4 or older
-        trace; returns its columns.  Columns only some members have are null in the others'."""
+        trace, `time` and `sample` for a format 6 or older; returns its columns.  Columns
+        only some members have are null in the others'."""
         selects = []
         for i, m in enumerate(self.members):
             part = db.read_parquet(m.files, union_by_name=True, hive_partitioning=False)
@@ -504,6 +524,10 @@ class TraceSet:
             m.host = named if isinstance(named, str) else ""
             moved = f" replace (start_ns + {m.offset_ns} as start_ns)" if m.offset_ns else ""
             host = "" if "host" in m.columns else f", {host_literal(m.metadata)} as host"
+            if "time" not in m.columns:
+                host += f", {time_expression(m.metadata)} as time"
+            if "sample" not in m.columns:
+                host += f", {_DEFAULTS['sample']} as sample"
             selects.append(f"select *{moved}{host} from {name}_{i}")
         db.execute(f"create view {name} as {' union all by name '.join(selects)}")
         return {row[0] for row in db.execute(f"describe {name}").fetchall()}

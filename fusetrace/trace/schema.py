@@ -4,7 +4,8 @@ Arrow schema, is read from those fields; the Parquet schema `SCHEMA` is those an
 them, the columns that hold one value for a whole trace (`host`), which the writer adds
 from its metadata rather than every record carrying them, and the exact bytes of the
 names that are not UTF-8 (`path_raw`, `path2_raw`), which the writer derives from `path`
-and `path2` (fusetrace/trace/names.py).
+and `path2` (fusetrace/trace/names.py), and the two it derives at conversion: `time` (from
+`start_ns`) and `sample` (from `op` and the capture's rates, fusetrace/trace/capture.py).
 
 docs/TRACE_FORMAT.md documents every column; keep them in step.
 """
@@ -64,6 +65,11 @@ HOST = pa.field("host", pa.dictionary(pa.int32(), pa.string()))
 # Format 6: the exact bytes of `path` and `path2` when they are not UTF-8 (their text then
 # has U+FFFD in place of those bytes); null for every name that is UTF-8
 RAW_NAMES = [pa.field("path_raw", pa.binary()), pa.field("path2_raw", pa.binary())]
-SCHEMA = pa.schema([*RECORD_SCHEMA, HOST, *RAW_NAMES])
+# Format 7: the record's wall-clock time (its start_ns through the metadata's clock pair), so
+# that DuckDB and Spark need no join with _metadata.json; and how many operations the record
+# stands for, N when 1 in N of its operation was kept (`--trace-sample`), else 1
+TIME = pa.field("time", pa.timestamp("ns", tz="UTC"))
+SAMPLE = pa.field("sample", pa.uint32())
+SCHEMA = pa.schema([*RECORD_SCHEMA, HOST, *RAW_NAMES, TIME, SAMPLE])
 
 COLUMNS = SCHEMA.names

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, BinaryIO, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -44,8 +44,11 @@ import pyarrow.parquet as pq
 from . import metadata as meta
 from . import names
 from .directory import RESERVE, TraceDirError, prepare, reason, reserve
-from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SCHEMA, TraceRecord
+from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SAMPLE, SCHEMA, TIME, TraceRecord
 from .sources import Account, Operation, Place, Process, User
+
+if TYPE_CHECKING:
+    from .capture import Capture
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +141,13 @@ class TraceWriter:
         flush_interval: float = 0.5,
         max_pending: int | None = None,
         max_pending_bytes: int | None = MAX_PENDING_BYTES,
+        capture: "Capture | None" = None,
     ):
         """metadata: what _metadata.json says of the trace; its `host` is also every
         record's host column.  max_pending: at most this many records wait (None: no count
-        limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit)."""
+        limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit).
+        capture: the --trace-only and --trace-sample settings the loop applies (Pipeline),
+        whose counts of records left out the metadata keeps and whose rates fill `sample`."""
         self.directory = os.path.abspath(directory)
         self._host = pa.array([str(metadata.get("host") or "")], pa.string())
         self.flush_interval = flush_interval
@@ -175,9 +181,7 @@ class TraceWriter:
         self._summary: Counters | None = None
 
         self._dirfd = prepare(self.directory)
-        # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
-        # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
-        _table(b"", [], self._host)
+        self.capture = capture
         wall, mono = meta.clock_pair()
         self._meta = {
             "start_wall_ns": wall,
@@ -189,9 +193,15 @@ class TraceWriter:
             "max_pending": max_pending,
             "max_pending_bytes": max_pending_bytes,
         }
+        # (the metadata's clock pair, as given or taken now: records' time agrees with it)
+        offset = self._meta["start_wall_ns"] - self._meta["start_monotonic_ns"]
+        self._derived = _Derived(self._host, offset, capture.factors if capture else {})
+        # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
+        # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
+        _table(b"", [], self._derived)
         self._meta_lock = threading.Lock()
         self._meta_dirty = False
-        self._meta_counts: tuple[int, int, int] | None = None
+        self._meta_counts: tuple[int, ...] | None = None
         try:
             self._write_metadata()
         except OSError as exc:
@@ -445,7 +455,7 @@ class TraceWriter:
             with pq.ParquetWriter(f, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY) as out:
                 for count, rows, strs in self._row_groups(n):
                     taken += count
-                    out.write_table(_table(rows, strs, self._host))
+                    out.write_table(_table(rows, strs, self._derived))
                     del rows, strs  # before the next group is taken
 
         try:
@@ -515,8 +525,7 @@ class TraceWriter:
     def _flush_metadata(self) -> None:
         """Rewrite the metadata if keys were added or something went wrong since the
         last write, so a killed server's metadata still tells of drops and errors."""
-        counts = (self.dropped, self.lost, self.write_errors)
-        if not self._meta_dirty and counts == self._meta_counts:
+        if not self._meta_dirty and self._counts() == self._meta_counts:
             return
         try:
             self._write_metadata()
@@ -529,11 +538,21 @@ class TraceWriter:
 
     def _write_metadata(self) -> None:
         counters = self._counters()
+        counts = self._counts()
         with self._meta_lock:
             data = {**self._meta, **counters}
             self._meta_dirty = False
-        self._meta_counts = (counters["dropped"], counters["lost"], counters["write_errors"])
+        if self.capture is not None:
+            data["left_out"] = self.capture.left_out()
+        self._meta_counts = counts
         meta.write(self.directory, data, dir_fd=self._dirfd)
+
+    def _counts(self) -> tuple[int, ...]:
+        """What the metadata must be rewritten for when it changes: drops, losses, failed
+        writes, records left out (kept up to date, so a killed server's metadata tells)."""
+        left = self.capture
+        out = (self.dropped, self.lost, self.write_errors)
+        return out if left is None else (*out, sum(left.filtered.values()), sum(left.sampled.values()))
 
 
 def _no_descriptor(exc: Exception) -> bool:
@@ -541,11 +560,22 @@ def _no_descriptor(exc: Exception) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
-def _table(rows: bytes, strs: list[str | None], host: pa.Array) -> pa.Table:
+class _Derived(NamedTuple):
+    """What the writer adds to the loop's records at conversion: the trace's host (a
+    one-value array), the wall clock's offset from CLOCK_MONOTONIC (ns), and the
+    sampled operations' factors."""
+
+    host: pa.Array
+    wall_offset_ns: int
+    factors: dict[str, int]
+
+
+def _table(rows: bytes, strs: list[str | None], derived: _Derived) -> pa.Table:
     """Queued records to a Table: the integer columns read from the packed rows by numpy,
-    the others converted a column at a time, with the trace's `host` (a one-value
-    array) as every row's host column.  A text that is not UTF-8 is stored with U+FFFD
-    for those bytes, and a name's bytes also in its raw column (null for the others)."""
+    the others converted a column at a time, with the trace's `host` as every row's host
+    column, `time` the wall clock of start_ns and `sample` the factor of each record's op.
+    A text that is not UTF-8 is stored with U+FFFD for those bytes, and a name's bytes
+    also in its raw column (null for the others)."""
     ints = np.frombuffer(rows, _INT_ROWS)
     n = len(ints)
     columns = {f.name: pa.array(ints[f.name], f.type) for f in _INT_COLUMNS}
@@ -559,5 +589,17 @@ def _table(rows: bytes, strs: list[str | None], host: pa.Array) -> pa.Table:
             columns[f.name] = pa.array([text for text, _ in kept], f.type)
             if f.name in names.RAW:
                 columns[names.RAW[f.name]] = pa.array([raw for _, raw in kept], pa.binary())
-    columns[HOST.name] = pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), host)
+    columns[HOST.name] = pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), derived.host)
+    columns[TIME.name] = pa.array(ints["start_ns"] + derived.wall_offset_ns, TIME.type)
+    columns[SAMPLE.name] = pa.array(_factors(columns["op"], derived.factors), SAMPLE.type)
     return pa.table([columns[name] for name in SCHEMA.names], schema=SCHEMA)
+
+
+def _factors(ops: pa.DictionaryArray, factors: dict[str, int]) -> np.ndarray:
+    """The sample column: each record's op's factor (1 when not sampled), looked up once
+    per distinct op and spread to the records by their dictionary indices."""
+    if not factors:
+        return np.ones(len(ops), np.uint32)
+    lookup = np.array([factors.get(op, 1) for op in ops.dictionary.to_pylist()], np.uint32)
+    out: np.ndarray = lookup[ops.indices.to_numpy(zero_copy_only=False)]
+    return out

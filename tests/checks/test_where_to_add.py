@@ -70,9 +70,12 @@ def test_a_trace_column_is_a_field_of_trace_record_and_nothing_else(tmp_path):
     with TraceWriter(tmp_path / "t", {"host": "h"}) as w:
         w.record(TraceRecord(**given))  # type: ignore[arg-type]
     batches = list(reader.ordered_batches(str(tmp_path / "t")))
-    back = pa.Table.from_batches(batches).to_pylist()
-    assert back == [{**given, "host": "h", "path_raw": None, "path2_raw": None}]
-    later = [c for c in COLUMNS if c not in reader.REQUIRED and c != "host"]
+    [back] = pa.Table.from_batches(batches).to_pylist()
+    time = back.pop("time")  # the wall clock of start_ns, through the metadata's clock pair
+    assert back == {**given, "host": "h", "path_raw": None, "path2_raw": None, "sample": 1}
+    m = reader.metadata(str(tmp_path / "t"))
+    assert time.value == given["start_ns"] + m["start_wall_ns"] - m["start_monotonic_ns"]
+    later = [c for c in COLUMNS if c not in reader.REQUIRED and c not in ("host", "time")]
     assert sorted(reader._DEFAULTS) == sorted(later)
     documented = set(re.findall(r"^\| `(\w+)` \|", (DOCS / "TRACE_FORMAT.md").read_text(), re.MULTILINE))
     assert set(COLUMNS) <= documented

@@ -27,7 +27,7 @@ def write_trace(
 
 
 def stats(p50: float, p99: float, count: int = 100) -> dict:
-    return {"count": count, "mean_ns": p50, "p50_ns": p50, "p90_ns": p50, "p99_ns": p99}
+    return {"count": count, "records": count, "mean_ns": p50, "p50_ns": p50, "p90_ns": p50, "p99_ns": p99}
 
 
 @pytest.mark.parametrize(

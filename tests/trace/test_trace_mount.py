@@ -90,7 +90,7 @@ def test_records_name_the_process_the_handles_and_what_changed(mount):
     m.unmount()
     df = pd.read_parquet(m.trace)
     meta = json.loads((m.trace / "_metadata.json").read_text())
-    assert meta["format_version"] == 6 and 0 < meta["fuse_round_trip_ns"] < 10**8
+    assert meta["format_version"] == 7 and 0 < meta["fuse_round_trip_ns"] < 10**8
     assert meta["host"] == meta["hostname"] == socket.gethostname() and set(df.host) == {meta["host"]}
     assert "statfs" not in set(df.op.astype(str))  # the mount's own probes are not traced
     assert {"sh", "cat"} <= set(df.comm) and "" not in set(df.comm)

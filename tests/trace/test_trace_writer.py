@@ -422,8 +422,9 @@ def test_refuses_a_directory_with_other_files_but_not_hidden_ones(tmp_path):
 
 def test_the_record_type_is_the_schema_field_for_field():
     assert list(TraceRecord._fields) == RECORD_SCHEMA.names
-    # the writer adds the trace's host to every record, and the bytes of names that are not UTF-8
-    assert [*TraceRecord._fields, "host", "path_raw", "path2_raw"] == COLUMNS
+    # the writer adds the trace's host to every record, the bytes of names that are not UTF-8,
+    # the wall-clock time and the sampling factor
+    assert [*TraceRecord._fields, "host", "path_raw", "path2_raw", "time", "sample"] == COLUMNS
 
 
 def test_every_record_names_the_traces_host(tmp_path):

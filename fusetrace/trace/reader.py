@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from ..errors import UserError
 from ..texttable import printable
+from . import compact
 from . import metadata as meta
 from .schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
 
@@ -107,6 +108,8 @@ def parts(directory: str) -> list[str]:
             raise NoTrace(f"{shown}: not a trace directory (a trace is a directory of *.parquet parts)")
         raise NoTrace(f"{shown}: no such trace directory")
     files = sorted(glob.glob(os.path.join(glob.escape(os.path.abspath(directory)), "*.parquet")))
+    merged = compact.leftovers(os.path.basename(f) for f in files)  # a crash kept them from being unlinked
+    files = [f for f in files if os.path.basename(f) not in merged]
     if not files:
         below = sorted({os.path.dirname(f) for f in glob.glob(os.path.join(glob.escape(directory), "*", "*.parquet"))})
         if below:  # a fleet's directory, one trace per host below it

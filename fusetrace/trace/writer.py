@@ -4,8 +4,10 @@ The trio loop only packs a record into the queue (`add`): its integer fields as 
 fixed-size row of a bytearray, its strings as references in a list, a pair of which holds
 `_ROW_GROUP` records (a block; the queue is a deque of them).  A daemon thread takes
 them every `flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches
-disk within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
-describes the files.
+disk within about a second and a killed server loses at most that.  Between flushes the
+same thread merges parts into fewer, larger files, and at close into files of up to
+128 MiB, and keeps the trace within its size and age limits, rotating its oldest files out
+or stopping (fusetrace/trace/compact.py).  docs/TRACE_FORMAT.md describes the files.
 
 Packed, a queued record is two short runs of memory instead of a tuple and a dozen int
 objects: the loop keeps no object of its own for it, and the writer turns the integer rows
@@ -41,8 +43,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import compact, names
 from . import metadata as meta
-from . import names
+from .compact import Limits
 from .directory import RESERVE, TraceDirError, prepare, reason, reserve
 from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SCHEMA, TraceRecord
 from .sources import Account, Operation, Place, Process, User
@@ -138,10 +141,12 @@ class TraceWriter:
         flush_interval: float = 0.5,
         max_pending: int | None = None,
         max_pending_bytes: int | None = MAX_PENDING_BYTES,
+        limits: Limits | None = None,
     ):
         """metadata: what _metadata.json says of the trace; its `host` is also every
         record's host column.  max_pending: at most this many records wait (None: no count
-        limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit)."""
+        limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit).
+        limits: the trace's size and age, and what happens there (None: none)."""
         self.directory = os.path.abspath(directory)
         self._host = pa.array([str(metadata.get("host") or "")], pa.string())
         self.flush_interval = flush_interval
@@ -167,18 +172,27 @@ class TraceWriter:
         self.lost = 0  # taken from the queue but lost to a failed write
         self.files = 0
         self.write_errors = 0
+        self.merges = 0
         self.deferred = 0  # writes put off for want of a descriptor: their records kept, written later
         self._deferring = False  # the last write was put off (warned once a run)
         self.last_error: str | None = None
         self.final_metadata_written: bool | None = None  # known at close
         self._closed = False
         self._summary: Counters | None = None
+        self._limits = limits or Limits()
+        self._parts: list[compact.Part] = []  # the trace's files, oldest first (the writer thread's)
+        self._merge_after = 0.0  # monotonic time before which no merge is tried (after a failed one)
+        self._stopped = 0  # records not written: the trace reached its limit with --trace-full stop
+        self._rotated = 0  # records in the files rotated out
+        self._full = False
 
         self._dirfd = prepare(self.directory)
+        compact.lock(self._dirfd)  # held until close: `fusetrace compact` refuses a trace being written
         # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
         # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
         _table(b"", [], self._host)
         wall, mono = meta.clock_pair()
+        self._start_mono = mono
         self._meta = {
             "start_wall_ns": wall,
             "start_monotonic_ns": mono,
@@ -188,6 +202,7 @@ class TraceWriter:
             "flush_interval": flush_interval,
             "max_pending": max_pending,
             "max_pending_bytes": max_pending_bytes,
+            **self._limits.metadata(),
         }
         self._meta_lock = threading.Lock()
         self._meta_dirty = False
@@ -396,9 +411,68 @@ class TraceWriter:
 
     def _flush(self, last: bool = False) -> None:
         n = self.queued  # a part holds what is waiting now; later records wait for the next
-        if n:
+        if n and self._full:
+            self._discard(n)
+        elif n:
             self._write_part(n, last)
+            self._keep_within_limits()
+        self._merge(final=last)
         self._flush_metadata()
+
+    def _discard(self, n: int) -> None:
+        """Take `n` records off the queue unwritten: the trace is full (--trace-full stop)."""
+        for count, _, _ in self._row_groups(n):
+            self._stopped += count
+        self.update_metadata(stopped=self._stopped)
+
+    def _keep_within_limits(self) -> None:
+        """Rotate the oldest files out, or stop recording, once the parts pass the size
+        limit (less room for one merge: see Limits.budget) or the age limit."""
+        lim = self._limits
+        budget = lim.budget()
+        now = time.monotonic_ns()
+        if lim.full == "stop":
+            old = lim.max_age_ns is not None and now - self._start_mono > lim.max_age_ns
+            if old or sum(p.bytes for p in self._parts) > budget:
+                self._full = True
+                self.update_metadata(stopped=self._stopped, stopped_at_ns=now)
+            return
+        rotated = []
+        size = sum(p.bytes for p in self._parts)
+        while self._parts and (size > budget or lim.aged(self._parts[0], now)):
+            p = self._parts.pop(0)
+            size -= p.bytes
+            rotated.append(p)
+        if rotated:
+            compact.remove(self._dirfd, [p.name for p in rotated])
+            kept = self._parts[0].min_start if self._parts else None
+            self._rotated += sum(p.rows for p in rotated)
+            self.update_metadata(rotated=self._rotated, first_start_ns=kept)
+
+    def _merge(self, final: bool) -> None:
+        """Merge what the plan says (compact.py), unless a merge failed in the last minute or
+        the disk has no room for the merged file and the reserve besides."""
+        if not final and time.monotonic() < self._merge_after:
+            return
+        while runs := compact.plan(self._parts, self._limits.cap_bytes(), self._limits.cap_span_ns(), final):
+            for run in runs:
+                try:
+                    st = os.fstatvfs(self._dirfd)
+                    if st.f_bavail * st.f_frsize < sum(p.bytes for p in run) + (16 << 20):
+                        raise OSError(errno.ENOSPC, "too little free space to merge parts")
+                    merged = compact.merge(self._dirfd, run)
+                except Exception as exc:  # the parts stay as they are: nothing lost
+                    self._merge_after = time.monotonic() + 60.0
+                    log.warning(
+                        "trace %s: cannot merge %d parts (tried again in a minute): %s", self.directory, len(run), exc
+                    )
+                    return
+                i = self._parts.index(run[0])
+                self._parts[i : i + len(run)] = [merged]
+                self.merges += 1
+                self.update_metadata(merges=self.merges)
+            if final:
+                return
 
     def _take(self, n: int) -> tuple[bytes, list[str | None]]:
         """The next `n` queued records, taken off the queue: their packed integers and
@@ -448,8 +522,9 @@ class TraceWriter:
                     out.write_table(_table(rows, strs, self._host))
                     del rows, strs  # before the next group is taken
 
+        name = compact.part_name(self.files, self.files)
         try:
-            meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
+            meta.atomic_write(name, fill, dir_fd=self._dirfd)
         except Exception as exc:  # disk full, directory gone: keep serving
             if taken == 0 and not last and _no_descriptor(exc):
                 self._defer(exc)  # nothing taken yet: the records wait for the next flush
@@ -461,6 +536,10 @@ class TraceWriter:
             self.files += 1
             self.records += taken
             self._deferring = False
+            try:
+                self._parts.append(compact.describe(name, self._dirfd))
+            except Exception as exc:  # written, but unreadable now: left out of merges and limits
+                self._failed(exc, f"{name}'s footer")
 
     def _defer(self, exc: Exception) -> None:
         """A write put off for want of a descriptor (the server's are shared out so that

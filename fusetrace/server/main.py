@@ -64,6 +64,9 @@ class MountOptions:
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
     fs_id: str | None = None  # which shared file system
     host: str | None = None  # --host: the host the trace names (trace_host)
+    trace_max: int | None = None  # --trace-max, bytes (fusetrace/trace/limits.py)
+    trace_max_age: int | None = None  # --trace-max-age, ns
+    trace_full: str | None = None  # --trace-full: rotate (None: the default) or stop
 
     def __post_init__(self) -> None:
         self.source = os.path.realpath(self.source)
@@ -121,9 +124,18 @@ def _check_host(opts: MountOptions) -> None:
         )
 
 
+def _check_limits(opts: MountOptions) -> None:
+    given = [f for f, v in (("--trace-max", opts.trace_max), ("--trace-max-age", opts.trace_max_age)) if v]
+    if given and opts.trace_dir is None:
+        raise BadValue(f"{given[0]}: limits the trace; give --trace DIR with it")
+    if opts.trace_full is not None and not given:
+        raise BadValue(f"--trace-full {opts.trace_full}: says what happens at --trace-max or --trace-max-age; give one")
+
+
 def check_values(opts: MountOptions) -> None:
     """Every option's value within its range, each refused as one line naming the option."""
     _check_host(opts)
+    _check_limits(opts)
     if not 1 <= opts.threads <= MAX_THREADS:
         raise BadValue(f"--threads {opts.threads}: must be from 1 to {MAX_THREADS}")
     if not 1 <= opts.max_requests <= MAX_REQUESTS:
@@ -435,6 +447,7 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
     if opts.trace_dir is None:
         return None
     from ..trace.directory import TraceDirError
+    from ..trace.limits import Limits
     from ..trace.writer import TraceWriter
 
     meta = _metadata(opts)
@@ -442,7 +455,9 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
     if emulation is not None:
         meta["emulation"] = emulation.describe()
     try:
-        return TraceWriter(opts.trace_dir, meta)
+        return TraceWriter(
+            opts.trace_dir, meta, limits=Limits(opts.trace_max, opts.trace_max_age, opts.trace_full or "rotate")
+        )
     except TraceDirError as exc:
         raise UserError(str(exc)) from None
 

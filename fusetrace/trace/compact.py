@@ -24,7 +24,6 @@ import fcntl
 import json
 import os
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -36,10 +35,10 @@ from ..errors import UserError
 from ..private import NotPrivate, open_private_dir
 from ..texttable import count, printable
 from . import metadata as meta
+from .limits import TARGET_BYTES
 
 PART = re.compile(r"part-(\d{6,})(?:-(\d{6,}))?\.parquet")
 FAN_IN = 16  # files of one tier merged into one of the next
-TARGET_BYTES = 128 << 20  # a merged file's size at most (inputs' bytes), and files this big are left alone
 TARGET_ROWS = 4 << 20  # a merged file's records at most
 ROW_GROUP = 128 << 10  # records per row group of a merged file: fewer, larger reads than the parts' 16,384
 
@@ -234,71 +233,6 @@ def _batches(name: str, dir_fd: int) -> Iterator[pa.RecordBatch]:
 def _open(name: str, dir_fd: int) -> "pa.PythonFile":
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     return pa.PythonFile(open(fd, "rb"), mode="r")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A trace's size and age limits (--trace-max, --trace-max-age) and what happens there
-    (--trace-full): `rotate` its oldest files out, or `stop` recording."""
-
-    max_bytes: int | None = None
-    max_age_ns: int | None = None
-    full: str = "rotate"
-
-    def cap_bytes(self) -> int:
-        """A merged file's size at most: an eighth of the size limit, so that rotation
-        drops at most that much at a time and a merge's new file has room beside the rest."""
-        return TARGET_BYTES if self.max_bytes is None else max(MIN_BYTES // 8, min(TARGET_BYTES, self.max_bytes // 8))
-
-    def cap_span_ns(self) -> int | None:
-        """A merged file's records at most this far apart: an eighth of the age limit."""
-        return None if self.max_age_ns is None else self.max_age_ns // 8
-
-    def budget(self) -> int:
-        """The files' bytes at most, once a flush's part is written: the size limit less
-        room for one merge (its new file is made before its inputs go)."""
-        return sys.maxsize if self.max_bytes is None else self.max_bytes - self.cap_bytes()
-
-    def aged(self, part: Part, now_ns: int) -> bool:
-        """Whether every record of `part` started more than the age limit before `now_ns`."""
-        return self.max_age_ns is not None and part.max_start is not None and now_ns - part.max_start > self.max_age_ns
-
-    def metadata(self) -> dict[str, object]:
-        if self.max_bytes is None and self.max_age_ns is None:
-            return {}
-        age = None if self.max_age_ns is None else self.max_age_ns // 10**9
-        return {"trace_max": self.max_bytes, "trace_max_age_s": age, "trace_full": self.full}
-
-
-MIN_BYTES = 1 << 20  # --trace-max at least: room for a few flushes' parts
-FULL = ("rotate", "stop")
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
-_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a size such as 10G, 500M, 1.5T or 4096 (K, M, G, T: powers of 1024);
-    ValueError (words to follow the option) when it is none or under MIN_BYTES."""
-    m = _SIZE.fullmatch(text.strip())
-    if m is None:
-        raise ValueError("not a size (give e.g. 10G, 500M: K, M, G, T are powers of 1024)")
-    size = int(float(m[1]) * 1024 ** " kmgt".index(m[2].lower() or " "))
-    if size < MIN_BYTES:
-        raise ValueError(f"under the least, {MIN_BYTES >> 20}M (room for a few parts)")
-    return size
-
-
-def parse_age(text: str) -> int:
-    """Nanoseconds of an age such as 7d, 12h, 30m, 90s or 2w; ValueError when it is none
-    or not over a minute (a trace's flushes and merges need some seconds)."""
-    m = _AGE.fullmatch(text.strip())
-    if m is None:
-        raise ValueError("not an age (give e.g. 7d, 12h, 30m: s, m, h, d, w)")
-    seconds = float(m[1]) * _AGE_UNITS[m[2].lower()]
-    if seconds < 60:
-        raise ValueError("under the least, 1m")
-    return int(seconds * 10**9)
 
 
 class Refused(UserError):

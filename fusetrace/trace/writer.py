@@ -45,8 +45,9 @@ import pyarrow.parquet as pq
 
 from . import compact, names
 from . import metadata as meta
-from .compact import Limits
 from .directory import RESERVE, TraceDirError, prepare, reason, reserve
+from .limits import Limits
+from .parts import PartFiles
 from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SCHEMA, TraceRecord
 from .sources import Account, Operation, Place, Process, User
 
@@ -172,19 +173,13 @@ class TraceWriter:
         self.lost = 0  # taken from the queue but lost to a failed write
         self.files = 0
         self.write_errors = 0
-        self.merges = 0
         self.deferred = 0  # writes put off for want of a descriptor: their records kept, written later
         self._deferring = False  # the last write was put off (warned once a run)
         self.last_error: str | None = None
         self.final_metadata_written: bool | None = None  # known at close
         self._closed = False
         self._summary: Counters | None = None
-        self._limits = limits or Limits()
-        self._parts: list[compact.Part] = []  # the trace's files, oldest first (the writer thread's)
-        self._merge_after = 0.0  # monotonic time before which no merge is tried (after a failed one)
-        self._stopped = 0  # records not written: the trace reached its limit with --trace-full stop
-        self._rotated = 0  # records in the files rotated out
-        self._full = False
+        limits = limits or Limits()
 
         self._dirfd = prepare(self.directory)
         compact.lock(self._dirfd)  # held until close: `fusetrace compact` refuses a trace being written
@@ -192,7 +187,6 @@ class TraceWriter:
         # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
         _table(b"", [], self._host)
         wall, mono = meta.clock_pair()
-        self._start_mono = mono
         self._meta = {
             "start_wall_ns": wall,
             "start_monotonic_ns": mono,
@@ -202,8 +196,10 @@ class TraceWriter:
             "flush_interval": flush_interval,
             "max_pending": max_pending,
             "max_pending_bytes": max_pending_bytes,
-            **self._limits.metadata(),
+            **limits.metadata(),
         }
+        self._files = PartFiles(self.directory, self._dirfd, limits, mono)
+        self._file_counts: dict[str, int] = {}
         self._meta_lock = threading.Lock()
         self._meta_dirty = False
         self._meta_counts: tuple[int, int, int] | None = None
@@ -411,68 +407,21 @@ class TraceWriter:
 
     def _flush(self, last: bool = False) -> None:
         n = self.queued  # a part holds what is waiting now; later records wait for the next
-        if n and self._full:
+        if n and self._files.full:
             self._discard(n)
         elif n:
             self._write_part(n, last)
-            self._keep_within_limits()
-        self._merge(final=last)
+        self._files.merge(final=last)
+        counts = self._files.counts()
+        if counts != self._file_counts:
+            self._file_counts = counts
+            self.update_metadata(**counts)
         self._flush_metadata()
 
     def _discard(self, n: int) -> None:
         """Take `n` records off the queue unwritten: the trace is full (--trace-full stop)."""
         for count, _, _ in self._row_groups(n):
-            self._stopped += count
-        self.update_metadata(stopped=self._stopped)
-
-    def _keep_within_limits(self) -> None:
-        """Rotate the oldest files out, or stop recording, once the parts pass the size
-        limit (less room for one merge: see Limits.budget) or the age limit."""
-        lim = self._limits
-        budget = lim.budget()
-        now = time.monotonic_ns()
-        if lim.full == "stop":
-            old = lim.max_age_ns is not None and now - self._start_mono > lim.max_age_ns
-            if old or sum(p.bytes for p in self._parts) > budget:
-                self._full = True
-                self.update_metadata(stopped=self._stopped, stopped_at_ns=now)
-            return
-        rotated = []
-        size = sum(p.bytes for p in self._parts)
-        while self._parts and (size > budget or lim.aged(self._parts[0], now)):
-            p = self._parts.pop(0)
-            size -= p.bytes
-            rotated.append(p)
-        if rotated:
-            compact.remove(self._dirfd, [p.name for p in rotated])
-            kept = self._parts[0].min_start if self._parts else None
-            self._rotated += sum(p.rows for p in rotated)
-            self.update_metadata(rotated=self._rotated, first_start_ns=kept)
-
-    def _merge(self, final: bool) -> None:
-        """Merge what the plan says (compact.py), unless a merge failed in the last minute or
-        the disk has no room for the merged file and the reserve besides."""
-        if not final and time.monotonic() < self._merge_after:
-            return
-        while runs := compact.plan(self._parts, self._limits.cap_bytes(), self._limits.cap_span_ns(), final):
-            for run in runs:
-                try:
-                    st = os.fstatvfs(self._dirfd)
-                    if st.f_bavail * st.f_frsize < sum(p.bytes for p in run) + (16 << 20):
-                        raise OSError(errno.ENOSPC, "too little free space to merge parts")
-                    merged = compact.merge(self._dirfd, run)
-                except Exception as exc:  # the parts stay as they are: nothing lost
-                    self._merge_after = time.monotonic() + 60.0
-                    log.warning(
-                        "trace %s: cannot merge %d parts (tried again in a minute): %s", self.directory, len(run), exc
-                    )
-                    return
-                i = self._parts.index(run[0])
-                self._parts[i : i + len(run)] = [merged]
-                self.merges += 1
-                self.update_metadata(merges=self.merges)
-            if final:
-                return
+            self._files.stopped += count
 
     def _take(self, n: int) -> tuple[bytes, list[str | None]]:
         """The next `n` queued records, taken off the queue: their packed integers and
@@ -537,8 +486,8 @@ class TraceWriter:
             self.records += taken
             self._deferring = False
             try:
-                self._parts.append(compact.describe(name, self._dirfd))
-            except Exception as exc:  # written, but unreadable now: left out of merges and limits
+                self.records -= self._files.added(name)
+            except Exception as exc:  # written, but its footer unreadable now: left out of merges and limits
                 self._failed(exc, f"{name}'s footer")
 
     def _defer(self, exc: Exception) -> None:

@@ -24,7 +24,9 @@ import fcntl
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -208,6 +210,58 @@ def remove(dir_fd: int, names: Iterable[str]) -> None:
             pass
 
 
+READERS = (
+    ".readers"  # a live trace's lock for fusetrace's readers: shared while they read, exclusive while a merge renames
+)
+_reading: dict[str, int] = {}  # the directories this process reads, and their READERS descriptor, held until exit
+
+
+def readers_lock(dir_fd: int) -> int:
+    """The writer's READERS file, made afresh (mode 0600, exclusively, no link followed):
+    its descriptor, for `excluding_readers`."""
+    remove(dir_fd, [READERS])
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(READERS, flags, 0o600, dir_fd=dir_fd)
+
+
+@contextmanager
+def excluding_readers(fd: int | None) -> Iterator[bool]:
+    """Whether no fusetrace reader is reading the trace (then none starts until the block
+    ends): a merge or a rotation goes ahead only then, so what a reader listed stays."""
+    if fd is None:
+        yield True
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def hold_for_reading(directory: str) -> None:
+    """Keep the trace's files as they are while this process reads them: a shared lock on
+    a live trace's READERS file (waiting out a merge's rename and unlinks), held until the
+    process exits.  A finished trace has none: its files no longer change."""
+    if directory in _reading:
+        return
+    try:
+        fd = os.open(os.path.join(directory, READERS), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        return
+    _reading[directory] = fd
+
+
 def lock(dir_fd: int) -> bool:
     """Take the trace's lock (an exclusive flock on its directory, held by a writer, or by
     `fusetrace compact`, until it closes the descriptor or dies); False if another holds it."""
@@ -273,7 +327,10 @@ def compact_trace(directory: str) -> str:
                 return f"{shown}: no parts (the mount recorded no operation): nothing to compact"
             raise Refused(f"{shown}: not a trace directory (no part-*.parquet, no {meta.NAME})")
         gone = leftovers(found)
-        remove(dir_fd, sorted(gone) + [n for n in names if n.startswith(".part-") and n.endswith(".tmp")])
+        hidden = [
+            n for n in names if n == READERS or (n.startswith(".part-") and n.endswith(".tmp"))
+        ]  # a killed writer's
+        remove(dir_fd, sorted(gone) + hidden)
         kept = [n for n in found if n not in gone]
         parts = []
         for name in kept:

@@ -11,6 +11,7 @@ runs in the writer thread, never on the trio loop.
 import errno
 import logging
 import os
+import sys
 import time
 
 from . import compact
@@ -28,6 +29,16 @@ class PartFiles:
     def __init__(self, directory: str, dir_fd: int, limits: Limits, start_monotonic_ns: int):
         self.directory = directory  # for the log
         self.dir_fd = dir_fd
+        try:
+            self.readers: int | None = compact.readers_lock(dir_fd)
+        except OSError as exc:  # merges then go ahead whoever reads
+            self.readers = None
+            log.warning(
+                "trace %s: no %s file (%s): a reader of the live trace may meet a merge",
+                directory,
+                compact.READERS,
+                exc,
+            )
         self.limits = limits
         self.start_ns = start_monotonic_ns
         self.files: list[compact.Part] = []
@@ -59,10 +70,15 @@ class PartFiles:
             return dropped
         size = sum(p.bytes for p in self.files)
         rotated = []
-        while self.files and (size > lim.budget() or lim.aged(self.files[0].max_start, now)):
-            rotated.append(self.files.pop(0))
-            size -= rotated[-1].bytes
-        compact.remove(self.dir_fd, [p.name for p in rotated])
+        with compact.excluding_readers(self.readers) as alone:
+            while self.files and (
+                size > lim.budget() or lim.aged(self.files[0].max_start, now)
+                if alone
+                else size > (lim.max_bytes or sys.maxsize)  # a reader keeps what it listed, within the limit itself
+            ):
+                rotated.append(self.files.pop(0))
+                size -= rotated[-1].bytes
+            compact.remove(self.dir_fd, [p.name for p in rotated])
         self.rotated += sum(p.rows for p in rotated)
         if self.rotated and self.files:  # when the trace now starts (all rotated out: from this part on)
             self._first = self.files[0].min_start
@@ -70,25 +86,41 @@ class PartFiles:
 
     def merge(self, final: bool) -> None:
         """Merge what the plan says, unless a merge failed in the last minute (at close,
-        whatever the last did) or the disk has no room for the new file and MERGE_ROOM."""
+        whatever the last did), or a fusetrace reader is reading the trace (compact.READERS)."""
         if not final and time.monotonic() < self._merge_after:
             return
-        while runs := compact.plan(self.files, self.limits.cap_bytes(), self.limits.cap_span_ns(), final):
-            for run in runs:
-                try:
-                    st = os.fstatvfs(self.dir_fd)
-                    if st.f_bavail * st.f_frsize < sum(p.bytes for p in run) + MERGE_ROOM:
-                        raise OSError(errno.ENOSPC, "too little free space to merge parts")
-                    merged = compact.merge(self.dir_fd, run)
-                except Exception as exc:  # the parts stay as they are: nothing lost
-                    self._merge_after = time.monotonic() + RETRY_S
-                    log.warning("trace %s: cannot merge %d parts (kept as they are): %s", self.directory, len(run), exc)
-                    return
-                i = self.files.index(run[0])
-                self.files[i : i + len(run)] = [merged]
-                self.merges += 1
-            if final:
+        with compact.excluding_readers(self.readers) as alone:
+            if not alone:
+                if final:
+                    log.warning("trace %s: being read at close: its parts are left unmerged", self.directory)
                 return
+            while runs := compact.plan(self.files, self.limits.cap_bytes(), self.limits.cap_span_ns(), final):
+                if not all(self._merged(run) for run in runs) or final:
+                    return
+
+    def _merged(self, run: list[compact.Part]) -> bool:
+        """Merge `run` unless the disk has no room for its new file and MERGE_ROOM besides;
+        False when it was not merged (its files stay as they are: nothing lost)."""
+        try:
+            st = os.fstatvfs(self.dir_fd)
+            if st.f_bavail * st.f_frsize < sum(p.bytes for p in run) + MERGE_ROOM:
+                raise OSError(errno.ENOSPC, "too little free space to merge parts")
+            merged = compact.merge(self.dir_fd, run)
+        except Exception as exc:
+            self._merge_after = time.monotonic() + RETRY_S
+            log.warning("trace %s: cannot merge %d parts (kept as they are): %s", self.directory, len(run), exc)
+            return False
+        i = self.files.index(run[0])
+        self.files[i : i + len(run)] = [merged]
+        self.merges += 1
+        return True
+
+    def close(self) -> None:
+        """The trace is finished: its files no longer change, so readers need no lock."""
+        if self.readers is not None:
+            compact.remove(self.dir_fd, [compact.READERS])
+            os.close(self.readers)
+            self.readers = None
 
     def counts(self) -> dict[str, int]:
         """What merging and the limits did, as _metadata.json keeps it (only what happened)."""

@@ -369,6 +369,7 @@ class TraceWriter:
             errors = self.write_errors
             self._final_metadata()
             self.final_metadata_written = self.write_errors == errors
+            self._files.close()
             os.close(self._dirfd)
             self._summary = self._counters()
             log.info("%s", self.closing_line())

@@ -131,6 +131,42 @@ def test_a_server_killed_mid_merge_loses_at_most_a_second_and_duplicates_nothing
     assert cut_mid_merge >= 1  # at least one kill fell inside a merge, its hidden file left behind
 
 
+READ_ONCE = """
+import sys, duckdb
+from fusetrace.trace import reader
+files = reader.checked_parts(sys.argv[1])
+got = sorted(r[0] for r in duckdb.sql(f"select fh from read_parquet({files!r})").fetchall())
+print(got == list(range(len(got))), len(got), len(files))
+"""
+
+
+@pytest.mark.slow
+def test_fusetraces_reader_reads_a_trace_being_merged_exactly(tmp_path):
+    """Readers in processes of their own, one after another, while a writer writes and
+    merges parts all the time: each reads records 0 to k-1 once each, k growing."""
+    d = tmp_path / "t"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "support.busy_writer", str(d)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "writing\n"
+        counts = []
+        for _ in range(8):
+            done = subprocess.run([sys.executable, "-c", READ_ONCE, str(d)], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            exact, n, _files = done.stdout.split()
+            assert exact == "True"
+            counts.append(int(n))
+        merges = meta.read(d).get("merges", 0)
+    finally:
+        child.kill()
+        child.wait()
+    assert counts == sorted(counts) and counts[-1] > counts[0] and merges > 0
+
+
 def _old_trace(d: Path, n: int, parts: int) -> pa.Table:
     """A trace as fusetrace wrote before merging: `parts` part files of `n` records."""
     with TraceWriter(d, {"host": "h"}, flush_interval=60) as w:

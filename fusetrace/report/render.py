@@ -115,9 +115,15 @@ def _limited(m: meta.Metadata) -> list[str]:
 
 
 def _limits(m: meta.Metadata) -> str:
-    said = [f"--trace-max {m['trace_max'] / 2**20:,.0f}M" if m.get("trace_max") else ""]
-    said.append(f"--trace-max-age {m['trace_max_age_s']:,}s" if m.get("trace_max_age_s") else "")
-    return " ".join(filter(None, said)) or "size or age"
+    """The trace's limits as they were given: --trace-max 300K --trace-max-age 7d."""
+    said = []
+    if size := m.get("trace_max"):
+        k = max(i for i in range(5) if i == 0 or size >= 1024**i)
+        said.append(f"--trace-max {size / 1024**k:.3g}{' KMGT'[k].strip()}")
+    if age := m.get("trace_max_age_s"):
+        unit, n = next((u, n) for u, n in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)) if age % n == 0)
+        said.append(f"--trace-max-age {age // n}{unit}")
+    return " ".join(said) or "its size or age"
 
 
 def _hosts_table(s: Summary) -> str:

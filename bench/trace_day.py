@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from fusetrace.trace import compact
+from fusetrace.trace.limits import TARGET_BYTES
 from fusetrace.trace.parts import PartFiles
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
@@ -121,7 +122,7 @@ def main() -> None:
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    print(f"fan-in {compact.FAN_IN}, merged files up to {compact.TARGET_BYTES >> 20} MiB, {os.cpu_count()} CPUs")
+    print(f"fan-in {compact.FAN_IN}, merged files up to {TARGET_BYTES >> 20} MiB, {os.cpu_count()} CPUs")
     runs = [
         ("day, merging", args.hours * 3600, 1, True),
         ("hour of it, not merging", 3600, 1, False),

@@ -33,6 +33,7 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import processes
 from ..errors import UserError
 from ..private import NotPrivate, open_private_dir
 from ..texttable import count, printable
@@ -311,8 +312,9 @@ def compact_trace(directory: str) -> str:
         why = str(exc) if isinstance(exc, NotPrivate) else (exc.strerror or str(exc)).lower()
         raise Refused(f"{shown}: {why}") from None
     try:
-        if not lock(dir_fd):
-            pid = _pid(dir_fd)
+        running = _running(dir_fd)
+        if not lock(dir_fd) or running:  # the lock, or a writer from before it (no end in its metadata)
+            pid = running or _pid(dir_fd)
             raise Refused(
                 f"{shown}: a running fusetrace server{f' (pid {pid})' if pid else ''} is writing this "
                 f"trace; compact it once it is unmounted (its writer merges as it goes)"
@@ -365,15 +367,29 @@ def compact_trace(directory: str) -> str:
         os.close(dir_fd)
 
 
-def _pid(dir_fd: int) -> int | None:
-    """The server pid the trace's metadata names, if it can be read."""
+def _metadata(dir_fd: int) -> dict[str, object]:
+    """The trace's metadata as far as it can be read ({} if not)."""
     try:
         fd = os.open(meta.NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
         with open(fd, "rb") as f:
-            pid = json.loads(f.read(meta.MAX_BYTES)).get("pid")
-    except (OSError, ValueError, AttributeError):
-        return None
+            data = json.loads(f.read(meta.MAX_BYTES))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _pid(dir_fd: int) -> int | None:
+    """The server pid the trace's metadata names, if it can be read."""
+    pid = _metadata(dir_fd).get("pid")
     return pid if isinstance(pid, int) else None
+
+
+def _running(dir_fd: int) -> int | None:
+    """The pid of a fusetrace server that may still write the trace although it holds no
+    lock (one from before the lock): its metadata has no end and names a live fusetrace."""
+    data = _metadata(dir_fd)
+    pid = data.get("pid")
+    return pid if "end_wall_ns" not in data and processes.is_fusetrace(pid) and isinstance(pid, int) else None
 
 
 def _first_line(exc: BaseException) -> str:

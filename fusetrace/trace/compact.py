@@ -22,9 +22,11 @@ into files of up to `cap_bytes` (128 MiB) or TARGET_ROWS records.
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ from ..private import NotPrivate, open_private_dir
 from ..texttable import count, printable
 from . import metadata as meta
 from .limits import TARGET_BYTES
+
+log = logging.getLogger(__name__)
 
 PART = re.compile(r"part-(\d{6,})(?:-(\d{6,}))?\.parquet")
 FAN_IN = 16  # files of one tier merged into one of the next
@@ -214,6 +218,7 @@ def remove(dir_fd: int, names: Iterable[str]) -> None:
 READERS = (
     ".readers"  # a live trace's lock for fusetrace's readers: shared while they read, exclusive while a merge renames
 )
+READ_WAIT_S = 60  # a reader waits at most this long for a merge (of up to 128 MiB, on a loaded host) to end
 _reading: dict[str, int] = {}  # the directories this process reads, and their READERS descriptor, held until exit
 
 
@@ -253,12 +258,22 @@ def hold_for_reading(directory: str) -> None:
         fd = os.open(os.path.join(directory, READERS), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return
+    deadline = time.monotonic() + READ_WAIT_S
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
-        fcntl.flock(fd, fcntl.LOCK_SH)
-    except OSError:
+        while True:  # bounded: a hostile trace's lock holder must not hold the reader for good
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+    except OSError as exc:
         os.close(fd)
+        if isinstance(exc, BlockingIOError):
+            log.warning("fusetrace: warning: %s: merged for over %d s; read as is", printable(directory), READ_WAIT_S)
         return
     _reading[directory] = fd
 

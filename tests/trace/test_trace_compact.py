@@ -131,6 +131,43 @@ def test_a_server_killed_mid_merge_loses_at_most_a_second_and_duplicates_nothing
     assert cut_mid_merge >= 1  # at least one kill fell inside a merge, its hidden file left behind
 
 
+STATS = """
+import os, sys
+for i in range(10**9):
+    try:
+        os.stat(f"{sys.argv[1]}/missing-{i}")
+    except FileNotFoundError:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_a_mount_killed_mid_merge_keeps_each_operation_once_but_its_last_second(mount):
+    """A traced mount's server is SIGKILLed the moment a merge's hidden file appears, a
+    process stat'ing missing-0, missing-1, ... through it: the trace holds the lookups of
+    missing-0 to missing-(k-1), each once, the last within a second or so of the kill."""
+    m = mount("--negative-timeout", "0", trace=True)
+    server = m.server_pid()
+    child = subprocess.Popen([sys.executable, "-c", STATS, str(m.mountpoint)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(n.startswith(".part-") and n.count("-") == 2 for n in os.listdir(m.trace)):
+            assert time.monotonic() < deadline, "no merge seen within 120 s"
+        killed_ns = time.monotonic_ns()
+        os.kill(server, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    poll(lambda: not os.path.exists(f"/proc/{server}"), timeout=30)
+    files = reader.checked_parts(str(m.trace))
+    rows = duckdb.sql(
+        f"select path, start_ns from read_parquet({files!r}) where op = 'lookup' and path like '/missing-%'"
+    ).fetchall()
+    got = sorted(int(p.removeprefix("/missing-")) for p, _ in rows)
+    assert got and got == list(range(len(got))), "an operation twice, or one missing before the last"
+    assert killed_ns - max(t for _, t in rows) < 1.5e9  # a second, and a loaded host's scheduling
+
+
 READ_ONCE = """
 import sys, duckdb
 from fusetrace.trace import reader

@@ -403,6 +403,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str], mount_cli.O
         "--profile", help="emulate this profile instead of efs-2016 (the figures stay those published for EFS in 2016)"
     )
     d.add_argument("--quick", action="store_true", help="short runs (for tests)")
+    c = sub.add_parser("compact", help="merge a finished trace's parts into a few large files")
+    c.add_argument("trace_dir", metavar="DIR")
     _scenario_parser(sub)
     _report_parser(sub)
     _rehearse_parsers(sub)
@@ -462,6 +464,11 @@ def _command(argv: list[str] | None) -> int:
             import importlib
 
             return importlib.import_module(f"fusetrace.rehearse.{args.command}").run(args)
+        if args.command == "compact":
+            from .trace.compact import compact_trace
+
+            print(compact_trace(args.trace_dir))
+            return 0
         if args.command == "demo":
             from .scenarios.demo import run
 

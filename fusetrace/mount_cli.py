@@ -8,11 +8,13 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import logs
 from .errors import BadValue, UserError
 from .private import open_own_log
+from .trace import limits
 
 READY_TIMEOUT = 30.0
 
@@ -34,6 +36,18 @@ class Options:
         return action
 
 
+def _limit(parse: Callable[[str], int]) -> Callable[[str], int]:
+    """argparse's type for a limit: its value, or a usage error saying why not (exit 2)."""
+
+    def value(text: str) -> int:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    return value
+
+
 def add_mount_parser(sub: Any) -> Options:
     """`fusetrace mount`'s parser, in `sub` (add_subparsers()), and its options."""
     p = Options(
@@ -50,6 +64,23 @@ def add_mount_parser(sub: Any) -> Options:
     p.add_argument("mountpoint")
     p.add_argument(
         "--trace", metavar="DIR", dest="trace_dir", help="write a trace of every operation to DIR (Parquet files)"
+    )
+    p.add_argument(
+        "--trace-max",
+        metavar="SIZE",
+        type=_limit(limits.parse_size),
+        help="keep the trace's parts within SIZE (e.g. 10G, 500M; at least 256K); see --trace-full",
+    )
+    p.add_argument(
+        "--trace-max-age",
+        metavar="AGE",
+        type=_limit(limits.parse_age),
+        help="keep the trace's records for AGE (e.g. 7d, 12h, 30m; at least 10s); see --trace-full",
+    )
+    p.add_argument(
+        "--trace-full",
+        choices=limits.FULL,
+        help="at --trace-max or --trace-max-age: rotate the oldest parts out (default), or stop recording",
     )
     p.add_argument(
         "--host",
@@ -378,6 +409,9 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
         host=args.host,
         trace_only=args.trace_only,
         trace_sample=args.trace_sample,
+        trace_max=args.trace_max,
+        trace_max_age=args.trace_max_age,
+        trace_full=args.trace_full,
     )
     if args.foreground:
         logs.configure(server=True, debug=args.debug)

@@ -482,7 +482,7 @@ def fleet_metadata(traces: reader.TraceSet) -> dict[str, Any]:
     ):
         out.pop(key, None)
     out.update({k: traces.base[k] for k in ("start_wall_ns", "start_monotonic_ns") if k in traces.base})
-    for key in ("records", "files", "dropped", "lost", "write_errors"):
+    for key in ("records", "files", "dropped", "lost", "write_errors", "rotated", "stopped"):
         if any(key in o for o in each):
             out[key] = sum(o.get(key) or 0 for o in each)
     options: list[dict] = [o["options"] if isinstance(o.get("options"), dict) else {} for o in each]

@@ -83,6 +83,7 @@ def _header(s: Summary) -> list[str]:
             f"lost        {int_text(m.get('lost', 0))} records in {int_text(m['write_errors'])} failed "
             f"writes; last: {m.get('last_error')}"
         )
+    lines += _limited(m)
     lines += _emulation(m, s["traces"])
     lines += credit_words(s["credits"], m)
     for fault in s.get("faults", []):
@@ -99,6 +100,36 @@ def _header(s: Summary) -> list[str]:
             for d in s["unaligned"]
         ]
     return lines
+
+
+def _limited(m: meta.Metadata) -> list[str]:
+    """What a trace's limits (--trace-max, --trace-max-age) left out of it, one line each."""
+    lines = []
+    if m.get("rotated"):
+        first = m.get("first_start_ns")
+        since = f"; it now starts {_wall(meta.to_wall_ns(m, first))}" if first and "start_wall_ns" in m else ""
+        lines.append(
+            f"rotated     {int_text(m['rotated'])} records: the trace's first parts were rotated out at "
+            f"its limit ({_limits(m)}){since}"
+        )
+    if m.get("stopped"):
+        lines.append(
+            f"stopped     {int_text(m['stopped'])} records not recorded: the trace reached its limit "
+            f"({_limits(m)}, --trace-full stop)"
+        )
+    return lines
+
+
+def _limits(m: meta.Metadata) -> str:
+    """The trace's limits as they were given: --trace-max 300K --trace-max-age 7d."""
+    said = []
+    if size := m.get("trace_max"):
+        k = max(i for i in range(5) if i == 0 or size >= 1024**i)
+        said.append(f"--trace-max {size / 1024**k:.3g}{' KMGT'[k].strip()}")
+    if age := m.get("trace_max_age_s"):
+        unit, n = next((u, n) for u, n in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)) if age % n == 0)
+        said.append(f"--trace-max-age {age // n}{unit}")
+    return " ".join(said) or "its size or age"
 
 
 def _hosts_table(s: Summary) -> str:

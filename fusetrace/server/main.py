@@ -69,6 +69,9 @@ class MountOptions:
     host: str | None = None  # --host: the host the trace names (trace_host)
     trace_only: list[str] = field(default_factory=list)  # --trace-only KEY=V[,V...] (trace/capture.py)
     trace_sample: list[str] = field(default_factory=list)  # --trace-sample OP=N
+    trace_max: int | None = None  # --trace-max, bytes (fusetrace/trace/limits.py)
+    trace_max_age: int | None = None  # --trace-max-age, ns
+    trace_full: str | None = None  # --trace-full: rotate (None: the default) or stop
 
     def __post_init__(self) -> None:
         self.source = os.path.realpath(self.source)
@@ -120,10 +123,19 @@ def _check_host(opts: MountOptions) -> None:
         )
 
 
+def _check_limits(opts: MountOptions) -> None:
+    given = [f for f, v in (("--trace-max", opts.trace_max), ("--trace-max-age", opts.trace_max_age)) if v]
+    if given and opts.trace_dir is None:
+        raise BadValue(f"{given[0]}: limits the trace; give --trace DIR with it")
+    if opts.trace_full is not None and not given:
+        raise BadValue(f"--trace-full {opts.trace_full}: says what happens at --trace-max or --trace-max-age; give one")
+
+
 def check_values(opts: MountOptions) -> None:
     """Every option's value within its range, each refused as one line naming the option."""
     _check_host(opts)
     _capture(opts)
+    _check_limits(opts)
     if not 1 <= opts.threads <= MAX_THREADS:
         raise BadValue(f"--threads {opts.threads}: must be from 1 to {MAX_THREADS}")
     if not 1 <= opts.max_requests <= MAX_REQUESTS:
@@ -447,6 +459,7 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
     if opts.trace_dir is None:
         return None
     from ..trace.directory import TraceDirError
+    from ..trace.limits import Limits
     from ..trace.writer import TraceWriter
 
     meta = _metadata(opts)
@@ -457,7 +470,12 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
     if capture is not None:
         meta["options"].update(capture.settings())
     try:
-        return TraceWriter(opts.trace_dir, meta, capture=capture)
+        return TraceWriter(
+            opts.trace_dir,
+            meta,
+            capture=capture,
+            limits=Limits(opts.trace_max, opts.trace_max_age, opts.trace_full or "rotate"),
+        )
     except TraceDirError as exc:
         raise UserError(str(exc)) from None
 

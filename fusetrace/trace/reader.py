@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ..errors import UserError
 from ..texttable import printable
+from . import compact
 from . import metadata as meta
 from .schema import COLUMNS, RECORD_SCHEMA, SCHEMA, TraceRecord
 
@@ -111,7 +112,10 @@ def parts(directory: str) -> list[str]:
         if os.path.exists(directory):
             raise NoTrace(f"{shown}: not a trace directory (a trace is a directory of *.parquet parts)")
         raise NoTrace(f"{shown}: no such trace directory")
+    compact.hold_for_reading(os.path.abspath(directory))  # a live trace's merges wait for this process
     files = sorted(glob.glob(os.path.join(glob.escape(os.path.abspath(directory)), "*.parquet")))
+    merged = compact.leftovers(os.path.basename(f) for f in files)  # a crash kept them from being unlinked
+    files = [f for f in files if os.path.basename(f) not in merged]
     if not files:
         below = sorted({os.path.dirname(f) for f in glob.glob(os.path.join(glob.escape(directory), "*", "*.parquet"))})
         if below:  # a fleet's directory, one trace per host below it

@@ -4,8 +4,10 @@ The trio loop only packs a record into the queue (`add`): its integer fields as 
 fixed-size row of a bytearray, its strings as references in a list, a pair of which holds
 `_ROW_GROUP` records (a block; the queue is a deque of them).  A daemon thread takes
 them every `flush_interval` seconds into a new `part-NNNNNN.parquet`, so a record reaches
-disk within about a second and a killed server loses at most that.  docs/TRACE_FORMAT.md
-describes the files.
+disk within about a second and a killed server loses at most that.  Between flushes the
+same thread merges parts into fewer, larger files, and at close into files of up to
+128 MiB, and keeps the trace within its size and age limits, rotating its oldest files out
+or stopping (fusetrace/trace/compact.py).  docs/TRACE_FORMAT.md describes the files.
 
 Packed, a queued record is two short runs of memory instead of a tuple and a dozen int
 objects: the loop keeps no object of its own for it, and the writer turns the integer rows
@@ -41,9 +43,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import compact, names
 from . import metadata as meta
-from . import names
 from .directory import RESERVE, TraceDirError, prepare, reason, reserve
+from .limits import Limits
+from .parts import PartFiles
 from .schema import HOST, RAW_NAMES, RECORD_SCHEMA, SAMPLE, SCHEMA, TIME, TraceRecord
 from .sources import Account, Operation, Place, Process, User
 
@@ -142,12 +146,14 @@ class TraceWriter:
         max_pending: int | None = None,
         max_pending_bytes: int | None = MAX_PENDING_BYTES,
         capture: "Capture | None" = None,
+        limits: Limits | None = None,
     ):
         """metadata: what _metadata.json says of the trace; its `host` is also every
         record's host column.  max_pending: at most this many records wait (None: no count
         limit); max_pending_bytes: at most this many estimated bytes wait (None: no limit).
         capture: the --trace-only and --trace-sample settings the loop applies (Pipeline),
-        whose counts of records left out the metadata keeps and whose rates fill `sample`."""
+        whose counts of records left out the metadata keeps and whose rates fill `sample`.
+        limits: the trace's size and age, and what happens there (None: none)."""
         self.directory = os.path.abspath(directory)
         self._host = pa.array([str(metadata.get("host") or "")], pa.string())
         self.flush_interval = flush_interval
@@ -179,11 +185,13 @@ class TraceWriter:
         self.final_metadata_written: bool | None = None  # known at close
         self._closed = False
         self._summary: Counters | None = None
+        limits = limits or Limits()
 
         self._dirfd = prepare(self.directory)
         self.capture = capture
+        compact.lock(self._dirfd)  # held until close: `fusetrace compact` refuses a trace being written
         wall, mono = meta.clock_pair()
-        self._meta = {
+        self._meta: meta.Metadata = {
             "start_wall_ns": wall,
             "start_monotonic_ns": mono,
             **metadata,
@@ -192,6 +200,7 @@ class TraceWriter:
             "flush_interval": flush_interval,
             "max_pending": max_pending,
             "max_pending_bytes": max_pending_bytes,
+            **limits.metadata(),
         }
         # (the metadata's clock pair, as given or taken now: records' time agrees with it)
         offset = self._meta["start_wall_ns"] - self._meta["start_monotonic_ns"]
@@ -199,6 +208,8 @@ class TraceWriter:
         # pyarrow's first conversion imports pandas, GIL held: pay it now, not mid-trace
         # (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")
         _table(b"", [], self._derived)
+        self._files = PartFiles(self.directory, self._dirfd, limits, mono)
+        self._file_counts: dict[str, int] = {}
         self._meta_lock = threading.Lock()
         self._meta_dirty = False
         self._meta_counts: tuple[int, ...] | None = None
@@ -368,6 +379,7 @@ class TraceWriter:
             errors = self.write_errors
             self._final_metadata()
             self.final_metadata_written = self.write_errors == errors
+            self._files.close()
             os.close(self._dirfd)
             self._summary = self._counters()
             log.info("%s", self.closing_line())
@@ -406,9 +418,21 @@ class TraceWriter:
 
     def _flush(self, last: bool = False) -> None:
         n = self.queued  # a part holds what is waiting now; later records wait for the next
-        if n:
+        if n and self._files.full:
+            self._discard(n)
+        elif n:
             self._write_part(n, last)
+        self._files.merge(final=last)
+        counts = self._files.counts()
+        if counts != self._file_counts:
+            self._file_counts = counts
+            self.update_metadata(**counts)
         self._flush_metadata()
+
+    def _discard(self, n: int) -> None:
+        """Take `n` records off the queue unwritten: the trace is full (--trace-full stop)."""
+        for count, _, _ in self._row_groups(n):
+            self._files.stopped += count
 
     def _take(self, n: int) -> tuple[bytes, list[str | None]]:
         """The next `n` queued records, taken off the queue: their packed integers and
@@ -458,8 +482,9 @@ class TraceWriter:
                     out.write_table(_table(rows, strs, self._derived))
                     del rows, strs  # before the next group is taken
 
+        name = compact.part_name(self.files, self.files)
         try:
-            meta.atomic_write(f"part-{self.files:06d}.parquet", fill, dir_fd=self._dirfd)
+            meta.atomic_write(name, fill, dir_fd=self._dirfd)
         except Exception as exc:  # disk full, directory gone: keep serving
             if taken == 0 and not last and _no_descriptor(exc):
                 self._defer(exc)  # nothing taken yet: the records wait for the next flush
@@ -471,6 +496,10 @@ class TraceWriter:
             self.files += 1
             self.records += taken
             self._deferring = False
+            try:
+                self.records -= self._files.added(name)
+            except Exception as exc:  # written, but its footer unreadable now: left out of merges and limits
+                self._failed(exc, f"{name}'s footer")
 
     def _defer(self, exc: Exception) -> None:
         """A write put off for want of a descriptor (the server's are shared out so that

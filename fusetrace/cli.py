@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from . import __version__, fault_cli, logs, mount_cli
+from . import __version__, fault_cli, logs, mount_cli, umount_cli
 from .client import ask
 from .errors import BadValue, UserError
 
@@ -455,7 +455,7 @@ def _command(argv: list[str] | None) -> int:
             mount_cli.reachable(args)
             return mount_cli.mount(args, argv)
         if args.command == "umount":
-            return mount_cli.umount(args)
+            return umount_cli.umount(args)
         if args.command == "report":
             from .report.command import run
 

@@ -36,7 +36,7 @@ def _part(module: str) -> str:
         return second
     if second in ("client", "pytest_plugin"):
         return "client"
-    if second in ("cli", "__main__", "fault_cli", "mount_cli"):
+    if second in ("cli", "__main__", "fault_cli", "mount_cli", "umount_cli"):
         return "cli"
     if second in ("report", "stats_view"):
         return "report"

@@ -15,7 +15,7 @@ import pytest
 import trio
 from support import fusetrace, is_mounted, one_line_error, poll
 
-from fusetrace import mount_cli
+from fusetrace import umount_cli
 from fusetrace.errors import UserError
 from fusetrace.server import runstate
 from fusetrace.shaping import emulation
@@ -99,11 +99,11 @@ def _process(code: str) -> subprocess.Popen:
 
 
 def test_umount_waits_while_the_server_works_and_not_when_it_stalls(monkeypatch):
-    monkeypatch.setattr(mount_cli, "STALL_TIMEOUT", 0.5)
+    monkeypatch.setattr(umount_cli, "STALL_TIMEOUT", 0.5)
     # working (CPU) for longer than the stall timeout, then gone: waited for, no error
     busy = _process("import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass")
     try:
-        mount_cli._wait_server("/m", busy.pid, None)
+        umount_cli._wait_server("/m", busy.pid, None)
         assert busy.wait(timeout=5) == 0
     finally:
         busy.kill()
@@ -113,13 +113,13 @@ def test_umount_waits_while_the_server_works_and_not_when_it_stalls(monkeypatch)
         poll(lambda: _state(idle.pid) == "S")
         begin = time.monotonic()
         with pytest.raises(UserError, match=f"no progress for 0.5 s .*kill {idle.pid}"):
-            mount_cli._wait_server("/m", idle.pid, None)
+            umount_cli._wait_server("/m", idle.pid, None)
         assert time.monotonic() - begin < 3
         os.kill(idle.pid, signal.SIGSTOP)
         poll(lambda: _state(idle.pid) == "T")
         begin = time.monotonic()
         with pytest.raises(UserError, match=f"is stopped .*kill -CONT {idle.pid}"):
-            mount_cli._wait_server("/m", idle.pid, "/trace")
+            umount_cli._wait_server("/m", idle.pid, "/trace")
         assert time.monotonic() - begin < 0.5
     finally:
         idle.kill()

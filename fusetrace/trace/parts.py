@@ -4,8 +4,9 @@ Each part the writer writes is added here; between flushes and at close they are
 as compact.plan says (fusetrace/trace/compact.py), and kept within the trace's limits
 (fusetrace/trace/limits.py): past --trace-max or --trace-max-age the oldest files are
 rotated out, or (--trace-full stop) the part that passed the size goes too and nothing
-more is written.  What went is counted for _metadata.json (`counts`).  Everything here
-runs in the writer thread, never on the trio loop.
+more is written; so too, limits or none, when the disk's free space falls under its floor.
+What went is counted for _metadata.json (`counts`).  Everything here runs in the writer
+thread, never on the trio loop.
 """
 
 import errno
@@ -20,6 +21,9 @@ from .limits import Limits
 log = logging.getLogger(__name__)
 
 MERGE_ROOM = 16 << 20  # free disk a merge leaves besides its new file (the trace's reserve and more)
+# The trace never takes the disk's last space, limits or none: below this much free (a
+# twentieth of a small file system) it rotates its oldest files out, or stops, as for a limit.
+DISK_FLOOR = 256 << 20
 RETRY_S = 60.0  # after a failed merge, the next is tried this much later
 
 
@@ -49,6 +53,7 @@ class PartFiles:
         self._first: int | None = None  # the first start_ns left, once some records were rotated out
         self._stopped_at: int | None = None
         self._merge_after = 0.0  # monotonic time before which no merge is tried (after a failed one)
+        self._low_disk = False  # the disk's floor was reached (warned once)
 
     def added(self, name: str) -> int:
         """A part just written: kept within the limits.  Returns how many of its records
@@ -56,7 +61,8 @@ class PartFiles:
         self.files.append(compact.describe(name, self.dir_fd))
         lim = self.limits
         now = time.monotonic_ns()
-        over = sum(p.bytes for p in self.files) > lim.budget()
+        short = self._short()
+        over = sum(p.bytes for p in self.files) > lim.budget() or short > 0
         if lim.full == "stop":
             dropped = 0
             if over:  # the part that passed the limit goes too: what is kept is what fits
@@ -71,18 +77,41 @@ class PartFiles:
         size = sum(p.bytes for p in self.files)
         rotated = []
         with compact.excluding_readers(self.readers) as alone:
-            while self.files and (
-                size > lim.budget() or lim.aged(self.files[0].max_start, now)
-                if alone
-                else size > (lim.max_bytes or sys.maxsize)  # a reader keeps what it listed, within the limit itself
-            ):
+            while self.files:
+                first = self.files[0]
+                if alone:
+                    due = size > lim.budget() or lim.aged(first.max_start, now)
+                else:  # a reader keeps what it listed, within the limit itself and the disk's floor
+                    due = size > (lim.max_bytes or sys.maxsize)
+                if not (due or short > 0):
+                    break
                 rotated.append(self.files.pop(0))
-                size -= rotated[-1].bytes
+                size -= first.bytes
+                short -= first.bytes
             compact.remove(self.dir_fd, [p.name for p in rotated])
         self.rotated += sum(p.rows for p in rotated)
         if self.rotated and self.files:  # when the trace now starts (all rotated out: from this part on)
             self._first = self.files[0].min_start
         return 0
+
+    def _short(self) -> int:
+        """Bytes the disk is short of its floor (DISK_FLOOR, or a twentieth of a smaller
+        file system), warned of once; 0 when it has room or cannot say."""
+        try:
+            st = os.fstatvfs(self.dir_fd)
+        except OSError:
+            return 0
+        floor = min(DISK_FLOOR, st.f_blocks * st.f_frsize // 20)
+        short = max(0, floor - st.f_bavail * st.f_frsize)
+        if short and not self._low_disk:
+            self._low_disk = True
+            log.warning(
+                "trace %s: under %d MiB free on its disk: its oldest parts are rotated out (--trace-full "
+                "stop: recording stops) rather than fill it",
+                self.directory,
+                floor >> 20,
+            )
+        return short
 
     def merge(self, final: bool) -> None:
         """Merge what the plan says, unless a merge failed in the last minute (at close,

@@ -358,3 +358,62 @@ def test_bad_limits_exit_2_with_one_line_and_no_mount(tmp_path, options, needle)
     assert not is_mounted(mnt)
     done = fusetrace("mount", str(src), str(mnt), "--trace-max", "1G", check=False)
     one_line_error(done, "--trace-max: limits the trace; give --trace DIR with it", code=2)
+
+
+_LOW_DISK = """
+import os, random, sys
+sys.path.insert(0, sys.argv[3])
+from test_trace_compact import record
+from fusetrace.trace import metadata as meta
+from fusetrace.trace.limits import Limits
+from fusetrace.trace.writer import TraceWriter
+root, full = sys.argv[1], sys.argv[2]
+st = os.statvfs(root)
+floor = st.f_blocks * st.f_frsize // 20
+with open(os.path.join(root, "filler"), "wb") as f:  # leave the floor and 1 MiB free
+    f.write(bytes(st.f_bavail * st.f_frsize - floor - (1 << 20)))
+rng = random.Random(7)
+with TraceWriter(os.path.join(root, "t"), {}, flush_interval=0.01, limits=Limits(full=full)) as w:
+    for i in range(40_000):  # about 4 MiB of parts: four times the room
+        w.record(record(i, path=f"/{i:06d}-" + rng.randbytes(48).hex()))
+        if i % 2_000 == 0:
+            while w.queued:
+                pass
+st = os.statvfs(root)
+data = meta.read(os.path.join(root, "t"))
+print(st.f_bavail * st.f_frsize >= floor, data.get("rotated", 0), data.get("stopped", 0), data["records"])
+"""
+
+
+@pytest.mark.parametrize("full", ["rotate", "stop"])
+def test_no_limit_given_still_never_takes_the_disks_last_space(tmp_path, full):
+    """On a 32 MiB file system with 1 MiB above its floor (a twentieth), a trace of four
+    times that with no --trace-max rotates its oldest parts out (or stops) and leaves the
+    floor free, counting what went."""
+    root = tmp_path / "small"
+    root.mkdir()
+    script = f'mount -t tmpfs -o size=32M none "$1" && exec {sys.executable} -c "$0" "$@"'
+    done = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            _LOW_DISK,
+            str(root),
+            full,
+            str(Path(__file__).parent),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+    assert done.returncode == 0, done.stderr
+    kept_floor, rotated, stopped, records = done.stdout.split()
+    assert kept_floor == "True"
+    assert int(rotated if full == "rotate" else stopped) > 0 and int(records) > 0
+    assert "rather than fill it" in done.stderr

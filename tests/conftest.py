@@ -97,3 +97,11 @@ def slow_mount(tmp_path):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """An empty source and mount point, `src` and `mnt`, under tmp_path."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    return tmp_path

@@ -6,26 +6,13 @@ import math
 import random
 
 import pytest
-from support import fusetrace, is_mounted, one_line_error
+from support import fusetrace, mount_fails, one_line_error
 
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.params import HOUR_MS, LEAST_WHY, SPECS, ProfileError
 from fusetrace.emulator.profiles import apply_overrides, load_profile
 
 INT64_NS = 2**63 - 1
-
-
-@pytest.fixture
-def dirs(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "mnt").mkdir()
-    return tmp_path
-
-
-def _mount_fails(dirs, *options):
-    done = fusetrace("mount", str(dirs / "src"), str(dirs / "mnt"), *options, check=False)
-    assert not is_mounted(dirs / "mnt")
-    return done
 
 
 # ---- profile keys: bounds at load, at --set, at fusetrace set -------------------------
@@ -131,7 +118,7 @@ def test_the_model_works_at_every_bound(edge):
 
 
 def test_mount_refuses_an_out_of_bounds_set(dirs):
-    done = _mount_fails(dirs, "--emulate", "efs-tiny", "--set", "file_write_slots=1e23")
+    done = mount_fails(dirs, "--emulate", "efs-tiny", "--set", "file_write_slots=1e23")
     one_line_error(done, "--set file_write_slots", "at most 1,024", code=2)
 
 
@@ -155,25 +142,25 @@ def test_fusetrace_set_refuses_out_of_bounds(mount):
 def test_a_profile_that_is_not_utf8(dirs):
     path = dirs / "latin1.toml"
     path.write_bytes(b'base = "efs-tiny"\ndescription = "caf\xe9"\n')
-    done = _mount_fails(dirs, "--emulate", str(path))
+    done = mount_fails(dirs, "--emulate", str(path))
     one_line_error(done, f"{path}:2: not UTF-8", code=2)
 
 
 def test_a_profile_that_is_a_directory(dirs):
     (dirs / "dir.toml").mkdir()
-    done = _mount_fails(dirs, "--emulate", str(dirs / "dir.toml"))
+    done = mount_fails(dirs, "--emulate", str(dirs / "dir.toml"))
     one_line_error(done, str(dirs / "dir.toml"), "a directory", code=2)
 
 
 def test_a_profile_that_cannot_be_read(dirs):
-    done = _mount_fails(dirs, "--emulate", "/proc/self/mem")  # a regular file whose read fails, even for root
+    done = mount_fails(dirs, "--emulate", "/proc/self/mem")  # a regular file whose read fails, even for root
     one_line_error(done, "/proc/self/mem: cannot read", code=2)
 
 
 def test_a_base_that_is_not_utf8_names_both_files(dirs):
     (dirs / "latin1.toml").write_bytes(b'description = "\xff"\n')
     (dirs / "top.toml").write_text('base = "latin1.toml"\n')
-    done = _mount_fails(dirs, "--emulate", str(dirs / "top.toml"))
+    done = mount_fails(dirs, "--emulate", str(dirs / "top.toml"))
     one_line_error(done, "top.toml:1: base:", "latin1.toml:1: not UTF-8", code=2)
 
 
@@ -204,16 +191,16 @@ def test_a_base_that_is_not_utf8_names_both_files(dirs):
     ],
 )
 def test_mount_option_out_of_range(dirs, options, needles):
-    one_line_error(_mount_fails(dirs, *options), *needles, code=2)
+    one_line_error(mount_fails(dirs, *options), *needles, code=2)
 
 
 def test_mount_option_foreground_is_checked_too(dirs):
-    done = _mount_fails(dirs, "--foreground", "--max-requests", "0")
+    done = mount_fails(dirs, "--foreground", "--max-requests", "0")
     one_line_error(done, "--max-requests 0", code=2)
 
 
 def test_mount_option_of_the_wrong_type_is_one_line(dirs):
-    done = _mount_fails(dirs, "--threads", "many")
+    done = mount_fails(dirs, "--threads", "many")
     one_line_error(done, "--threads", "invalid int value: 'many'", "fusetrace mount --help", code=2)
     done = fusetrace("mount", str(dirs / "src"), check=False)
     one_line_error(done, "required: mountpoint", code=2)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import fusetrace, is_mounted, one_line_error, poll
+from support import fusetrace, mount_fails, one_line_error, poll
 from support.metrics import families, free_port, scrape, scrape_unix
 
 from fusetrace.shaping.opmetrics import BOUNDS_S, OpCollector, OpCounts
@@ -123,19 +123,6 @@ def test_an_address_given_is_where_it_listens(mount, addr, url_host):
     assert 'fusetrace_bytes_total{op="write"} 3.0' in page
 
 
-@pytest.fixture
-def dirs(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "mnt").mkdir()
-    return tmp_path
-
-
-def _mount_fails(dirs, *options):
-    done = fusetrace("mount", str(dirs / "src"), str(dirs / "mnt"), *options, check=False)
-    assert not is_mounted(dirs / "mnt")
-    return done
-
-
 @pytest.mark.parametrize(
     "options, needles",
     [
@@ -149,7 +136,7 @@ def _mount_fails(dirs, *options):
     ],
 )
 def test_a_bad_metrics_place_is_one_line_and_no_mount(dirs, options, needles):
-    one_line_error(_mount_fails(dirs, *options), *needles, code=2)
+    one_line_error(mount_fails(dirs, *options), *needles, code=2)
 
 
 @pytest.mark.parametrize("planted", ["file", "link", "directory"])
@@ -162,7 +149,7 @@ def test_a_socket_path_that_is_not_ours_is_never_replaced(dirs, planted):
         path.symlink_to(target)
     else:
         path.mkdir()
-    done = _mount_fails(dirs, "--metrics-addr", f"unix:{path}")
+    done = mount_fails(dirs, "--metrics-addr", f"unix:{path}")
     one_line_error(done, f"--metrics-addr unix:{path}: exists and is not a socket of this user's", code=2)
     assert target.read_text() == "keep"
     assert {"file": path.is_file, "link": path.is_symlink, "directory": path.is_dir}[planted]()
@@ -173,14 +160,14 @@ def test_a_port_in_use_is_one_line_and_no_mount(dirs):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _mount_fails(dirs, "--metrics-port", str(port))
+        done = mount_fails(dirs, "--metrics-port", str(port))
     one_line_error(done, f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}", "in use", code=2)
 
 
 def test_a_live_socket_is_not_taken_over(dirs, mount):
     path = dirs / "m.sock"
     mount("--metrics-addr", f"unix:{path}")
-    done = _mount_fails(dirs, "--metrics-addr", f"unix:{path}")
+    done = mount_fails(dirs, "--metrics-addr", f"unix:{path}")
     one_line_error(done, "a server answers on this socket already", code=2)
     assert "fusetrace_operations_total" in scrape_unix(str(path))
 

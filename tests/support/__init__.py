@@ -30,6 +30,14 @@ def is_mounted(path: Path) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
+def mount_fails(dirs: Path, *options: str) -> subprocess.CompletedProcess:
+    """`fusetrace mount DIRS/src DIRS/mnt OPTIONS` that must fail: its result, once the
+    mount point is checked to be left unmounted."""
+    done = fusetrace("mount", str(dirs / "src"), str(dirs / "mnt"), *options, check=False)
+    assert not is_mounted(dirs / "mnt")
+    return done
+
+
 def poll(predicate, timeout: float = 10.0, interval: float = 0.02):
     """Wait until predicate() is true, failing after `timeout` seconds."""
     deadline = time.monotonic() + timeout

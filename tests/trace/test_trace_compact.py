@@ -29,6 +29,16 @@ def record(i: int, start_ns: int | None = None, path: str = "/f") -> TraceRecord
     return TraceRecord(start, 1, "getattr", 1, path, None, i, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
+def _busy_writer(d: Path) -> subprocess.Popen:
+    """A process writing a trace into `d` as fast as it can (tests/support/busy_writer.py)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "support.busy_writer", str(d)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+
+
 def parquet(d: Path) -> list[str]:
     return sorted(p.name for p in d.glob("*.parquet"))
 
@@ -103,12 +113,7 @@ def test_a_server_killed_mid_merge_loses_at_most_a_second_and_duplicates_nothing
     cut_mid_merge = 0
     for round_ in range(5):
         d = tmp_path / f"t{round_}"
-        child = subprocess.Popen(
-            [sys.executable, "-m", "support.busy_writer", str(d)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
-        )
+        child = _busy_writer(d)
         try:
             assert child.stdout is not None and child.stdout.readline() == "writing\n"
             deadline = time.monotonic() + 30
@@ -182,12 +187,7 @@ def test_fusetraces_reader_reads_a_trace_being_merged_exactly(tmp_path):
     """Readers in processes of their own, one after another, while a writer writes and
     merges parts all the time: each reads records 0 to k-1 once each, k growing."""
     d = tmp_path / "t"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "support.busy_writer", str(d)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
-    )
+    child = _busy_writer(d)
     try:
         assert child.stdout is not None and child.stdout.readline() == "writing\n"
         counts = []

@@ -148,8 +148,9 @@ def decision_ns() -> dict[str, float]:
 
 def render(res: dict, decisions: dict[str, float], rounds: int) -> str:
     lines = [
-        f"`python bench/trace_filters.py --rounds {rounds}` on the 2-core VM, loaded by other engineers' "
-        f"test runs meanwhile (1-minute load average {res['load']:.1f} at the end). Five mounts of one "
+        f"`python bench/trace_filters.py --rounds {rounds}` on the 2-core VM, "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC (1-minute load average {res['load']:.1f} "
+        f"at the end). Five mounts of one "
         f"tree ({DIRS} directories of {FILES} files of {SIZE} B, `--attr-timeout 0 --entry-timeout 0`); a "
         f"round lists, stats and reads every file on each mount in turn, order rotated each round "
         f"({res['ops_per_round']:,.0f} operations a round). Ratio: the round's wall time over the "

@@ -3,8 +3,12 @@ emulated file system at once (`simulate 'traces/*'`), each host its own NFS clie
 
 The records of every trace come in one stream, in start order over all the hosts (each
 trace's start_ns moved onto the clock of the one that started first, as `report` does:
-reader.TraceSet), sorted by DuckDB within its memory limit, spilling to disk past it, and
-read a batch at a time: memory stays bounded however many hosts and records.  Each host's
+reader.TraceSet), sorted by DuckDB within SORT_MEMORY, spilling to disk past it, and read
+a batch at a time.  In closed loop a process's operations read but not yet made (it fell
+behind its recording) are kept at most 2 x CHUNK in memory, the rest on disk (Spilled).
+Memory is then bounded by SORT_MEMORY, an Arrow batch, 2 x CHUNK operations a process
+(about 300 bytes each) and each host's client state, however long the trace and however
+far a process falls behind.  Each host's
 records are rebuilt into its requests by its own Rebuilder (its handles and directories
 are its own) and carry its index (`Call.host`), which tracesim.py hands to that host's
 NfsClient, on its own Model sharing the file system's gates (Model's `fs`).
@@ -43,7 +47,7 @@ from .requests import COLUMNS, Gaps, Rebuilder
 
 CACHE_CALLS = 500_000  # a fleet of at most this many records is kept in memory (about 300 bytes a call)
 BATCH_ROWS = 65_536
-SORT_MEMORY = "256MB"  # DuckDB's for the sort of every record: past it, it spills to its scratch directory
+SORT_MEMORY = "128MB"  # DuckDB's for the sort of every record: past it, it spills to its scratch directory
 CHUNK = 256  # a chain's operations read but not yet made, kept in memory: at most two chunks, the rest on disk
 TOP_HOSTS = 10  # the hosts said, those that waited most
 

@@ -21,8 +21,21 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .call import Call
+
+Op = tuple[float, float, Call]  # recorded start, end, call
+
+
+class Pending(Protocol):
+    """A chain's operations read but not yet made, first in first out: a deque, or what
+    keeps a long queue elsewhere (the fleet's spill, rehearse/simulate_fleet.py)."""
+
+    def append(self, op: Op, /) -> None: ...
+    def popleft(self) -> Op: ...
+    def __getitem__(self, i: int, /) -> Op: ...
+    def __len__(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -30,7 +43,7 @@ class Chain:
     """One chain's operations in a pass: those waiting to be made, the delays of those made
     (by recorded end), and its recorded and simulated extent."""
 
-    pending: deque[tuple[float, float, Call]] = field(default_factory=deque)  # recorded start, end, call
+    pending: Pending
     ends: list[tuple[float, float]] = field(default_factory=list)  # heap: recorded end, delay at completion
     slip: float = 0.0
     busy: bool = False  # its next operation is scheduled, or being admitted
@@ -42,10 +55,10 @@ class Chain:
 class Chains:
     """A pass shifted by `shift` seconds: `add` its operations in recorded start order, and
     `make` those due up to a moment, in the order they are made; `heap[0][0]` is when the
-    next one is (shifted)."""
+    next one is (shifted).  `pending` makes each chain's queue."""
 
-    def __init__(self, shift: float):
-        self.shift = shift
+    def __init__(self, shift: float, pending: Callable[[], Pending] = deque):
+        self.shift, self._pending = shift, pending
         self.chains: dict[int, Chain] = {}
         self.heap: list[tuple[float, int, int]] = []  # issue time (shifted), order, chain
         self._order = 0
@@ -54,7 +67,7 @@ class Chains:
         """An operation of chain `key` recorded over [start, end] (s, unshifted)."""
         chain = self.chains.get(key)
         if chain is None:
-            chain = self.chains[key] = Chain(first=start, last_end=end)
+            chain = self.chains[key] = Chain(self._pending(), first=start, last_end=end)
         chain.pending.append((start, end, call))
         if end > chain.last_end:
             chain.last_end = end

@@ -51,16 +51,18 @@ clock-free, like the model.
 """
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
 from .call import Call
-from .chains import Chains
+from .chains import Chains, Pending
 from .model import Model
 from .nfsclient import NfsClient
 from .ops import Admission, Gate
 from .repetition import GROWING, SAME_WORK, Rep, alike, mean, queue, queue_growth
+from .samples import Sample, coarsened
 from .throughput import fs_pipe_rates
 
 STEADY = 3  # repetitions alike in a row before any is extrapolated
@@ -78,21 +80,6 @@ _KERNEL = Gate.KERNEL
 # A workload's operation: its recorded start and end (s), its chain (the thread or process
 # that made it; -1: none, made at its recorded time), and the call.
 Timed = tuple[float, float, int, Call]
-
-
-@dataclass
-class Sample:
-    """The model at `t` (s since the origin), and the operations admitted since the
-    sample before (extrapolated: their share of a repetition's)."""
-
-    t: float
-    balance: float  # BurstCreditBalance, bytes
-    permitted: float  # PermittedThroughput, bytes/s
-    metered: float  # MeteredIOBytes since the origin
-    ops: float
-    waited: float  # their waits for limits, slots and queues, summed (s)
-    max_wait: float  # the longest of them (s)
-    simulated: bool  # op by op; False: extrapolated
 
 
 @dataclass
@@ -140,7 +127,9 @@ class TraceSim:
     `every` seconds.  `closed`: in closed loop (the operations' chains wait for one
     another) rather than open.  `admitted(call, t, admission)`, if given, sees each
     operation simulated op by op.  `clients`: a fleet's, one a host sharing `model`'s file
-    system (Model's `fs`), each call to its `host`'s (default: one client of `model`)."""
+    system (Model's `fs`), each call to its `host`'s (default: one client of `model`).
+    `pending`: makes a chain's queue of operations read but not yet made (chains.py's
+    Pending; a fleet's keeps most of a long one out of memory)."""
 
     def __init__(
         self,
@@ -154,12 +143,13 @@ class TraceSim:
         closed: bool = False,
         admitted: Callable[[Call, float, Admission], None] | None = None,
         clients: Sequence[NfsClient] | None = None,
+        pending: Callable[[], Pending] = deque,
     ):
         if span <= 0 or every <= 0 or first < origin:
             raise ValueError("span and every must be above 0, and the origin not after the first call")
         self.model, self.clients = model, list(clients) if clients else [NfsClient(model)]
         self.calls, self.origin, self.first, self.span, self.every = calls, origin, first, span, every
-        self.closed = closed
+        self.closed, self.pending = closed, pending
         self.period = span  # a repetition's length: the span, or in closed loop what the steady ones took
         self._bounds: dict[int, float] = {0: origin}  # closed loop: when repetition r starts, once known
         self._pass_ops = 0  # operations in a whole pass
@@ -303,7 +293,7 @@ class TraceSim:
                 admitted(c, t, a)
             return a.done_at
 
-        chains = Chains(shift) if self.closed else None
+        chains = Chains(shift, self.pending) if self.closed else None
         cut = False  # stopped before the pass's end
         heap = chains.heap if chains is not None else []
         for at, last, key, c in self.calls():
@@ -626,25 +616,3 @@ class TraceSim:
             self.delta,
             saturated,
         )
-
-
-def coarsened(samples: list[Sample], every: float) -> list[Sample]:
-    """The samples merged into one every `every` seconds (and the last): each says the
-    model at its end, and sums up the operations since the one before."""
-    kept = [samples[0]]
-    for x in samples[1:]:
-        last = kept[-1]
-        if len(kept) > 1 and math.ceil(last.t / every - 1e-9) == math.ceil(x.t / every - 1e-9):
-            kept[-1] = Sample(
-                x.t,
-                x.balance,
-                x.permitted,
-                x.metered,
-                last.ops + x.ops,
-                last.waited + x.waited,
-                max(last.max_wait, x.max_wait),
-                last.simulated and x.simulated,
-            )
-        else:
-            kept.append(x)
-    return kept

@@ -23,8 +23,9 @@ from typing import NotRequired, TypedDict
 import duckdb
 
 from ..emulator.params import Params
+from ..emulator.samples import coarsened
 from ..emulator.throughput import credit_cap
-from ..emulator.tracesim import Result, TraceSim, coarsened
+from ..emulator.tracesim import Result, TraceSim
 from ..errors import UserError
 from ..report.query import Trace, expand_traces
 from ..shaping.profile import load_params
@@ -218,17 +219,21 @@ def simulate(trace_dirs: str | Sequence[str], params: Params, days: float | None
     model, clients = fleet.clients(params, origin / 1e9, hosts)
     waits = fleet.Waits(hosts) if hosts > 1 else None
     began = time.perf_counter()
-    result = TraceSim(
-        model,
-        calls,
-        origin=origin / 1e9,
-        first=first / 1e9,
-        span=span,
-        every=step / SAMPLES_PER_ROW,
-        closed=closed,
-        admitted=waits,
-        clients=clients,
-    ).run(duration if days or not closed else None, most=2 * TABLE_ROWS * SAMPLES_PER_ROW)
+    try:
+        result = TraceSim(
+            model,
+            calls,
+            origin=origin / 1e9,
+            first=first / 1e9,
+            span=span,
+            every=step / SAMPLES_PER_ROW,
+            closed=closed,
+            admitted=waits,
+            clients=clients,
+            pending=calls.spill.queue,
+        ).run(duration if days or not closed else None, most=2 * TABLE_ROWS * SAMPLES_PER_ROW)
+    finally:
+        calls.spill.close()
     wall = time.perf_counter() - began
     duration = result.samples[-1].t
     if duration > step * TABLE_ROWS * 1.000001:

@@ -3,8 +3,12 @@ emulated file system at once (`simulate 'traces/*'`), each host its own NFS clie
 
 The records of every trace come in one stream, in start order over all the hosts (each
 trace's start_ns moved onto the clock of the one that started first, as `report` does:
-reader.TraceSet), sorted by DuckDB within its memory limit, spilling to disk past it, and
-read a batch at a time: memory stays bounded however many hosts and records.  Each host's
+reader.TraceSet), sorted by DuckDB within SORT_MEMORY, spilling to disk past it, and read
+a batch at a time.  In closed loop a process's operations read but not yet made (it fell
+behind its recording) are kept at most 2 x CHUNK in memory, the rest on disk (Spilled).
+Memory is then bounded by SORT_MEMORY, an Arrow batch, 2 x CHUNK operations a process
+(about 300 bytes each) and each host's client state, however long the trace and however
+far a process falls behind.  Each host's
 records are rebuilt into its requests by its own Rebuilder (its handles and directories
 are its own) and carry its index (`Call.host`), which tracesim.py hands to that host's
 NfsClient, on its own Model sharing the file system's gates (Model's `fs`).
@@ -14,18 +18,23 @@ name when it names none); two traces of one host are two clients all the same, t
 named `NAME#2`, the third `NAME#3`, in the order the arguments give them.
 """
 
+import dataclasses
 import math
+import operator
 import os
+import pickle
 import random
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypedDict
+from typing import IO, TypedDict
 
 import duckdb
 import numpy as np
 
 from ..emulator.call import Call
+from ..emulator.chains import Op
 from ..emulator.model import Model
 from ..emulator.nfsclient import NfsClient
 from ..emulator.ops import Admission
@@ -38,6 +47,8 @@ from .requests import COLUMNS, Gaps, Rebuilder
 
 CACHE_CALLS = 500_000  # a fleet of at most this many records is kept in memory (about 300 bytes a call)
 BATCH_ROWS = 65_536
+SORT_MEMORY = "128MB"  # DuckDB's for the sort of every record: past it, it spills to its scratch directory
+CHUNK = 256  # a chain's operations read but not yet made, kept in memory: at most two chunks, the rest on disk
 TOP_HOSTS = 10  # the hosts said, those that waited most
 
 
@@ -101,6 +112,7 @@ class Calls:
         self.keep = trace.records <= CACHE_CALLS
         self.cached: list[Timed] | None = None
         self.gaps = Gaps()
+        self.spill = Spill()  # the chains' operations read but not yet made, past CHUNK
 
     def __call__(self) -> Iterable[Timed]:
         return self.cached if self.cached is not None else self._read()
@@ -141,6 +153,86 @@ class Calls:
         self.cached = kept
 
 
+_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Call)))
+
+
+class Spill:
+    """Where the chains of a simulation keep their operations read but not yet made (`queue`
+    makes a chain's, TraceSim's `pending`): past CHUNK of a chain, pickled into a scratch file
+    of its own (unnamed, gone once closed)."""
+
+    def __init__(self) -> None:
+        self.file: IO[bytes] | None = None
+
+    def queue(self) -> "Spilled":
+        return Spilled(self)
+
+    def write(self, ops: list[Op]) -> tuple[int, int]:
+        """Keep `ops`: where they are (offset, length)."""
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="fusetrace-chains-")  # noqa: SIM115 (closed by close)
+        data = pickle.dumps([(a, b, *_FIELDS(c)) for a, b, c in ops], pickle.HIGHEST_PROTOCOL)
+        self.file.seek(0, os.SEEK_END)
+        at = self.file.tell()
+        self.file.write(data)
+        return at, len(data)
+
+    def read(self, at: int, length: int) -> Iterator[Op]:
+        """The operations kept at `at` (Spill.write's answer), in order."""
+        assert self.file is not None
+        self.file.seek(at)
+        return ((r[0], r[1], Call(*r[2:])) for r in pickle.loads(self.file.read(length)))
+
+    def close(self) -> None:
+        """Let the spilled operations go."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class Spilled:
+    """A chain's operations read but not yet made (chains.Pending), first in first out:
+    at most CHUNK in memory to be made next and CHUNK being added, the chunks between
+    them in the simulation's Spill.  A process that falls behind its recording (its
+    operations wait for a slower file system) has every operation it recorded since then
+    read and waiting: a day of a hundred hosts' is millions, which would otherwise all be
+    held."""
+
+    __slots__ = ("_chunks", "_head", "_spill", "_tail")
+
+    def __init__(self, spill: Spill):
+        self._spill = spill
+        self._head: deque[Op] = deque()  # made next
+        self._chunks: deque[tuple[int, int]] = deque()  # then these (where in the spill), in order
+        self._tail: list[Op] = []  # then these, the last added
+
+    def append(self, op: Op, /) -> None:
+        if len(self._head) < CHUNK and not self._chunks and not self._tail:
+            self._head.append(op)
+            return
+        tail = self._tail
+        tail.append(op)
+        if len(tail) >= CHUNK:
+            self._chunks.append(self._spill.write(tail))
+            tail.clear()
+
+    def popleft(self) -> Op:
+        op = self._head.popleft()
+        if not self._head:
+            if self._chunks:
+                self._head.extend(self._spill.read(*self._chunks.popleft()))
+            elif self._tail:
+                self._head.extend(self._tail)
+                self._tail.clear()
+        return op
+
+    def __getitem__(self, i: int, /) -> Op:
+        return self._head[i]  # chains.py asks for the first only
+
+    def __len__(self) -> int:
+        return len(self._head)  # empty only once the chunks and the tail are
+
+
 def _batches(trace: Trace, columns: list[str]) -> Iterator:
     """Every member's records, `columns` of them and its index (`member`), on the fleet's
     clock, in start order (ties by member), a batch at a time, in bounded memory (as
@@ -164,7 +256,7 @@ def _batches(trace: Trace, columns: list[str]) -> Iterator:
     scratch = tempfile.mkdtemp(prefix="fusetrace-sort-")  # 0700, ours
     try:
         db = duckdb.connect(
-            config={"memory_limit": reader.MEMORY_LIMIT, "temp_directory": scratch, "preserve_insertion_order": False}
+            config={"memory_limit": SORT_MEMORY, "temp_directory": scratch, "preserve_insertion_order": False}
         )
         try:
             db.execute("create table f (filename varchar, member integer, offset_ns bigint)")

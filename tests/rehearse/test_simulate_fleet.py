@@ -5,13 +5,17 @@ import json
 import os
 import stat
 import subprocess
+from collections import deque
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import fusetrace, one_line_error, served
 
+from fusetrace.emulator.call import Call
 from fusetrace.emulator.params import MiB
-from fusetrace.rehearse import simulate
+from fusetrace.rehearse import simulate, simulate_fleet
 from fusetrace.server.inodes import ROOT
 from fusetrace.shaping.profile import load_params
 from fusetrace.trace.schema import TraceRecord
@@ -75,6 +79,60 @@ def test_identical_hosts_contend_for_the_shared_throughput(tmp_path):
     took = max(h["simulated_s"] for h in fleet["hosts"])
     assert written / took <= 5 * MiB * 1.02
     assert fleet["metered_bytes"] >= written
+
+
+@given(st.lists(st.booleans(), max_size=400), st.integers(1, 50))
+def test_a_chains_spilled_operations_come_back_in_order(steps, chunk):
+    """A chain's queue (True: add one, False: take the first, if any) gives back what was added,
+    in order, every field of each call, as a deque would; past two chunks the rest is on disk."""
+    spill = simulate_fleet.Spill()
+    spilled, kept = spill.queue(), deque()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(simulate_fleet, "CHUNK", chunk)
+        for i, add in enumerate(steps):
+            if add:
+                op = (
+                    i / 3,
+                    i / 2,
+                    Call("write", i, 0, f"n{i}", offset=i * 7, size=i, write_mode="direct", uid=i, host=i % 5),
+                )
+                spilled.append(op)
+                kept.append(op)
+            elif kept:
+                assert spilled[0] == kept[0]
+                assert spilled.popleft() == kept.popleft()
+            assert len(spilled) > 0 if kept else len(spilled) == 0
+        while kept:
+            assert spilled.popleft() == kept.popleft()
+        most = max_pending(steps)
+        if most >= 2 * chunk:
+            assert spill.file is not None
+        if most <= chunk:
+            assert spill.file is None
+        spill.close()
+
+
+def max_pending(steps: list[bool]) -> int:
+    """The most a queue held at once, added one at a time by `steps` (see above)."""
+    n = most = 0
+    for add in steps:
+        n = n + 1 if add else max(0, n - 1)
+        most = max(most, n)
+    return most
+
+
+def test_a_fleet_falling_behind_spills_and_simulates_the_same(tmp_path, monkeypatch):
+    """Hosts waiting for a shared 5 MiB/s baseline fall behind their recordings: their records
+    read and not yet made, held a chunk in memory and the rest on disk, give the same figures
+    whatever the chunk."""
+    traces = _fleet(tmp_path, 4)
+    params = load_params("efs-bursting", PROVISIONED)
+    held = simulate.simulate(traces, params, None)
+    monkeypatch.setattr(simulate_fleet, "CHUNK", 2)
+    spilled = simulate.simulate(traces, params, None)
+    held.pop("wall_s")
+    spilled.pop("wall_s")
+    assert held == spilled
 
 
 def test_one_host_alone_through_the_fleet_path_is_the_trace_simulated(tmp_path):

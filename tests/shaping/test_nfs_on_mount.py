@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 from support import Mount, fusetrace, poll
 
-from fusetrace.rehearse.simulate import _Calls as Calls
+from fusetrace.rehearse.simulate_fleet import Calls
+from fusetrace.report.query import Trace
 from fusetrace.server import syscalls
 
 MiB = 1 << 20
@@ -82,7 +83,7 @@ def test_each_users_first_search_of_a_directory_asks_access_again():
         assert lookups.loc["/d/a", "nfs"] == "ACCESS,LOOKUP" and lookups.loc["/d/c", "nfs"] == "LOOKUP"
         assert lookups.loc["/d/b", "nfs"] == "ACCESS,LOOKUP" and lookups.loc["/d/b", "uid"] == 65534
         # and `fusetrace simulate` hands each call to the NFS client as its record's user
-        assert {c.uid for *_, c in Calls(str(m.trace), 1000, True)() if c.op == "lookup"} == {0, 65534}
+        assert {c.uid for *_, c in Calls(Trace(str(m.trace)), True)() if c.op == "lookup"} == {0, 65534}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -243,7 +243,7 @@ def _batches(trace: Trace, columns: list[str]) -> Iterator:
     have = set().union(*(m.columns for m in members))
     fields = []
     for c in columns:
-        default = reader._DEFAULTS.get(c, "null")
+        default = reader.DEFAULTS.get(c, "null")
         if c == "start_ns":
             fields.append("start_ns + f.offset_ns as start_ns")
         elif c not in have:

@@ -53,7 +53,8 @@ def _literal(value: int | str | None, field: pa.Field) -> str:
     return "''" if value == "" else f"{'null' if value is None else value}::{sql}"
 
 
-_DEFAULTS = {
+# A column an older trace lacks, as SQL reads it there (every reader, the fleet's included)
+DEFAULTS = {
     **{
         f.name: _literal(TraceRecord._field_defaults[f.name], f)
         for f in RECORD_SCHEMA
@@ -399,7 +400,7 @@ def ordered_batches(
     if unknown:
         raise ValueError(f"not trace columns: {', '.join(unknown)}")
     known = metadata(directory)
-    defaults = {**_DEFAULTS, "host": host_literal(known), "time": time_expression(known)}
+    defaults = {**DEFAULTS, "host": host_literal(known), "time": time_expression(known)}
     scratch = tempfile.mkdtemp(prefix="fusetrace-sort-")  # 0700, ours
     try:
         db = duckdb.connect(
@@ -531,7 +532,7 @@ class TraceSet:
             if "time" not in m.columns:
                 host += f", {time_expression(m.metadata)} as time"
             if "sample" not in m.columns:
-                host += f", {_DEFAULTS['sample']} as sample"
+                host += f", {DEFAULTS['sample']} as sample"
             selects.append(f"select *{moved}{host} from {name}_{i}")
         db.execute(f"create view {name} as {' union all by name '.join(selects)}")
         return {row[0] for row in db.execute(f"describe {name}").fetchall()}

@@ -76,7 +76,7 @@ def test_a_trace_column_is_a_field_of_trace_record_and_nothing_else(tmp_path):
     m = reader.metadata(str(tmp_path / "t"))
     assert time.value == given["start_ns"] + m["start_wall_ns"] - m["start_monotonic_ns"]
     later = [c for c in COLUMNS if c not in reader.REQUIRED and c not in ("host", "time")]
-    assert sorted(reader._DEFAULTS) == sorted(later)
+    assert sorted(reader.DEFAULTS) == sorted(later)
     documented = set(re.findall(r"^\| `(\w+)` \|", (DOCS / "TRACE_FORMAT.md").read_text(), re.MULTILINE))
     assert set(COLUMNS) <= documented
 

@@ -77,10 +77,10 @@ def test_size_and_age_parse_and_refuse():
 
 @pytest.mark.slow
 def test_a_traced_mount_ends_with_few_files_and_every_record_once(mount):
-    """Forty stats of missing names, each in a part of its own (waited for): the writer
+    """Twenty stats of missing names, each in a part of its own (waited for): the writer
     merges while the mount runs and at umount; the trace then is one file, each lookup once."""
     m = mount("--negative-timeout", "0", trace=True)
-    n = 40
+    n = 20  # more than the 16 parts a merge takes
     for i in range(n):
         try:
             os.stat(m.mountpoint / f"missing-{i}")

@@ -388,7 +388,7 @@ def _metadata(dir_fd: int) -> dict[str, object]:
         fd = os.open(meta.NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
         with open(fd, "rb") as f:
             data = json.loads(f.read(meta.MAX_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: a hostile file's nesting
         return {}
     return data if isinstance(data, dict) else {}
 

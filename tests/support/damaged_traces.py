@@ -262,6 +262,7 @@ COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
     "export csv": lambda t, good, tmp: ["export", str(t), "--format", "csv", "-o", str(tmp / "x.csv")],
     "compare": lambda t, good, tmp: ["compare", str(good), str(t)],
     "replay": lambda t, good, tmp: ["replay", str(t), str(tmp / "target"), "--as-fast-as-possible"],
+    "compact": lambda t, good, tmp: ["compact", str(t)],  # last: it rewrites the trace's files
 }
 
 

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from support import fusetrace, is_mounted, one_line_error
+from support import fusetrace, is_mounted, one_line_error, unshared
 
 from fusetrace.errors import UserError
 from fusetrace.server import runstate
@@ -115,21 +115,7 @@ def as_nobody(python: str, dev: Path, *commands: list[str]) -> list[tuple[int, s
     mount namespace ("fusetrace", ARGS... runs the command line): their (code, out, err)."""
     dev.mkdir(exist_ok=True)
     done = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            _SETUP,
-            "setup",
-            str(dev),
-            python,
-            "-c",
-            _DRIVER,
-            json.dumps(commands),
-        ],
+        unshared(_SETUP, "setup", str(dev), python, "-c", _DRIVER, json.dumps(commands)),
         capture_output=True,
         text=True,
         env=_env(),

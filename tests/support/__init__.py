@@ -30,6 +30,12 @@ def is_mounted(path: Path) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
+def unshared(script: str | bytes, *args: str | bytes) -> list[str | bytes]:
+    """argv running the shell `script` with `args` ($0, $1...) in a private mount namespace
+    (what it mounts there, a tmpfs or a test's FUSE mount, is gone with it)."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *args]
+
+
 def mount_fails(dirs: Path, *options: str) -> subprocess.CompletedProcess:
     """`fusetrace mount DIRS/src DIRS/mnt OPTIONS` that must fail: its result, once the
     mount point is checked to be left unmounted."""

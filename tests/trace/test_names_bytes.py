@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
-from support import fusetrace
+from support import fusetrace, unshared
 
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
@@ -217,21 +217,7 @@ def test_a_mountpoint_that_is_not_utf8(tmp_path):
     mnt = os.path.join(os.fsencode(tmp_path), b"mnt\xff")
     os.mkdir(mnt)
     done = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            _IN_NAMESPACE,
-            sys.executable,
-            str(src),
-            mnt,
-            str(trace),
-            str(tmp_path / "log"),
-            LATIN1,
-        ],
+        unshared(_IN_NAMESPACE, sys.executable, str(src), mnt, str(trace), str(tmp_path / "log"), LATIN1),
         capture_output=True,
         timeout=120,
     )

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import ROOT, fusetrace, is_mounted, one_line_error, poll
+from support import ROOT, fusetrace, is_mounted, one_line_error, poll, unshared
 
 from fusetrace.trace import compact, reader
 from fusetrace.trace import metadata as meta
@@ -394,19 +394,7 @@ def test_no_limit_given_still_never_takes_the_disks_last_space(tmp_path, full):
     root.mkdir()
     script = f'mount -t tmpfs -o size=32M none "$1" && exec {sys.executable} -c "$0" "$@"'
     done = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            _LOW_DISK,
-            str(root),
-            full,
-            str(Path(__file__).parent),
-        ],
+        unshared(script, _LOW_DISK, str(root), full, str(Path(__file__).parent)),
         capture_output=True,
         text=True,
         timeout=120,

@@ -5,6 +5,7 @@ reader handed them /proc/self/fd/N/<part>, each of these commands ended in a
 UnicodeEncodeError traceback."""
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -51,11 +52,18 @@ def test_a_trace_directory_whose_name_is_not_utf8_reads_as_any(tmp_path, good, n
 
 @pytest.mark.parametrize("name", READERS)
 def test_a_part_whose_own_name_is_not_utf8_is_skipped_with_a_warning(tmp_path, good, name):
-    """No writer names a part so: it is met as a part that cannot be read."""
+    """No writer names a part so: a reader meets it as a part that cannot be read, and
+    `compact`, which would remove the files it merges, refuses the directory, changing nothing."""
     t = tmp_path / "t"
     shutil.copytree(good, t)
     shutil.copy(t / "part-000000.parquet", t / "part-\udcff.parquet")
+    before = sorted(os.listdir(t))
     code, _, err = run_in_process(READERS[name](t, good, scratch(tmp_path, "s")))
+    if name == "compact":
+        assert code == 2 and err.count("\n") == 1, err
+        assert "holds part-?.parquet, which no fusetrace writer names: not a trace" in err
+        assert sorted(os.listdir(t)) == before
+        return
     assert code == 0 and err.count("\n") == 1, err
     assert f"warning: {t}/part-?.parquet: not a readable trace part (its name is not UTF-8" in err
 

@@ -35,23 +35,15 @@ def umount(args: argparse.Namespace) -> int:
         f"; its server (pid {pid}) is stopped: resume it with kill -CONT {pid}, or detach the "
         f"mount now with fusermount3 -uz {mnt}"
     )
-    fusermount = subprocess.Popen(
-        ["fusermount3", "-u", mnt],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     try:
-        _, err = fusermount.communicate(timeout=UMOUNT_TIMEOUT)
+        done = _fusermount(mnt, "-u")
     except subprocess.TimeoutExpired:
-        fusermount.kill()
         hint = stopped if pid and processes.stopped(pid) else f"; detach it with fusermount3 -uz {mnt}"
         raise UserError(
             f"cannot unmount {mnt}: fusermount3 did not return within {UMOUNT_TIMEOUT:.0f} s{hint}"
         ) from None
-    if fusermount.returncode != 0:
-        reason = err.strip().splitlines()[-1] if err.strip() else f"exit {fusermount.returncode}"
+    if done.returncode != 0:
+        reason = _failure(done)
         hint = stopped if pid and processes.stopped(pid) else ""
         if not hint and "busy" in reason:
             from .stats_view import held_words
@@ -68,6 +60,25 @@ def umount(args: argparse.Namespace) -> int:
             )
         raise UserError(f"cannot unmount {mnt}: {reason}{hint}")
     return _unmounted(mnt, pid, state)
+
+
+def _fusermount(mnt: str, flag: str) -> "subprocess.CompletedProcess[str]":
+    """fusermount3 FLAG MNT (-u, or -uz to detach), within UMOUNT_TIMEOUT: past it the child
+    is killed and TimeoutExpired raised."""
+    return subprocess.run(
+        ["fusermount3", flag, mnt],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=UMOUNT_TIMEOUT,
+    )
+
+
+def _failure(done: "subprocess.CompletedProcess[str]") -> str:
+    """Why fusermount3 failed: its last line on stderr, or its exit code."""
+    err = done.stderr.strip()
+    return err.splitlines()[-1] if err else f"exit {done.returncode}"
 
 
 def _unmounted(mnt: str, pid: int | None, state: dict) -> int:
@@ -96,19 +107,11 @@ def _detach(mnt: str, pid: int | None, state: dict) -> int:
 
     inside = mounts.users(mnt)  # before the detach: after it /proc names them from the detached root
     try:
-        done = subprocess.run(
-            ["fusermount3", "-uz", mnt],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=UMOUNT_TIMEOUT,
-        )
+        done = _fusermount(mnt, "-uz")
     except subprocess.TimeoutExpired:
         raise UserError(f"cannot detach {mnt}: fusermount3 did not return within {UMOUNT_TIMEOUT:.0f} s") from None
     if done.returncode != 0:
-        err = done.stderr.strip()
-        raise UserError(f"cannot detach {mnt}: {err.splitlines()[-1] if err else f'exit {done.returncode}'}")
+        raise UserError(f"cannot detach {mnt}: {_failure(done)}")
     trace = state.get("trace")
     if inside:
         then = f"flushes its trace to {trace} and exits" if trace else "exits"

@@ -105,9 +105,8 @@ def describe(name: str, dir_fd: int) -> Part:
     """A part file of the directory `dir_fd`, read from its footer (OSError, ArrowException
     if it cannot be read).  Opened without following a link, as everything made here."""
     first, last = numbers(name) or (0, -1)
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-    with open(fd, "rb") as f:
-        size = os.fstat(fd).st_size
+    with _open_read(name, dir_fd) as f:
+        size = os.fstat(f.fileno()).st_size
         footer = pq.ParquetFile(f).metadata
         lo = hi = None
         if "start_ns" in footer.schema.names:
@@ -301,8 +300,12 @@ def _batches(name: str, dir_fd: int) -> Iterator[pa.RecordBatch]:
 
 
 def _open(name: str, dir_fd: int) -> "pa.PythonFile":
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-    return pa.PythonFile(open(fd, "rb"), mode="r")
+    return pa.PythonFile(_open_read(name, dir_fd), mode="r")
+
+
+def _open_read(name: str, dir_fd: int) -> BinaryIO:
+    """The file `name` of the directory `dir_fd`, opened to read, never through a link."""
+    return open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd), "rb")
 
 
 class Refused(UserError):
@@ -385,8 +388,7 @@ def compact_trace(directory: str) -> str:
 def _metadata(dir_fd: int) -> dict[str, object]:
     """The trace's metadata as far as it can be read ({} if not)."""
     try:
-        fd = os.open(meta.NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-        with open(fd, "rb") as f:
+        with _open_read(meta.NAME, dir_fd) as f:
             data = json.loads(f.read(meta.MAX_BYTES))
     except (OSError, ValueError, RecursionError):  # RecursionError: a hostile file's nesting
         return {}

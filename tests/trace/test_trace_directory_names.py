@@ -18,9 +18,9 @@ from fusetrace.texttable import printable
 BAD = "it's \\ \n" + "\udcff"  # os.fsdecode(b"it's \\ \n\xff")
 # Each command that reads a trace, and report over a fleet (the trace and another).
 READERS = {**COMMANDS, "report, a fleet": lambda t, good, tmp: ["report", str(t), str(good)]}
-# Masked in replay's and simulate's output: wall-clock figures, and the concurrency a replay
-# as fast as possible happened to reach.
-CLOCKED = re.compile(r"\d[\d.,]*|concurrency: .*")
+# Masked in replay's and simulate's output: wall-clock figures with their units (a replay as
+# fast as possible may take 900 µs or 1.1 ms), and the concurrency it happened to reach.
+CLOCKED = re.compile(r"\d[\d.,]*\s?(?:[nµm]?s\b)?|concurrency: .*")
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,7 @@ class MountOptions:
     # FUSE's write-back cache (emulated mounts only): see cli.py's help; None: on when emulated
     # and not shared
     writeback_cache: bool | None = None
+    crashable: bool = False  # armed for the crash fault (server/durable.py)
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
     faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
@@ -273,6 +274,7 @@ def _metadata(opts: MountOptions) -> Json:
             "inline_threshold_us": _inline_threshold_us(opts),
             "xattrs": opts.xattrs,
             "writeback_cache": opts.writeback_cache,
+            "crashable": opts.crashable,
             "emulate": opts.emulate,
             "overrides": opts.overrides,
             "faults": opts.faults,
@@ -347,6 +349,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
         writeback_cache=bool(opts.writeback_cache),
         counts=_op_counts(listener),
+        crashable=opts.crashable,
     )
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
         ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")

@@ -22,7 +22,7 @@ import os
 import random
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .openfiles import Handle
@@ -173,3 +173,31 @@ class Durability:
         out.pages_lost += len(w.pages) - len(kept)
         out.pages_torn += len(kept)
         out.bytes_cut += max(0, w.size - final)
+
+
+def crash_events(events: list[Any], where: str) -> tuple[list[float], list[tuple[int, Any]]]:
+    """A faults file's [[event]] tables split: the seconds after the mount of each crash
+    (`at = "30s"`, `crash = true`), and the rest with their numbers (the model's events).
+    ValueError naming `where`, the event and the key on a mistake."""
+    from ..emulator.events import LONGEST, seconds  # (a mount that does not emulate imports no model)
+
+    crashes, rest = [], []
+    for i, raw in enumerate(events, 1):
+        if not (isinstance(raw, dict) and "crash" in raw):
+            rest.append((i, raw))
+            continue
+        unknown = sorted(set(raw) - {"at", "crash"})
+        if unknown:
+            raise ValueError(f"{where}: event {i}: unknown key {unknown[0]!r} (a crash event has at and crash = true)")
+        if raw["crash"] is not True:
+            raise ValueError(f"{where}: event {i}: crash: write crash = true, got {raw['crash']!r}")
+        if "at" not in raw:
+            raise ValueError(f'{where}: event {i}: at: missing (when the client crashes, e.g. at = "30s")')
+        try:
+            at = seconds(raw["at"])
+        except ValueError as exc:
+            raise ValueError(f"{where}: event {i}: at {exc}") from None
+        if at > LONGEST:
+            raise ValueError(f"{where}: event {i}: at {raw['at']!r}: at most a year from the mount")
+        crashes.append(at)
+    return crashes, rest

@@ -20,6 +20,7 @@ from ..errors import BadValue, UserError
 from ..shaping import exporter, roundtrip
 from . import fusectl, fuseread, inline, mounts, nfssampler, runstate
 from .control import serve as serve_control
+from .durable import crash_events
 from .handlers import Operations
 from .inline import InlinePolicy
 from .status import Json, Status
@@ -225,10 +226,16 @@ def _check_faults(opts: MountOptions) -> None:
     trial = Injector(write_back=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):
         trial.add(raw, 0, f"--faults {opts.faults}: rule {i}", trial=True)
-    if events and opts.emulate is None:
+    try:
+        crashes, model_events = crash_events(events, f"--faults {opts.faults}")
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+    if crashes and not opts.crashable:
+        raise BadValue(f"--faults {opts.faults}: a crash event needs --crashable (docs/FAULTS.md)")
+    if model_events and opts.emulate is None:
         raise BadValue(
             f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
-            f"emulated file system's timeline)"
+            f"emulated file system's timeline; a crash event does not)"
         )
 
 
@@ -328,7 +335,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
             listener = exporter.Listener(place)  # before any thread starts (exporter._bind_own)
         emulation = _open_emulation(opts)
-        rules = _scheduled_faults(opts, emulation)
+        rules, crashes = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _leave(emulation)
@@ -393,7 +400,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
-            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener)
+            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener, crashes)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -429,18 +436,24 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
     return emulation
 
 
-def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[Json]:
-    """The faults file's rules (for the handlers), its events scheduled on the emulation's
-    timeline from now."""
+async def _crash_after(ops: Operations, seconds: float) -> None:
+    await trio.sleep(seconds)
+    await ops.crash()
+
+
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> tuple[list[Json], list[float]]:
+    """The faults file's rules (for the handlers) and crash events (seconds from now), its
+    other events scheduled on the emulation's timeline from now."""
     if opts.faults is None:
-        return []
+        return [], []
     from ..faults.rules import load_file
 
     rules, events = load_file(opts.faults)
+    crashes, rest = crash_events(events, f"--faults {opts.faults}")  # checked by preflight
     if emulation is not None:
-        for i, raw in enumerate(events, 1):
+        for i, raw in rest:
             emulation.add_event(raw, f"--faults {opts.faults}: event {i}")
-    return rules
+    return rules, crashes
 
 
 def _capture(opts: MountOptions) -> "Capture | None":
@@ -484,9 +497,16 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
 
 
 async def _main(
-    opts: MountOptions, ready_fd: int | None, status: Status, control: str, listener: exporter.Listener | None
+    opts: MountOptions,
+    ready_fd: int | None,
+    status: Status,
+    control: str,
+    listener: exporter.Listener | None,
+    crashes: list[float],
 ) -> None:
     async with trio.open_nursery() as nursery:
+        for at in crashes:  # a faults file's crash events, from the mount
+            nursery.start_soon(_crash_after, status.ops, at)
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
         nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once

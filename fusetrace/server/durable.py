@@ -21,6 +21,7 @@ import errno as E
 import os
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,7 @@ class Durability:
         self._files: dict[int, _Written] = {}
         self._guard = threading.Lock()  # _files' membership
         self.seed = random.randrange(2**32) if seed is None else seed
-        self.crashes = 0
+        self.crashes: list[dict[str, int]] = []  # each crash: when (wall ns) and what it undid
 
     def pwrite(self, h: "Handle", buf: bytes, off: int) -> int:
         """pwrite(2) of `buf` at `off` on the open file `h`, the durable bytes of the pages
@@ -144,8 +145,8 @@ class Durability:
         caller has made the handles open before stale (`stale_handles` of them)."""
         with self._guard:
             files, self._files = list(self._files.values()), {}
-        draw = random.Random(f"{self.seed}:{self.crashes}")
-        self.crashes += 1
+        draw = random.Random(f"{self.seed}:{len(self.crashes)}")
+        at = time.time_ns()
         out = Crashed(files=len(files), handles=stale_handles)
         for w in files:
             with w.lock:
@@ -153,6 +154,7 @@ class Durability:
                     self._undo(w, draw if w.committing else None, out)
                 finally:
                     os.close(w.fd)
+        self.crashes.append({"at_ns": at, **out.describe()})
         return out
 
     @staticmethod

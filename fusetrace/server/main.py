@@ -410,6 +410,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
             emulation.sharing.close()
         if tracer is not None and (ops.pipeline.faults.fired or ops.pipeline.faults.rules):
             tracer.update_metadata(faults=ops.pipeline.faults.listing())
+        if tracer is not None and ops.durability is not None and ops.durability.crashes:
+            tracer.update_metadata(crashes=ops.durability.crashes)
         _close(ops, workers, tracer)
         if listener is not None:
             listener.close()

@@ -38,6 +38,8 @@ class Status:
             out.update(self.emulation.stats())
         faults = self.ops.pipeline.faults
         out["faults"] = {"rules": faults.listing(), **faults.counters()}
+        if self.ops.durability is not None:  # armed for a crash
+            out["faults"]["crashes"] = self.ops.durability.crashes
         if self.ops.pipeline.counts is not None:  # counted where metrics are served
             from ..shaping.opmetrics import figures
 

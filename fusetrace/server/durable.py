@@ -17,13 +17,17 @@ An unarmed mount has no Durability and pays nothing; an armed one pays a read of
 page before its first write after a commit, and one descriptor per file being written.
 """
 
+import contextlib
 import errno as E
 import os
 import random
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 if TYPE_CHECKING:
     from .openfiles import Handle
@@ -111,32 +115,31 @@ class Durability:
         if w is not None:
             w.committing += 1
 
-    def end(self, node_id: int, done: bool) -> None:
+    async def end(self, node_id: int, done: bool) -> None:
         """The commit begun is answered: `done`, everything written to the file so far is
         durable (writes that overlapped it included, as NFS may have sent them with it)."""
         w = self._files.get(node_id)
         if w is not None:
-            with w.lock:
+            async with _held(w.lock):
                 w.committing = max(0, w.committing - 1)
                 if done:
                     w.pages.clear()
                     w.durable_size = w.size
 
-    def truncated(self, node_id: int, size: int) -> None:
+    async def truncated(self, node_id: int, size: int) -> None:
         """A truncation (a SETATTR of the size; an O_TRUNC open) is on the server, and the
         data written before it too (the NFS client writes back first)."""
         w = self._files.get(node_id)
         if w is not None:
-            with w.lock:
+            async with _held(w.lock):
                 w.pages.clear()
                 w.durable_size = w.size = size
 
-    def closed(self, node_id: int) -> None:
+    async def closed(self, node_id: int) -> None:
         """The file's last handle is closed: its data is on the server."""
-        with self._guard:
-            w = self._files.pop(node_id, None)
+        w = self._files.pop(node_id, None)  # (one dict operation: _guard orders only the making of one)
         if w is not None:
-            with w.lock:
+            async with _held(w.lock):
                 os.close(w.fd)
 
     def crash(self, stale_handles: int) -> Crashed:
@@ -175,6 +178,18 @@ class Durability:
         out.pages_lost += len(w.pages) - len(kept)
         out.pages_torn += len(kept)
         out.bytes_cut += max(0, w.size - final)
+
+
+@contextlib.asynccontextmanager
+async def _held(lock: threading.Lock) -> AsyncIterator[None]:
+    """`lock`, taken on the loop: at once if free, else from a thread (a write in a worker
+    holds it while it saves and writes, which the loop must not wait for)."""
+    if not lock.acquire(blocking=False):
+        await trio.to_thread.run_sync(lock.acquire)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def crash_events(events: list[Any], where: str) -> tuple[list[float], list[tuple[int, Any]]]:

@@ -59,7 +59,7 @@ class FileHandlers(HandlerBase):
                 nofollow.owner_for(ctx),
             )
         if flags & os.O_TRUNC and self.durability is not None:
-            self.durability.truncated(node.id, 0)  # a SETATTR: on the server when it returns
+            await self.durability.truncated(node.id, 0)  # a SETATTR: on the server when it returns
         return info
 
     def _backing_flags(self, flags: int) -> int:
@@ -203,7 +203,7 @@ class FileHandlers(HandlerBase):
             self.inodes.unpin(h.inode)
             self.fds.give(h.uid)
             if self.durability is not None and not h.inode.pins:
-                self.durability.closed(h.inode.id)  # its last close: on the server
+                await self.durability.closed(h.inode.id)  # its last close: on the server
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self.files.file(fh)
@@ -224,7 +224,7 @@ class FileHandlers(HandlerBase):
             out = await self.pipeline.call(req, site, h, fn, *args)
             done = not h.stale
         finally:
-            d.end(h.inode.id, done)
+            await d.end(h.inode.id, done)
         if not done:
             raise FUSEError(E.ESTALE)
         return out

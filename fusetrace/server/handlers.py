@@ -218,7 +218,7 @@ class Operations(NamespaceHandlers, FileHandlers):
             if fields.update_size or not self._kernel_keeps_size(node):
                 node.size = st.st_size
         if fields.update_size and self.durability is not None:
-            self.durability.truncated(node.id, st.st_size)  # NFS writes back, then sends the SETATTR
+            await self.durability.truncated(node.id, st.st_size)  # NFS writes back, then sends the SETATTR
         return self._entry(st, node.id)
 
     async def readlink(self, inode: int, ctx: Caller) -> bytes:

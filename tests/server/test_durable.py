@@ -7,6 +7,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,11 +56,11 @@ class Files:
             now[off : off + len(data)] = data
         elif kind == "commit":
             d.begin(h.inode.id)
-            d.end(h.inode.id, True)
+            trio.run(d.end, h.inode.id, True)
             self.durable[i] = bytes(self.now[i])
         else:  # a truncation through the mount: the file's data, then its new size, on the server
             os.ftruncate(h.fd, step[2])
-            d.truncated(h.inode.id, step[2])
+            trio.run(d.truncated, h.inode.id, step[2])
             now = self.now[i]
             del now[step[2] :]
             now.extend(bytes(step[2] - len(now)))
@@ -126,7 +127,7 @@ def test_the_last_close_makes_a_file_durable(tmp_path):
     files = Files(tmp_path, [b"a" * 100, b""])
     try:
         files.run(("write", 0, 50, b"b" * 100))
-        files.durability.closed(100)
+        trio.run(files.durability.closed, 100)
         assert files.durability.crash(stale_handles=0).files == 0
         assert os.pread(files.handles[0].fd, 300, 0) == b"a" * 50 + b"b" * 100
     finally:

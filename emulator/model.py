@@ -261,6 +261,11 @@ class Model:
         """When all of the file's buffered data will have reached the server (-inf: none written)."""
         return self._writeback.drained_at(file)
 
+    def client_restarted(self) -> None:
+        """The client crashed and came back: the data it had not written back is gone
+        (its commits no longer wait for it)."""
+        self._writeback = Writeback(self._writeback.limit)
+
     def set(self, key: str, value: object, now: float) -> ParamValue:
         """Change a parameter now; `value` may be text as typed (--set).  Work
         already admitted keeps its times.  Returns the value as stored."""

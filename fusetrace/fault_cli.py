@@ -1,4 +1,4 @@
-"""`fusetrace fault MOUNTPOINT add|list|clear|event`: fault rules and model events on a
+"""`fusetrace fault MOUNTPOINT add|list|clear|event|crash`: fault rules and model events on a
 running mount, through its control socket.  The server checks every rule (one line per
 mistake); this only turns options into the rule's keys (docs/FAULTS.md)."""
 
@@ -108,6 +108,12 @@ def add_parser(sub) -> None:
     )
     what.add_argument("--stall", metavar="DURATION", help="the emulated server answers nothing this long")
     ev.add_argument("--json", action="store_true")
+    cr = actions.add_parser(
+        "crash",
+        help="the client dies now (a mount armed with --crashable): every file back as it "
+        "was last made durable, open files stale",
+    )
+    cr.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
         if rules or not (events or args.events):
             removed = ask(mnt, cmd="fault_clear", **({"ids": rules} if rules else {}))["removed"]
             print(f"removed {', '.join(removed)}" if removed else "no rules were in force")
+    elif args.fault_command == "crash":
+        done = ask(mnt, cmd="crash")["crashed"]
+        print(json.dumps(done) if args.json else crashed_line(done))
     else:
         event: dict[str, object] = {"at": args.at}
         if args.stall:
@@ -147,6 +156,15 @@ def run(args: argparse.Namespace) -> int:
         added = ask(mnt, cmd="event_add", event=event)["event"]
         print(json.dumps(added) if args.json else f"scheduled {added['id']}: {_event_line(added, time.time())}")
     return 0
+
+
+def crashed_line(done: dict[str, int]) -> str:
+    """One line of what a crash undid (the control socket's answer)."""
+    return (
+        f"crashed: {done['files']:,} files put back as last made durable ({done['pages_lost']:,} pages "
+        f"undone, {done['pages_torn']:,} torn, {done['bytes_cut']:,} bytes cut at their ends), "
+        f"{done['handles']:,} open files stale"
+    )
 
 
 def rule_of(args: argparse.Namespace) -> dict[str, object]:

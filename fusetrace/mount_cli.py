@@ -234,6 +234,14 @@ def add_mount_parser(sub: Any) -> Options:
         "each, more than the model charges",
     )
     p.add_argument(
+        "--crashable",
+        action="store_true",
+        help="arm the crash fault (`fusetrace fault MNT crash`): keep what each page held "
+        "when its file was last made durable (fsync, close, a synchronous write), so that a "
+        "crash can put it back. Costs a read of each page before its first write after a "
+        "commit, and a descriptor per file being written (docs/FAULTS.md)",
+    )
+    p.add_argument(
         "--debug", action="store_true", help="log fusetrace's (and pyfuse3's) debug messages to the server's log"
     )
     p.add_argument(
@@ -401,6 +409,7 @@ def mount(args: argparse.Namespace, argv: list[str]) -> int:
         inline=args.inline,
         xattrs=args.xattrs,
         writeback_cache=args.writeback_cache,
+        crashable=args.crashable,
         debug_fuse=args.debug_fuse,
         faults=args.faults,
         shared=args.shared,

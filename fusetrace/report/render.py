@@ -86,6 +86,7 @@ def _header(s: Summary) -> list[str]:
     lines += _limited(m)
     lines += _emulation(m, s["traces"])
     lines += credit_words(s["credits"], m)
+    lines += _crashes(m)
     for fault in s.get("faults", []):
         said = ", ".join(f"{o['op']} {o['errno'] or '(no error)'} {int_text(o['count'])}" for o in fault["ops"])
         lines.append(f"fault       rule {fault['rule']} acted on {int_text(fault['records'])} records: {said}")
@@ -116,6 +117,21 @@ def _limited(m: meta.Metadata) -> list[str]:
         lines.append(
             f"stopped     {int_text(m['stopped'])} records not recorded: the trace reached its limit "
             f"({_limits(m)}, --trace-full stop)"
+        )
+    return lines
+
+
+def _crashes(m: meta.Metadata) -> list[str]:
+    """A line per crash fault (the server's `crashes`); an entry not of its shape is skipped."""
+    keys = ("at_ns", "files", "pages_lost", "pages_torn", "handles")
+    lines = []
+    for c in m["crashes"] if isinstance(m.get("crashes"), list) else []:
+        if not (isinstance(c, dict) and all(type(c.get(k)) is int and 0 <= c[k] < meta.MAX_INT for k in keys)):
+            continue
+        lines.append(
+            f"crash       the client crashed at {_wall(c['at_ns'])}: {int_text(c['files'])} files put back as "
+            f"last made durable ({int_text(c['pages_lost'])} pages undone, {int_text(c['pages_torn'])} torn), "
+            f"{int_text(c['handles'])} open files stale"
         )
     return lines
 

@@ -6,12 +6,13 @@ user's private state directory, is mode 0600, and the server also checks the
 peer's uid (SO_PEERCRED), so only the mounting user (or root) can use it.
 """
 
+import inspect
 import json
 import logging
 import os
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -21,7 +22,8 @@ from ..private import open_private_dir
 
 log = logging.getLogger(__name__)
 
-Handlers = dict[str, Callable[[dict[str, Any]], dict[str, Any]]]  # a control command's name: its answer
+# a control command's name: its answer (awaited when it waits)
+Handlers = dict[str, Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]]
 
 MAX_REQUEST = 64 * 1024
 
@@ -94,6 +96,8 @@ async def _answer_one(stream: trio.SocketStream, handlers: Handlers) -> None:
             request = json.loads(data)
             handler = handlers[request["cmd"]]
             answer = handler(request)
+            if inspect.isawaitable(answer):  # a command that waits (crash: its undo runs in a thread)
+                answer = await answer
         except (ValueError, KeyError, TypeError) as exc:
             answer = {"error": f"bad request: {exc}"}
         except ControlError as exc:

@@ -7,17 +7,20 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pyfuse3
+import trio
 from pyfuse3 import FUSEError
 
-from ..request import Kind, Request
+from ..errors import UserError
+from ..request import Kind, Request, WriteMode
 from . import nofollow
 from .callers import Caller
 from .handlerbase import HandlerBase
 from .inodes import ROOT, Inode, version
 from .openfiles import NO_TRUNCATION, DirHandle, Handle
-from .pipeline import IN_WORKER, at
+from .pipeline import IN_WORKER, Call, Site, at
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ class FileHandlers(HandlerBase):
         with self.files.truncations if flags & os.O_TRUNC and self.enable_writeback_cache else NO_TRUNCATION:
             # size: what an O_TRUNC cuts (the emulated NFS client then owes a SETATTR, see NfsClient._open)
             cut = node.size if flags & os.O_TRUNC else 0
-            return await self.pipeline.opening(
+            info = await self.pipeline.opening(
                 Request("open", Kind.META_READ, node.id, size=cut),
                 at(node, flags=flags),
                 ctx,
@@ -55,6 +58,9 @@ class FileHandlers(HandlerBase):
                 ctx.uid != 0,
                 nofollow.owner_for(ctx),
             )
+        if flags & os.O_TRUNC and self.durability is not None:
+            await self.durability.truncated(node.id, 0)  # a SETATTR: on the server when it returns
+        return info
 
     def _backing_flags(self, flags: int) -> int:
         """The flags of the source's open(2) for a file the kernel opens with `flags`.
@@ -147,7 +153,7 @@ class FileHandlers(HandlerBase):
         h.dirty = True
         node = h.inode
         p = self.pipeline
-        if not p.watched and not p.faults.active:
+        if not p.watched and not p.faults.active and self.durability is None:
             # Every stage but placement off: no Request or Site is made (see docs/BENCHMARKS.md,
             # "Figures behind design choices: server/"), the call placed as Pipeline.call would.
             args = (fh, buf, off)
@@ -161,7 +167,13 @@ class FileHandlers(HandlerBase):
             if off + len(buf) > node.size and h.flags & os.O_DIRECT and self.shaper is not None:
                 self.shaper.extending_writes += 1  # the kernel sent it alone: see Shaper.extending_writes
             req = Request("write", Kind.WRITE, h.inode.id, size=len(buf), offset=off, write_mode=h.write_mode)
-            written = await self.pipeline.call(req, at(h.inode, fh=fh, offset=off), h, os.pwrite, fh, buf, off)
+            site = at(h.inode, fh=fh, offset=off)
+            if self.durability is None:
+                written = await self.pipeline.call(req, site, h, os.pwrite, fh, buf, off)
+            elif h.write_mode is WriteMode.BUFFERED:
+                written = await self.pipeline.call(req, site, h, self.durability.pwrite, h, buf, off)
+            else:  # on the server when it returns (an O_SYNC, O_DSYNC or O_DIRECT write)
+                written = await self._committing(h, req, site, self.durability.pwrite, h, buf, off)
         node.size = max(node.size, off + written)  # as the kernel extends it on this reply
         return written
 
@@ -176,7 +188,11 @@ class FileHandlers(HandlerBase):
             closes=first,
             writable=h.flags & os.O_ACCMODE != os.O_RDONLY,
         )
-        await self.pipeline.call(req, at(h.inode, fh=fh), h, self.spares.close_dup, fh)
+        site = at(h.inode, fh=fh)
+        if self.durability is not None and req.writable:  # close-to-open: NFS writes back and commits
+            await self._committing(h, req, site, self.spares.close_dup, fh)
+        else:
+            await self.pipeline.call(req, site, h, self.spares.close_dup, fh)
 
     async def release(self, fh: int) -> None:
         h, hidden = self.files.released(fh)
@@ -186,12 +202,60 @@ class FileHandlers(HandlerBase):
         finally:
             self.inodes.unpin(h.inode)
             self.fds.give(h.uid)
+            if self.durability is not None and not h.inode.pins:
+                await self.durability.closed(h.inode.id)  # its last close: on the server
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self.files.file(fh)
         commit, h.dirty = h.dirty, False  # NFS sends no COMMIT for a handle with nothing written
         req = Request("fsync", Kind.COMMIT if commit else Kind.NONE, h.inode.id)
-        await self.pipeline.call(req, at(h.inode, fh=fh), h, os.fdatasync if datasync else os.fsync, fh)
+        await self._committing(h, req, at(h.inode, fh=fh), os.fdatasync if datasync else os.fsync, fh)
+
+    async def _committing(self, h: Handle, req: Request, site: Site, fn: Call, *args: Any) -> Any:
+        """pipeline.call of a request that makes the file's data durable (an fsync, a close,
+        a synchronous write): on an armed mount, what was written before it is durable once
+        it is answered, unless the client crashed meanwhile (its commit torn: ESTALE)."""
+        d = self.durability
+        if d is None:
+            return await self.pipeline.call(req, site, h, fn, *args)
+        d.begin(h.inode.id)
+        done = False
+        try:
+            out = await self.pipeline.call(req, site, h, fn, *args)
+            done = not h.stale
+        finally:
+            await d.end(h.inode.id, done)
+        if not done:
+            raise FUSEError(E.ESTALE)
+        return out
+
+    async def crash(self) -> dict[str, Any]:
+        """The client dies (`fusetrace fault MNT crash`, durable.py): every file back as it
+        was last made durable, every open file stale, the kernel's cached pages and
+        attributes of them dropped, the emulated NFS client started afresh."""
+        d = self.durability
+        if d is None:
+            raise UserError("this mount is not armed for a crash: mount it with --crashable (docs/FAULTS.md)")
+        stale = self.files.crash()
+        done = await trio.to_thread.run_sync(d.crash, len(stale))
+        nodes = {h.inode.id: h.inode for h in stale}
+        names = []
+        if self.enable_writeback_cache:  # the kernel keeps these files' sizes: new inodes, by new lookups
+            for node in nodes.values():
+                self.inodes.retire(node)
+                names.append(node.dentry)
+        # from a thread: the kernel may write dirty pages back (to stale handles, refused) first
+        await trio.to_thread.run_sync(_drop_cached, sorted(nodes), names)
+        if self.shaper is not None:
+            self.shaper.client_restarted()
+        log.warning(
+            "crash: %d files put back as last made durable (%d pages undone, %d torn), %d open files stale",
+            done.files,
+            done.pages_lost,
+            done.pages_torn,
+            done.handles,
+        )
+        return done.describe()
 
     # ---- directories ----------------------------------------------------------------
 
@@ -259,3 +323,18 @@ class FileHandlers(HandlerBase):
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
         d = self.files.dir(fh)
         await self.pipeline.call(Request("fsyncdir", Kind.COMMIT, d.inode.id), at(d.inode, fh=fh), d, os.fsync, fh)
+
+
+def _drop_cached(node_ids: list[int], names: list[tuple[int, str]]) -> None:
+    """The kernel forgets the pages and attributes it holds of these files, and these
+    names (directory's node id, name)."""
+    for node_id in node_ids:
+        try:
+            pyfuse3.invalidate_inode(node_id, attr_only=False)
+        except OSError as exc:  # ENOENT: the kernel has forgotten it already
+            log.debug("cannot invalidate inode %d: %s", node_id, exc)
+    for directory, name in names:
+        try:
+            pyfuse3.invalidate_entry(directory, os.fsencode(name))
+        except OSError as exc:
+            log.debug("cannot invalidate %r in inode %d: %s", name, directory, exc)

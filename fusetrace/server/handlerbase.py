@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pyfuse3
 from pyfuse3 import FUSEError
 
+from .durable import Durability
 from .fdbudget import Budget, Spares
 from .inodes import Inode, InodeTable
 from .openfiles import OpenFiles
@@ -32,6 +33,7 @@ class HandlerBase(pyfuse3.Operations):
     pipeline: Pipeline
     tracer: "TraceWriter | None"
     shaper: "Shaper | None"
+    durability: Durability | None  # armed for a crash (--crashable): what a crash would keep
     attr_timeout: float
     dir_attr_timeout: float
     entry_timeout: float

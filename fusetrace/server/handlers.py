@@ -26,6 +26,7 @@ from pyfuse3 import FUSEError
 from ..request import FUSE_OPERATIONS, Kind, Request
 from . import nofollow
 from .callers import Caller
+from .durable import Durability
 from .fdbudget import Budget, Descriptors, Spares, in_use
 from .files import FileHandlers
 from .holds import HeldReport
@@ -63,6 +64,7 @@ class Operations(NamespaceHandlers, FileHandlers):
         xattrs: bool = True,
         writeback_cache: bool = False,
         counts: "OpCounts | None" = None,
+        crashable: bool = False,
     ) -> None:
         super().__init__()
         # FUSE's write-back cache (pyfuse3 asks the kernel for it when this is true): see
@@ -94,6 +96,7 @@ class Operations(NamespaceHandlers, FileHandlers):
             counts=counts,
         )
         self._cached_pread = self._nowait_pread
+        self.durability = Durability() if crashable else None
         self.tracer = tracer
         self.shaper = shaper
         self.attr_timeout = attr_timeout
@@ -214,6 +217,8 @@ class Operations(NamespaceHandlers, FileHandlers):
             node.seen = version(st)
             if fields.update_size or not self._kernel_keeps_size(node):
                 node.size = st.st_size
+        if fields.update_size and self.durability is not None:
+            await self.durability.truncated(node.id, st.st_size)  # NFS writes back, then sends the SETATTR
         return self._entry(st, node.id)
 
     async def readlink(self, inode: int, ctx: Caller) -> bytes:

@@ -190,6 +190,15 @@ class InodeTable:
             if inode.pins == 0:
                 self._close(inode)
 
+    def retire(self, inode: Inode) -> None:
+        """The kernel's copy of this object is no longer to be trusted (a crash fault with
+        the write-back cache, whose kernel keeps a held file's size as its own): its next
+        lookup makes a new inode with a new node id, the kernel's old one answered as
+        before until the kernel forgets it."""
+        inode.retired = True
+        if self._by_key.get(inode.key) is inode:
+            del self._by_key[inode.key]
+
     # ---- descriptors -----------------------------------------------------------------
 
     def pin(self, inode: Inode) -> None:

@@ -20,6 +20,7 @@ from ..errors import BadValue, UserError
 from ..shaping import exporter, roundtrip
 from . import fusectl, fuseread, inline, mounts, nfssampler, runstate
 from .control import serve as serve_control
+from .durable import crash_events
 from .handlers import Operations
 from .inline import InlinePolicy
 from .status import Json, Status
@@ -62,6 +63,7 @@ class MountOptions:
     # FUSE's write-back cache (emulated mounts only): see cli.py's help; None: on when emulated
     # and not shared
     writeback_cache: bool | None = None
+    crashable: bool = False  # armed for the crash fault (server/durable.py)
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
     faults: str | None = None  # a TOML file of fault rules and model events (docs/FAULTS.md)
     shared: str | None = None  # a Redis URL: the emulated file system's state shared (docs/SCALE.md)
@@ -224,10 +226,16 @@ def _check_faults(opts: MountOptions) -> None:
     trial = Injector(write_back=bool(opts.writeback_cache))
     for i, raw in enumerate(rules, 1):
         trial.add(raw, 0, f"--faults {opts.faults}: rule {i}", trial=True)
-    if events and opts.emulate is None:
+    try:
+        crashes, model_events = crash_events(events, f"--faults {opts.faults}")
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+    if crashes and not opts.crashable:
+        raise BadValue(f"--faults {opts.faults}: a crash event needs --crashable (docs/FAULTS.md)")
+    if model_events and opts.emulate is None:
         raise BadValue(
             f"--faults {opts.faults}: [[event]] tables need --emulate PROFILE (they script the "
-            f"emulated file system's timeline)"
+            f"emulated file system's timeline; a crash event does not)"
         )
 
 
@@ -273,6 +281,7 @@ def _metadata(opts: MountOptions) -> Json:
             "inline_threshold_us": _inline_threshold_us(opts),
             "xattrs": opts.xattrs,
             "writeback_cache": opts.writeback_cache,
+            "crashable": opts.crashable,
             "emulate": opts.emulate,
             "overrides": opts.overrides,
             "faults": opts.faults,
@@ -326,7 +335,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
             listener = exporter.Listener(place)  # before any thread starts (exporter._bind_own)
         emulation = _open_emulation(opts)
-        rules = _scheduled_faults(opts, emulation)
+        rules, crashes = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _leave(emulation)
@@ -347,6 +356,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         xattrs=opts.xattrs and (emulation is None or emulation.model.params.xattrs),
         writeback_cache=bool(opts.writeback_cache),
         counts=_op_counts(listener),
+        crashable=opts.crashable,
     )
     for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
         ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
@@ -390,7 +400,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
-            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener)
+            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener, crashes)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -400,6 +410,8 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
             emulation.sharing.close()
         if tracer is not None and (ops.pipeline.faults.fired or ops.pipeline.faults.rules):
             tracer.update_metadata(faults=ops.pipeline.faults.listing())
+        if tracer is not None and ops.durability is not None and ops.durability.crashes:
+            tracer.update_metadata(crashes=ops.durability.crashes)
         _close(ops, workers, tracer)
         if listener is not None:
             listener.close()
@@ -426,18 +438,24 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
     return emulation
 
 
-def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[Json]:
-    """The faults file's rules (for the handlers), its events scheduled on the emulation's
-    timeline from now."""
+async def _crash_after(ops: Operations, seconds: float) -> None:
+    await trio.sleep(seconds)
+    await ops.crash()
+
+
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> tuple[list[Json], list[float]]:
+    """The faults file's rules (for the handlers) and crash events (seconds from now), its
+    other events scheduled on the emulation's timeline from now."""
     if opts.faults is None:
-        return []
+        return [], []
     from ..faults.rules import load_file
 
     rules, events = load_file(opts.faults)
+    crashes, rest = crash_events(events, f"--faults {opts.faults}")  # checked by preflight
     if emulation is not None:
-        for i, raw in enumerate(events, 1):
+        for i, raw in rest:
             emulation.add_event(raw, f"--faults {opts.faults}: event {i}")
-    return rules
+    return rules, crashes
 
 
 def _capture(opts: MountOptions) -> "Capture | None":
@@ -481,9 +499,16 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
 
 
 async def _main(
-    opts: MountOptions, ready_fd: int | None, status: Status, control: str, listener: exporter.Listener | None
+    opts: MountOptions,
+    ready_fd: int | None,
+    status: Status,
+    control: str,
+    listener: exporter.Listener | None,
+    crashes: list[float],
 ) -> None:
     async with trio.open_nursery() as nursery:
+        for at in crashes:  # a faults file's crash events, from the mount
+            nursery.start_soon(_crash_after, status.ops, at)
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())
         nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once

@@ -30,7 +30,7 @@ Entry = tuple[int, str]  # (directory's node id, name)
 class Handle:
     """An open file: its own backing descriptor with the caller's flags."""
 
-    __slots__ = ("closed", "dentry", "dirty", "fd", "flags", "gid", "inode", "pid", "uid", "write_mode")
+    __slots__ = ("closed", "dentry", "dirty", "fd", "flags", "gid", "inode", "pid", "stale", "uid", "write_mode")
 
     def __init__(self, fd: int, inode: Inode, flags: int, ctx: Caller) -> None:
         self.fd = fd
@@ -42,6 +42,7 @@ class Handle:
         self.pid, self.uid, self.gid = ctx.pid, ctx.uid, ctx.gid
         self.dirty = False  # written since the last commit (flush/fsync)
         self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
+        self.stale = False  # the client crashed while it was open (durable.py): only its release works
         # how its writes reach the server (worked out once: every write asks)
         self.write_mode = (
             WriteMode.DIRECT if flags & os.O_DIRECT else WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED
@@ -68,6 +69,7 @@ class OpenFiles:
     def __init__(self, inodes: InodeTable) -> None:
         self.inodes = inodes
         self.handles: dict[int, Handle] = {}
+        self.crashed: dict[int, Handle] = {}  # handles open at a crash (stale): ESTALE until released
         self.dirs: dict[int, DirHandle] = {}
         self._by_entry: dict[Entry, dict[int, Handle]] = {}  # open files by Handle.dentry (open_at)
         # files whose name went while they were open (NFS renames them away: Request.busy):
@@ -81,7 +83,7 @@ class OpenFiles:
     def file(self, fh: int) -> Handle:
         h = self.handles.get(fh)
         if h is None:
-            raise FUSEError(errno.EBADF)
+            raise FUSEError(errno.ESTALE if fh in self.crashed else errno.EBADF)
         return h
 
     def dir(self, fh: int) -> DirHandle:
@@ -104,7 +106,7 @@ class OpenFiles:
         """Forget the open file `fh`: it, and the directory of its hidden name when this is
         the file's last release after its name went (NFS removes the hidden name), else 0.
         The caller unpins its inode once the close is done."""
-        h = self.handles.pop(fh, None)
+        h = self.handles.pop(fh, None) or self.crashed.pop(fh, None)
         if h is None:
             raise FUSEError(errno.EBADF)
         named = self._by_entry.get(h.dentry)
@@ -115,6 +117,15 @@ class OpenFiles:
         if self.hidden and node.id in self.hidden and all(o.inode is not node for o in self.handles.values()):
             hidden = self.hidden.pop(node.id)
         return h, hidden
+
+    def crash(self) -> list[Handle]:
+        """The client crashed: every open file is stale (its release still closes it)."""
+        stale = list(self.handles.values())
+        for h in stale:
+            h.stale = True
+        self.crashed.update(self.handles)
+        self.handles.clear()
+        return stale
 
     def released_dir(self, fh: int) -> DirHandle:
         d = self.dirs.pop(fh, None)
@@ -213,9 +224,10 @@ class OpenFiles:
                 self._said_resized.clear()
 
     def close(self) -> None:
-        for fd in list(self.handles) + list(self.dirs):
+        for fd in list(self.handles) + list(self.crashed) + list(self.dirs):
             os.close(fd)
         self.handles.clear()
+        self.crashed.clear()
         self._by_entry.clear()
         self.hidden.clear()
         self.dirs.clear()

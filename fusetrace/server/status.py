@@ -2,7 +2,7 @@
 set, fault and event rules); the asking side is fusetrace/control_client.py.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,8 @@ class Status:
             out.update(self.emulation.stats())
         faults = self.ops.pipeline.faults
         out["faults"] = {"rules": faults.listing(), **faults.counters()}
+        if self.ops.durability is not None:  # armed for a crash
+            out["faults"]["crashes"] = self.ops.durability.crashes
         if self.ops.pipeline.counts is not None:  # counted where metrics are served
             from ..shaping.opmetrics import figures
 
@@ -97,10 +99,16 @@ class Status:
         except UserError as exc:
             raise ControlError(f"fault clear: {exc}") from None
 
+    async def crash(self, _request: Json) -> Json:
+        try:
+            return {"crashed": await self.ops.crash()}
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+
     def held(self, _request: Json) -> Json:
         return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
 
-    def handlers(self) -> dict[str, Callable[[Json], Json]]:
+    def handlers(self) -> dict[str, Callable[[Json], Json | Awaitable[Json]]]:
         return {
             "stats": self.stats,
             "held": self.held,
@@ -110,4 +118,5 @@ class Status:
             "fault_clear": self.fault_clear,
             "event_add": self.event_add,
             "event_clear": self.event_clear,
+            "crash": self.crash,
         }

@@ -199,6 +199,11 @@ class Shaper:
             for gate, t in tallies
         }
 
+    def client_restarted(self) -> None:
+        """The emulated client crashed (a crash fault): its caches and dirty data are gone."""
+        self.model.client_restarted()
+        self.client = NfsClient(self.model)
+
     def compensate(self, ns: int) -> None:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
         self.compensation_ns = ns

@@ -58,7 +58,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "flush_interval": (int, float),
     **dict.fromkeys(("options", "versions", "host_load", "left_out"), _DICT),
     "emulation": _DICT + _NONE,
-    **dict.fromkeys(("warnings", "metrics_per_minute", "credits_at_zero"), _LIST),
+    **dict.fromkeys(("warnings", "metrics_per_minute", "credits_at_zero", "crashes"), _LIST),
 }
 
 

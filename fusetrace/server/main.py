@@ -22,7 +22,7 @@ from . import fusectl, fuseread, inline, mounts, nfssampler, runstate
 from .control import serve as serve_control
 from .handlers import Operations
 from .inline import InlinePolicy
-from .status import Json, Status
+from .status import NO_FAULTS_FILE, FaultsFile, Json, Status
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
@@ -326,7 +326,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
             listener = exporter.Listener(place)  # before any thread starts (exporter._bind_own)
         emulation = _open_emulation(opts)
-        rules = _scheduled_faults(opts, emulation)
+        faults_file = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _leave(emulation)
@@ -348,8 +348,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         writeback_cache=bool(opts.writeback_cache),
         counts=_op_counts(listener),
     )
-    for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
-        ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
+    faults_file.add_rules(ops.pipeline.fault_stage)  # checked by preflight; their windows count from the mount
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
@@ -390,7 +389,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
-            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener)
+            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads, faults_file), control, listener)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -426,18 +425,17 @@ def _open_emulation(opts: MountOptions) -> "Emulation | None":
     return emulation
 
 
-def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> list[Json]:
-    """The faults file's rules (for the handlers), its events scheduled on the emulation's
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> FaultsFile:
+    """The faults file (its rules for the handlers), its events scheduled on the emulation's
     timeline from now."""
     if opts.faults is None:
-        return []
+        return NO_FAULTS_FILE
     from ..faults.rules import load_file
 
-    rules, events = load_file(opts.faults)
+    faults_file = FaultsFile(opts.faults, *load_file(opts.faults))
     if emulation is not None:
-        for i, raw in enumerate(events, 1):
-            emulation.add_event(raw, f"--faults {opts.faults}: event {i}")
-    return rules
+        faults_file.schedule_events(emulation)
+    return faults_file
 
 
 def _capture(opts: MountOptions) -> "Capture | None":

@@ -260,6 +260,7 @@ def _served(request: pytest.FixtureRequest, root: Path) -> Iterator[EFS]:
     failed = None
     try:
         mount = EFS(root, _options(request))
+        mount._test = request.node.name  # until a test of a wider scope names itself (_efs_reset)
         mount.mount()
     except UserError as exc:
         failed = str(exc)

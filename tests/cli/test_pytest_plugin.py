@@ -10,6 +10,8 @@ import pytest
 
 pytest_plugins = ["pytester"]
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "PYTEST.md"
+# (page, which of its python blocks, the tests it holds): every example a user may copy
+WORKED = [(GUIDE, 0, 4), (GUIDE, 1, 3), (GUIDE.parent.parent / "README.md", 0, 1)]
 
 
 def _mounts_under(path) -> list[str]:
@@ -265,6 +267,7 @@ def test_4(efs):  # beside it, a test's own mount
     result.assert_outcomes(passed=4)
     seen = _seen(pytester)
     assert len({(pid, path) for pid, path, _ in seen}) == 1  # one mount for three tests in two modules
+    assert "still mounted at the session's end" not in result.stdout.str()  # its teardown took it down
     assert _mounts_under(pytester.path) == []
 
 
@@ -319,10 +322,13 @@ def test_efs_session_under_xdist_is_one_mount_per_worker(pytester):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "doc, tests", [(GUIDE, 4), (GUIDE.parent.parent / "README.md", 1)], ids=["PYTEST.md", "README.md"]
+    "doc, block, tests",
+    WORKED,
+    ids=["PYTEST.md", "PYTEST.md-module", "README.md"],
 )
-def test_the_worked_examples_run_as_written(pytester, doc, tests):
-    [example] = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
-    result = run(pytester, example)
+def test_the_worked_examples_run_as_written(pytester, doc, block, tests):
+    examples = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert len(examples) == len([b for d, b, _ in WORKED if d == doc])  # each is run here
+    result = run(pytester, examples[block])
     result.assert_outcomes(passed=tests)
     assert _mounts_under(pytester.path) == []

@@ -107,3 +107,10 @@ def test_a_reset_of_a_trace_only_mount_clears_its_rules(mount):
 
 def test_a_reset_of_no_mount_is_one_line(tmp_path):
     one_line_error(fusetrace("reset", str(tmp_path), check=False), "no fusetrace mount here")
+
+
+def test_a_reset_of_a_shared_file_system_is_refused_in_one_line_and_changes_nothing(mount, redis_server):
+    m = mount("--emulate", "efs-bursting", "--shared", redis_server.url, "--fs-id", "fs1")
+    fusetrace("fault", str(m.mountpoint), "add", "--op", "mkdir", "--errno", "EACCES")
+    one_line_error(fusetrace("reset", str(m.mountpoint), check=False), "--shared", "every mount's")
+    assert [r["id"] for r in listed(m)["rules"]] == ["r1"]

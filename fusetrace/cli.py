@@ -119,6 +119,17 @@ def _set(args) -> int:
     return 0
 
 
+def _reset(args) -> int:
+    answer = ask(args.mountpoint, cmd="reset")
+    profile, again = answer["profile"], answer["rules_again"] + answer["events_again"]
+    print(f"{profile} as mounted: model, NFS client's caches and events afresh" if profile else "trace only: no model")
+    print(f"fault rules cleared: {', '.join(answer['rules_cleared']) or 'none'}")
+    print(f"events called off: {', '.join(answer['events_called_off']) or 'none'}")
+    if again:
+        print(f"from the faults file again: {', '.join(again)}")
+    return 0
+
+
 def _list(args) -> int:
     import json
 
@@ -397,6 +408,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str], mount_cli.O
     se = sub.add_parser("set", help="change emulator parameters of a running mount, now")
     se.add_argument("mountpoint")
     se.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    sub.add_parser(
+        "reset", help="a running mount as it was mounted: model, fault rules and events (not its files)"
+    ).add_argument("mountpoint")
     sub.add_parser("profiles", help="the systems that can be emulated")
     d = sub.add_parser("demo", help="mount an emulated EFS, run fio through it, print the table")
     d.add_argument(
@@ -479,7 +493,9 @@ def _command(argv: list[str] | None) -> int:
             return (command.list_scenarios if args.scenario_command == "list" else command.run_scenarios)(args)
         if args.command == "list":
             return _list(args)
-        return {"stats": _stats, "set": _set, "profiles": _profiles, "fault": fault_cli.run}[args.command](args)
+        return {"stats": _stats, "set": _set, "reset": _reset, "profiles": _profiles, "fault": fault_cli.run}[
+            args.command
+        ](args)
     except UserError as exc:
         print(f"fusetrace: {exc}", file=sys.stderr)
         return exc.exit_code

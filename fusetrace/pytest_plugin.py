@@ -1,18 +1,23 @@
-"""The `efs` fixture: an emulated EFS mounted for one test, in an application's own suite.
+"""The `efs` fixtures: an emulated EFS mounted for a test, a module or a session, in an
+application's own suite.
 
 Installed with the package (entry point `pytest11`), so `def test_x(efs):` needs no
-conftest.  Each test gets a fresh mount of an empty directory under its own tmp_path,
-emulating a profile (default `efs-bursting`; the `efs_profile` ini option, a
-`@pytest.mark.efs(profile=..., set={...}, faults=...)` marker, or indirect
-parametrisation with the same keys), with a trace.  The mount is always taken down: at the
-test's teardown, and once more at the session's end for any a crash or an interrupt left
+conftest.  `efs` is a fresh mount of an empty directory under the test's own tmp_path;
+`efs_module` and `efs_session` mount once for their scope, and before each test that uses
+them put the mount back as it was mounted (`fusetrace reset`: model, fault rules, events)
+while its files stay.  Each emulates a profile (default `efs-bursting`; the `efs_profile`
+ini option, a `@pytest.mark.efs(profile=..., set={...}, faults=...)` marker, or indirect
+parametrisation with the same keys), with a trace.  A mount is always taken down: at its
+fixture's teardown, and once more at the session's end for any a crash or an interrupt left
 behind.  docs/PYTEST.md is the user's guide.
 """
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +30,13 @@ from .errors import UserError
 
 DEFAULT_PROFILE = "efs-bursting"
 TRACE_WAIT = 30.0  # seconds .trace() waits for the server to write what it has queued
-_KEYS = {"profile", "set", "faults", "writeback_cache"}
+# The fixtures' options (docs/PYTEST.md): each key and its default (the profile's is the
+# ini option's).  A switch is True or False, and names the mount option it adds when it
+# is not at its default: a new one is one line here.
+_DEFAULTS: dict[str, Any] = {"profile": DEFAULT_PROFILE, "set": {}, "faults": None}
+_SWITCHES = {"writeback_cache": (True, "--no-writeback-cache")}
+_KEYS = {*_DEFAULTS, *_SWITCHES}
+_WIDER = {"efs_module": "module", "efs_session": "session"}  # the fixtures that reset between tests
 _mounted: dict[Path, "EFS"] = {}  # mounts this session made and has not yet taken down
 
 
@@ -67,29 +78,51 @@ class Fault:
 
 
 class EFS:
-    """One emulated mount: `path` (where the test works), `source` (the directory below),
-    `trace_dir`, `profile`."""
+    """One emulated mount: `path` (the mount), `source` (the directory below), `trace_dir`,
+    `profile`, `workdir` (the test's own directory in it), `options` (as the fixture
+    mounted it)."""
 
-    def __init__(self, root: Path, profile: str, overrides: dict, faults: str | None, writeback_cache: bool = True):
+    def __init__(self, root: Path, options: dict[str, Any]):
         self.source, self.path, self.trace_dir = root / "source", root / "mnt", root / "trace"
-        self.profile, self.overrides, self.faults_file = profile, dict(overrides), faults
-        self.writeback_cache = writeback_cache
+        self.options, self.profile = options, options["profile"]
         self._up = False
+        self._since_ns = 0  # the trace's records from this instant on are the test's (reset)
+        self._test = ""  # the test the mount serves now, which names its workdir
+        self._workdir: Path | None = None
 
     def mount(self) -> None:
         self.source.mkdir(parents=True)
         self.path.mkdir()
-        args = ["mount", str(self.source), str(self.path), "--emulate", self.profile, "--trace", str(self.trace_dir)]
-        args += [f"--set={key}={value}" for key, value in self.overrides.items()]
-        if self.faults_file is not None:
-            args += ["--faults", str(self.faults_file)]
-        if not self.writeback_cache:
-            args.append("--no-writeback-cache")
+        o = self.options
+        args = ["mount", str(self.source), str(self.path), "--emulate", o["profile"], "--trace", str(self.trace_dir)]
+        args += [f"--set={key}={value}" for key, value in o["set"].items()]
+        if o["faults"] is not None:
+            args += ["--faults", str(o["faults"])]
+        args += [flag for key, (default, flag) in _SWITCHES.items() if o[key] != default]
         done = _fusetrace(*args)
         if done.returncode != 0:
             raise UserError(f"efs fixture: {_last_line(done)}")
         self._up = True
+        self._workdir = self.path  # a fresh mount is empty: the test's own
         _mounted[self.path] = self
+
+    def reset(self) -> dict[str, Any]:
+        """The mount as it was mounted, without remounting (`fusetrace reset`): the
+        emulated file system afresh, no fault rule nor event but the faults file's; the
+        files stay.  trace() returns the records from here on; the next use of `workdir`
+        makes a new one.  What it reset, as `reset`'s answer says."""
+        answer = self._ask(cmd="reset")
+        self._since_ns, self._workdir = answer["at_ns"], None
+        return answer
+
+    @property
+    def workdir(self) -> Path:
+        """An empty directory of the test's own in the mount: the mount itself for `efs`; for
+        efs_module and efs_session one made (through the mount) at its first use in a test."""
+        if self._workdir is None:
+            name = re.sub(r"[^\w.-]+", "_", self._test)[:80]
+            self._workdir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.path))
+        return self._workdir
 
     def unmount(self) -> None:
         """Take the mount down (the server flushes its trace); detach it if it will not go."""
@@ -137,8 +170,9 @@ class EFS:
 
     def trace(self):
         """The test's own trace so far, as a pandas DataFrame (one row per operation;
-        docs/TRACE_FORMAT.md), once the server has written what it had queued.  Needs
-        pandas, which fusetrace itself does not."""
+        docs/TRACE_FORMAT.md), once the server has written what it had queued: on a mount
+        shared by several tests, the records since the last reset.  Needs pandas, which
+        fusetrace itself does not."""
         try:
             import pandas as pd
         except ImportError:
@@ -161,7 +195,8 @@ class EFS:
         parts = reader.parts(str(self.trace_dir)) if any(self.trace_dir.glob("*.parquet")) else []
         if not parts:
             return pd.DataFrame()
-        return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True).sort_values(
+        since = [("start_ns", ">=", self._since_ns)]
+        return pd.concat([pd.read_parquet(p, filters=since) for p in parts], ignore_index=True).sort_values(
             "start_ns", ignore_index=True
         )
 
@@ -175,14 +210,14 @@ def _is_mounted(path: Path) -> bool:
 
 
 def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The mount's options: the ini default, then the nearest marker, then the indirect
-    parameter, each key checked (a relative faults file made absolute: the fusetrace
-    command runs elsewhere)."""
-    options: dict = {
+    """The mount's options: the defaults, the ini option's profile, then the nearest marker
+    of the fixture's node (the test, or the module for efs_module; the session has none),
+    then the indirect parameter, each key checked (a relative faults file made absolute:
+    the fusetrace command runs elsewhere)."""
+    options = {
+        **_DEFAULTS,
+        **{key: default for key, (default, _) in _SWITCHES.items()},
         "profile": request.config.getini("efs_profile") or DEFAULT_PROFILE,
-        "set": {},
-        "faults": None,
-        "writeback_cache": True,
     }
     marker = request.node.get_closest_marker("efs")
     if marker is not None and marker.args:
@@ -207,8 +242,9 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
                     f"set={{'burst_credit_balance': 0}}, got {value!r}"
                 )
             options[key] = {**options["set"], **value} if key == "set" else value
-    if not isinstance(options["writeback_cache"], bool):
-        raise UserError(f"efs fixture: writeback_cache must be True or False, got {options['writeback_cache']!r}")
+    for key in _SWITCHES:
+        if not isinstance(options[key], bool):
+            raise UserError(f"efs fixture: {key} must be True or False, got {options[key]!r}")
     faults = options["faults"]
     if faults is not None and not isinstance(faults, str | os.PathLike):
         raise UserError(f"efs fixture: faults must be the path of a faults file, got {faults!r}")
@@ -217,15 +253,14 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return options
 
 
-@pytest.fixture
-def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
-    """A fresh emulated EFS mounted for this test (see the module's docstring).  Its
-    errors fail the test with their one line (pytest.fail outside the except clause, so
-    pytest does not print the UserError it handled as well)."""
+def _served(request: pytest.FixtureRequest, root: Path) -> Iterator[EFS]:
+    """A mount at `root` for the fixture's scope, taken down at its end.  Its errors fail
+    the test (every test of the scope) with their one line: pytest.fail outside the except
+    clause, so pytest does not print the UserError it handled as well."""
     failed = None
     try:
-        options = _options(request)
-        mount = EFS(tmp_path / "efs", options["profile"], options["set"], options["faults"], options["writeback_cache"])
+        mount = EFS(root, _options(request))
+        mount._test = request.node.name  # until a test of a wider scope names itself (_efs_reset)
         mount.mount()
     except UserError as exc:
         failed = str(exc)
@@ -242,6 +277,54 @@ def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
             pytest.fail(failed, pytrace=False)
 
 
+@pytest.fixture
+def efs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EFS]:
+    """A fresh emulated EFS mounted for this test (see the module's docstring)."""
+    yield from _served(request, tmp_path / "efs")
+
+
+@pytest.fixture(scope="module")
+def efs_module(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EFS]:
+    """One emulated EFS for the tests of a module (its options: the module's pytestmark),
+    reset before each test that uses it; its files stay."""
+    yield from _served(request, tmp_path_factory.mktemp("efs_module"))
+
+
+@pytest.fixture(scope="session")
+def efs_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EFS]:
+    """One emulated EFS for the session (in each pytest-xdist worker: its own), with the
+    ini option's profile, reset before each test that uses it; its files stay."""
+    yield from _served(request, tmp_path_factory.mktemp("efs_session"))
+
+
+@pytest.fixture(autouse=True)
+def _efs_reset(request: pytest.FixtureRequest) -> None:
+    """Before a test of efs_module or efs_session (directly or through another fixture):
+    its mount as mounted (EFS.reset), after the mount's own checks.  A marker of the test
+    or its class would not reach a mount made before it: one line says so."""
+    for name, scope in _WIDER.items():
+        if name not in request.fixturenames:
+            continue
+        failed = None
+        marker = request.node.get_closest_marker("efs")
+        reach = request.node.getparent(pytest.Module) if scope == "module" else None
+        if marker is not None and (reach is None or marker is not reach.get_closest_marker("efs")):
+            where = "the module's pytestmark" if reach is not None else "the ini option efs_profile"
+            pytest.fail(
+                f"efs fixture: {name} is mounted once for its {scope}, before this test: "
+                f"@pytest.mark.efs on a test does not reach it (options: {where})",
+                pytrace=False,
+            )
+        mount = request.getfixturevalue(name)
+        mount._test = request.node.name
+        try:
+            mount.reset()
+        except UserError as exc:
+            failed = str(exc)
+        if failed is not None:
+            pytest.fail(f"efs fixture: {failed}", pytrace=False)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "efs_profile", f"profile the efs fixture emulates (default {DEFAULT_PROFILE})", default=DEFAULT_PROFILE
@@ -249,10 +332,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    keys = ", ".join(["profile=NAME", "set={KEY: VALUE}", "faults=FILE", *(f"{key}=BOOL" for key in _SWITCHES)])
     config.addinivalue_line(
-        "markers",
-        "efs(profile=NAME, set={KEY: VALUE}, faults=FILE, writeback_cache=BOOL): "
-        "how the efs fixture mounts its emulated EFS",
+        "markers", f"efs({keys}): how the efs fixtures mount their EFS (efs_module: in the module's pytestmark)"
     )
 
 

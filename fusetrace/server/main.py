@@ -23,7 +23,7 @@ from .control import serve as serve_control
 from .durable import crash_events
 from .handlers import Operations
 from .inline import InlinePolicy
-from .status import Json, Status
+from .status import NO_FAULTS_FILE, FaultsFile, Json, Status
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
@@ -335,7 +335,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
             listener = exporter.Listener(place)  # before any thread starts (exporter._bind_own)
         emulation = _open_emulation(opts)
-        rules, crashes = _scheduled_faults(opts, emulation)
+        faults_file = _scheduled_faults(opts, emulation)
         tracer = _open_tracer(opts, emulation)
     except UserError as exc:
         _leave(emulation)
@@ -358,8 +358,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
         counts=_op_counts(listener),
         crashable=opts.crashable,
     )
-    for i, raw in enumerate(rules, 1):  # checked by preflight; their windows count from the mount
-        ops.pipeline.fault_stage.add(raw, f"--faults {opts.faults}: rule {i}")
+    faults_file.add_rules(ops.pipeline.fault_stage)  # checked by preflight; their windows count from the mount
     try:
         pyfuse3.init(ops, opts.mountpoint, _fuse_options(opts))
     except RuntimeError as exc:
@@ -400,7 +399,7 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     )
     try:
         with fuseread.unparked_when_queued(fuse_fd) as reads:
-            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads), control, listener, crashes)
+            trio.run(_main, opts, ready_fd, Status(ops, tracer, emulation, reads, faults_file), control, listener)
     finally:
         still_mounted = (m := mounts.mounted_at(opts.mountpoint)) is not None and m.fstype == mounts.FSTYPE
         pyfuse3.close(unmount=still_mounted)
@@ -443,19 +442,19 @@ async def _crash_after(ops: Operations, seconds: float) -> None:
     await ops.crash()
 
 
-def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> tuple[list[Json], list[float]]:
-    """The faults file's rules (for the handlers) and crash events (seconds from now), its
+def _scheduled_faults(opts: MountOptions, emulation: "Emulation | None") -> FaultsFile:
+    """The faults file (its rules for the handlers, its crash events for the server), its
     other events scheduled on the emulation's timeline from now."""
     if opts.faults is None:
-        return [], []
+        return NO_FAULTS_FILE
     from ..faults.rules import load_file
 
     rules, events = load_file(opts.faults)
-    crashes, rest = crash_events(events, f"--faults {opts.faults}")  # checked by preflight
+    crashes, model_events = crash_events(events, f"--faults {opts.faults}")  # checked by preflight
+    faults_file = FaultsFile(opts.faults, rules, model_events, crashes)
     if emulation is not None:
-        for i, raw in rest:
-            emulation.add_event(raw, f"--faults {opts.faults}: event {i}")
-    return rules, crashes
+        faults_file.schedule_events(emulation)
+    return faults_file
 
 
 def _capture(opts: MountOptions) -> "Capture | None":
@@ -504,10 +503,9 @@ async def _main(
     status: Status,
     control: str,
     listener: exporter.Listener | None,
-    crashes: list[float],
 ) -> None:
     async with trio.open_nursery() as nursery:
-        for at in crashes:  # a faults file's crash events, from the mount
+        for at in status.faults_file.crashes:  # a faults file's crash events, from the mount
             nursery.start_soon(_crash_after, status.ops, at)
         nursery.start_soon(_stop_on_signals, status.ops)
         nursery.start_soon(serve_control, control, status.handlers())

@@ -1,13 +1,14 @@
 """The running server's answers on the control socket: one method a command (stats, held,
-set, fault and event rules); the asking side is fusetrace/control_client.py.
+set, fault and event rules, reset); the asking side is fusetrace/control_client.py.
 """
 
 from collections.abc import Awaitable, Callable
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import ControlError, UserError
 from . import fuseread
+from .faulting import FaultStage
 from .handlers import Operations
 
 if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
@@ -15,6 +16,27 @@ if TYPE_CHECKING:  # a mount that does not emulate never imports the emulator
     from ..trace.writer import TraceWriter
 
 Json = dict[str, Any]  # a control request or answer, as JSON has it
+
+
+class FaultsFile(NamedTuple):
+    """The mount's --faults file as read at mount: its rules and events are put in force
+    then, and again by `reset`."""
+
+    path: str | None
+    rules: list[Json]
+    events: list[tuple[int, Json]]  # the model's events, with their numbers in the file
+    crashes: list[float]  # crash events (durable.py): seconds from the mount, once
+
+    def add_rules(self, stage: FaultStage) -> list[str]:
+        """The file's rules in force from now (their windows and counts start now); their ids."""
+        return [stage.add(raw, f"--faults {self.path}: rule {i}")["id"] for i, raw in enumerate(self.rules, 1)]
+
+    def schedule_events(self, emulation: "Emulation") -> list[str]:
+        """The file's events on the emulated file system's timeline, `at` counted from now; their ids."""
+        return [emulation.add_event(raw, f"--faults {self.path}: event {i}")["id"] for i, raw in self.events]
+
+
+NO_FAULTS_FILE = FaultsFile(None, [], [], [])
 
 
 class Status:
@@ -26,8 +48,10 @@ class Status:
         tracer: "TraceWriter | None",
         emulation: "Emulation | None",
         reads: fuseread.ReadWaits | None,
+        faults_file: FaultsFile = NO_FAULTS_FILE,
     ) -> None:
         self.ops, self.tracer, self.emulation, self.reads = ops, tracer, emulation, reads
+        self.faults_file = faults_file
 
     def stats(self, _request: Json) -> Json:
         out: Json = dict(self.ops.stats())  # inodes, open files, inode descriptors, where calls run
@@ -105,6 +129,30 @@ class Status:
         except UserError as exc:
             raise ControlError(str(exc)) from None
 
+    def reset(self, _request: Json) -> Json:
+        """The mount as it was mounted, without remounting (the pytest plugin's wider
+        fixtures, between tests): the emulated file system afresh (Emulation.reset), every
+        fault rule cleared (the requests its stalls hold go on) and what rules left behind,
+        then the faults file's rules and events in force again, counted from now.  The
+        files stay.  `at_ns`: the instant, on the trace's clock (records that start from
+        it on are after the reset)."""
+        at_ns = monotonic_ns()
+        emulation = self.emulation
+        try:
+            called_off = emulation.reset() if emulation is not None else []  # refused (--shared): nothing changed
+        except UserError as exc:
+            raise ControlError(str(exc)) from None
+        stage = self.ops.pipeline.fault_stage
+        cleared = stage.clear(None)
+        return {
+            "at_ns": at_ns,
+            "profile": emulation.name if emulation is not None else None,
+            "rules_cleared": cleared,
+            "events_called_off": called_off,
+            "rules_again": self.faults_file.add_rules(stage),
+            "events_again": self.faults_file.schedule_events(emulation) if emulation is not None else [],
+        }
+
     def held(self, _request: Json) -> Json:
         return {"held": self.ops.pipeline.holds.held_long(monotonic_ns())}
 
@@ -119,4 +167,5 @@ class Status:
             "event_add": self.event_add,
             "event_clear": self.event_clear,
             "crash": self.crash,
+            "reset": self.reset,
         }

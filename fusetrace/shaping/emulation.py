@@ -7,6 +7,7 @@ the stored size of the source for the bursting baseline, and applies
 """
 
 import dataclasses
+import itertools
 import os
 import statistics
 import time
@@ -117,6 +118,7 @@ def _fixed_at_mount(key: str) -> str:
 class Emulation:
     def __init__(self, name: str, params: Params, source: str):
         self.name, self.source = name, source
+        self.mount_params = params  # as mounted: what reset() builds the model from again
         self.started_ns = monotonic_ns()  # the model's time 0, which the trace's metadata keeps for simulate
         self.model = Model(params, self.started_ns / 1e9)  # latency samples seeded by the `seed` parameter
         self.timer = PreciseTimer()
@@ -127,7 +129,9 @@ class Emulation:
         self._tracer: _Tracer | None = None
         self._calibrated = trio.Event()
         self.measured = False  # whether a walk of the source has given its size yet
+        self._stored: int | None = None  # the source's size, as the last walk found it
         self._events: list[Json] = []  # scheduled on the model's timeline, for `fault list`
+        self._event_ids = itertools.count(1)  # ids stay unique past a reset
         self._numbers: dict[str, int] = {}  # an event's id: its number in the model (cancel_events)
         self._counters: Callable[[], dict[str, int]] = _no_counters  # more counters for Prometheus (the server's)
         self.sharing: Sharing | None = None  # --shared: the file system's state shared with other mounts
@@ -260,6 +264,7 @@ class Emulation:
                 self.sharing.client.measured(size)
             else:
                 self.model.set_stored_bytes(size, _now())
+                self._stored = size
             self.measured = True
             await trio.sleep(MEASURE_EVERY)
 
@@ -328,7 +333,7 @@ class Emulation:
             number = self.model.schedule(event, _now())
         except (ValueError, ProfileError) as exc:
             raise UserError(f"{where}: {exc}" if isinstance(exc, ProfileError) else str(exc)) from None
-        event_id = f"e{len(self._events) + 1}"
+        event_id = f"e{next(self._event_ids)}"
         described = {"id": event_id, **event.describe(), "wall_time": time.time() + event.at}
         self._events.append(described)
         self._numbers[event_id] = number
@@ -351,6 +356,25 @@ class Emulation:
                 e["called_off"] = time.time()
                 off.append(e["id"])
         return off
+
+    def reset(self) -> list[str]:
+        """The emulated file system as it was mounted: a model built afresh from the
+        mount's parameters (burst credits, throughput and IOPS history, keys `set` and
+        events changed, latency samples from the seed again) behind a new NFS client (its
+        caches and dirty data dropped), and no event scheduled.  Returns the events it
+        called off (those still to happen).  Requests in flight keep the times the old
+        model gave them.  The files are still there, so the size the last walk measured
+        is the new model's as a first walk's is at mount (taken at its next re-measure)."""
+        if self.sharing is not None:  # the file system's state is every client's, in Redis
+            raise UserError("reset: a shared file system (--shared) is every mount's: unmount them all to reset it")
+        called_off = self.cancel_events(None)
+        now = _now()
+        self.model = Model(self.mount_params, now)
+        if self._stored is not None:
+            self.model.set_stored_bytes(self._stored, now)
+        self.shaper.serve(self.model)
+        self._events, self._numbers = [], {}
+        return called_off
 
     def events(self) -> list[Json]:
         """The events scheduled since mounting, each with the wall time it happens at, and a

@@ -204,6 +204,12 @@ class Shaper:
         self.model.client_restarted()
         self.client = NfsClient(self.model)
 
+    def serve(self, model: Model) -> None:
+        """Shape what arrives from now on with `model`, behind a new NFS client of it (a
+        reset, Emulation.reset); what was admitted keeps its deadline.  The counters stay
+        the mount's: they say how the host kept up."""
+        self.model, self.client = model, NfsClient(model)
+
     def compensate(self, ns: int) -> None:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
         self.compensation_ns = ns

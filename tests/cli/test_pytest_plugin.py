@@ -2,6 +2,7 @@
 by pytest in a child process (pytester), finding the plugin through the installed
 package's entry point, mounting real emulated file systems."""
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pytest
 
 pytest_plugins = ["pytester"]
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "PYTEST.md"
+# (page, which of its python blocks, the tests it holds): every example a user may copy
+WORKED = [(GUIDE, 0, 4), (GUIDE, 1, 3), (GUIDE.parent.parent / "README.md", 0, 1)]
 
 
 def _mounts_under(path) -> list[str]:
@@ -16,8 +19,9 @@ def _mounts_under(path) -> list[str]:
         return [line.split()[4] for line in f if line.split()[4].startswith(str(path))]
 
 
-def run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
-    pytester.makepyfile(test_user=source)
+def run(pytester: pytest.Pytester, source: str, *args: str, **more: str) -> pytest.RunResult:
+    """pytest run on the test file `source` (test_user.py), and on `more` files (name: source)."""
+    pytester.makepyfile(test_user=source, **more)
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", *args, timeout=300)
 
 
@@ -128,12 +132,203 @@ def test_a_bad_option_fails_the_test_with_one_line(pytester):
     assert _mounts_under(pytester.path) == []
 
 
+# A user's tests of one mount shared by several tests: each notes the mount it saw in
+# seen.txt (its server's pid, its path, whether the earlier mounts are still there), changes
+# all a reset must undo, and checks that the test before it left nothing behind but files.
+SHARED = """
+import os, pathlib, subprocess, sys
+import pytest
+from fusetrace.client import ask, server_of
+
+SEEN = pathlib.Path(__file__).parent / "seen.txt"
+
+
+def seen(efs):
+    earlier = [ln.split()[1] for ln in SEEN.read_text().splitlines()] if SEEN.exists() else []
+    with open("/proc/self/mountinfo") as f:
+        mounted = {ln.split()[4] for ln in f}
+    gone = sorted({p for p in earlier if p != str(efs.path) and p not in mounted})
+    with open(SEEN, "a") as f:
+        f.write(f"{server_of(str(efs.path))['pid']} {efs.path} {len(gone)}\\n")
+
+
+def changes_everything(efs):
+    seen(efs)
+    (efs.workdir / "kept").write_text("x")
+    efs.set(burst_credit_balance=0)
+    subprocess.run([sys.executable, "-m", "fusetrace", "fault", str(efs.path), "add", "--op", "mkdir",
+                    "--errno", "EACCES"], check=True, capture_output=True)
+    efs.event(at=3600, stall=60)
+    assert efs.stats()["BurstCreditBalance"] < 1e6 and len(efs.faults()) == 1
+    assert "create" in set(efs.trace().op)
+
+
+def starts_as_mounted(efs):
+    seen(efs)
+    assert efs.stats()["BurstCreditBalance"] > 1e12  # the profile's 2.1 TiB
+    assert efs.faults() == [] and ask(str(efs.path), cmd="fault_list")["events"] == []
+    os.mkdir(efs.workdir / "d")  # the rule is gone
+    assert os.listdir(efs.workdir) == ["d"]
+    assert len(list(efs.path.glob("*/kept"))) >= 1  # files stay
+    ops = efs.trace()  # this test's records alone
+    assert "mkdir" in set(ops.op) and "create" not in set(ops.op), ops[["op", "path"]]
+
+
+def fails_midway(efs):
+    seen(efs)
+    efs.set(burst_credit_balance=0)
+    assert False, "the application broke"
+"""
+
+
+def _seen(pytester: pytest.Pytester) -> list[tuple[str, str, int]]:
+    """(server pid, mount, earlier mounts already gone) for each test that ran, in order."""
+    return [
+        (pid, path, int(gone))
+        for pid, path, gone in (ln.split() for ln in (pytester.path / "seen.txt").read_text().splitlines())
+    ]
+
+
+def test_efs_module_mounts_once_per_module_and_resets_between_its_tests(pytester):
+    tests = (
+        SHARED
+        + """
+def test_1(efs_module):
+    changes_everything(efs_module)
+
+def test_2(efs_module):
+    starts_as_mounted(efs_module)
+
+def test_3(efs_module):
+    fails_midway(efs_module)
+
+def test_4(efs_module):
+    starts_as_mounted(efs_module)
+"""
+    )
+    other = """
+import pytest
+from test_user import seen, starts_as_mounted
+
+pytestmark = pytest.mark.efs(profile="efs-elastic")
+
+def test_5(efs_module):
+    seen(efs_module)
+    assert efs_module.stats()["profile"] == "efs-elastic"
+
+@pytest.mark.efs(profile="efs-2016")
+def test_6_a_tests_own_marker_is_refused(efs_module):
+    pass
+
+@pytest.mark.parametrize("efs_module", [{"set": {"read_latency_ms": 2}}], indirect=True)
+def test_7_a_parameter_is_a_mount_of_its_own(efs_module):
+    assert efs_module.options["set"] == {"read_latency_ms": 2}
+    assert efs_module.stats()["profile"] == "efs-elastic"
+"""
+    result = run(pytester, tests, test_user_other=other)
+    result.assert_outcomes(passed=5, failed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*efs fixture: efs_module is mounted once for its module, before this test: @pytest.mark.efs on a "
+            "test does not reach it (options: the module's pytestmark)"
+        ]
+    )
+    seen = _seen(pytester)
+    assert len({(pid, path) for pid, path, _ in seen[:4]}) == 1  # one mount for the module's four tests
+    assert seen[4][:2] != seen[0][:2] and seen[4][2] == 1  # the other module's own; the first's gone
+    assert _mounts_under(pytester.path) == []
+
+
+def test_efs_session_mounts_once_for_the_session(pytester):
+    pytester.makeini("[pytest]\nefs_profile = efs-2016\n")
+    tests = (
+        SHARED
+        + """
+def test_1(efs_session):
+    changes_everything(efs_session)
+
+def test_2(efs_session):
+    starts_as_mounted(efs_session)
+"""
+    )
+    other = """
+import os
+from test_user import starts_as_mounted
+
+def test_3(efs_session):
+    starts_as_mounted(efs_session)
+    assert efs_session.stats()["profile"] == "efs-2016"
+
+def test_4(efs):  # beside it, a test's own mount
+    (efs.workdir / "f").write_text("x")
+    assert os.listdir(efs.path) == ["f"]
+"""
+    result = run(pytester, tests, test_user_other=other)
+    result.assert_outcomes(passed=4)
+    seen = _seen(pytester)
+    assert len({(pid, path) for pid, path, _ in seen}) == 1  # one mount for three tests in two modules
+    assert "still mounted at the session's end" not in result.stdout.str()  # its teardown took it down
+    assert _mounts_under(pytester.path) == []
+
+
+def test_a_bad_option_of_a_wider_scope_fails_its_tests_with_one_line(pytester):
+    result = run(
+        pytester,
+        """
+import pytest
+
+pytestmark = pytest.mark.efs(colour="red")
+
+def test_1(efs_module):
+    pass
+
+def test_2(efs_module):
+    pass
+""",
+        test_user_session="""
+import pytest
+
+@pytest.mark.efs(profile="efs-2016")
+def test_3(efs_session):
+    pass
+""",
+    )
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*efs fixture: @pytest.mark.efs: unknown key 'colour'*",
+            "*efs fixture: efs_session is mounted once for its session, before this test: @pytest.mark.efs on a "
+            "test does not reach it (options: the ini option efs_profile)",
+        ]
+    )
+    assert result.stdout.str().count("unknown key 'colour'") == 2  # each test of the module, once
+    assert "Traceback" not in result.stdout.str() and "During handling" not in result.stdout.str()
+    assert _mounts_under(pytester.path) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed")
+def test_efs_session_under_xdist_is_one_mount_per_worker(pytester):
+    tests = SHARED + "".join(
+        f"\ndef test_{i}(efs_session):\n    seen(efs_session)\n    (efs_session.workdir / 'f').write_text('x')\n"
+        for i in range(6)
+    )
+    result = run(pytester, tests, "-n", "2")
+    result.assert_outcomes(passed=6)
+    seen = _seen(pytester)
+    assert len({(pid, path) for pid, path, _ in seen}) == 2  # gw0's and gw1's
+    assert all("popen-gw" in path for _, path, _ in seen)  # each under its worker's own base
+    assert _mounts_under(pytester.path) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "doc, tests", [(GUIDE, 4), (GUIDE.parent.parent / "README.md", 1)], ids=["PYTEST.md", "README.md"]
+    "doc, block, tests",
+    WORKED,
+    ids=["PYTEST.md", "PYTEST.md-module", "README.md"],
 )
-def test_the_worked_examples_run_as_written(pytester, doc, tests):
-    [example] = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
-    result = run(pytester, example)
+def test_the_worked_examples_run_as_written(pytester, doc, block, tests):
+    examples = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert len(examples) == len([b for d, b, _ in WORKED if d == doc])  # each is run here
+    result = run(pytester, examples[block])
     result.assert_outcomes(passed=tests)
     assert _mounts_under(pytester.path) == []

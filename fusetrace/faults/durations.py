@@ -84,9 +84,7 @@ def parse_delay(value: object, where: str) -> Delay:
             raise BadValue(f"{where}: delay {value!r}: expected uniform:LOW,HIGH (e.g. uniform:10ms,200ms)")
         low, high = (_span(p, where, "delay uniform") for p in parts)
         if not low < high:
-            raise BadValue(
-                f"{where}: delay {value!r}: LOW must be less than HIGH (a fixed delay: delay = {parts[0]!r})"
-            )
+            raise BadValue(f"{where}: delay {value!r}: LOW must be less than HIGH")
         return Delay("uniform", low, high)
     if form.strip() == "lognormal":
         named = dict(p.partition("=")[::2] for p in parts)

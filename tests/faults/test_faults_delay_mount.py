@@ -2,7 +2,8 @@
 latter through the pytest plugin's `efs.fault(delay=...)`) each wait the delay out, the
 records saying so (dur_ns, fault); a seeded probability delays the reads the injector's
 hash picks, no others; a caller killed in a long delay ends promptly; `fault clear`
-releases a held delay at once.  Asserts read the trace, never the test's own clock."""
+releases a held delay at once; a faults file's delay holds from the mount, and a bad
+one is one line.  Asserts read the trace, never the test's own clock."""
 
 import errno as E
 import json
@@ -11,7 +12,7 @@ import subprocess
 import threading
 
 import pandas as pd
-from support import fusetrace, poll
+from support import fusetrace, is_mounted, one_line_error, poll
 
 from fusetrace.faults.injector import Injector
 from fusetrace.request import Kind
@@ -117,3 +118,22 @@ def test_fault_clear_releases_a_held_delay_at_once_and_the_call_then_runs(mount)
     assert out["read"] == "data"
     [read] = records(m).query("op == 'read'").itertuples()
     assert (read.errno, read.fault) == (0, "hour") and read.dur_ns < 3600e9
+
+
+def test_a_faults_files_delay_holds_from_the_mount_and_a_bad_one_is_one_line(mount, tmp_path):
+    faults = tmp_path / "faults.toml"
+    faults.write_text('[[rule]]\nid = "tail"\nop = "read"\ndelay = "lognormal:p50=5ms,p99=200ms"\nseed = 7\n')
+    m = mount("--faults", str(faults))
+    assert listed(m)["tail"]["summary"] == "delay lognormal:p50=5ms,p99=200ms; read; seed 7"
+    done = fusetrace("fault", str(m.mountpoint), "add", "--delay", "uniform:1s,10ms", check=False)
+    one_line_error(done, "fault add: delay 'uniform:1s,10ms': LOW must be less than HIGH", code=2)
+    assert list(listed(m)) == ["tail"]
+    faults.write_text('[[rule]]\nerrno = "EIO"\n[[rule]]\ndelay = "lognormal:p50=5ms"\n')
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    done = fusetrace("mount", str(src), str(mnt), "--faults", str(faults), check=False)
+    one_line_error(
+        done, f"--faults {faults}: rule 2: delay 'lognormal:p50=5ms': expected lognormal:p50=A,p99=B", code=2
+    )
+    assert not is_mounted(mnt)

@@ -111,6 +111,14 @@ class Rule:
     retrans: int = 2
     full_bytes: int = 0
     short_bytes: int = 0
+    # whether firings hash a draw (a probability, a delay from a distribution): then the rule
+    # has a seed, and counts the matches of each operation and path.  A field, set once, as
+    # every firing asks it (a property cost the firing path a third more)
+    drawn: bool = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        drawn = self.probability is not None or (self.delay is not None and self.delay.drawn)
+        object.__setattr__(self, "drawn", drawn)  # (frozen: the dataclasses idiom)
 
     def takes(self, op: str, kind: Kind) -> bool:
         """Whether the rule's operations include this one (of this kind)."""
@@ -124,12 +132,6 @@ class Rule:
     @property
     def needs_process(self) -> bool:
         return bool(self.pids or self.comms)
-
-    @property
-    def drawn(self) -> bool:
-        """Whether firings hash a draw (a probability, a delay from a distribution): then
-        the rule has a seed, and counts the matches of each operation and path."""
-        return self.probability is not None or (self.delay is not None and self.delay.drawn)
 
     def soft_timeout_s(self) -> float:
         """How long a soft NFS mount waits for an answer before it fails the call: timeo,

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, TypeAlias, TypedDict
 
 from ..errors import BadValue
 from ..request import Kind
+from .durations import say_s
 from .rules import CREATES, Rule, RuleTable, errno_name, parse_rule
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class Injector:
             if firing is not None:
                 s.fired += 1
                 self.fired += 1
-                self._log(s, op, path, firing, process)
+                self._log(s, op, path, firing, process, now_ns)
                 return firing
         return None
 
@@ -238,12 +239,14 @@ class Injector:
         s.seen[(op, path)] = n + 1
         return n
 
-    def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None) -> None:
+    def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None, now_ns: int) -> None:
         s.logged += 1
         if s.logged > LOGGED_FIRINGS:
             return
         who = f" by {process[1] or '?'!r} ({process[0]})" if process else ""  # names others chose: %r
         what = firing.effect if not firing.errno else f"{firing.effect} {errno_name(firing.errno)}"
+        if firing.effect == "delay":  # a drawn one: which
+            what = f"delay {say_s((firing.until_ns - now_ns) / 1e9)}"
         log.info(
             "fault %s fired on %s %r%s: %s%s",
             s.rule.id,

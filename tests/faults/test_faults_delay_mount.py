@@ -53,13 +53,14 @@ def assert_each_fsync_of_the_db_waited(fsyncs: pd.DataFrame, rule: str, fired: i
     assert others.fault.isna().all() and len(others) >= INSERTS, others  # the journal's: not matched
 
 
-def test_a_delay_on_fsync_of_db_files_makes_each_sqlite_commit_wait_on_a_traced_mount(mount):
+def test_a_delay_on_fsync_of_db_files_makes_each_sqlite_commit_wait_on_a_traced_mount(mount, tmp_path):
     m = mount(trace=True)
     add(m, "--op", "fsync", "--path", "*.db", "--delay", "50ms", "--id", "slowdb")
     commits(m.mountpoint / "app.db")
     rule = listed(m)["slowdb"]
     assert rule["summary"] == "delay 50ms; fsync path *.db" and rule["held"] == 0
     assert_each_fsync_of_the_db_waited(records(m).query("op == 'fsync'"), "slowdb", rule["fired"])
+    assert "fault slowdb fired on fsync '/app.db': delay 50ms" in (tmp_path / "server0.log").read_text()
 
 
 def test_a_delay_adds_to_the_emulated_file_systems_time_through_the_pytest_fixture(efs):

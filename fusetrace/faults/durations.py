@@ -48,7 +48,8 @@ class Delay:
 
     def at(self, u: float) -> float:
         """The delay at quantile u (0 < u < 1): the distribution's inverse CDF, capped at
-        a year (a lognormal's far tail: p50 5ms, p99 200ms reaches 4 h at u = 1 - 2^-64)."""
+        a year (a lognormal's far tail: p50 5ms, p99 200ms reaches 38 min at the injector's
+        largest u, 1 - 2^-53)."""
         if self.form == "fixed":
             return self.a
         if self.form == "uniform":

@@ -193,11 +193,11 @@ class Injector:
         if rule.count is not None and s.fired >= rule.count:
             return None
         n = self._nth(s, op, path) if rule.drawn else 0
-        if rule.probability is not None and _uniform(rule, op, path, n, "") >= rule.probability:
+        if rule.probability is not None and _hash(rule, op, path, n, "") / 2**64 >= rule.probability:
             return None
         if rule.effect == "delay":
             assert rule.delay is not None
-            u = _uniform(rule, op, path, n, "\0delay") if rule.delay.drawn else 0.5
+            u = point(_hash(rule, op, path, n, "\0delay")) if rule.delay.drawn else 0.5
             return Firing(rule.id, "delay", until_ns=now_ns + int(rule.delay.at(u) * 1e9))
         if rule.effect == "stall":
             s.outage_ns = now_ns + int(rule.stall_s * 1e9)
@@ -282,10 +282,16 @@ class Injector:
         return waiting[0], waiting[1]
 
 
-def _uniform(rule: Rule, op: str, path: str, n: int, salt: str) -> float:
-    """A point in (0, 1) from a hash of (seed, rule, op, path, how many matches of that op
-    and path came before): whether a probability rule fires (salt "") and a drawn delay
-    (its own salt: independent of the first) are reproducible for the same workload,
-    whatever other files' operations interleave with it."""
+def _hash(rule: Rule, op: str, path: str, n: int, salt: str) -> int:
+    """64 bits hashed from (seed, rule, op, path, how many matches of that op and path came
+    before): whether a probability rule fires (salt "") and a drawn delay (its own salt:
+    independent of the first) are reproducible for the same workload, whatever other
+    files' operations interleave with it."""
     key = f"{rule.seed}\0{rule.id}\0{op}\0{path}\0{n}{salt}".encode()
-    return (int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") + 0.5) / 2**64
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def point(h: int) -> float:
+    """A 64-bit hash as a point strictly inside (0, 1), where a quantile is defined: its top
+    52 bits, centred (h / 2**64 may be 0, and (h + 0.5) / 2**64 rounds to 1.0 near the top)."""
+    return ((h >> 12) + 0.5) / 2**52

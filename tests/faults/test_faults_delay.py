@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fusetrace.errors import UserError
 from fusetrace.faults.durations import Delay, parse_delay
-from fusetrace.faults.injector import Injector
+from fusetrace.faults.injector import Injector, point
 from fusetrace.faults.rules import parse_rule
 from fusetrace.request import Kind
 
@@ -135,6 +135,13 @@ def test_a_quantile_function_is_monotone_and_a_uniforms_stays_within_its_bounds(
     lo, hi = sorted((u, v))
     assert lognormal.at(lo) <= lognormal.at(hi) and lognormal.at(lo) > 0
     assert lognormal.at(0.5) == pytest.approx(0.005) and lognormal.at(0.99) == pytest.approx(0.2)
+
+
+@given(h=st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**64 - 1, 2**64 - 2**11])))
+def test_every_hash_is_a_point_strictly_inside_0_1_and_every_lognormal_draw_finite(h):
+    u = point(h)
+    assert 0 < u < 1
+    assert 0 < Delay("lognormal", 0.005, 0.2).at(u) < 3600  # (the tail's farthest: 38 min)
 
 
 @settings(max_examples=30, deadline=None)

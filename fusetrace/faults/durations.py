@@ -13,7 +13,8 @@ from statistics import NormalDist
 from ..emulator.events import LONGEST, seconds
 from ..errors import BadValue
 
-_Z99 = NormalDist().inv_cdf(0.99)  # the standard normal's 99th percentile, about 2.326
+_NORMAL = NormalDist()  # the standard normal
+_Z99 = _NORMAL.inv_cdf(0.99)  # its 99th percentile, about 2.326
 _FORMS = (
     "a duration (50ms), uniform:LOW,HIGH (uniform:10ms,200ms) or lognormal:p50=A,p99=B (lognormal:p50=5ms,p99=200ms)"
 )
@@ -55,7 +56,7 @@ class Delay:
         if self.form == "uniform":
             return self.a + (self.b - self.a) * u
         sigma = math.log(self.b / self.a) / _Z99
-        return min(self.a * math.exp(sigma * NormalDist().inv_cdf(u)), LONGEST)
+        return min(self.a * math.exp(sigma * _NORMAL.inv_cdf(u)), LONGEST)
 
     def describe(self) -> str:
         """As a faults file writes it (normalised), read back by parse_delay."""

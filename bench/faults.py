@@ -37,6 +37,7 @@ def in_process() -> list[tuple[str, float]]:
             {"comm": "app", "pid": [1], "probability": 0.01, "errno": "EIO"}
         ],
         "1 rule firing (errno, no condition)": [{"errno": "EIO"}],
+        "1 rule delaying, drawn (lognormal, no condition)": [{"delay": "lognormal:p50=5ms,p99=200ms"}],
     }
     out = []
     for name, rules in cases.items():

@@ -35,7 +35,8 @@ _WHEN = (
         "seed",
         int,
         "N",
-        "with --probability: the same seed and workload fire the same faults (default: drawn, and shown by list)",
+        "with --probability or a drawn --delay: the same seed and workload fire the same faults, "
+        "delayed alike (default: drawn, and shown by list)",
     ),
     ("--count", "count", int, "N", "fire at most N times (a stall: N outages; default 1)"),
     ("--every", "every", int, "N", "fire on every Nth match only"),
@@ -48,7 +49,7 @@ def add_parser(sub) -> None:
     f = sub.add_parser(
         "fault",
         help="inject faults into a running mount: add, list, clear; model events",
-        description="Fault rules make chosen operations fail, stall, go stale or come up "
+        description="Fault rules make chosen operations fail, stall, slow down, go stale or come up "
         "short; events script the emulated file system's timeline. See "
         "docs/FAULTS.md.",
     )
@@ -80,6 +81,12 @@ def add_parser(sub) -> None:
     )
     e.add_argument("--timeo", type=int, metavar="DECISECONDS", help="with --soft: NFS timeo (default 600)")
     e.add_argument("--retrans", type=int, metavar="N", help="with --soft: NFS retrans (default 2)")
+    e.add_argument(
+        "--delay",
+        metavar="DELAY",
+        help="each matching operation waits this long more, then runs: 50ms; uniform:10ms,200ms; "
+        "lognormal:p50=5ms,p99=200ms",
+    )
     e.add_argument("--stale", action="store_true", help="the file is gone on the server: ESTALE from now on")
     e.add_argument(
         "--write-error",
@@ -181,7 +188,7 @@ def rule_of(args: argparse.Namespace) -> dict[str, object]:
     for _option, key, *_ in _WHEN:
         if getattr(args, key) is not None:
             rule[key] = getattr(args, key)
-    for key in ("errno", "stall", "timeo", "retrans", "write_error", "full", "short"):
+    for key in ("errno", "stall", "delay", "timeo", "retrans", "write_error", "full", "short"):
         if getattr(args, key) is not None:
             rule[key] = getattr(args, key)
     for key in ("soft", "stale"):

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, TypeAlias, TypedDict
 
 from ..errors import BadValue
 from ..request import Kind
+from .durations import say_s
 from .rules import CREATES, Rule, RuleTable, errno_name, parse_rule
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ _SEEN_LIMIT = 1 << 18  # (op, path) pairs a probability rule remembers; beyond, 
 class Firing(NamedTuple):
     """What a rule does to one request.  `effect`: errno (fail with `errno`, not run below),
     stall (wait until `until_ns`, or fail with `errno` at `fail_ns` if that comes first),
+    delay (wait until `until_ns`, then run: this request alone),
     stale (fail with ESTALE), write_error (a buffered write runs, its error waits for fsync
     and close; any other write fails at once with `errno`), short (carry at most `short`
     bytes)."""
@@ -95,7 +97,7 @@ class Injector:
             if trial:  # a faults file, checked before mounting: the other rule is in the file
                 raise BadValue(f"{where}: id {rule.id!r}: an earlier rule of the file has that id")
             raise BadValue(f"{where}: id {rule.id!r}: a rule with that id is in force (fault clear {rule.id})")
-        if rule.probability is not None and rule.seed is None:
+        if rule.drawn and rule.seed is None:
             rule = dataclasses.replace(rule, seed=random.SystemRandom().randrange(1 << 31))  # listed: rerun with it
         self._next += 1
         self.rules.append(_State(rule, now_ns))
@@ -176,7 +178,7 @@ class Injector:
             if firing is not None:
                 s.fired += 1
                 self.fired += 1
-                self._log(s, op, path, firing, process)
+                self._log(s, op, path, firing, process, now_ns)
                 return firing
         return None
 
@@ -190,8 +192,13 @@ class Injector:
             return None
         if rule.count is not None and s.fired >= rule.count:
             return None
-        if rule.probability is not None and not self._draw(s, op, path):
+        n = self._nth(s, op, path) if rule.drawn else 0
+        if rule.probability is not None and _hash(rule, op, path, n, "") / 2**64 >= rule.probability:
             return None
+        if rule.effect == "delay":
+            assert rule.delay is not None
+            u = point(_hash(rule, op, path, n, "\0delay")) if rule.delay.drawn else 0.5
+            return Firing(rule.id, "delay", until_ns=now_ns + int(rule.delay.at(u) * 1e9))
         if rule.effect == "stall":
             s.outage_ns = now_ns + int(rule.stall_s * 1e9)
             return Firing(rule.id, "stall", rule.errno, s.outage_ns, self._soft_fail(rule, now_ns))
@@ -224,24 +231,22 @@ class Injector:
         return now_ns + int(rule.soft_timeout_s() * 1e9) if rule.soft else 0
 
     @staticmethod
-    def _draw(s: _State, op: str, path: str) -> bool:
-        """Whether this match fires, by a hash of (seed, rule, op, path, how many matches of
-        that op and path came before): reproducible for the same workload, whatever other
-        files' operations interleave with it."""
+    def _nth(s: _State, op: str, path: str) -> int:
+        """How many matches of this op and path came before (those a draw was made for)."""
         if len(s.seen) >= _SEEN_LIMIT:
             s.seen.clear()
         n = s.seen.get((op, path), 0)
         s.seen[(op, path)] = n + 1
-        key = f"{s.rule.seed}\0{s.rule.id}\0{op}\0{path}\0{n}".encode()
-        draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
-        return draw < (s.rule.probability or 0.0)
+        return n
 
-    def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None) -> None:
+    def _log(self, s: _State, op: str, path: str, firing: Firing, process: Who | None, now_ns: int) -> None:
         s.logged += 1
         if s.logged > LOGGED_FIRINGS:
             return
         who = f" by {process[1] or '?'!r} ({process[0]})" if process else ""  # names others chose: %r
         what = firing.effect if not firing.errno else f"{firing.effect} {errno_name(firing.errno)}"
+        if firing.effect == "delay":  # a drawn one: which
+            what = f"delay {say_s((firing.until_ns - now_ns) / 1e9)}"
         log.info(
             "fault %s fired on %s %r%s: %s%s",
             s.rule.id,
@@ -275,3 +280,18 @@ class Injector:
             del self.pending[node]
             self._changed()
         return waiting[0], waiting[1]
+
+
+def _hash(rule: Rule, op: str, path: str, n: int, salt: str) -> int:
+    """64 bits hashed from (seed, rule, op, path, how many matches of that op and path came
+    before): whether a probability rule fires (salt "") and a drawn delay (its own salt:
+    independent of the first) are reproducible for the same workload, whatever other
+    files' operations interleave with it."""
+    key = f"{rule.seed}\0{rule.id}\0{op}\0{path}\0{n}{salt}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def point(h: int) -> float:
+    """A 64-bit hash as a point strictly inside (0, 1), where a quantile is defined: its top
+    52 bits, centred (h / 2**64 may be 0, and (h + 0.5) / 2**64 rounds to 1.0 near the top)."""
+    return ((h >> 12) + 0.5) / 2**52

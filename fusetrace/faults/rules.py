@@ -2,6 +2,7 @@
 table, a `fusetrace fault add` or a control request, each mistake one line naming
 where and the key.  docs/FAULTS.md documents every key."""
 
+import dataclasses
 import errno as E
 import math
 import os
@@ -10,12 +11,12 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Required, TypedDict
 
-from ..emulator.events import seconds
 from ..emulator.simulate import parse_size
 from ..errors import BadValue
 from ..globs import glob_regex
 from ..private import read_regular
 from ..request import TRACED_OPERATIONS, Kind
+from .durations import Delay, parse_delay, parse_duration, say_s
 
 # Operations a rule may match: every request a handler sends through the shaper but the
 # closes of a handle (release, releasedir), which must always run and whose errors the
@@ -33,7 +34,7 @@ CLASSES: dict[str, frozenset[Kind]] = {
 }
 CREATES = frozenset(("create", "mknod", "mkdir", "symlink", "link"))  # what a full file system refuses too
 _COMM_MAX = 15  # TASK_COMM_LEN less its terminating zero
-EFFECTS = ("errno", "stall", "stale", "write_error", "full", "short")
+EFFECTS = ("errno", "stall", "delay", "stale", "write_error", "full", "short")
 _KEYS = {
     "id",
     "op",
@@ -72,6 +73,7 @@ class RuleTable(TypedDict, total=False):
     until: str
     errno: str
     stall: str
+    delay: str
     soft: bool
     timeo: int
     retrans: int
@@ -103,11 +105,20 @@ class Rule:
     until_s: float = math.inf
     errno: int = 0
     stall_s: float = 0.0
+    delay: Delay | None = None
     soft: bool = False
     timeo: int = 600  # deciseconds, as nfs(5) and EFS's recommended mount options
     retrans: int = 2
     full_bytes: int = 0
     short_bytes: int = 0
+    # whether firings hash a draw (a probability, a delay from a distribution): then the rule
+    # has a seed, and counts the matches of each operation and path.  A field, set once, as
+    # every firing asks it (a property cost the firing path a third more)
+    drawn: bool = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        drawn = self.probability is not None or (self.delay is not None and self.delay.drawn)
+        object.__setattr__(self, "drawn", drawn)  # (frozen: the dataclasses idiom)
 
     def takes(self, op: str, kind: Kind) -> bool:
         """Whether the rule's operations include this one (of this kind)."""
@@ -143,24 +154,28 @@ class Rule:
             out["comm"] = sorted(self.comms)
         if self.probability is not None:
             out["probability"] = self.probability
+        if self.drawn:
             out["seed"] = self.seed
         if self.count is not None:
             out["count"] = self.count
         if self.every is not None:
             out["every"] = self.every
         if self.after_s:
-            out["after"] = _say_s(self.after_s)
+            out["after"] = say_s(self.after_s)
         if self.until_s != math.inf:
-            out["until"] = _say_s(self.until_s)
+            out["until"] = say_s(self.until_s)
         if self.effect == "errno":
             out["errno"] = errno_name(self.errno)
         elif self.effect == "stall":
-            out["stall"] = _say_s(self.stall_s)
+            out["stall"] = say_s(self.stall_s)
             if self.soft:
                 out["soft"] = True
                 out["timeo"] = self.timeo
                 out["retrans"] = self.retrans
                 out["errno"] = errno_name(self.errno)
+        elif self.effect == "delay":
+            assert self.delay is not None
+            out["delay"] = self.delay.describe()
         elif self.effect == "stale":
             out["stale"] = True
         elif self.effect == "write_error":
@@ -178,7 +193,8 @@ class Rule:
         effect = {
             "errno": f"errno {d.get('errno')}",
             "stall": f"stall {d.get('stall')}"
-            + (f" soft → {d['errno']} after {_say_s(self.soft_timeout_s())}" if self.soft else ""),
+            + (f" soft → {d['errno']} after {say_s(self.soft_timeout_s())}" if self.soft else ""),
+            "delay": f"delay {d.get('delay')}",
             "stale": "ESTALE (file removed by another client)",
             "write_error": f"write-back error {d.get('write_error')} at fsync and close",
             "full": f"{d.get('errno')} past {self.full_bytes:,} bytes written",
@@ -194,13 +210,15 @@ class Rule:
         when = []
         if self.probability is not None:
             when.append(f"p={self.probability:g} seed {self.seed}")
+        elif self.drawn:
+            when.append(f"seed {self.seed}")
         if self.every is not None:
             when.append(f"every {_ordinal(self.every)} match")
         if self.count is not None:
             when.append(f"at most {self.count}x")
         if self.after_s or self.until_s != math.inf:
-            until = "" if self.until_s == math.inf else f" to {_say_s(self.until_s)}"
-            when.append(f"from {_say_s(self.after_s)}{until}")
+            until = "" if self.until_s == math.inf else f" to {say_s(self.until_s)}"
+            when.append(f"from {say_s(self.after_s)}{until}")
         return f"{effect}; {' '.join(what)}" + (f"; {', '.join(when)}" if when else "")
 
 
@@ -223,14 +241,6 @@ def parse_errno(value: object, where: str, key: str = "errno") -> int:
         if value.strip().isdigit():
             return parse_errno(int(value), where, key)
     raise BadValue(f"{where}: {key} {value!r}: not an errno name (e.g. EIO, ENOSPC, ESTALE, ETIMEDOUT)")
-
-
-def parse_duration(value: object, where: str, key: str) -> float:
-    """Seconds from a number or text such as "250ms", "40s", "2m" (as events take them)."""
-    try:
-        return seconds(value)
-    except ValueError as exc:
-        raise BadValue(f"{where}: {key} {exc}") from None
 
 
 def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
@@ -278,10 +288,6 @@ def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise BadValue(f"{where}: probability {p!r}: must be a number above 0 and at most 1")
         kw["probability"] = float(p)
-        if "seed" in raw:
-            kw["seed"] = _whole(raw, "seed", where, 0)
-    elif "seed" in raw:
-        raise BadValue(f"{where}: seed: only with probability")
     for key in ("count", "every"):
         if key in raw:
             kw[key] = _whole(raw, key, where, 1)
@@ -292,7 +298,12 @@ def parse_rule(raw: dict[str, Any], where: str, default_id: str) -> Rule:
         if kw["until_s"] <= kw.get("after_s", 0.0):
             raise BadValue(f"{where}: until {raw['until']!r}: must be later than after")
     _effect(raw, effect, kw, where)
-    return Rule(**kw)
+    rule = Rule(**kw)
+    if "seed" in raw:
+        if not rule.drawn:
+            raise BadValue(f"{where}: seed: only with probability or a drawn delay (uniform:, lognormal:)")
+        rule = dataclasses.replace(rule, seed=_whole(raw, "seed", where, 0))
+    return rule
 
 
 def _effect(raw: dict[str, Any], effect: str, kw: dict[str, Any], where: str) -> None:
@@ -317,6 +328,8 @@ def _effect(raw: dict[str, Any], effect: str, kw: dict[str, Any], where: str) ->
             kw["timeo"] = _whole(raw, "timeo", where, 1) if "timeo" in raw else 600
             kw["retrans"] = _whole(raw, "retrans", where, 0) if "retrans" in raw else 2
             kw["errno"] = parse_errno(raw.get("errno", "EIO"), where)
+    elif effect == "delay":
+        kw["delay"] = parse_delay(raw["delay"], where)
     elif effect == "stale":
         if raw["stale"] is not True:
             raise BadValue(f"{where}: stale {raw['stale']!r}: write stale = true")
@@ -401,10 +414,6 @@ def _bytes(value: object, where: str, key: str, least: int) -> int:
     if n < least:
         raise BadValue(f"{where}: {key} {value!r}: expected bytes ({least} or more), or a size such as 4k, 10M")
     return n
-
-
-def _say_s(seconds: float) -> str:
-    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 MAX_FILE_BYTES = 1 << 20  # rules and events by the thousand; a larger file is no faults file

@@ -1,7 +1,7 @@
 """The fault stage of the request pipeline: what the fault rules do to one request.
 
 The rules themselves (fusetrace/faults/) are pure; this stage asks them, waits out a
-stall, and reports the write-back errors they left behind.  The pipeline
+stall or a delay, and reports the write-back errors they left behind.  The pipeline
 (fusetrace/server/pipeline.py) enters it only while rules or what they left are in
 force (Injector.active).
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from ..faults.durations import say_s
 from ..faults.injector import Firing, Injector
 from ..faults.rules import RuleTable
 from ..request import Request, WriteMode
@@ -67,8 +68,9 @@ class FaultStage:
         return 0
 
     async def stalled(self, firing: Firing) -> int:
-        """Wait out a stall: until the outage ends (0), or, on a soft mount, until the
-        call times out first (its errno); at once when the rule is cleared."""
+        """Wait out a stall or a delay: until the outage or the delay ends (0), or, on a
+        soft mount, until the call times out first (its errno); at once when the rule is
+        cleared.  On trio's clock (a millisecond's grain): never before `until_ns`."""
         end, fail = firing.until_ns, firing.fail_ns
         limit = min(end, fail) if fail else end
         while not self.stopping and self.faults.in_force(firing.rule):
@@ -112,6 +114,13 @@ class FaultStage:
         """The server is stopping: every stalled request goes on now."""
         self.stopping = True
         self.changed.set()
+
+
+def fault_why(firing: Firing, start: int) -> str:
+    """What holds a request a rule stalls or delays, as `fusetrace stats` lists it."""
+    if firing.effect == "delay":
+        return f"fault rule {firing.rule} (a delay of {say_s((firing.until_ns - start) / 1e9)})"
+    return f"fault rule {firing.rule} (a stall)"
 
 
 def shortened(op: str, args: tuple[Any, ...], most: int) -> tuple[Any, ...]:

@@ -34,7 +34,7 @@ from ..faults.injector import Firing, Injector
 from ..request import Kind, Request, WriteMode
 from . import nofollow
 from .callers import Caller, Callers
-from .faulting import CLOSES, FaultStage, shortened
+from .faulting import CLOSES, FaultStage, fault_why, shortened
 from .fdbudget import Budget
 from .holds import LONG_HOLD_NS, Holds, Killed
 from .inline import InlinePolicy
@@ -224,16 +224,19 @@ class Pipeline:
         args: tuple[Any, ...],
         nowait: Call | None,
     ) -> tuple[int, tuple[Any, ...], Call | None]:
-        """The fault stage before the call: wait out a stall, or answer without reaching
-        the source, or carry fewer bytes.  Returns (errno, args, nowait) for the rest."""
-        if firing.effect == "stall":
+        """The fault stage before the call: wait out a stall or a delay, or answer without
+        reaching the source, or carry fewer bytes.  Returns (errno, args, nowait) for the
+        rest.  A delay under a second is neither listed nor watched, as the model's holds."""
+        if firing.effect in ("stall", "delay"):
             until = min(firing.until_ns, firing.fail_ns) if firing.fail_ns else firing.until_ns
+            if firing.effect == "delay" and until - start < LONG_HOLD_NS:
+                return await self.fault_stage.stalled(firing), args, nowait
             with self.holds.holding_of(
                 req.op,
                 site.path,
                 who,
                 start,
-                f"fault rule {firing.rule} (a stall)",
+                fault_why(firing, start),
                 until,
                 rule=True,
                 killable=self._waited_on(req, who),

@@ -34,7 +34,7 @@ TRACE_WAIT = 30.0  # seconds .trace() waits for the server to write what it has 
 # ini option's).  A switch is True or False, and names the mount option it adds when it
 # is not at its default: a new one is one line here.
 _DEFAULTS: dict[str, Any] = {"profile": DEFAULT_PROFILE, "set": {}, "faults": None}
-_SWITCHES = {"writeback_cache": (True, "--no-writeback-cache")}
+_SWITCHES = {"writeback_cache": (True, "--no-writeback-cache"), "crashable": (False, "--crashable")}
 _KEYS = {*_DEFAULTS, *_SWITCHES}
 _WIDER = {"efs_module": "module", "efs_session": "session"}  # the fixtures that reset between tests
 _mounted: dict[Path, "EFS"] = {}  # mounts this session made and has not yet taken down
@@ -137,6 +137,12 @@ class EFS:
 
     def _ask(self, **request) -> dict[str, Any]:
         return ask(str(self.path), **request)
+
+    def crash(self) -> dict[str, int]:
+        """The client dies now (docs/FAULTS.md, "A crash of the client"; the mount must be
+        armed: `crashable=True`): every file back as it was last made durable, the files
+        open through the mount stale.  What it undid, as `fusetrace fault MNT crash --json`."""
+        return self._ask(cmd="crash")["crashed"]
 
     def set(self, **keys: Any) -> dict[str, Any]:
         """Change profile keys now, as `fusetrace set` does (burst_credit_balance=0, ...)."""

@@ -9,7 +9,7 @@ the holder (SIGKILL); its descriptors then close on stale handles, which commits
 `python -m support.crashing file PATH SIZE` writes SIZE bytes of b"u" at the start of
 PATH (created if missing) without a sync; `python -m support.crashing sqlite DB MODE
 SYNCHRONOUS` commits rows 0..4 of table t (made in rollback-journal mode, so that it is
-in the database file) in journal mode MODE, then begins a transaction of rows 100..399
+in the database file) in journal mode MODE (WAL checkpointed after row 2), then begins a transaction of rows 100..399
 big enough to spill pages into the database (or the WAL) before its commit.  Each then
 prints "holding" and waits for its stdin to close.
 """
@@ -76,6 +76,8 @@ def _hold_sqlite(db: str, mode: str, synchronous: str) -> sqlite3.Connection:
         con.execute("begin")
         con.execute("insert into t values (?, randomblob(3000))", (x,))
         con.execute("commit")
+        if x == 2:
+            con.execute("pragma wal_checkpoint")  # (WAL: synced, whatever the synchronous setting)
     con.execute("pragma cache_size=1")  # the transaction's pages spill before its commit
     con.execute("begin")
     for x in range(100, 400):

@@ -11,7 +11,8 @@ PATH (created if missing) without a sync; `python -m support.crashing sqlite DB 
 SYNCHRONOUS` commits rows 0..4 of table t (made in rollback-journal mode, so that it is
 in the database file) in journal mode MODE (WAL checkpointed after row 2), then begins a transaction of rows 100..399
 big enough to spill pages into the database (or the WAL) before its commit.  Each then
-prints "holding" and waits for its stdin to close.
+prints "holding" and waits for its stdin to close; the sqlite one, given a line "commit"
+first, commits and prints "committed" or what failed.
 """
 
 import os
@@ -94,6 +95,12 @@ def _hold_file(path: str, size: str) -> int:
 def main(what: str, *args: str) -> object:
     held = _hold_file(*args) if what == "file" else _hold_sqlite(*args)
     print("holding", flush=True)
+    if sys.stdin.readline() == "commit\n" and isinstance(held, sqlite3.Connection):
+        try:
+            held.execute("commit")
+            print("committed", flush=True)
+        except sqlite3.Error as exc:
+            print(f"failed: {exc}", flush=True)
     sys.stdin.read()
     return held  # (referenced until here: its descriptors stay open)
 

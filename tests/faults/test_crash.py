@@ -128,6 +128,9 @@ def test_a_rename_without_fsync_loses_the_data_a_close_or_fsync_before_it_keeps_
     m = armed(mount, writeback)
     mnt = m.mountpoint
     (mnt / "a").write_bytes(b"old config\n")
+    (mnt / "removed").write_bytes(b"x")
+    (mnt / "removed").unlink()  # namespace changes are on the server when they return
+    (mnt / "made").mkdir()
     # the program: write a new version, rename it over the old one, no fsync
     unsynced = os.open(mnt / "a.tmp", os.O_CREAT | os.O_WRONLY)
     os.write(unsynced, b"new config\n")
@@ -139,7 +142,7 @@ def test_a_rename_without_fsync_loses_the_data_a_close_or_fsync_before_it_keeps_
     os.fsync(synced)
     os.rename(mnt / "c.tmp", mnt / "c")
     crash(m)
-    assert sorted(os.listdir(mnt)) == sorted(os.listdir(m.source)) == ["a", "b", "c"]  # names are kept
+    assert sorted(os.listdir(mnt)) == sorted(os.listdir(m.source)) == ["a", "b", "c", "made"]  # names are kept
     assert_holds(m, {"a": b"", "b": b"closed first\n", "c": b"fsynced first\n"})  # the old "a" is gone too
     for fd in (unsynced, synced):
         fails(lambda fd=fd: os.close(fd), stale(writeback))

@@ -14,7 +14,7 @@ namespace call of an NFS client (OPEN with create, MKDIR, REMOVE, RENAME, LINK, 
 SETATTR) is on the server when it returns.
 
 An unarmed mount has no Durability and pays nothing; an armed one pays a read of each
-page before its first write after a commit, and one descriptor per file being written.
+page before its first write after a commit, through the writer's own descriptor.
 """
 
 import contextlib
@@ -38,10 +38,10 @@ PAGE = 4096
 class _Written:
     """One file written since it was last made durable: what its pages held then."""
 
-    __slots__ = ("committing", "durable_size", "fd", "lock", "pages", "size")
+    __slots__ = ("committing", "durable_size", "lock", "node_id", "pages", "size")
 
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd = fd  # the server's own read-write descriptor (no O_APPEND, no O_DIRECT)
+    def __init__(self, node_id: int, size: int) -> None:
+        self.node_id = node_id
         self.lock = threading.Lock()  # a write's save and pwrite, a commit, the crash's undo
         self.durable_size = size
         self.size = size  # as the writes and truncations through the mount left it
@@ -79,35 +79,36 @@ class Durability:
         in a worker before the crash reaches here after it)."""
         if h.stale:
             raise OSError(E.ESTALE, "stale after a crash")
-        w = self._written(h.inode.id, h.fd)
+        w = self._written(h)
         with w.lock:
             if h.stale:
                 raise OSError(E.ESTALE, "stale after a crash")
             if buf:
-                self._save(w, off, len(buf))
+                self._save(w, h.fd, off, len(buf))
             n = os.pwrite(h.fd, buf, off)
             w.size = max(w.size, off + n)
             return n
 
-    def _written(self, node_id: int, fd: int) -> _Written:
-        w = self._files.get(node_id)
+    def _written(self, h: "Handle") -> _Written:
+        w = self._files.get(h.inode.id)
         if w is not None:
             return w
         with self._guard:
-            w = self._files.get(node_id)
+            w = self._files.get(h.inode.id)
             if w is None:
-                # its own descriptor: the handle's may be write-only, O_APPEND or O_DIRECT
-                own = os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
-                w = self._files[node_id] = _Written(own, os.fstat(own).st_size)
+                w = self._files[h.inode.id] = _Written(h.inode.id, os.fstat(h.fd).st_size)
             return w
 
     @staticmethod
-    def _save(w: _Written, off: int, n: int) -> None:
+    def _save(w: _Written, fd: int, off: int, n: int) -> None:
+        """The durable bytes of the pages [off, off + n) covers not saved yet, read through
+        the writer's own descriptor (an armed mount opens writers for reading too, as the
+        write-back cache does: FileHandlers._backing_flags), no descriptor of the log's own."""
         durable = w.durable_size
         for page in range(off // PAGE, (off + n - 1) // PAGE + 1):
             if page not in w.pages:
                 lo = page * PAGE
-                w.pages[page] = os.pread(w.fd, min(PAGE, durable - lo), lo) if lo < durable else b""
+                w.pages[page] = _pread(fd, min(PAGE, durable - lo), lo) if lo < durable else b""
 
     def begin(self, node_id: int) -> None:
         """A commit of the file starts (it tears if the client crashes before it ends)."""
@@ -135,33 +136,36 @@ class Durability:
                 w.pages.clear()
                 w.durable_size = w.size = size
 
-    async def closed(self, node_id: int) -> None:
+    def closed(self, node_id: int) -> None:
         """The file's last handle is closed: its data is on the server."""
-        w = self._files.pop(node_id, None)  # (one dict operation: _guard orders only the making of one)
-        if w is not None:
-            async with _held(w.lock):
-                os.close(w.fd)
+        self._files.pop(node_id, None)  # (one dict operation: _guard orders only the making of one)
 
-    def crash(self, stale_handles: int) -> Crashed:
+    def crash(self, stale: dict[int, int]) -> Crashed:
         """Put every file written since it was last made durable back as it was then,
-        tearing those with a commit in flight.  Blocking: for a worker thread.  The
-        caller has made the handles open before stale (`stale_handles` of them)."""
+        tearing those with a commit in flight.  Blocking: for a worker thread.  `stale`:
+        the descriptor of a handle open on each file (the caller made them stale), which
+        every file written since its last close has."""
         with self._guard:
             files, self._files = list(self._files.values()), {}
         draw = random.Random(f"{self.seed}:{len(self.crashes)}")
         at = time.time_ns()
-        out = Crashed(files=len(files), handles=stale_handles)
+        out = Crashed(handles=len(stale))
         for w in files:
+            if w.node_id not in stale or (not w.pages and w.size == w.durable_size):
+                continue
             with w.lock:
+                # a descriptor of its own for the undo (the handle's may append), held only now
+                fd = os.open(f"/proc/self/fd/{stale[w.node_id]}", os.O_WRONLY | os.O_CLOEXEC)
                 try:
-                    self._undo(w, draw if w.committing else None, out)
+                    self._undo(w, fd, draw if w.committing else None, out)
                 finally:
-                    os.close(w.fd)
+                    os.close(fd)
+            out.files += 1
         self.crashes.append({"at_ns": at, **out.describe()})
         return out
 
     @staticmethod
-    def _undo(w: _Written, tear: random.Random | None, out: Crashed) -> None:
+    def _undo(w: _Written, fd: int, tear: random.Random | None, out: Crashed) -> None:
         kept = {p for p in sorted(w.pages) if tear is not None and tear.random() < 0.5}
         final = w.durable_size
         for page in kept:  # a page the server got extends the file as its WRITE did
@@ -172,12 +176,27 @@ class Durability:
                 continue
             old = w.pages[page]
             end = min(lo + PAGE, final)
-            os.pwrite(w.fd, old + bytes(end - lo - len(old)), lo)  # beyond the durable end: zeros
-        os.ftruncate(w.fd, final)
-        os.fsync(w.fd)
+            os.pwrite(fd, old + bytes(end - lo - len(old)), lo)  # beyond the durable end: zeros
+        os.ftruncate(fd, final)
+        os.fsync(fd)
         out.pages_lost += len(w.pages) - len(kept)
         out.pages_torn += len(kept)
         out.bytes_cut += max(0, w.size - final)
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """pread(2), through a descriptor opened for reading just for it where `fd` is
+    write-only (a source that refused the server's read access to a writer's file)."""
+    try:
+        return os.pread(fd, size, offset)
+    except OSError as exc:
+        if exc.errno != E.EBADF:
+            raise
+    own = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.pread(own, size, offset)
+    finally:
+        os.close(own)
 
 
 @contextlib.asynccontextmanager

@@ -24,6 +24,8 @@ from .pipeline import IN_WORKER, Call, Site, at
 
 log = logging.getLogger(__name__)
 
+_DROP_WAIT_S = 1.0  # how long a crash waits for the kernel to drop its pages before it answers
+
 # Flags the kernel sends that must not reach the backing open(2) of an existing file.
 _OPEN_STRIP = os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_NOFOLLOW | os.O_DIRECT
 
@@ -71,12 +73,13 @@ class FileHandlers(HandlerBase):
         server's alone, and nofollow.as_asked falls back to the caller's mode where the
         source refuses it), and O_APPEND is left to the kernel.  (The kernel also
         keeps the file's modified time while its data is cached, and hands it over in
-        a setattr of mtime and ctime alone: see setattr.)"""
-        if not self.enable_writeback_cache:
+        a setattr of mtime and ctime alone: see setattr.)  A mount armed for a crash
+        opens a writer for reading too, to save the pages it writes (durable.py)."""
+        if not self.enable_writeback_cache and self.durability is None:
             return flags
         if flags & os.O_ACCMODE == os.O_WRONLY:
             flags = flags & ~os.O_ACCMODE | os.O_RDWR | nofollow.WRONLY_ASKED
-        return flags & ~os.O_APPEND
+        return flags & ~os.O_APPEND if self.enable_writeback_cache else flags
 
     def _open_reply(
         self, node: Inode, flags: int, ctx: Caller, epoch: int, opened: tuple[int, os.stat_result]
@@ -203,7 +206,7 @@ class FileHandlers(HandlerBase):
             self.inodes.unpin(h.inode)
             self.fds.give(h.uid)
             if self.durability is not None and not h.inode.pins:
-                await self.durability.closed(h.inode.id)  # its last close: on the server
+                self.durability.closed(h.inode.id)  # its last close: on the server
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self.files.file(fh)
@@ -237,15 +240,20 @@ class FileHandlers(HandlerBase):
         if d is None:
             raise UserError("this mount is not armed for a crash: mount it with --crashable (docs/FAULTS.md)")
         stale = self.files.crash()
-        done = await trio.to_thread.run_sync(d.crash, len(stale))
+        done = await trio.to_thread.run_sync(d.crash, {h.inode.id: h.fd for h in stale})
         nodes = {h.inode.id: h.inode for h in stale}
         names = []
         if self.enable_writeback_cache:  # the kernel keeps these files' sizes: new inodes, by new lookups
             for node in nodes.values():
                 self.inodes.retire(node)
                 names.append(node.dentry)
-        # from a thread: the kernel may write dirty pages back (to stale handles, refused) first
-        await trio.to_thread.run_sync(_drop_cached, sorted(nodes), names)
+        # from a thread: the kernel may write dirty pages back (to stale handles, refused) first,
+        # and waits for the pages a request in flight holds (a write a stall holds): answered
+        # after a second at most, the kernel finishing on its own once that request is answered
+        with trio.move_on_after(_DROP_WAIT_S) as waited:
+            await trio.to_thread.run_sync(_drop_cached, sorted(nodes), names, abandon_on_cancel=True)
+        if waited.cancelled_caught:
+            log.warning("crash: the kernel is still dropping its cached pages (a request in flight holds some)")
         if self.shaper is not None:
             self.shaper.client_restarted()
         log.warning(
@@ -326,15 +334,15 @@ class FileHandlers(HandlerBase):
 
 
 def _drop_cached(node_ids: list[int], names: list[tuple[int, str]]) -> None:
-    """The kernel forgets the pages and attributes it holds of these files, and these
-    names (directory's node id, name)."""
-    for node_id in node_ids:
-        try:
-            pyfuse3.invalidate_inode(node_id, attr_only=False)
-        except OSError as exc:  # ENOENT: the kernel has forgotten it already
-            log.debug("cannot invalidate inode %d: %s", node_id, exc)
+    """The kernel forgets these names (directory's node id, name), then the pages and
+    attributes it holds of these files (which waits for pages a request in flight holds)."""
     for directory, name in names:
         try:
             pyfuse3.invalidate_entry(directory, os.fsencode(name))
         except OSError as exc:
             log.debug("cannot invalidate %r in inode %d: %s", name, directory, exc)
+    for node_id in node_ids:
+        try:
+            pyfuse3.invalidate_inode(node_id, attr_only=False)
+        except OSError as exc:  # ENOENT: the kernel has forgotten it already
+            log.debug("cannot invalidate inode %d: %s", node_id, exc)

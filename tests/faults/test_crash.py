@@ -111,7 +111,7 @@ def test_fsynced_and_closed_data_survive_and_unsynced_data_is_gone(mount, writeb
     assert done["handles"] == 5
     if not writeback:  # (with it, the kernel held some of these writes: they never reached the mount)
         assert done == {
-            "files": 5,  # (shared: written since it was opened, nothing to undo)
+            "files": 4,  # (shared: written and closed while another descriptor held it: nothing to undo)
             "pages_lost": 3 + 1 + 2 + 2,
             "pages_torn": 0,
             "bytes_cut": 5000 + 100 + 10 + 5000,
@@ -188,9 +188,9 @@ def test_descriptors_open_at_the_crash_are_stale_and_new_opens_see_the_durable_f
             id="writeback-cache",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="the crash drops the kernel's entry of one name of each file open (Inode.dentry, "
-                "the last name looked up or linked): another name keeps the retired inode, whose "
-                "size the kernel keeps as it was before the crash",
+                reason="a known limit (docs/FAULTS.md, 'What a crash does'): the crash drops the kernel's "
+                "entry of one name of each file open (Inode.dentry, the last looked up or linked); "
+                "another name keeps the retired inode and its size until its entry times out",
             ),
         ),
         pytest.param(False, id="no-writeback-cache"),
@@ -257,8 +257,9 @@ def test_truncations_are_durable(mount, writeback):
             id="writeback-cache",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="the kernel sends a truncating SETATTR without writing its dirty pages back "
-                "(an NFS client writes back first): they are still in the kernel at the crash, and lost",
+                reason="a known limit (docs/FAULTS.md, 'What a crash keeps'): the kernel sends a truncating "
+                "SETATTR without writing its dirty pages back (an NFS client writes back first): they "
+                "are still in the kernel at the crash, and lost",
             ),
         ),
         pytest.param(False, id="no-writeback-cache"),
@@ -301,12 +302,6 @@ def test_a_commit_in_flight_tears_at_page_granularity(mount, writeback):
     fails(lambda: os.close(fd), stale(writeback))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the crash waits for the kernel to drop the file's pages (pyfuse3.invalidate_inode), "
-    "which waits for the pages a write in flight holds (locked, or under write-back): a crash "
-    "waits out a stalled write",
-)
 @WRITEBACK
 def test_a_crash_does_not_wait_for_a_write_in_flight(mount, writeback):
     m = armed(mount, writeback)
@@ -434,11 +429,6 @@ sys.stdin.read()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (allow_other, a second user)")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the undo log's own descriptor for each file written (Durability._written) is outside "
-    "the descriptor budget (fdbudget.py): two users writing their shares of files exhaust the limit",
-)
 def test_files_written_on_an_armed_mount_stay_within_the_descriptor_budget():
     # as tests/server/test_fd_budget.py, with --crashable: the server under RLIMIT_NOFILE 256
     # (a share of 48 open files per user), `nobody` and then root each writing 60 files

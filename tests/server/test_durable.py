@@ -79,7 +79,7 @@ def test_a_crash_leaves_each_file_as_it_was_last_made_durable(tmp_path_factory, 
     try:
         for step in steps:
             files.run(step)
-        done = files.durability.crash(stale_handles=FILES)
+        done = files.durability.crash({h.inode.id: h.fd for h in files.handles})
         assert done.pages_torn == 0
         for i, h in enumerate(files.handles):
             assert os.pread(h.fd, 10 * PAGE, 0) == files.durable[i], f"file {i}"
@@ -99,7 +99,7 @@ def test_a_commit_in_flight_tears_by_whole_pages(tmp_path_factory, initial, step
             files.run(("write", 0, *step[2:]))
         now, durable = bytes(files.now[0]), files.durable[0]
         files.durability.begin(100)
-        files.durability.crash(stale_handles=1)
+        files.durability.crash({100: files.handles[0].fd})
         after = os.pread(files.handles[0].fd, 10 * PAGE, 0)
         assert len(after) >= len(durable) and len(after) <= max(len(durable), len(now))
         for lo in range(0, len(after), PAGE):
@@ -127,8 +127,8 @@ def test_the_last_close_makes_a_file_durable(tmp_path):
     files = Files(tmp_path, [b"a" * 100, b""])
     try:
         files.run(("write", 0, 50, b"b" * 100))
-        trio.run(files.durability.closed, 100)
-        assert files.durability.crash(stale_handles=0).files == 0
+        files.durability.closed(100)
+        assert files.durability.crash({}).files == 0
         assert os.pread(files.handles[0].fd, 300, 0) == b"a" * 50 + b"b" * 100
     finally:
         files.close()

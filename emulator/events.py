@@ -28,6 +28,18 @@ def seconds(value: object) -> float:
     return out
 
 
+def event_at(value: object, where: str, origin: str) -> float:
+    """An event's `at` in seconds: a duration (seconds()) of at most a year from `origin`;
+    ValueError naming `where` otherwise."""
+    try:
+        at = seconds(value)
+    except ValueError as exc:
+        raise ValueError(f"{where}: at {exc}") from None
+    if at > LONGEST:
+        raise ValueError(f"{where}: at {value!r}: at most a year from {origin}")
+    return at
+
+
 @dataclass(frozen=True)
 class Event:
     """At `at` seconds after an origin: profile keys `set` to values, or a `stall` of
@@ -58,12 +70,7 @@ def parse_event(raw: object, where: str) -> Event:
         raise ValueError(f'{where}: at: missing (when the event happens, e.g. at = "10s")')
     if ("set" in raw) == ("stall" in raw):
         raise ValueError(f"{where}: an event has exactly one of set (profile keys) and stall (a duration)")
-    try:
-        at = seconds(raw["at"])
-    except ValueError as exc:
-        raise ValueError(f"{where}: at {exc}") from None
-    if at > LONGEST:
-        raise ValueError(f"{where}: at {raw['at']!r}: at most a year from now")
+    at = event_at(raw["at"], where, "now")
     if "stall" in raw:
         try:
             stall = seconds(raw["stall"])

@@ -215,7 +215,7 @@ def crash_events(events: list[Any], where: str) -> tuple[list[float], list[tuple
     """A faults file's [[event]] tables split: the seconds after the mount of each crash
     (`at = "30s"`, `crash = true`), and the rest with their numbers (the model's events).
     ValueError naming `where`, the event and the key on a mistake."""
-    from ..emulator.events import LONGEST, seconds  # (a mount that does not emulate imports no model)
+    from ..emulator.events import event_at  # (a mount that does not emulate imports no model)
 
     crashes, rest = [], []
     for i, raw in enumerate(events, 1):
@@ -229,11 +229,5 @@ def crash_events(events: list[Any], where: str) -> tuple[list[float], list[tuple
             raise ValueError(f"{where}: event {i}: crash: write crash = true, got {raw['crash']!r}")
         if "at" not in raw:
             raise ValueError(f'{where}: event {i}: at: missing (when the client crashes, e.g. at = "30s")')
-        try:
-            at = seconds(raw["at"])
-        except ValueError as exc:
-            raise ValueError(f"{where}: event {i}: at {exc}") from None
-        if at > LONGEST:
-            raise ValueError(f"{where}: event {i}: at {raw['at']!r}: at most a year from the mount")
-        crashes.append(at)
+        crashes.append(event_at(raw["at"], f"{where}: event {i}", "the mount"))
     return crashes, rest

@@ -32,6 +32,15 @@ from fusetrace.errors import UserError
 WRITEBACK = pytest.mark.parametrize("writeback", [True, False], ids=["writeback-cache", "no-writeback-cache"])
 
 
+def failing_with_the_writeback_cache(limit: str):
+    """WRITEBACK, the write-back cache's case a strict xfail: a known limit of it (docs/FAULTS.md)."""
+    xfail = pytest.mark.xfail(strict=True, reason=f"a known limit (docs/FAULTS.md): {limit}")
+    return pytest.mark.parametrize(
+        "writeback",
+        [pytest.param(True, id="writeback-cache", marks=xfail), pytest.param(False, id="no-writeback-cache")],
+    )
+
+
 def stale(writeback: bool) -> set[int]:
     """What a call on a descriptor open at the crash may fail with: ESTALE from the mount,
     or, with the write-back cache, EIO from the kernel's failed write-back."""
@@ -180,21 +189,10 @@ def test_descriptors_open_at_the_crash_are_stale_and_new_opens_see_the_durable_f
         fails(lambda: os.close(fresh), errnos)
 
 
-@pytest.mark.parametrize(
-    "writeback",
-    [
-        pytest.param(
-            True,
-            id="writeback-cache",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a known limit (docs/FAULTS.md, 'What a crash does'): the crash drops the kernel's "
-                "entry of one name of each file open (Inode.dentry, the last looked up or linked); "
-                "another name keeps the retired inode and its size until its entry times out",
-            ),
-        ),
-        pytest.param(False, id="no-writeback-cache"),
-    ],
+@failing_with_the_writeback_cache(
+    "the crash drops the kernel's "
+    "entry of one name of each file open (Inode.dentry, the last looked up or linked); "
+    "another name keeps the retired inode and its size until its entry times out"
 )
 def test_every_name_of_a_file_shows_its_durable_size_after_the_crash(mount, writeback):
     m = armed(mount, writeback)
@@ -249,21 +247,10 @@ def test_truncations_are_durable(mount, writeback):
         fails(lambda fd=fd: os.close(fd), stale(writeback))
 
 
-@pytest.mark.parametrize(
-    "writeback",
-    [
-        pytest.param(
-            True,
-            id="writeback-cache",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a known limit (docs/FAULTS.md, 'What a crash keeps'): the kernel sends a truncating "
-                "SETATTR without writing its dirty pages back (an NFS client writes back first): they "
-                "are still in the kernel at the crash, and lost",
-            ),
-        ),
-        pytest.param(False, id="no-writeback-cache"),
-    ],
+@failing_with_the_writeback_cache(
+    "the kernel sends a truncating "
+    "SETATTR without writing its dirty pages back (an NFS client writes back first): they "
+    "are still in the kernel at the crash, and lost"
 )
 def test_data_written_before_a_truncation_is_durable(mount, writeback):
     # NFS writes a file's dirty data back before it sends a SETATTR of its size (nfs_setattr)

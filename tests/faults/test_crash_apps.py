@@ -21,7 +21,7 @@ import subprocess
 import tarfile
 
 import pytest
-from support import poll
+from support import git_env, poll
 from support.crashing import COMMITTED, armed, crash, holding
 
 from fusetrace.client import ask
@@ -76,14 +76,7 @@ def git(repo, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_git_repository_is_whole_after_a_crash_and_keeps_its_commits(mount, writeback):
     m = armed(mount, writeback)
     repo = m.mountpoint / "repo"
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "HOME": str(m.mountpoint),
-    }
+    env = git_env(m.mountpoint)
     assert subprocess.run(["git", "init", "-q", str(repo)], env=env, timeout=120).returncode == 0
     for i in range(3):
         (repo / f"f{i}.txt").write_text(f"version {i}\n")

@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from support import fusetrace
+from support import fusetrace, git_env
 
 
 def add(m, *args: str) -> None:
@@ -90,14 +90,7 @@ def test_sqlite_waits_out_a_hard_stall_and_fails_on_a_soft_one(mount):
 def test_git_calls_a_stale_object_corrupt_and_the_repository_is_intact(mount):
     m = mount()
     repo = m.mountpoint / "repo"
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "HOME": str(m.mountpoint),
-    }
+    env = git_env(m.mountpoint)
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, timeout=120)

@@ -175,27 +175,6 @@ def test_a_lognormal_delay_has_its_median_and_99th_percentile_over_many_draws(se
         assert abs(got - math.log(want_ms)) <= bound, (q, math.exp(got), want_ms)
 
 
-@settings(max_examples=25, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    workload=st.lists(
-        st.tuples(st.sampled_from(["read", "write", "fsync"]), st.integers(0, 5)), min_size=1, max_size=200
-    ),
-    other=st.lists(st.integers(6, 9), max_size=50),
-)
-def test_a_seed_draws_the_same_delays_whatever_else_interleaves(seed, workload, other):
-    def delays(interleave: list[int]) -> list[int | None]:
-        inj = injector(delay="lognormal:p50=5ms,p99=200ms", probability=0.5, seed=seed)
-        out = []
-        for i, (op, f) in enumerate(workload):
-            if i < len(interleave):  # another file's operations in between change nothing here
-                delay_ns(inj, "read", f"/other{interleave[i]}")
-            out.append(delay_ns(inj, op, f"/f{f}"))
-        return out
-
-    assert delays([]) == delays(other)
-
-
 def test_a_parsed_delay_is_the_delay_the_rule_keeps():
     assert parse_delay("lognormal:p50=5ms,p99=200ms", "t") == Delay("lognormal", 0.005, 0.2)
     assert parse_delay(2, "t") == Delay("fixed", 2.0)

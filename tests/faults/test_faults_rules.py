@@ -244,14 +244,23 @@ def test_a_probability_rule_fires_at_its_rate_within_the_binomial_bound(p, seed,
     ),
     other=st.lists(st.integers(6, 9), max_size=50),
 )
-def test_a_seed_reproduces_the_same_firings_whatever_else_interleaves(seed, workload, other):
-    def firings(interleave: list[int]) -> list[bool]:
-        inj = injector(errno="EIO", probability=0.3, seed=seed)
+@pytest.mark.parametrize(
+    "rule",
+    [{"errno": "EIO", "probability": 0.3}, {"delay": "lognormal:p50=5ms,p99=200ms", "probability": 0.5}],
+    ids=["errno", "drawn delay"],
+)
+def test_a_seed_reproduces_the_same_firings_whatever_else_interleaves(rule, seed, workload, other):
+    """Which matches fire, and a drawn delay's length, hang on the seed and the file's own
+    operations only."""
+
+    def firings(interleave: list[int]) -> list[tuple[int, int] | None]:
+        inj = injector(**rule, seed=seed)
         out = []
         for i, (op, f) in enumerate(workload):
             if i < len(interleave):  # another file's operations in between change nothing here
                 check(inj, "read", path=f"/other{interleave[i]}")
-            out.append(check(inj, op, path=f"/f{f}") is not None)
+            fired = check(inj, op, path=f"/f{f}")
+            out.append(None if fired is None else (fired.errno, fired.until_ns))
         return out
 
     assert firings([]) == firings(other)

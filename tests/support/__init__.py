@@ -117,3 +117,16 @@ def served(prefix: str, *options: str) -> Iterator[tuple[Path, Path]]:
     finally:
         Mount(src, mnt, None).unmount()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def git_env(home: Path) -> dict[str, str]:
+    """The environment git runs in a test with: an author and committer, and HOME at `home`
+    (no user's configuration)."""
+    return {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "HOME": str(home),
+    }

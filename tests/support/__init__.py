@@ -1,16 +1,20 @@
 """Helpers the tests share: the command line run as a user would, mount checks, polling,
 the one-line error check, a mount's handle (fixtures live in tests/conftest.py)."""
 
+import contextlib
+import io
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from fusetrace import processes
+from fusetrace import cli, processes
 from fusetrace.server import runstate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +26,38 @@ def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subproces
     if check and done.returncode != 0:
         raise AssertionError(f"fusetrace {' '.join(args)} failed ({done.returncode}): {done.stderr}")
     return done
+
+
+def run_in_process(argv: list[str]) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr) of the command line run here; exit code None and the
+    traceback as stderr when an exception left it.  The logging it configures is undone:
+    pytest's own handlers (caplog) stay on the root logger."""
+    out, err = io.StringIO(), io.StringIO()
+    loggers = [logging.getLogger(name) for name in ("", "fusetrace", "pyfuse3")]
+    saved = [(lg.handlers[:], lg.level) for lg in loggers]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            return None, out.getvalue(), err.getvalue() + traceback.format_exc()
+        finally:
+            for lg, (handlers, level) in zip(loggers, saved):
+                lg.handlers[:] = handlers
+                lg.setLevel(level)
+    return code, out.getvalue(), err.getvalue()
+
+
+def fusetrace_here(*args: str) -> str:
+    """`fusetrace ARGS` run in this process, its standard output: for the fixtures' mounts and
+    unmounts, the same command less a Python start and its
+    imports (a quarter of a second each on a loaded host, hundreds of times a suite).  The
+    command line as a user runs it, its exit code and messages, is what fusetrace() tests."""
+    code, out, err = run_in_process(list(args))
+    if code != 0:
+        raise AssertionError(f"fusetrace {' '.join(args)} failed ({code}): {err}")
+    return out
 
 
 def is_mounted(path: Path) -> bool:
@@ -97,8 +133,8 @@ class Mount:
 
     def unmount(self) -> None:
         if is_mounted(self.mountpoint):
-            done = fusetrace("umount", str(self.mountpoint), check=False)
-            if done.returncode != 0 and is_mounted(self.mountpoint):
+            code, _, _ = run_in_process(["umount", str(self.mountpoint)])
+            if code != 0 and is_mounted(self.mountpoint):
                 subprocess.run(["fusermount3", "-uz", str(self.mountpoint)], check=False)
 
 
@@ -111,7 +147,7 @@ def served(prefix: str, *options: str) -> Iterator[tuple[Path, Path]]:
     src, mnt = base / "src", base / "mnt"
     src.mkdir(mode=0o755)
     mnt.mkdir(mode=0o755)
-    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
+    fusetrace_here("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
     try:
         yield src, mnt
     finally:

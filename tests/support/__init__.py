@@ -3,6 +3,7 @@ the one-line error check, a mount's handle (fixtures live in tests/conftest.py).
 
 import contextlib
 import io
+import json
 import logging
 import os
 import shutil
@@ -51,13 +52,18 @@ def run_in_process(argv: list[str]) -> tuple[int | None, str, str]:
 
 def fusetrace_here(*args: str) -> str:
     """`fusetrace ARGS` run in this process, its standard output: for the fixtures' mounts and
-    unmounts, the same command less a Python start and its
+    unmounts and the tests' polls of `stats`, the same command less a Python start and its
     imports (a quarter of a second each on a loaded host, hundreds of times a suite).  The
     command line as a user runs it, its exit code and messages, is what fusetrace() tests."""
     code, out, err = run_in_process(list(args))
     if code != 0:
         raise AssertionError(f"fusetrace {' '.join(args)} failed ({code}): {err}")
     return out
+
+
+def stats_json(mountpoint: Path) -> dict:
+    """`fusetrace stats MOUNTPOINT --json`, in this process (tests poll it)."""
+    return json.loads(fusetrace_here("stats", str(mountpoint), "--json"))
 
 
 def is_mounted(path: Path) -> bool:

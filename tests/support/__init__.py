@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -50,20 +51,38 @@ def run_in_process(argv: list[str]) -> tuple[int | None, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def fusetrace_here(*args: str) -> str:
-    """`fusetrace ARGS` run in this process, its standard output: for the fixtures' mounts and
-    unmounts and the tests' polls of `stats`, the same command less a Python start and its
-    imports (a quarter of a second each on a loaded host, hundreds of times a suite).  The
-    command line as a user runs it, its exit code and messages, is what fusetrace() tests."""
+def fusetrace_here(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """fusetrace(), the command run in this process: for the fixtures' mounts and unmounts, the
+    polls of `stats` and the commands over traces whose results a test reads, the same command
+    less a Python start and its imports (a quarter to half a second each on a loaded host,
+    hundreds of times a suite).  An exception leaving the command is exit code None and its
+    traceback on stderr.  What only a real process shows (its exit by a signal, the bytes of a
+    name it prints) is tested with fusetrace()."""
     code, out, err = run_in_process(list(args))
-    if code != 0:
+    if check and code != 0:
         raise AssertionError(f"fusetrace {' '.join(args)} failed ({code}): {err}")
-    return out
+    return subprocess.CompletedProcess(["fusetrace", *args], code, out, err)
+
+
+def mount_here(source: Path, mountpoint: Path, *options: str) -> None:
+    """`fusetrace mount SOURCE MOUNTPOINT OPTIONS` in this process (fusetrace_here).  Its server
+    is then this process's child, not init's as when a `fusetrace mount` process has exited:
+    a thread waits for it, as init would, so that a server that exits or is killed leaves no
+    zombie behind (tests see a server gone by its /proc/PID)."""
+    fusetrace_here("mount", str(source), str(mountpoint), *options)
+    state = runstate.read(str(mountpoint))
+    if state is not None:
+        threading.Thread(target=_reap, args=(state["pid"],), daemon=True).start()
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):  # not ours, or reaped by subprocess meanwhile
+        os.waitpid(pid, 0)
 
 
 def stats_json(mountpoint: Path) -> dict:
     """`fusetrace stats MOUNTPOINT --json`, in this process (tests poll it)."""
-    return json.loads(fusetrace_here("stats", str(mountpoint), "--json"))
+    return json.loads(fusetrace_here("stats", str(mountpoint), "--json").stdout)
 
 
 def is_mounted(path: Path) -> bool:
@@ -153,7 +172,7 @@ def served(prefix: str, *options: str) -> Iterator[tuple[Path, Path]]:
     src, mnt = base / "src", base / "mnt"
     src.mkdir(mode=0o755)
     mnt.mkdir(mode=0o755)
-    fusetrace_here("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
+    mount_here(src, mnt, "-o", "allow_other", *options, "--log", str(base / "server.log"))
     try:
         yield src, mnt
     finally:

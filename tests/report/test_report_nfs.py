@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import Mount, fusetrace, mount_here, one_line_error, poll
+from support import Mount, fusetrace, fusetrace_here, mount_here, one_line_error, poll
 from support.nfs_standin import NFS41, NFS41_MOUNT, bump, write
 
 from fusetrace.server import nfssampler
@@ -44,7 +44,7 @@ def _moved(trace, standin, text=None):
 
 
 def _report(trace, *options, check=True):
-    return fusetrace("report", str(trace), "--nfs", *options, check=check)
+    return fusetrace_here("report", str(trace), "--nfs", *options, check=check)
 
 
 def test_samples_each_second_beside_the_fuse_operations(mount, standin):
@@ -213,5 +213,5 @@ def test_a_trace_with_neither_samples_nor_model_is_one_line(mount):
 
 
 def test_interval_without_nfs_and_nfs_with_timeline_are_usage_errors(sampled):
-    one_line_error(fusetrace("report", str(sampled), "--interval", "5", check=False), "--interval", code=2)
+    one_line_error(fusetrace("report", str(sampled), "--interval", "5", check=False), "--interval", code=2)  # as typed
     one_line_error(_report(sampled, "--timeline", check=False), "--timeline", code=2)

@@ -9,7 +9,7 @@ import pytest
 
 pytest.register_assert_rewrite("support")  # the helpers' asserts explain a failure as a test's do
 
-from support import Mount, fusetrace, is_mounted, poll  # noqa: E402
+from support import Mount, is_mounted, mount_here, poll  # noqa: E402
 
 from fusetrace.scenarios.redisserver import RedisServer  # noqa: E402
 
@@ -28,12 +28,12 @@ def mount(tmp_path):
         mnt = tmp_path / f"mnt{n}"
         mnt.mkdir()
         tdir = tmp_path / f"trace{n}" if trace else None
-        args = ["mount", str(src), str(mnt), *options]
+        args = list(options)
         if tdir:
             args += ["--trace", str(tdir)]
         if "--log" not in options and "--foreground" not in options:  # not one more in the state directory
             args += ["--log", str(tmp_path / f"server{n}.log")]
-        fusetrace(*args)
+        mount_here(src, mnt, *args)
         m = Mount(src, mnt, tdir)
         made.append(m)
         return m
@@ -84,7 +84,7 @@ def slow_mount(tmp_path):
         made.append((server, below, m))
         poll(lambda: is_mounted(below) or server.poll() is not None)
         assert is_mounted(below), f"slow_fs exited ({server.returncode})"
-        fusetrace("mount", str(below), str(mnt), *(["--trace", str(m.trace)] if trace else []))
+        mount_here(below, mnt, *(["--trace", str(m.trace)] if trace else []))
         return m
 
     yield make

@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "pyproject.toml"
 
@@ -51,24 +53,31 @@ def test_every_module_says_what_it_is_for_and_stays_small():
     assert large == [], f"modules over {MOST_LINES} lines"
 
 
-def _mypy(tmp_path: Path, *what: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory) -> Path:
+    """One cache for the module's mypy runs: the benchmarks' run then reads the package's
+    modules it imports from the package's run, where it checked them again (3-4 s)."""
+    return tmp_path_factory.mktemp("mypy") / "cache"
+
+
+def _mypy(cache: Path, *what: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [_tool("mypy"), "--config-file", str(CONFIG), "--cache-dir", str(tmp_path / "cache"), *what],
+        [_tool("mypy"), "--config-file", str(CONFIG), "--cache-dir", str(cache), *what],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
 
 
-def test_mypy_is_clean(tmp_path):
-    done = _mypy(tmp_path, "-p", "fusetrace")
+def test_mypy_is_clean(mypy_cache):
+    done = _mypy(mypy_cache, "-p", "fusetrace")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_mypy_is_clean_on_the_benchmarks(tmp_path):
+def test_mypy_is_clean_on_the_benchmarks(mypy_cache):
     """bench/ is run by hand, not by the suite: a name it uses that the package no longer
     has is found here, not halfway through a 20-minute run."""
-    done = _mypy(tmp_path, *sorted(str(p.relative_to(REPO)) for p in (REPO / "bench").glob("*.py")))
+    done = _mypy(mypy_cache, *sorted(str(p.relative_to(REPO)) for p in (REPO / "bench").glob("*.py")))
     assert done.returncode == 0, done.stdout + done.stderr
 
 

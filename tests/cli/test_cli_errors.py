@@ -1,13 +1,12 @@
 """Bad input gets one clear line, a non-zero exit, and leaves no mount behind."""
 
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 
-from support import fusetrace, is_mounted, one_line_error, poll
+from support import fusetrace, is_mounted, one_line_error, poll, stats_json
 
 from fusetrace import cli, mount_cli
 
@@ -243,7 +242,7 @@ def test_umount_of_a_busy_mount_names_a_process_that_only_maps_a_file_in_it(moun
 
 
 def _held(m) -> list[dict]:
-    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["held_long"]
+    return stats_json(m.mountpoint)["held_long"]
 
 
 def test_umount_of_a_busy_mount_names_a_process_waiting_in_a_request_the_server_holds(mount):

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from support import fusetrace, one_line_error
+from support import fusetrace_here, one_line_error
 
 from fusetrace.rehearse.compare import HOST, judge
 from fusetrace.trace.schema import TraceRecord
@@ -54,7 +54,7 @@ def test_the_command_judges_each_op_and_exits_by_the_verdicts(tmp_path):
     base = rng.lognormal(np.log(1e6), 0.3, 2000)
     write_trace(tmp_path / "a", {"getattr": base, "mkdir": base, "rmdir": base[:10], "unlink": base})
     write_trace(tmp_path / "b", {"getattr": base * 1.02, "mkdir": base * 1.5, "rmdir": base[:10], "rename": base})
-    done = fusetrace(
+    done = fusetrace_here(
         "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "--out", str(tmp_path / "o"), check=False
     )
     assert done.returncode == 1
@@ -73,7 +73,7 @@ def test_the_command_judges_each_op_and_exits_by_the_verdicts(tmp_path):
     assert (tmp_path / "o" / "latency-cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (tmp_path / "o" / "index.html").read_text()
     assert "data:image/png;base64," in page and "mkdir" in page
-    text = fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "a")).stdout  # a trace against itself
+    text = fusetrace_here("compare", str(tmp_path / "a"), str(tmp_path / "a")).stdout  # a trace against itself
     assert "3 of 3 judged operations pass" in text  # getattr, mkdir, unlink; rmdir has too few
 
 
@@ -82,14 +82,14 @@ def test_a_write_back_cache_on_one_side_only_is_a_caution(tmp_path):
     durations = np.full(50, 1e6)
     write_trace(tmp_path / "a", {"write": durations})
     write_trace(tmp_path / "b", {"write": durations[:5]}, options={"writeback_cache": True})
-    r = json.loads(fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", check=False).stdout)
+    r = json.loads(fusetrace_here("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", check=False).stdout)
     assert r["b"]["writeback_cache"] and "only B's mounts had FUSE's write-back cache" in r["caution"]
-    text = fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "b"), check=False).stdout
+    text = fusetrace_here("compare", str(tmp_path / "a"), str(tmp_path / "b"), check=False).stdout
     assert "caution: only B's mounts" in text
-    alike = json.loads(fusetrace("compare", str(tmp_path / "b"), str(tmp_path / "b"), "--json").stdout)
+    alike = json.loads(fusetrace_here("compare", str(tmp_path / "b"), str(tmp_path / "b"), "--json").stdout)
     assert alike["caution"] is None
     mixed = json.loads(
-        fusetrace(
+        fusetrace_here(
             "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--against", str(tmp_path / "b"), "--json", check=False
         ).stdout
     )
@@ -104,7 +104,7 @@ def test_two_real_traces_compare(mount):
             (m.mountpoint / f"f{i}").write_bytes(b"x" * 100)
         m.unmount()
         runs.append(m.trace)
-    done = fusetrace("compare", str(runs[0]), str(runs[1]), check=False)
+    done = fusetrace_here("compare", str(runs[0]), str(runs[1]), check=False)
     assert done.returncode in (0, 1) and "judged operations pass" in done.stdout
     assert "create" in done.stdout
 
@@ -112,13 +112,15 @@ def test_two_real_traces_compare(mount):
 def test_bad_input_is_one_line(tmp_path):
     write_trace(tmp_path / "a", {"getattr": np.ones(5)})
     one_line_error(
-        fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "none"), check=False),
+        fusetrace_here("compare", str(tmp_path / "a"), str(tmp_path / "none"), check=False),
         "no such trace directory",
         code=2,
     )
     (tmp_path / "file").write_text("")
     one_line_error(
-        fusetrace("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "file"), check=False),
+        fusetrace_here(
+            "compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "file"), check=False
+        ),
         "--out",
         "not a directory",
         code=2,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import fusetrace, one_line_error
+from support import fusetrace_here, one_line_error
 
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
@@ -71,7 +71,7 @@ def trace(directory: Path, records: list[TraceRecord]) -> Path:
 
 
 def export(trace_dir: Path, fmt: str, output: Path, check: bool = True):
-    return fusetrace("export", str(trace_dir), "--format", fmt, "-o", str(output), check=check)
+    return fusetrace_here("export", str(trace_dir), "--format", fmt, "-o", str(output), check=check)
 
 
 def fio_replay(iolog: Path, directory: Path) -> dict:
@@ -475,7 +475,7 @@ def test_bad_input_is_one_line(tmp_path, small):
     one_line_error(done, str(tmp_path), "is a directory", code=1)
     done = export(small, "csv", small / "x.csv", check=False)
     one_line_error(done, "inside the trace directory", code=1)
-    done = fusetrace("export", str(small), "--format", "xml", "-o", str(tmp_path / "x"), check=False)
+    done = fusetrace_here("export", str(small), "--format", "xml", "-o", str(tmp_path / "x"), check=False)
     assert done.returncode == 2 and "invalid choice: 'xml'" in done.stderr
     assert not (tmp_path / "x.csv").exists()
 

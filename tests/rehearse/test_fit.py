@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from support import emulated_trace, fusetrace, one_line_error
+from support import emulated_trace, fusetrace_here, one_line_error
 
 from fusetrace.emulator.params import LATENCY_CLASSES, RPC_LATENCIES, MiB, Params
 from fusetrace.emulator.profiles import list_profiles, load_profile
@@ -76,7 +76,7 @@ def rec(
 
 def fitted(tmp_path, trace, *extra: str) -> tuple[dict, str]:
     out = tmp_path / "fitted.toml"
-    fusetrace("fit", str(trace), "-o", str(out), *extra)
+    fusetrace_here("fit", str(trace), "-o", str(out), *extra)
     return tomllib.loads(out.read_text()), out.read_text()
 
 
@@ -219,12 +219,12 @@ def test_a_fitted_profile_emulates(tmp_path, mount):
 def test_bad_input_is_one_line(tmp_path, args, needles, code):
     write_trace(tmp_path / "t", [rec(1, "getattr", 500_000)])
     out = ["-o", str(tmp_path / "p.toml")] if "-o" not in args else []
-    done = fusetrace("fit", str(tmp_path / "t"), *out, *args, check=False)
+    done = fusetrace_here("fit", str(tmp_path / "t"), *out, *args, check=False)
     one_line_error(done, *needles, code=code)
 
 
 def test_no_trace_is_one_line(tmp_path):
-    done = fusetrace("fit", str(tmp_path / "none"), "-o", str(tmp_path / "p.toml"), check=False)
+    done = fusetrace_here("fit", str(tmp_path / "none"), "-o", str(tmp_path / "p.toml"), check=False)
     one_line_error(done, "no such trace directory", code=2)
 
 
@@ -295,7 +295,7 @@ def test_an_fsync_heavy_efs_2016_trace_fits_commit_on_its_own_profile(tmp_path):
     trace's own profile, and commit (and write) come from the fsyncs."""
     emulated_trace.record(tmp_path / "t", load_profile("efs-2016"), 300, profile="efs-2016")
     out = tmp_path / "fitted.toml"
-    done = fusetrace("fit", str(tmp_path / "t"), "-o", str(out))
+    done = fusetrace_here("fit", str(tmp_path / "t"), "-o", str(out))
     assert "base: efs-2016 (the trace's own profile, from its metadata)" in done.stdout
     profile, text = tomllib.loads(out.read_text()), out.read_text()
     assert profile["base"] == "efs-2016"
@@ -309,7 +309,7 @@ def test_an_fsync_heavy_efs_2016_trace_fits_commit_on_its_own_profile(tmp_path):
 
 def test_a_trace_whose_profile_no_longer_loads_falls_back_and_says_so(tmp_path):
     write_trace(tmp_path / "t", [rec(1, "getattr", 500_000)], emulation={"profile": "/gone/mine.toml"})
-    done = fusetrace("fit", str(tmp_path / "t"), "-o", str(tmp_path / "p.toml"))
+    done = fusetrace_here("fit", str(tmp_path / "t"), "-o", str(tmp_path / "p.toml"))
     assert "base: efs-bursting (the trace's own profile /gone/mine.toml no longer loads)" in done.stdout
     assert tomllib.loads((tmp_path / "p.toml").read_text())["base"] == "efs-bursting"
 
@@ -317,7 +317,7 @@ def test_a_trace_whose_profile_no_longer_loads_falls_back_and_says_so(tmp_path):
 def test_a_trace_emulated_on_a_profile_file_takes_it_as_base_from_beside_the_trace(tmp_path):
     (tmp_path / "mine.toml").write_text('base = "efs-2018"\n')
     write_trace(tmp_path / "t", [rec(1, "getattr", 500_000)], emulation={"profile": "mine.toml"})
-    done = fusetrace("fit", str(tmp_path / "t"), "-o", str(tmp_path / "p.toml"))  # run from elsewhere
+    done = fusetrace_here("fit", str(tmp_path / "t"), "-o", str(tmp_path / "p.toml"))  # run from elsewhere
     assert f"base: {tmp_path / 'mine.toml'} (the trace's own profile, from its metadata)" in done.stdout
     assert load_profile(tmp_path / "p.toml").write_latency_ms == load_profile("efs-2018").write_latency_ms
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import fusetrace, one_line_error, poll
+from support import fusetrace_here, one_line_error, poll
 from support.replays import CREATE, DIRECT, MS, RDONLY, rec, replay, synthetic, tree
 
 from fusetrace.rehearse.replay import Lateness
@@ -202,7 +202,7 @@ def test_outcomes_that_differ_are_listed_with_their_paths(tmp_path):
         ("lookup", "/small"),
     ]
     assert first[2]["detail"] == "100, recorded 4,096"
-    text = fusetrace("replay", str(trace), str(target)).stdout
+    text = fusetrace_here("replay", str(trace), str(target)).stdout
     assert "outcomes that differ from the recording: 4" in text
     assert "/input" in text and "ENOENT, recorded ok" in text and "another file type (file, recorded directory)" in text
 
@@ -223,7 +223,7 @@ def test_speed_scales_the_recorded_gaps_and_the_drift_says_how_well(tmp_path):
     assert s["late_ns"]["max"] < s["span_ns"] and s["late_ns"]["p50"] <= s["late_ns"]["max"]
     assert (target / "a").is_dir() and (target / "b").is_dir()
     (tmp_path / "target2").mkdir()
-    text = fusetrace("replay", str(trace), str(tmp_path / "target2"), "--speed", "10").stdout
+    text = fusetrace_here("replay", str(trace), str(tmp_path / "target2"), "--speed", "10").stdout
     assert "at speed 10: drift +" in text and "issued late: p50" in text
     fast = replay(trace, target, "--as-fast-as-possible")  # again: the directories are there
     assert fast["span_ns"] < 100 * MS and fast["drift"] is None and fast["late_ns"] is None
@@ -267,17 +267,17 @@ def test_paths_that_would_leave_the_target_are_refused(tmp_path):
 def test_a_bad_target_or_trace_is_one_line(tmp_path):
     trace = synthetic(tmp_path / "t", [rec(0, "getattr", "/")])
     one_line_error(
-        fusetrace("replay", str(trace), str(tmp_path / "missing"), check=False),
+        fusetrace_here("replay", str(trace), str(tmp_path / "missing"), check=False),
         "missing",
         "no such file or directory",
         code=1,
     )
     (tmp_path / "file").write_text("")
     one_line_error(
-        fusetrace("replay", str(trace), str(tmp_path / "file"), check=False), "file", "not a directory", code=1
+        fusetrace_here("replay", str(trace), str(tmp_path / "file"), check=False), "file", "not a directory", code=1
     )
     one_line_error(
-        fusetrace("replay", str(tmp_path / "nothing"), str(tmp_path), check=False),
+        fusetrace_here("replay", str(tmp_path / "nothing"), str(tmp_path), check=False),
         "nothing",
         "no such trace directory",
         code=2,
@@ -285,13 +285,13 @@ def test_a_bad_target_or_trace_is_one_line(tmp_path):
     old = synthetic(tmp_path / "old", [rec(0, "getattr", "/")])
     meta.write(str(old), {**meta.read(str(old)), "format_version": 2})
     one_line_error(
-        fusetrace("replay", str(old), str(tmp_path), check=False), "old", "format 2", "needs format 3", code=2
+        fusetrace_here("replay", str(old), str(tmp_path), check=False), "old", "format 2", "needs format 3", code=2
     )
     broken = tmp_path / "broken"
     broken.mkdir(mode=0o700)
     (broken / "part-000000.parquet").write_bytes(b"not parquet at all")
     one_line_error(
-        fusetrace("replay", str(broken), str(tmp_path), check=False), "broken", "not a readable trace part", code=2
+        fusetrace_here("replay", str(broken), str(tmp_path), check=False), "broken", "not a readable trace part", code=2
     )
 
 
@@ -477,7 +477,7 @@ def test_renameat2_flags_are_traced_and_replayed(mount, tmp_path):
     assert sorted(zip(renames["flags"], renames["errno"])) == [(1, 0), (2, 0)]
     target = tmp_path / "again"
     target.mkdir()
-    done = fusetrace("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json")
+    done = fusetrace_here("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json")
     assert json.loads(done.stdout)["differences"]["count"] == 0
     got = {os.fsencode(p.name): p.stat().st_size for p in target.iterdir()}  # (a replay writes zeros)
     assert got == {b"a": 2, b"b\xff": 1, b"d": 3} == {os.fsencode(p.name): p.stat().st_size for p in m.source.iterdir()}

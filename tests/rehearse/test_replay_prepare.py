@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import fusetrace, one_line_error
+from support import fusetrace_here, one_line_error
 from support.replays import RDONLY, rec, replay, synthetic, tree
 
 from fusetrace.rehearse.prepare import NOT_A_DIRECTORY, UNDER_MADE, prepare
@@ -94,12 +94,12 @@ def test_a_directory_not_empty_is_refused(tmp_path):
     into = tmp_path / "into"
     into.mkdir()
     (into / "there").write_text("")
-    done = fusetrace("replay", str(trace), str(into), "--prepare", check=False)
+    done = fusetrace_here("replay", str(trace), str(into), "--prepare", check=False)
     one_line_error(done, "into", "not empty", "there", code=2)
     other = tmp_path / "other"
     other.mkdir()
     (other / "x").mkdir()
-    done = fusetrace("replay", str(trace), str(into), "--prepare-into", str(other), check=False)
+    done = fusetrace_here("replay", str(trace), str(into), "--prepare-into", str(other), check=False)
     one_line_error(done, "other", "not empty", code=2)
     assert sorted(p.name for p in into.iterdir()) == ["there"] and [p.name for p in other.iterdir()] == ["x"]
 

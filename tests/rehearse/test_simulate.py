@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyfuse3 import FUSEError
-from support import fusetrace, one_line_error
+from support import fusetrace_here, one_line_error
 from support.inprocess import CTX, QUICK, serve
 
 from fusetrace.emulator import tracesim
@@ -591,7 +591,7 @@ def test_simulate_says_when_credits_run_out(tmp_path):
         "--open-loop",
     ]
     began = time.monotonic()
-    out = json.loads(fusetrace(*args, "--json").stdout)
+    out = json.loads(fusetrace_here(*args, "--json").stdout)
     took = time.monotonic() - began
     c = out["credits"]
     assert out["records"] == records and out["days"] == 7
@@ -609,7 +609,7 @@ def test_simulate_says_when_credits_run_out(tmp_path):
     assert out["samples"][-1]["t_s"] == 7 * 86400 and out["duration_s"] == 7 * 86400
     assert took < 60, took  # a week in seconds (under 3 s here, both runs of the command)
 
-    text = fusetrace(*args, "--plot", str(tmp_path / "credits.png")).stdout
+    text = fusetrace_here(*args, "--plot", str(tmp_path / "credits.png")).stdout
     assert (
         f"credits run out at {c['run_out_s']:,.0f} s, {c['run_out_at']} from the trace's start, "
         f"{c['run_out_wall'].replace('T', ' ').replace('+00:00', ' UTC')} (simulated op by op); "
@@ -622,7 +622,7 @@ def test_simulate_says_when_credits_run_out(tmp_path):
 def test_simulate_once(tmp_path):
     records = _trace(tmp_path / "t", rounds=20)
     out = json.loads(
-        fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop", "--json").stdout
+        fusetrace_here("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop", "--json").stdout
     )
     assert out["operations"] == {"simulated": records, "total": records}
     assert [s["simulated"] for s in out["spans"]] == [True]
@@ -630,7 +630,7 @@ def test_simulate_once(tmp_path):
     # the average is over the operations' own span, as --days takes it, not the idle time before them
     assert out["metered_bytes_per_s"] == pytest.approx(out["metered_bytes"] / out["span_s"])
     assert out["duration_s"] == pytest.approx(out["first_operation_s"] + out["span_s"], abs=1e-3)
-    text = fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop").stdout
+    text = fusetrace_here("simulate", str(tmp_path / "t"), "--profile", "efs-2018", "--open-loop").stdout
     assert "the trace once" in text and "credits do not run out" in text
     assert "on average over its operations' " in text
 
@@ -649,22 +649,22 @@ def test_a_trace_too_large_to_keep_is_read_again_for_each_repetition(tmp_path, m
 def test_simulate_refuses_bad_input(tmp_path):
     _trace(tmp_path / "t", rounds=2)
     one_line_error(
-        fusetrace("simulate", str(tmp_path / "none"), "--profile", "efs-bursting", check=False),
+        fusetrace_here("simulate", str(tmp_path / "none"), "--profile", "efs-bursting", check=False),
         "no such trace directory",
         code=2,
     )
     one_line_error(
-        fusetrace("simulate", str(tmp_path / "t"), "--profile", "no-such-profile", check=False),
+        fusetrace_here("simulate", str(tmp_path / "t"), "--profile", "no-such-profile", check=False),
         "no-such-profile",
         code=2,
     )
     one_line_error(
-        fusetrace("simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst=1", check=False),
+        fusetrace_here("simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst=1", check=False),
         "burst: unknown parameter",
         code=2,
     )
     one_line_error(
-        fusetrace(
+        fusetrace_here(
             "simulate",
             str(tmp_path / "t"),
             "--profile",
@@ -895,7 +895,7 @@ def test_closed_loop_command_says_how_much_longer_the_job_takes(tmp_path):
     milliseconds: the job stretches; in open loop it is as recorded, ops at their times."""
     _trace(tmp_path / "t", rounds=40, gap_ms=0)
     args = ["simulate", str(tmp_path / "t"), "--profile", "efs-2018"]
-    out = json.loads(fusetrace(*args, "--json").stdout)
+    out = json.loads(fusetrace_here(*args, "--json").stdout)
     assert out["loop"] == "closed" and out["process_count"] == 1 and out["processes"][0]["pid"] == 42
     assert out["recorded_s"] == pytest.approx(out["span_s"]) and out["simulated_s"] > out["recorded_s"]
     assert out["slowdown"] == pytest.approx(out["simulated_s"] / out["recorded_s"]) and out["slowdown"] > 1.5
@@ -905,10 +905,10 @@ def test_closed_loop_command_says_how_much_longer_the_job_takes(tmp_path):
     assert out["row_s"] * simulate.TABLE_ROWS >= out["duration_s"] > 0.02 * simulate.TABLE_ROWS
     assert len(out["samples"]) <= simulate.TABLE_ROWS * simulate.SAMPLES_PER_ROW + 2
     assert sum(x["ops"] for x in out["samples"]) == out["records"]
-    text = fusetrace(*args).stdout
+    text = fusetrace_here(*args).stdout
     job = f"the job would take {simulate._length(out['simulated_s'])} instead of {simulate._length(out['recorded_s'])}"
     assert f"{job} ({out['slowdown']:,.2f}x)" in text
-    opened = json.loads(fusetrace(*args, "--open-loop", "--json").stdout)
+    opened = json.loads(fusetrace_here(*args, "--open-loop", "--json").stdout)
     assert opened["loop"] == "open" and opened["processes"] == [] and opened["slowdown"] < out["slowdown"]
 
 
@@ -932,7 +932,7 @@ def test_closed_loop_past_the_cliff_the_job_slows_instead_of_queueing(tmp_path):
     run out as before, but nothing queues without end: the job runs fewer times instead."""
     _trace(tmp_path / "t")
     args = ["simulate", str(tmp_path / "t"), "--profile", "efs-bursting", "--set", "burst_credit_balance=2 GiB"]
-    out = json.loads(fusetrace(*args, "--days", "7", "--json").stdout)
+    out = json.loads(fusetrace_here(*args, "--days", "7", "--json").stdout)
     assert out["credits"]["run_out_s"] is not None and not out["saturated"]
     assert out["waited"]["max_s"] < out["span_s"]
     assert out["repetitions"] < 0.9 * 7 * 86400 / out["span_s"]

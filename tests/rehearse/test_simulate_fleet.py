@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import fusetrace, one_line_error, served
+from support import fusetrace_here, one_line_error, served
 
 from fusetrace.emulator.call import Call
 from fusetrace.emulator.params import MiB
@@ -59,7 +59,7 @@ def _fleet(root: Path, n: int, **kw) -> list[str]:
 
 
 def _run(*args: str) -> dict:
-    return json.loads(fusetrace("simulate", *args, "--json").stdout)
+    return json.loads(fusetrace_here("simulate", *args, "--json").stdout)
 
 
 def test_identical_hosts_contend_for_the_shared_throughput(tmp_path):
@@ -144,7 +144,7 @@ def test_one_host_alone_through_the_fleet_path_is_the_trace_simulated(tmp_path):
     globbed = _run(str(tmp_path / "f" / "*"), *settings)
     idle = tmp_path / "f" / "host=idle"
     TraceWriter(idle, {"source": "/efs", "mountpoint": "/mnt", "host": "idle"}).close()
-    done = fusetrace("simulate", str(tmp_path / "f" / "*"), *settings, "--json")
+    done = fusetrace_here("simulate", str(tmp_path / "f" / "*"), *settings, "--json")
     assert "host=idle: the mount recorded no operation; left out" in done.stderr
     with_idle = json.loads(done.stdout)
     for out in (one, globbed, with_idle):
@@ -164,7 +164,7 @@ def test_a_fleet_spends_the_credits_sooner_than_one_host(tmp_path):
     assert c1["run_out_s"] is not None and c5["run_out_s"] is not None
     assert c5["run_out_s"] < c1["run_out_s"] / 3
     assert c5["run_out_wall"].startswith("2026-09-21T")
-    text = fusetrace("simulate", str(tmp_path / "five" / "*"), *settings).stdout
+    text = fusetrace_here("simulate", str(tmp_path / "five" / "*"), *settings).stdout
     assert "5 traces (5 hosts through one file system)" in text
     assert "credits run out at" in text and "2026-09-21 " in text and " UTC (" in text
     assert "hosts that waited most (of 5" in text
@@ -185,14 +185,16 @@ def test_bad_input_among_many_is_one_line_naming_it(tmp_path):
     part = next(Path(dirs[1]).glob("*.parquet"))
     part.write_bytes(part.read_bytes()[:100])  # cut short
     settings = ["--profile", "efs-bursting"]
-    err = one_line_error(fusetrace("simulate", str(tmp_path / "f" / "*"), *settings, check=False), code=2)
+    err = one_line_error(fusetrace_here("simulate", str(tmp_path / "f" / "*"), *settings, check=False), code=2)
     assert "host=h1" in err and "host=h0" not in err and "host=h2" not in err
     one_line_error(
-        fusetrace("simulate", str(tmp_path / "nothing*"), *settings, check=False), "nothing*: matches nothing", code=2
+        fusetrace_here("simulate", str(tmp_path / "nothing*"), *settings, check=False),
+        "nothing*: matches nothing",
+        code=2,
     )
     (tmp_path / "notes.txt").write_text("x")
     one_line_error(
-        fusetrace("simulate", dirs[0], str(tmp_path / "notes.txt"), *settings, check=False), "notes.txt", code=2
+        fusetrace_here("simulate", dirs[0], str(tmp_path / "notes.txt"), *settings, check=False), "notes.txt", code=2
     )
 
 
@@ -220,7 +222,7 @@ def test_a_fleet_of_real_mounts_simulated_together(three_mounts):
             (reader / f"r{i}").read_bytes()
         subprocess.run(["ls", "-lR", str(lister)], check=True, capture_output=True)
     for m in (writer, reader, lister):
-        fusetrace("umount", str(m))
+        fusetrace_here("umount", str(m))
     out = _run(str(traces / "*"), "--profile", "efs-bursting")
     assert sorted(h["host"] for h in out["hosts"]) == ["lister", "reader", "writer"]
     assert all(h["records"] > 0 for h in out["hosts"])

@@ -17,7 +17,7 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, fusetrace, one_line_error
+from support import ROOT, fusetrace, fusetrace_here, mount_here, one_line_error
 
 from fusetrace.report.filters import Filters
 from fusetrace.report.query import Trace
@@ -48,10 +48,9 @@ def fleet(tmp_path_factory) -> Path:
         src.mkdir()
         mnt.mkdir()
         named = ("--host", host) if host == "web2" else ()
-        fusetrace(
-            "mount",
-            str(src),
-            str(mnt),
+        mount_here(
+            src,
+            mnt,
             "--attr-timeout",
             "0",
             "--entry-timeout",
@@ -64,7 +63,7 @@ def fleet(tmp_path_factory) -> Path:
             for i in range(n):
                 (mnt / f"f{i}").write_bytes(b"x" * 1000)
         finally:
-            fusetrace("umount", str(mnt))
+            fusetrace_here("umount", str(mnt))
     return traces
 
 
@@ -83,7 +82,7 @@ def test_each_trace_names_its_host(fleet):
 
 def test_report_over_two_hosts_has_a_line_per_host(fleet):
     df = records(fleet)
-    done = fusetrace("report", str(fleet / "*"), "--json")
+    done = fusetrace_here("report", str(fleet / "*"), "--json")
     out = json.loads(done.stdout)
     assert out["directory"] is None and out["directories"] == [str(fleet / "host=web1"), str(fleet / "host=web2")]
     assert out["records"] == len(df) and out["unaligned"] == []
@@ -99,9 +98,9 @@ def test_report_over_two_hosts_has_a_line_per_host(fleet):
         )
     assert sum(h["share"] for h in hosts.values()) == pytest.approx(1)
     # each host's files were created on that host
-    by_host = json.loads(fusetrace("report", str(fleet / "*"), "--json", "--by", "host", "--op", "create").stdout)
+    by_host = json.loads(fusetrace_here("report", str(fleet / "*"), "--json", "--by", "host", "--op", "create").stdout)
     assert {r["host"]: r["count"] for r in by_host["ops"]} == FILES
-    text = fusetrace("report", str(fleet / "*")).stdout
+    text = fusetrace_here("report", str(fleet / "*")).stdout
     lines = text.splitlines()
     assert lines[0].startswith("traces      2 traces from 2 hosts  (")
     table = lines[lines.index("per host") + 1 :]
@@ -110,7 +109,7 @@ def test_report_over_two_hosts_has_a_line_per_host(fleet):
         row = next(ln for ln in table if ln.startswith(host + " ")).split()
         assert row[1:3] == ["1", f"{hosts[host]['count']:,}"]
     # one trace alone: no line per host
-    single = fusetrace("report", str(fleet / "host=web1")).stdout
+    single = fusetrace_here("report", str(fleet / "host=web1")).stdout
     assert single.startswith(f"trace       {fleet / 'host=web1'}  (") and "per host" not in single
 
 
@@ -119,18 +118,18 @@ def test_an_idle_hosts_trace_is_left_out_of_a_fleet_with_a_warning(fleet, tmp_pa
     shutil.copytree(fleet, traces)
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
-    fusetrace("mount", str(tmp_path / "src"), str(tmp_path / "mnt"), "--trace", str(traces / "host=idle"))
-    fusetrace("umount", str(tmp_path / "mnt"))  # nothing done through it
+    mount_here(tmp_path / "src", tmp_path / "mnt", "--trace", str(traces / "host=idle"))
+    fusetrace_here("umount", str(tmp_path / "mnt"))  # nothing done through it
     for command in (
         ["report", str(traces / "*")],
         ["compare", str(traces / "host=web*"), "--against", str(traces / "*")],
     ):
-        done = fusetrace(*command)
+        done = fusetrace_here(*command)
         assert f"{traces / 'host=idle'}: the mount recorded no operation; left out" in done.stderr, done.stderr
-    assert fusetrace("report", str(traces / "*")).stdout.startswith("traces      2 traces from 2 hosts")
+    assert fusetrace_here("report", str(traces / "*")).stdout.startswith("traces      2 traces from 2 hosts")
     # named alone, or all a glob matches, it is still the one line
-    one_line_error(fusetrace("report", str(traces / "host=idle"), check=False), "the mount recorded no operation")
-    one_line_error(fusetrace("report", str(traces / "host=idl*"), check=False), "the mount recorded no operation")
+    one_line_error(fusetrace_here("report", str(traces / "host=idle"), check=False), "the mount recorded no operation")
+    one_line_error(fusetrace_here("report", str(traces / "host=idl*"), check=False), "the mount recorded no operation")
 
 
 def test_duckdb_reads_the_fleet_as_documented(fleet):
@@ -161,11 +160,11 @@ def test_duckdb_reads_the_fleet_as_documented(fleet):
 
 def test_compare_takes_globs_and_several_directories(fleet):
     one = json.loads(
-        fusetrace("compare", str(fleet / "host=web1"), str(fleet / "host=web2"), "--json", check=False).stdout
+        fusetrace_here("compare", str(fleet / "host=web1"), str(fleet / "host=web2"), "--json", check=False).stdout
     )
     assert one["a"]["hosts"] == ["web1"] and one["b"]["hosts"] == ["web2"]
     assert {r["op"]: r["a"]["count"] for r in one["ops"] if r["op"] == "create"} == {"create": FILES["web1"]}
-    done = fusetrace("compare", str(fleet / "*"), "--against", str(fleet / "host=web2"), "--json", check=False)
+    done = fusetrace_here("compare", str(fleet / "*"), "--against", str(fleet / "host=web2"), "--json", check=False)
     assert done.returncode in (0, 1), done.stderr
     both = json.loads(done.stdout)
     df = records(fleet)
@@ -173,7 +172,7 @@ def test_compare_takes_globs_and_several_directories(fleet):
     assert (both["a"]["records"], both["b"]["records"]) == (len(df), int((df.host == "web2").sum()))
     creates = next(r for r in both["ops"] if r["op"] == "create")
     assert (creates["a"]["count"], creates["b"]["count"]) == (sum(FILES.values()), FILES["web2"])
-    text = fusetrace("compare", str(fleet / "*"), str(fleet / "host=web*"), check=False).stdout
+    text = fusetrace_here("compare", str(fleet / "*"), str(fleet / "host=web*"), check=False).stdout
     assert text.startswith("A  2 traces (hosts web1, web2): ") and "judged operations pass" in text
 
 
@@ -213,13 +212,13 @@ def test_a_format_4_trace_still_reports_alone_and_in_a_fleet(fleet, tmp_path):
     m = meta.read(fleet / "host=web1")
     del m["hostname"]
     meta.write(str(old), {**m, "format_version": 4, "host": "old-box"})
-    alone = json.loads(fusetrace("report", str(old), "--json").stdout)
+    alone = json.loads(fusetrace_here("report", str(old), "--json").stdout)
     assert alone["format_version"] == 4 and [h["host"] for h in alone["hosts"]] == ["old-box"]
     assert (
         alone["records"] == m["records"]
-        and alone["ops"] == json.loads(fusetrace("report", str(fleet / "host=web1"), "--json").stdout)["ops"]
+        and alone["ops"] == json.loads(fusetrace_here("report", str(fleet / "host=web1"), "--json").stdout)["ops"]
     )
-    mixed = json.loads(fusetrace("report", str(old), str(fleet / "host=web2"), "--json", "--by", "host").stdout)
+    mixed = json.loads(fusetrace_here("report", str(old), str(fleet / "host=web2"), "--json", "--by", "host").stdout)
     assert mixed["format_version"] == 4 and {h["host"] for h in mixed["hosts"]} == {"old-box", "web2"}
     assert {r["host"] for r in mixed["ops"]} == {"old-box", "web2"}
     hosts = {batch.column("host")[0].as_py() for batch in reader.ordered_batches(str(old), ["start_ns", "host"])}
@@ -254,7 +253,7 @@ def test_mistakes_are_one_line(fleet, tmp_path):
             ["give two traces, A B", "--against", "got 3"],
         ),
     ]:
-        one_line_error(fusetrace(*argv, check=False), *needles, code=2)
+        one_line_error(fusetrace_here(*argv, check=False), *needles, code=2)
 
 
 @pytest.mark.parametrize(

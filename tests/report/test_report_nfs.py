@@ -7,10 +7,11 @@ import json
 import os
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import fusetrace, one_line_error, poll
+from support import Mount, fusetrace, fusetrace_here, mount_here, one_line_error, poll
 from support.nfs_standin import NFS41, NFS41_MOUNT, bump, write
 
 from fusetrace.server import nfssampler
@@ -43,7 +44,7 @@ def _moved(trace, standin, text=None):
 
 
 def _report(trace, *options, check=True):
-    return fusetrace("report", str(trace), "--nfs", *options, check=check)
+    return fusetrace_here("report", str(trace), "--nfs", *options, check=check)
 
 
 def test_samples_each_second_beside_the_fuse_operations(mount, standin):
@@ -148,15 +149,32 @@ def test_an_emulated_mounts_table_comes_from_the_model(mount):
     assert "MODEL's emulated NFS client" in text and "model ms" in text
 
 
-@pytest.fixture
-def sampled(tmp_path, mount, standin):
-    """A trace with samples, to damage."""
-    m = mount(trace=True)
-    poll(lambda: (m.trace / nfssampler.SIDECAR).exists(), timeout=20)
-    (m.mountpoint / "f").write_bytes(b"x")
-    _moved(m.trace, standin)
-    m.unmount()
+@pytest.fixture(scope="module")
+def sampled_once(tmp_path_factory):
+    """A trace with samples, made once for the module (a mount and a sampler's second)."""
+    base = tmp_path_factory.mktemp("sampled")
+    standin = base / "mountstats"
+    write(standin, NFS41.read_text())
+    for d in ("src", "mnt"):
+        (base / d).mkdir()
+    m = Mount(base / "src", base / "mnt", base / "trace")
+    with pytest.MonkeyPatch.context() as env:  # as the standin fixture, for the module
+        env.setenv(nfssampler.ENV_FILE, str(standin))
+        env.setenv(nfssampler.ENV_MOUNT, NFS41_MOUNT)
+        mount_here(m.source, m.mountpoint, "--trace", str(m.trace), "--log", str(base / "log"))
+    try:
+        poll(lambda: (m.trace / nfssampler.SIDECAR).exists(), timeout=20)
+        (m.mountpoint / "f").write_bytes(b"x")
+        _moved(m.trace, standin)
+    finally:
+        m.unmount()
     return m.trace
+
+
+@pytest.fixture
+def sampled(sampled_once, tmp_path):
+    """A trace with samples, the test's own copy to damage."""
+    return Path(shutil.copytree(sampled_once, tmp_path / "trace"))
 
 
 @pytest.mark.parametrize(
@@ -195,5 +213,5 @@ def test_a_trace_with_neither_samples_nor_model_is_one_line(mount):
 
 
 def test_interval_without_nfs_and_nfs_with_timeline_are_usage_errors(sampled):
-    one_line_error(fusetrace("report", str(sampled), "--interval", "5", check=False), "--interval", code=2)
+    one_line_error(fusetrace("report", str(sampled), "--interval", "5", check=False), "--interval", code=2)  # as typed
     one_line_error(_report(sampled, "--timeline", check=False), "--timeline", code=2)

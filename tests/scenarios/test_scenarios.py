@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support import descendants, fusetrace, poll
@@ -183,6 +184,25 @@ def test_clients_are_mounts_of_one_file_system(tmp_path, new_scenario_mounts):
     assert not new_scenario_mounts()
 
 
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):
+    """fast_run(name) -> (`scenario run NAME --fast` done, its --out directory): each scenario
+    run once a module, whichever test needs it first (the demo's and the sweep's efs-2016-fio);
+    the tests only read its outputs.  The run is checked to leave no scenario mount behind."""
+    runs: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def run(name: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if name not in runs:
+            out = tmp_path_factory.mktemp("fast") / "out"
+            before = _all_scenario_mounts()
+            done = _run(name, "--fast", "--out", str(out), timeout=600)
+            assert not _all_scenario_mounts() - before
+            runs[name] = (done, out)
+        return runs[name]
+
+    return run
+
+
 # The ones that take over ten seconds, or near it, run with --all only (./run.sh).
 SLOW_SCENARIOS = {
     "efs-2016-fio",
@@ -197,9 +217,8 @@ SLOW_SCENARIOS = {
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SCENARIOS else n for n in spec.ids()]
 )
-def test_every_scenario_runs_in_fast_mode_with_sane_outputs(tmp_path, new_scenario_mounts, name):
-    out = tmp_path / "out"
-    done = _run(name, "--fast", "--out", str(out), timeout=600)
+def test_every_scenario_runs_in_fast_mode_with_sane_outputs(fast_run, new_scenario_mounts, name):
+    done, out = fast_run(name)
     assert done.returncode == 0, done.stderr
     run_dir = out / name
     result = json.loads((run_dir / "result.json").read_text())
@@ -345,9 +364,9 @@ def _table(stdout: str) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.slow
-def test_the_demo_prints_the_rows_of_its_scenario(tmp_path):
+def test_the_demo_prints_the_rows_of_its_scenario(fast_run):
     demo = fusetrace("demo", "--quick", timeout=300)
-    scenario = _run("efs-2016-fio", "--fast", "--out", str(tmp_path / "o"))
+    scenario, _ = fast_run("efs-2016-fio")
     assert scenario.returncode == 0, scenario.stderr
     assert _table(demo.stdout) == _table(scenario.stdout)
     assert len(_table(demo.stdout)) == sum(len(step.published) for step in spec.load("efs-2016-fio").steps)

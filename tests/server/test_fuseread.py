@@ -3,7 +3,6 @@ and every other wait is trio's own.  A pipe stands in for /dev/fuse (both are po
 same way); then a real mount, whose `fusetrace stats` counts the requests read each way:
 in the quick suite, so a pyfuse3 that no longer reads through the patched call fails it."""
 
-import json
 import mmap
 import os
 import random
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from support import fusetrace, poll
+from support import fusetrace, poll, stats_json
 
 from fusetrace.server import fuseread
 
@@ -122,7 +121,7 @@ def test_a_mount_reads_queued_requests_at_once_and_says_so(mount):
 
     def read_at_once() -> int:
         _random_reads(m.mountpoint / "f")
-        return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["fuse_reads"]["at_once"]
+        return stats_json(m.mountpoint)["fuse_reads"]["at_once"]
 
     poll(read_at_once, timeout=60, interval=0)  # 32 requests in flight: the kernel queues some
     assert "found queued (read at once)" in fusetrace("stats", str(m.mountpoint)).stdout

@@ -5,7 +5,6 @@ cache's WRITEs, which no caller waits on, still complete.  And every rate key ha
 least value, so that no request is modelled to take past the latency bound."""
 
 import errno as E
-import json
 import math
 import os
 import random
@@ -19,7 +18,7 @@ import pandas as pd
 import pytest
 import trio
 import trio.testing
-from support import fusetrace, is_mounted, one_line_error, poll
+from support import fusetrace, is_mounted, one_line_error, poll, stats_json
 
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.params import HOUR_MS, LEAST_WHY, SPECS, Params, ProfileError
@@ -39,7 +38,7 @@ CRAWL = ["burst_mibps=0.001", "baseline_floor_mibps=0.001"]
 
 
 def stats(m) -> dict:
-    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+    return stats_json(m.mountpoint)
 
 
 def records(m) -> pd.DataFrame:

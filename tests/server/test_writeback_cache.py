@@ -12,7 +12,7 @@ import sys
 
 import pandas as pd
 import pytest
-from support import Mount, fusetrace, is_mounted, poll
+from support import Mount, fusetrace, fusetrace_here, is_mounted, poll
 
 from fusetrace.rehearse.requests import COLUMNS, Rebuilder
 from fusetrace.server import nofollow, syscalls
@@ -126,7 +126,7 @@ def test_the_kernels_times_after_a_link_rename_or_unlink_cost_nothing(mount):
     # fusetrace replay leaves them out as the kernel's own, and finds no difference
     target = m.source.parent / "target"
     target.mkdir()
-    out = json.loads(fusetrace("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json").stdout)
+    out = json.loads(fusetrace_here("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json").stdout)
     # (but for the fault's error, which the target does not inject)
     assert out["differences"]["by_op"] == [{"op": "setattr", "kind": "ok, recorded EIO", "count": 1}], out
     assert sum(n for why, n in out["not_replayed"].items() if "write-back cache" in why) >= 4
@@ -231,7 +231,7 @@ def test_a_write_only_descriptor_takes_a_write_to_part_of_a_page(mount):
     target = m.source.parent / "target"
     target.mkdir()
     (target / "f").write_bytes(b"a" * 8192)
-    out = json.loads(fusetrace("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json").stdout)
+    out = json.loads(fusetrace_here("replay", str(m.trace), str(target), "--as-fast-as-possible", "--json").stdout)
     assert out["differences"]["count"] == 0, out["differences"]
     assert sum(n for why, n in out["not_replayed"].items() if "write-back cache" in why) >= len(fills)
 
@@ -309,7 +309,7 @@ def test_replay_makes_the_traced_reads_again_past_the_pages_its_writes_left(moun
         os.close(fd)
     recorded = _trace(m)
     target = mount(*WB, trace=True)
-    out = json.loads(fusetrace("replay", str(m.trace), str(target.mountpoint), "--json").stdout)
+    out = json.loads(fusetrace_here("replay", str(m.trace), str(target.mountpoint), "--json").stdout)
     assert out["differences"]["count"] == 0, out["differences"]
     replayed = _trace(target)
     reads = [df[(df.op == "read") & (df.path == "/data")] for df in (recorded, replayed)]

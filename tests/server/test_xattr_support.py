@@ -2,13 +2,12 @@
 --no-xattrs and --inline choices, through real mounts."""
 
 import errno
-import json
 import os
 import subprocess
 
 import pandas as pd
 import pytest
-from support import fusetrace
+from support import fusetrace, stats_json
 
 
 @pytest.fixture
@@ -66,7 +65,7 @@ def test_no_xattrs_option(mount):
 
 
 def _inline(mountpoint) -> dict:
-    return json.loads(fusetrace("stats", "--json", str(mountpoint)).stdout)["inline"]
+    return stats_json(mountpoint)["inline"]
 
 
 def test_quick_calls_run_on_the_loop_over_a_local_directory(mount):

@@ -6,7 +6,7 @@ waited behind it."""
 import json
 import subprocess
 
-from support import fusetrace, poll
+from support import fusetrace, poll, stats_json
 
 MiB = 1 << 20
 
@@ -21,7 +21,7 @@ def test_stats_and_report_say_the_credits_ran_out(mount):
     )
 
     def stats():
-        return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+        return stats_json(m.mountpoint)
 
     # idle once dd's fsync returned: the credits come back at the baseline, and the burst with them
     after = poll(lambda: (s := stats())["metrics"]["PermittedThroughput"] == 100 * MiB and s)

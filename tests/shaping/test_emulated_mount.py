@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from support import fusetrace, is_mounted, poll
+from support import fusetrace, is_mounted, poll, stats_json
 
 from fusetrace.emulator.ops import Gate
 from fusetrace.server import runstate
@@ -18,7 +18,7 @@ MiB = 1 << 20
 
 
 def _stats(m):
-    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+    return stats_json(m.mountpoint)
 
 
 def test_profiles_lists_every_shipped_profile():

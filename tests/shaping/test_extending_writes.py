@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from support import fusetrace
+from support import fusetrace, stats_json
 
 from fusetrace.hostload import host_load
 from fusetrace.scenarios.runner import rows
@@ -40,7 +40,7 @@ def fio(directory, name: str, *extra: str) -> None:
 
 
 def host(m) -> dict:
-    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)["host"]
+    return stats_json(m.mountpoint)["host"]
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")

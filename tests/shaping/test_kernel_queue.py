@@ -2,13 +2,12 @@
 of a real connection with its server stopped, and the verdict that counts them."""
 
 import errno
-import json
 import os
 import signal
 import threading
 
 import pytest
-from support import fusetrace, poll
+from support import fusetrace, poll, stats_json
 
 from fusetrace.emulator.model import Model, Op, OpClass
 from fusetrace.emulator.profiles import apply_overrides, load_profile
@@ -162,7 +161,7 @@ def test_a_stopped_servers_unread_requests_are_counted(mount, tmp_path):
 
 
 def _stats(m) -> dict:
-    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+    return stats_json(m.mountpoint)
 
 
 def test_an_emulated_mount_samples_its_kernel_queue_from_a_thread(mount):

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pandas as pd
-from support import Mount, fusetrace, poll
+from support import Mount, fusetrace, fusetrace_here, poll
 
 from fusetrace.rehearse.simulate_fleet import Calls
 from fusetrace.report.query import Trace
@@ -219,7 +219,9 @@ def test_a_release_while_the_unlink_of_its_file_waits_still_removes_the_hidden_n
     unlink = threading.Thread(target=os.unlink, args=(m.mountpoint / "x",))
     unlink.start()
     try:
-        poll(lambda: "unlink" in fusetrace("stats", str(m.mountpoint)).stdout.partition("waiting in the server")[2])
+        poll(
+            lambda: "unlink" in fusetrace_here("stats", str(m.mountpoint)).stdout.partition("waiting in the server")[2]
+        )
     finally:
         libc.munmap(addr, 4096)
         unlink.join()

@@ -6,11 +6,11 @@ import os
 import subprocess
 
 import pytest
-from support import fusetrace, is_mounted, one_line_error, poll
+from support import fusetrace, is_mounted, one_line_error, poll, stats_json
 
 
 def stats(m) -> dict:
-    return json.loads(fusetrace("stats", str(m.mountpoint), "--json").stdout)
+    return stats_json(m.mountpoint)
 
 
 def shared_mounts(mount, tmp_path, redis_server, n: int, *extra: str, fs_id: str = "fs1"):

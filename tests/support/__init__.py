@@ -1,16 +1,22 @@
 """Helpers the tests share: the command line run as a user would, mount checks, polling,
 the one-line error check, a mount's handle (fixtures live in tests/conftest.py)."""
 
+import contextlib
+import io
+import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from fusetrace import processes
+from fusetrace import cli, processes
 from fusetrace.server import runstate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +28,61 @@ def fusetrace(*args: str, check: bool = True, timeout: float = 120) -> subproces
     if check and done.returncode != 0:
         raise AssertionError(f"fusetrace {' '.join(args)} failed ({done.returncode}): {done.stderr}")
     return done
+
+
+def run_in_process(argv: list[str]) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr) of the command line run here; exit code None and the
+    traceback as stderr when an exception left it.  The logging it configures is undone:
+    pytest's own handlers (caplog) stay on the root logger."""
+    out, err = io.StringIO(), io.StringIO()
+    loggers = [logging.getLogger(name) for name in ("", "fusetrace", "pyfuse3")]
+    saved = [(lg.handlers[:], lg.level) for lg in loggers]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            return None, out.getvalue(), err.getvalue() + traceback.format_exc()
+        finally:
+            for lg, (handlers, level) in zip(loggers, saved):
+                lg.handlers[:] = handlers
+                lg.setLevel(level)
+    return code, out.getvalue(), err.getvalue()
+
+
+def fusetrace_here(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """fusetrace(), the command run in this process: for the fixtures' mounts and unmounts, the
+    polls of `stats` and the commands over traces whose results a test reads, the same command
+    less a Python start and its imports (a quarter to half a second each on a loaded host,
+    hundreds of times a suite).  An exception leaving the command is exit code None and its
+    traceback on stderr.  What only a real process shows (its exit by a signal, the bytes of a
+    name it prints) is tested with fusetrace()."""
+    code, out, err = run_in_process(list(args))
+    if check and code != 0:
+        raise AssertionError(f"fusetrace {' '.join(args)} failed ({code}): {err}")
+    return subprocess.CompletedProcess(["fusetrace", *args], code, out, err)
+
+
+def mount_here(source: Path, mountpoint: Path, *options: str) -> None:
+    """`fusetrace mount SOURCE MOUNTPOINT OPTIONS` in this process (fusetrace_here).  Its server
+    is then this process's child, not init's as when a `fusetrace mount` process has exited:
+    a thread waits for it, as init would, so that a server that exits or is killed leaves no
+    zombie behind (tests see a server gone by its /proc/PID)."""
+    fusetrace_here("mount", str(source), str(mountpoint), *options)
+    state = runstate.read(str(mountpoint))
+    if state is not None:
+        threading.Thread(target=_reap, args=(state["pid"],), daemon=True).start()
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):  # not ours, or reaped by subprocess meanwhile
+        os.waitpid(pid, 0)
+
+
+def stats_json(mountpoint: Path) -> dict:
+    """`fusetrace stats MOUNTPOINT --json`, in this process (tests poll it)."""
+    return json.loads(fusetrace_here("stats", str(mountpoint), "--json").stdout)
 
 
 def is_mounted(path: Path) -> bool:
@@ -97,8 +158,8 @@ class Mount:
 
     def unmount(self) -> None:
         if is_mounted(self.mountpoint):
-            done = fusetrace("umount", str(self.mountpoint), check=False)
-            if done.returncode != 0 and is_mounted(self.mountpoint):
+            code, _, _ = run_in_process(["umount", str(self.mountpoint)])
+            if code != 0 and is_mounted(self.mountpoint):
                 subprocess.run(["fusermount3", "-uz", str(self.mountpoint)], check=False)
 
 
@@ -111,7 +172,7 @@ def served(prefix: str, *options: str) -> Iterator[tuple[Path, Path]]:
     src, mnt = base / "src", base / "mnt"
     src.mkdir(mode=0o755)
     mnt.mkdir(mode=0o755)
-    fusetrace("mount", str(src), str(mnt), "-o", "allow_other", *options, "--log", str(base / "server.log"))
+    mount_here(src, mnt, "-o", "allow_other", *options, "--log", str(base / "server.log"))
     try:
         yield src, mnt
     finally:

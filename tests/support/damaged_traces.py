@@ -8,19 +8,15 @@ is what a hand-made, converted or hostile trace can hold; every command must mee
 with exit 0, or exit 2 and one line, never a traceback.
 """
 
-import contextlib
-import io
 import json
 import os
 import shutil
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fusetrace import cli
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
@@ -272,20 +268,6 @@ def damaged(root: Path, good: Path, name: str) -> Path:
     shutil.copytree(good, d)
     DAMAGES[name](d)
     return d
-
-
-def run_in_process(argv: list[str]) -> tuple[int | None, str, str]:
-    """(exit code, stdout, stderr) of the command line run here; exit code None and the
-    traceback as stderr when an exception left it."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            return None, out.getvalue(), err.getvalue() + traceback.format_exc()
-    return code, out.getvalue(), err.getvalue()
 
 
 def scratch(tmp: Path, name: str) -> Path:

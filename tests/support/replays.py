@@ -9,7 +9,7 @@ from pathlib import Path
 from fusetrace.trace.schema import TraceRecord
 from fusetrace.trace.writer import TraceWriter
 
-from . import fusetrace
+from . import fusetrace_here
 
 MS = 1_000_000
 RDONLY = os.O_RDONLY | os.O_LARGEFILE
@@ -64,7 +64,7 @@ def synthetic(directory: Path, records: list[TraceRecord]) -> Path:
 
 
 def replay(trace: Path, target: Path, *options: str, check: bool = True) -> dict:
-    done = fusetrace("replay", str(trace), str(target), *options, "--json", check=check)
+    done = fusetrace_here("replay", str(trace), str(target), *options, "--json", check=check)
     return json.loads(done.stdout)
 
 

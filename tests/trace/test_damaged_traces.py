@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import fusetrace, one_line_error
-from support.damaged_traces import COMMANDS, DAMAGES, INT64_MAX, _rewrite, damaged, good_trace, run_in_process, scratch
+from support import fusetrace, one_line_error, run_in_process
+from support.damaged_traces import COMMANDS, DAMAGES, INT64_MAX, _rewrite, damaged, good_trace, scratch
 
 from fusetrace.rehearse import progress
 from fusetrace.trace import reader

@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import fusetrace, is_mounted, one_line_error
+from support import fusetrace, fusetrace_here, is_mounted, one_line_error
 
 from fusetrace.request import Kind
 from fusetrace.trace import reader
@@ -50,7 +50,7 @@ def test_trace_only_keeps_what_it_names_and_counts_the_rest(mount):
     assert filtered["create"] == 5 and filtered["write"] == 10 and filtered["mkdir"] == 2  # the others' and /other's
     assert meta["left_out"]["sampled"] == {} and meta["records"] == 15
     assert meta["options"]["trace_only"] == {"op": ["create", "write"], "path": ["/keep/**"]}
-    text = fusetrace("report", str(m.trace)).stdout
+    text = fusetrace_here("report", str(m.trace)).stdout
     assert "left out" in text and "filtered out (--trace-only op=create,write path=/keep/**)" in text
 
 
@@ -83,12 +83,12 @@ def test_sampling_keeps_about_one_in_n_and_the_report_scales_it(mount):
     served = kept + left
     assert served >= 3000
     assert abs(kept - served / 10) <= 5 * math.sqrt(served * 0.1 * 0.9), (kept, served)
-    report = json.loads(fusetrace("report", str(m.trace), "--json").stdout)
+    report = json.loads(fusetrace_here("report", str(m.trace), "--json").stdout)
     [row] = [r for r in report["ops"] if r["op"] == "getattr"]
     assert row["count"] == 10 * kept
     assert abs(row["count"] - served) <= 0.3 * served  # the weighted count estimates what was served
     assert report["left_out"][0]["sampled"] == {"getattr": left}
-    compared = json.loads(fusetrace("compare", str(m.trace), str(m.trace), "--json").stdout)
+    compared = json.loads(fusetrace_here("compare", str(m.trace), str(m.trace), "--json").stdout)
     [row] = [r for r in compared["ops"] if r["op"] == "getattr"]
     assert (row["a"]["count"], row["a"]["records"]) == (10 * kept, kept)
     assert "sampled out (--trace-sample getattr=10" in compared["caution"]
@@ -141,11 +141,11 @@ def test_a_trace_from_before_format_7_still_reads(mount, tmp_path):
     offset = meta["start_wall_ns"] - meta["start_monotonic_ns"]
     assert set(batch["sample"].to_pylist()) == {1}
     assert [t.value for t in batch["time"]] == [s + offset for s in batch["start_ns"].to_pylist()]
-    report = json.loads(fusetrace("report", str(m.trace), "--json").stdout)
+    report = json.loads(fusetrace_here("report", str(m.trace), "--json").stdout)
     assert report["format_version"] == 6 and report["left_out"] == []
     assert sum(r["count"] for r in report["ops"] if r["op"] == "create") == 3
-    fusetrace("fit", str(m.trace), "-o", str(tmp_path / "fitted.toml"))
-    fusetrace("export", str(m.trace), "--format", "csv", "-o", str(tmp_path / "out.csv"))
+    fusetrace_here("fit", str(m.trace), "-o", str(tmp_path / "fitted.toml"))
+    fusetrace_here("export", str(m.trace), "--format", "csv", "-o", str(tmp_path / "out.csv"))
     assert (tmp_path / "out.csv").read_text().count("\n") >= 1
 
 
@@ -155,12 +155,12 @@ def test_replay_and_simulate_refuse_a_filtered_trace(mount, tmp_path):
     m.unmount()
     target = tmp_path / "target"
     target.mkdir()
-    done = fusetrace("replay", str(m.trace), str(target), check=False)
+    done = fusetrace_here("replay", str(m.trace), str(target), check=False)
     one_line_error(done, "replay", str(m.trace), "filtered out", "--partial", code=2)
     assert os.listdir(target) == []
-    done = fusetrace("simulate", str(m.trace), "--profile", "efs-bursting", check=False)
+    done = fusetrace_here("simulate", str(m.trace), "--profile", "efs-bursting", check=False)
     one_line_error(done, "simulate", str(m.trace), "part of the load", code=2)
-    out = fusetrace("simulate", str(m.trace), "--profile", "efs-bursting", "--partial").stdout
+    out = fusetrace_here("simulate", str(m.trace), "--profile", "efs-bursting", "--partial").stdout
     assert "left out" in out
 
 

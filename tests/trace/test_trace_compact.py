@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import ROOT, fusetrace, is_mounted, one_line_error, poll, unshared
+from support import ROOT, fusetrace, fusetrace_here, is_mounted, one_line_error, poll, unshared
 
 from fusetrace.trace import compact, reader
 from fusetrace.trace import metadata as meta
@@ -130,7 +130,7 @@ def test_a_server_killed_mid_merge_loses_at_most_a_second_and_duplicates_nothing
         files = reader.checked_parts(str(d))
         [(last_ns,)] = duckdb.sql(f"select max(start_ns) from read_parquet({files!r})").fetchall()
         assert killed_ns - last_ns < 1.5e9, (killed_ns - last_ns) / 1e9  # a second, and a loaded host's scheduling
-        fusetrace("compact", str(d))
+        fusetrace_here("compact", str(d))
         assert sorted(pq.read_table(d).column("fh").to_pylist()) == got
         assert not [n for n in os.listdir(d) if n.startswith(".part-")]
     assert cut_mid_merge >= 1  # at least one kill fell inside a merge, its hidden file left behind
@@ -222,12 +222,12 @@ def test_compact_merges_an_old_trace_keeping_every_record(tmp_path):
     d = tmp_path / "old"
     table = _old_trace(d, 5_000, 250)
     assert len(parquet(d)) == 250
-    done = fusetrace("compact", str(d))
+    done = fusetrace_here("compact", str(d))
     assert done.stdout.startswith(f"{d}: 250 part files now 1 file, 5,000 records")
     assert parquet(d) == ["part-000000-000249.parquet"]
     after = pq.read_table(d).select(table.schema.names)
     assert after.sort_by("fh").equals(table.sort_by("fh"))
-    assert fusetrace("compact", str(d)).stdout.startswith(f"{d}: 1 part file now 1 file")  # again: nothing to do
+    assert fusetrace_here("compact", str(d)).stdout.startswith(f"{d}: 1 part file now 1 file")  # again: nothing to do
 
 
 def test_a_merge_cut_after_its_rename_reads_once(tmp_path):
@@ -243,7 +243,7 @@ def test_a_merge_cut_after_its_rename_reads_once(tmp_path):
         os.close(fd)
     (d / "part-000001.parquet").write_bytes(kept["part-000001.parquet"])  # as if never unlinked
     assert ids(d) == list(range(300))
-    assert "1 leftover of an interrupted merge removed" in fusetrace("compact", str(d)).stdout
+    assert "1 leftover of an interrupted merge removed" in fusetrace_here("compact", str(d)).stdout
     assert parquet(d) == ["part-000000-000002.parquet"]
 
 
@@ -251,21 +251,23 @@ def test_compact_refuses_a_live_trace_a_damaged_part_and_no_trace(tmp_path, moun
     m = mount(trace=True)
     os.listdir(m.mountpoint)
     poll(lambda: parquet(m.trace))
-    one_line_error(fusetrace("compact", str(m.trace), check=False), "running fusetrace server (pid", code=2)
+    one_line_error(fusetrace_here("compact", str(m.trace), check=False), "running fusetrace server (pid", code=2)
 
     d = tmp_path / "damaged"
     _old_trace(d, 100, 10)
     (d / "part-000004.parquet").write_bytes(b"PAR1 not parquet PAR1")
     before = parquet(d)
-    one_line_error(fusetrace("compact", str(d), check=False), "part-000004.parquet: not a readable trace part", code=2)
+    one_line_error(
+        fusetrace_here("compact", str(d), check=False), "part-000004.parquet: not a readable trace part", code=2
+    )
     assert parquet(d) == before
 
     empty = tmp_path / "empty"
     empty.mkdir(mode=0o700)
-    one_line_error(fusetrace("compact", str(empty), check=False), "not a trace directory", code=2)
-    one_line_error(fusetrace("compact", str(tmp_path / "none"), check=False), "no such trace directory", code=2)
+    one_line_error(fusetrace_here("compact", str(empty), check=False), "not a trace directory", code=2)
+    one_line_error(fusetrace_here("compact", str(tmp_path / "none"), check=False), "no such trace directory", code=2)
     (empty / "data.parquet").write_bytes(b"")
-    one_line_error(fusetrace("compact", str(empty), check=False), "data.parquet", "not a trace", code=2)
+    one_line_error(fusetrace_here("compact", str(empty), check=False), "data.parquet", "not a trace", code=2)
 
 
 def _fill(mnt: Path, files: int) -> None:
@@ -301,7 +303,7 @@ def test_trace_max_rotates_the_oldest_out_and_stays_under_it(mount):
     assert [r for r in paths if r.startswith("/")]
     first = data["first_start_ns"]
     assert first == pq.read_table(m.trace, columns=["start_ns"]).column("start_ns").to_pandas().min()
-    report = fusetrace("report", str(m.trace)).stdout
+    report = fusetrace_here("report", str(m.trace)).stdout
     [line] = [line for line in report.splitlines() if line.startswith("rotated")]
     assert f"{data['rotated']:,} records: the trace's first parts were rotated out" in line
 
@@ -317,7 +319,7 @@ def test_trace_max_with_stop_stops_recording_and_counts_it(mount):
     assert reader.record_count(str(m.trace)) == data["records"]
     paths = set(pq.read_table(m.trace, columns=["path"]).column("path").to_pylist())
     assert any(p.startswith("/000000-") for p in paths) and not any(p.startswith("/001499-") for p in paths)
-    report = fusetrace("report", str(m.trace)).stdout
+    report = fusetrace_here("report", str(m.trace)).stdout
     assert f"stopped     {data['stopped']:,} records not recorded" in report
 
 

@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.damaged_traces import COMMANDS, good_trace, run_in_process, scratch
+from support import run_in_process
+from support.damaged_traces import COMMANDS, good_trace, scratch
 
 from fusetrace.texttable import printable
 

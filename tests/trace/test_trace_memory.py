@@ -2,7 +2,6 @@
 while mounted, in the server's log at exit, by `report` and by metadata.loss_summary
 (for `umount`), without claiming a kill when the trace disk was full."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
-from support import fusetrace, is_mounted, poll
+from support import fusetrace, is_mounted, poll, stats_json
 
 from fusetrace.report.query import Trace
 from fusetrace.report.render import render
@@ -202,7 +201,7 @@ def test_a_full_trace_disk_is_said_by_stats_report_and_umount(tmp_path, small_di
     fusetrace("mount", str(src), str(mnt), "--trace", str(trace), "--attr-timeout", "0", "--log", str(log))
 
     def trace_stats() -> dict:
-        return json.loads(fusetrace("stats", str(mnt), "--json").stdout)["trace"]
+        return stats_json(mnt)["trace"]
 
     try:
         for _ in range(100):

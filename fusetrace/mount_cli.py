@@ -239,7 +239,7 @@ def add_mount_parser(sub: Any) -> Options:
         help="arm the crash fault (`fusetrace fault MNT crash`): keep what each page held "
         "when its file was last made durable (fsync, close, a synchronous write), so that a "
         "crash can put it back. Costs a read of each page before its first write after a "
-        "commit, and a descriptor per file being written (docs/FAULTS.md)",
+        "commit, and memory for what it keeps (docs/FAULTS.md)",
     )
     p.add_argument(
         "--debug", action="store_true", help="log fusetrace's (and pyfuse3's) debug messages to the server's log"

@@ -202,7 +202,7 @@ class Shaper:
     def client_restarted(self) -> None:
         """The emulated client crashed (a crash fault): its caches and dirty data are gone."""
         self.model.client_restarted()
-        self.client = NfsClient(self.model)
+        self.serve(self.model)
 
     def serve(self, model: Model) -> None:
         """Shape what arrives from now on with `model`, behind a new NFS client of it (a

@@ -217,21 +217,23 @@ def add_mount_parser(sub: Any) -> Options:
         dest="writeback_cache",
         action="store_const",
         const=True,
-        help="FUSE's write-back cache, on by default with --emulate (not with --shared): "
-        "buffered writes gather in the kernel's page cache and reach the mount as "
-        "write-back, as an NFS client's do, not one request per write(2); a write's "
-        "error then shows at fsync or close, as on NFS, and the trace records the "
-        "write-back. The kernel then keeps file sizes as its own: a file resized beside "
-        "the mount keeps the size the kernel holds (docs/EMULATOR.md)",
+        help="FUSE's write-back cache, on by default with --emulate (not with --shared), "
+        "and the faster way to trace small writes: buffered writes gather in the kernel's "
+        "page cache and reach the mount as write-back, as an NFS client's do, not as "
+        "the write(2) calls; a write's error then shows at fsync or close, as on NFS, "
+        "and the trace records the write-back. The kernel then keeps file sizes as its "
+        "own: a file resized beside the mount (another NFS client) keeps the size the "
+        "kernel holds (docs/EMULATOR.md)",
     )
     p.add_argument(
         "--no-writeback-cache",
         dest="writeback_cache",
         action="store_const",
         const=False,
-        help="with --emulate: one request per write(2), and changes made beside the mount "
-        "show through it as on NFS; small buffered writes then cost a FUSE round trip "
-        "each, more than the model charges",
+        help="with --emulate: the write(2) calls reach the mount as the kernel splits them "
+        "(at most max_write each, and an unaligned one at a page boundary), and changes "
+        "made beside the mount show through it as on NFS; small buffered writes then cost "
+        "a FUSE round trip each, more than the model charges",
     )
     p.add_argument(
         "--crashable",

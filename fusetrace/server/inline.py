@@ -21,8 +21,11 @@ it at once, as for any call.
 
 A hung network file system would stall the whole loop on an inline call, so on
 network file systems (and FUSE ones) nothing runs inline unless asked for
-(`--inline always`); commits (fsync, close after writes) and synchronous writes
-never do.
+(`--inline always`); fsyncs and synchronous writes never do, as they wait for the disk.
+A close after writes is a commit only where the source writes back at close (NFS), and
+nothing runs inline there; on a local file system it closes a descriptor (ext4 and xfs
+have no flush operation), so a flush or release after writes is placed by its speed
+like any call.
 """
 
 from typing import TypedDict
@@ -52,6 +55,7 @@ NETWORK_FSTYPES = frozenset(
     }
 )
 NEVER_INLINE_KINDS = frozenset({Kind.COMMIT, WriteMode.SYNC})  # as Request.label names them
+CLOSE_COMMITS = frozenset({"flush", "release"})  # commits that may still run inline (above)
 SLOW_SHARE = 0.2  # inline while under this share of recent calls were slow
 WEIGHT = 0.1  # of the newest call in the running share
 EVICT_FACTOR = 20
@@ -78,7 +82,7 @@ class InlinePolicy:
         self.calm: set[tuple[str, str]] = set()
 
     def _may_run_inline(self, key: tuple[str, str]) -> bool:
-        return self.threshold_ns > 0 and key[1] not in NEVER_INLINE_KINDS
+        return self.threshold_ns > 0 and (key[1] not in NEVER_INLINE_KINDS or key[0] in CLOSE_COMMITS)
 
     def inline(self, key: tuple[str, str]) -> bool:
         if not self._may_run_inline(key):

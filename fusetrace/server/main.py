@@ -155,11 +155,6 @@ def check_values(opts: MountOptions) -> None:
                 f"(--set nfs_acregmin_s=S for a file's attributes, nfs_acdirmin_s=S for "
                 f"directories and names)"
             )
-    if opts.writeback_cache and opts.emulate is None:
-        raise BadValue(
-            "--writeback-cache: needs --emulate PROFILE (over a shared source such as NFS, "
-            "the kernel would keep written data and times that other clients do not see)"
-        )
     if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
         exporter.check(place)  # taken, or privileged: said now, not by the server once mounted
     for item in opts.fuse_options:

@@ -34,7 +34,6 @@ USAGE = [
         ["mount", "{src}", "{mnt}", "--emulate", "efs-2016", "--shared", "http://x", "--fs-id", "a"],
         ["expected a Redis URL"],
     ),
-    (["mount", "{src}", "{mnt}", "--writeback-cache"], ["--writeback-cache: needs --emulate"]),
     (["mount", "{src}", "{mnt}", "--faults", "{base}/events.toml"], ["[[event]] tables need --emulate"]),
     (["mount", "{src}", "{mnt}", "--faults", "{base}/badrule.toml"], ["not an errno name"]),
     (["mount", "{src}", "{mnt}", "--host", "a b", "--trace", "{base}/t2"], ["not a host name"]),

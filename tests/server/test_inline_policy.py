@@ -49,11 +49,14 @@ def test_an_exiled_operation_is_probed_and_comes_back_when_quick_again():
     assert all(p.inline(KEY) for _ in range(PROBE_EVERY * 2))
 
 
-def test_commits_sync_writes_and_a_zero_threshold_never_run_inline():
+def test_fsyncs_sync_writes_and_a_zero_threshold_never_run_inline():
     p = InlinePolicy(threshold_us=50)
     assert not p.inline(("fsync", "commit"))
+    assert not p.inline(("fsyncdir", "commit"))
     assert not p.inline(("write", "sync"))
     assert p.inline(("write", "buffered"))
+    assert p.inline(("flush", "commit"))  # a close after writes: a descriptor closed, on a local source
+    assert p.inline(("release", "commit"))
     off = InlinePolicy(threshold_us=0)
     assert not any(off.inline(KEY) for _ in range(100))
 
@@ -91,7 +94,7 @@ def test_one_very_slow_write_moves_writes_at_once():
     assert not p.inline(write)
 
 
-KEYS = [KEY, ("write", "buffered"), ("fsync", "commit"), ("write", "sync")]
+KEYS = [KEY, ("write", "buffered"), ("fsync", "commit"), ("write", "sync"), ("flush", "commit")]
 
 
 @settings(deadline=None)
@@ -121,7 +124,7 @@ def test_a_calm_key_is_exactly_one_whose_quick_calls_the_policy_would_ignore(cal
             if not asked or p.inline(key):
                 p.observe(key, ns, size)
         for k in KEYS:
-            eligible = threshold_us > 0 and k[1] not in ("commit", "sync")
+            eligible = threshold_us > 0 and (k[1] not in ("commit", "sync") or k[0] == "flush")
             assert (k in p.calm) == (eligible and p._slow.get(k) == 0.0)
             if k in p.calm:
                 state = (dict(p._slow), dict(p._skipped), set(p.calm))

@@ -2,7 +2,10 @@
 with no extended attributes.  `bench/roundtrip.py` times requests through it, to tell
 what pyfuse3, trio and the kernel cost a request before any file system code runs.
 
-    python bench/minimal_fs.py MOUNTPOINT      # foreground; fusermount3 -u to end it
+    python bench/minimal_fs.py MOUNTPOINT [--read-at-once]   # foreground; fusermount3 -u to end it
+
+`--read-at-once` adds the one thing of fusetrace's a server can do about pyfuse3's own cost:
+a request already queued is read without a turn of trio's loop (fusetrace/server/fuseread.py).
 """
 
 import errno
@@ -11,6 +14,8 @@ import sys
 
 import pyfuse3
 import trio
+
+from fusetrace.server import fusectl, fuseread
 
 ROOT, FILE = pyfuse3.ROOT_INODE, pyfuse3.ROOT_INODE + 1
 
@@ -35,12 +40,20 @@ class MinimalFS(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENODATA)
 
 
+async def _serve(read_at_once: bool) -> None:
+    if not read_at_once:
+        await pyfuse3.main(4)  # fusetrace's number of idle reader tasks
+        return
+    with fuseread.unparked_when_queued(fusectl.session_fd()):
+        await pyfuse3.main(4)
+
+
 def main() -> None:
     options = set(pyfuse3.default_options)
     options.add("fsname=minimal_fs")
     pyfuse3.init(MinimalFS(), sys.argv[1], options)
     try:
-        trio.run(pyfuse3.main, 4)  # fusetrace's number of idle reader tasks
+        trio.run(_serve, "--read-at-once" in sys.argv[2:])
     finally:
         pyfuse3.close()
 

@@ -1,9 +1,11 @@
 """What one FUSE request costs, one at a time: the floor a Python server stands on.
 
 A caller asks for an extended attribute that is not there (getxattr, answered ENODATA: the
-request `ls -l` makes twice per file) over and over through three servers, each over a
+request `ls -l` makes twice per file) over and over through each server, each over a
 directory holding one empty file: a minimal pyfuse3 file system (`minimal_fs.py`: pyfuse3,
-trio and the kernel, nothing of fusetrace's), fusetrace, and passthrough_hp when given.
+trio and the kernel, nothing of fusetrace's), the same reading a queued request at once (the
+part of pyfuse3's cost a server can avoid, as fusetrace does), fusetrace, and passthrough_hp
+when given.
 Per request: the caller's wall time and the server's CPU (all its threads, from /proc);
 of three passes the fastest (noise on a shared VM only ever slows a pass down).
 
@@ -27,11 +29,15 @@ PASSES = 3
 
 
 class MinimalPyfuse3(T.Target):
-    key = "minimal-pyfuse3"
-    label = "minimal pyfuse3 file system"
+    def __init__(self, read_at_once: bool = False) -> None:
+        self.read_at_once = read_at_once
+        self.key = "minimal-pyfuse3" + ("-read-at-once" if read_at_once else "")
+        self.label = "minimal pyfuse3 file system" + (", reading a queued request at once" if read_at_once else "")
 
     def command(self, src, mnt, placeholder=False):
-        return [T.PY, str(Path(__file__).with_name("minimal_fs.py")), mnt]
+        return [T.PY, str(Path(__file__).with_name("minimal_fs.py")), mnt] + (
+            ["--read-at-once"] if self.read_at_once else []
+        )
 
     def start(self, src, mnt, scratch):
         return self._spawn(src, mnt, scratch / "minimal_fs.log")
@@ -77,7 +83,7 @@ def measure(target: T.Target, work: Path, n: int = REQUESTS) -> dict:
 
 
 def measure_all(work: Path, passthrough_hp: str | None) -> dict:
-    servers = [MinimalPyfuse3(), T.Fusetrace(trace=False)]
+    servers = [MinimalPyfuse3(), MinimalPyfuse3(read_at_once=True), T.Fusetrace(trace=False)]
     if passthrough_hp:
         servers.append(T.PassthroughHP(passthrough_hp))
     return {s.key: measure(s, work) for s in servers}

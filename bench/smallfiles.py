@@ -328,7 +328,8 @@ def report(results: dict, machine: dict, tar: dict, args: argparse.Namespace, co
             L += [
                 f"Requests the kernel sent during {WORKLOADS[w]}, per kind (the `fuse:fuse_request_send` "
                 "tracepoint, filtered to the mount's connection; in brackets the mean time from send to "
-                "reply, `fuse:fuse_request_end`), from each target's fastest round:",
+                "reply, `fuse:fuse_request_end`), from each target's fastest round (the tracepoints are on "
+                "during every timed FUSE run, two events a request, alike for every FUSE target):",
                 "",
                 *table,
                 "",

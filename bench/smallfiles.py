@@ -47,6 +47,7 @@ WORKLOADS = {
     "tar": "`tar xf TARBALL -C MNT && sync`",
     "ls": "cold `ls -lR MNT > /dev/null`",
 }
+C_LOCALE = dict(os.environ, LC_ALL="C")  # ls's plain sorting and formats, as the report says
 KEYS = (
     "native",
     "fusetrace",
@@ -121,17 +122,20 @@ def _fresh(work: Path, key: str) -> tuple[Path, Path, Path]:
     return src, mnt, scratch
 
 
-def _sh(cmd: str) -> None:
-    done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise T.TargetError(f"`{cmd}` failed: {(done.stderr.strip().splitlines() or ['exit status'])[-1]}")
+def _run(*commands: list[str]) -> None:
+    """Run the commands one after the other, as `a && b` does, their output discarded."""
+    for cmd in commands:
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=C_LOCALE)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise T.TargetError(f"`{' '.join(cmd)}` failed: {last}")
 
 
 def once(target: T.Target, workload: str, tar: str, work: Path, trace: Path | None) -> dict:
     """One workload on a fresh mount of `target` over a fresh source: seconds, server CPU, requests."""
     src, mnt, scratch = _fresh(work, target.key)
     if workload == "ls":
-        _sh(f"tar xf {tar} -C {src}")
+        _run(["tar", "xf", tar, "-C", str(src)])
     if isinstance(target, T.Fusetrace) and target.trace and trace is not None:
         scratch = trace / target.key.replace("+", "-")
         shutil.rmtree(scratch, ignore_errors=True)
@@ -142,12 +146,12 @@ def once(target: T.Target, workload: str, tar: str, work: Path, trace: Path | No
         pid = _server(target)
         if workload == "ls":
             drop_caches()
-        cmd = f"tar xf {tar} -C {root} && sync" if workload == "tar" else f"LC_ALL=C ls -lR {root} > /dev/null"
+        cmds = [["tar", "xf", tar, "-C", root], ["sync"]] if workload == "tar" else [["ls", "-lR", root]]
         cpu0 = cpu_s(pid) if pid else None
         counter: AbstractContextManager[FR.Seen | None] = FR.FuseRequests(root) if target.fuse else nullcontext()
         with counter as seen:
             t0 = time.monotonic()
-            _sh(cmd)
+            _run(*cmds)
             out["seconds"] = time.monotonic() - t0
         if pid and cpu0 is not None:
             out["server_cpu_s"] = cpu_s(pid) - cpu0

@@ -132,13 +132,24 @@ class Native(Target):
 
 
 class Fusetrace(Target):
-    def __init__(self, trace: bool, no_xattrs: bool = False, baseline: Baseline | None = None):
+    def __init__(
+        self,
+        trace: bool,
+        no_xattrs: bool = False,
+        baseline: Baseline | None = None,
+        extra: tuple[str, ...] = (),
+        tag: str = "",
+    ):
         self.trace = trace
         self.no_xattrs = no_xattrs
         self.baseline = baseline  # None: this checkout's code
+        self.extra = extra  # more mount options, named by `tag` in the key and label
         name = "fusetrace" if baseline is None else "baseline"
         self.key = f"{name}+trace" if trace else f"{name}-noxattrs" if no_xattrs else name
         self.label = f"{name}, traced" if trace else f"{name} --no-xattrs" if no_xattrs else name
+        if tag:
+            self.key += f"+{tag}"
+            self.label += f", {tag} ({' '.join(extra)})"
         self.trace_dir: str | None = None
         # this checkout's code comes first on its path; the baseline's runs in its own folder,
         # where the working directory puts nothing of this checkout on the path
@@ -159,7 +170,8 @@ class Fusetrace(Target):
                 f"({self.baseline.modules} of its modules checked to load from there, and the "
                 "server's PYTHONPATH checked at every mount)"
             )
-        return f"`python -m fusetrace mount SRC MNT` from this checkout, default options, {how}"
+        opts = f"`{' '.join(self.extra)}`" if self.extra else "default options"
+        return f"`python -m fusetrace mount SRC MNT` from this checkout, {opts}, {how}"
 
     def command(self, src, mnt, placeholder=False):
         cmd = [PY, "-m", "fusetrace", "mount", src, mnt]
@@ -167,7 +179,7 @@ class Fusetrace(Target):
             cmd.append("--no-xattrs")
         if self.trace:
             cmd += ["--trace", "TRACE_DIR" if placeholder or not self.trace_dir else self.trace_dir]
-        return cmd
+        return cmd + list(self.extra)
 
     def start(self, src, mnt, scratch):
         if self.trace:
@@ -304,20 +316,24 @@ class PassthroughHP(Target):
     key = "passthrough_hp"
     label = "passthrough_hp"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, nocache: bool = False):
         self.path = os.path.abspath(path)
+        self.nocache = nocache  # its --nocache: entry and attribute timeouts 0, no kernel caching
+        if nocache:
+            self.key = "passthrough_hp-nocache"
+            self.label = "passthrough_hp --nocache"
 
     def describe(self) -> str:
         ver = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)
         lib = f", linked against libfuse {ver.stdout.strip()}" if ver.returncode == 0 else ""
         return (
             f"libfuse's C++ `example/passthrough_hp` (`{self.path}`{lib}; built by hand with "
-            f"extended-attribute support as libfuse's own build has it, see bench/README.md), default options, "
-            f"`--foreground` so this script owns the process"
+            f"extended-attribute support as libfuse's own build has it, see bench/README.md), "
+            f"{'`--nocache`' if self.nocache else 'default options'}, `--foreground` so this script owns the process"
         )
 
     def command(self, src, mnt, placeholder=False):
-        return [self.path, "--foreground", src, mnt]
+        return [self.path, "--foreground", *(["--nocache"] if self.nocache else []), src, mnt]
 
     def start(self, src, mnt, scratch):
         if not os.access(self.path, os.X_OK):

@@ -87,6 +87,9 @@ class NfsClient:
         # file: (first at, bytes, least offset) of the O_SYNC data its flush sends
         self._staged: dict[int, tuple[float, int, int]] = {}
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
+        # name: when the RPC whose reply brought its object's attributes completed (a LOOKUP,
+        # OPEN(create), CREATE, LINK: each compounds a GETATTR), till trusted() learns the object
+        self._brought: dict[tuple[int, str], float] = {}
 
     def admit(self, call: Call, now: float) -> Admission:
         """What `call` (emulator/call.py says what each field means), made at `now`, costs
@@ -121,6 +124,35 @@ class NfsClient:
         except KeyError:
             raise ValueError(f"unknown VFS operation {op!r}") from None
         return serve(self, now, call)
+
+    # ---- what the kernel may keep -------------------------------------------------
+
+    def trusted(
+        self, inode: int, is_dir: bool, now: float, directory: int = 0, name: str = "", handle: int | None = None
+    ) -> tuple[float, float]:
+        """How long from `now` this client goes on trusting, with no RPC, what a reply just
+        handed the caller: (the name `name` in `directory`, the attributes of `inode`), 0
+        where it would ask the server at its next use.  The kernel's FUSE path, told these
+        as its entry and attribute timeouts, then asks the mount again only when this
+        client would send an RPC: never for a stat NFS answers from its cache (whose trust
+        grows to acregmax while the file is unchanged, where a fixed timeout would expire
+        at acregmin), and always for one it would not.
+        The object's attributes came with its name when the RPC that found or made it was
+        sent (`_brought`), or, with `handle`, in the READDIRPLUS replies of that listing
+        pass (nfs_prime_dcache): taken then as fetched, if the client held none trusted.
+        Inode 0: an absent name (a negative dentry, trusted as a name is)."""
+        key = (directory, name)
+        at = self._brought.pop(key, None) if directory else None
+        if at is None and handle is not None and self._charged.get((directory, handle), False):
+            at = now
+        if at is not None and inode and not self._fresh(inode, at):  # inode 0: the name is absent
+            self._fetched(inode, at, is_dir)
+        named = self._trust_left(directory, now) if directory and key in self._names else 0.0
+        return named, self._trust_left(inode, now)
+
+    def _trust_left(self, inode: int, now: float) -> float:
+        seen = self._attrs.get(inode)
+        return 0.0 if seen is None else max(0.0, seen[0] + seen[1] - now)
 
     # ---- the caches --------------------------------------------------------------
 
@@ -211,6 +243,7 @@ class NfsClient:
         else:
             found = self._rpc(_META_READ, "LOOKUP", now, directory, after=then)
             _room(self._names)[key] = None
+            _room(self._brought, 4096)[key] = found.done_at
             _room(self._lookups, 4096)[key] = (then, found.done_at - then)  # only the last moments' (_ABSORB_S)
         return found if searched is None else _joined(searched, found, now)
 
@@ -256,6 +289,8 @@ class NfsClient:
         self._dir_changed(directory, a.done_at)
         if op == "link":
             self._changed(file)
+        if op in _MAKES:
+            _room(self._brought, 4096)[key] = a.done_at
         looked = self._lookups.pop(key, None)
         if op in _MAKES and looked is not None and now - (looked[0] + looked[1]) <= _ABSORB_S:
             return _earlier(a, now, min(now - looked[0], looked[1]))

@@ -88,7 +88,8 @@ class NfsClient:
         self._staged: dict[int, tuple[float, int, int]] = {}
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
         # name: when the RPC whose reply brought its object's attributes completed (a LOOKUP,
-        # OPEN(create), CREATE, LINK: each compounds a GETATTR), till trusted() learns the object
+        # OPEN(create), CREATE, LINK: each compounds a GETATTR), till trusted() is asked about it
+        # (read by trusted() alone: what admit() decides never depends on it)
         self._brought: dict[tuple[int, str], float] = {}
 
     def admit(self, call: Call, now: float) -> Admission:
@@ -134,21 +135,26 @@ class NfsClient:
         handed the caller: (the name `name` in `directory`, the attributes of `inode`), 0
         where it would ask the server at its next use.  The kernel's FUSE path, told these
         as its entry and attribute timeouts, then asks the mount again only when this
-        client would send an RPC: never for a stat NFS answers from its cache (whose trust
+        client would send an RPC: never for a stat it answers from its cache (whose trust
         grows to acregmax while the file is unchanged, where a fixed timeout would expire
-        at acregmin), and always for one it would not.
-        The object's attributes came with its name when the RPC that found or made it was
-        sent (`_brought`), or, with `handle`, in the READDIRPLUS replies of that listing
-        pass (nfs_prime_dcache): taken then as fetched, if the client held none trusted.
+        at acregmin).
+        Attributes it holds none of, or stale, that came with the name (the RPC that found
+        or made it, `_brought`; with `handle`, the READDIRPLUS replies of that listing pass,
+        nfs_prime_dcache) are trusted for the least period from then.  The client itself
+        does not count them as fetched: its decisions stay those of the requests alone,
+        which `fusetrace simulate` replays from a trace (the trace does not say what each
+        listing brought), and its first GETATTR of them starts their period.
         Inode 0: an absent name (a negative dentry, trusted as a name is)."""
         key = (directory, name)
+        left = self._trust_left(inode, now)
         at = self._brought.pop(key, None) if directory else None
         if at is None and handle is not None and self._charged.get((directory, handle), False):
             at = now
-        if at is not None and inode and not self._fresh(inode, at):  # inode 0: the name is absent
-            self._fetched(inode, at, is_dir)
+        if at is not None and inode and not left:  # inode 0: the name is absent
+            p = self.model.params
+            left = max(0.0, at + (p.nfs_acdirmin_s if is_dir else p.nfs_acregmin_s) - now)
         named = self._trust_left(directory, now) if directory and key in self._names else 0.0
-        return named, self._trust_left(inode, now)
+        return named, left
 
     def _trust_left(self, inode: int, now: float) -> float:
         seen = self._attrs.get(inode)

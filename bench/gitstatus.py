@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -166,7 +167,7 @@ def render(label: str, rounds: list[list[dict]], profile: str, pause_s: float) -
     lines = [
         f"### {label}",
         "",
-        f"`bench/gitstatus.py --rounds {len(rounds)} --profile {profile} --label '{label}'`, run "
+        f"`bench/gitstatus.py --rounds {len(rounds)} --profile {profile} --label {shlex.quote(label)}`, run "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this 2-core host, loaded by other "
         f"engineers' tests (load average {load[0]:.1f} at the end). The pauses: {pause_s:g} s, then "
         f"{pause_s - 1:g} s twice.",

@@ -87,10 +87,12 @@ class NfsClient:
         # file: (first at, bytes, least offset) of the O_SYNC data its flush sends
         self._staged: dict[int, tuple[float, int, int]] = {}
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
-        # name: when the RPC whose reply brought its object's attributes completed (a LOOKUP,
-        # OPEN(create), CREATE, LINK: each compounds a GETATTR), till trusted() is asked about it
-        # (read by trusted() alone: what admit() decides never depends on it)
+        # Read by trusted() alone (what admit() decides never depends on them): name: when the
+        # RPC whose reply last brought its object's attributes completed (a LOOKUP, OPEN(create),
+        # CREATE, LINK: each compounds a GETATTR); directory: when its cached listing's
+        # READDIRPLUS pass began (its replies brought every entry's attributes)
         self._brought: dict[tuple[int, str], float] = {}
+        self._listed_at: dict[int, float] = {}
 
     def admit(self, call: Call, now: float) -> Admission:
         """What `call` (emulator/call.py says what each field means), made at `now`, costs
@@ -138,19 +140,19 @@ class NfsClient:
         client would send an RPC: never for a stat it answers from its cache (whose trust
         grows to acregmax while the file is unchanged, where a fixed timeout would expire
         at acregmin).
-        Attributes it holds none of, or stale, that came with the name (the RPC that found
-        or made it, `_brought`; with `handle`, the READDIRPLUS replies of that listing pass,
-        nfs_prime_dcache) are trusted for the least period from then.  The client itself
+        Attributes it holds none of, or stale, that came with the name (the RPC that last
+        found or made it, `_brought`; with `handle`, a listing pass, the READDIRPLUS replies
+        that filled the listing, nfs_prime_dcache) are trusted for the least period from then.  The client itself
         does not count them as fetched: its decisions stay those of the requests alone,
         which `fusetrace simulate` replays from a trace (the trace does not say what each
         listing brought), and its first GETATTR of them starts their period.
         Inode 0: an absent name (a negative dentry, trusted as a name is)."""
         key = (directory, name)
         left = self._trust_left(inode, now)
-        at = self._brought.pop(key, None) if directory else None
-        if at is None and handle is not None and self._charged.get((directory, handle), False):
-            at = now
-        if at is not None and inode and not left:  # inode 0: the name is absent
+        if inode and not left and directory:  # inode 0: the name is absent
+            at = self._brought.get(key, -math.inf)
+            if handle is not None:
+                at = max(at, self._listed_at.get(directory, -math.inf))
             p = self.model.params
             left = max(0.0, at + (p.nfs_acdirmin_s if is_dir else p.nfs_acregmin_s) - now)
         named = self._trust_left(directory, now) if directory and key in self._names else 0.0
@@ -249,7 +251,7 @@ class NfsClient:
         else:
             found = self._rpc(_META_READ, "LOOKUP", now, directory, after=then)
             _room(self._names)[key] = None
-            _room(self._brought, 4096)[key] = found.done_at
+            _room(self._brought)[key] = found.done_at
             _room(self._lookups, 4096)[key] = (then, found.done_at - then)  # only the last moments' (_ABSORB_S)
         return found if searched is None else _joined(searched, found, now)
 
@@ -296,7 +298,7 @@ class NfsClient:
         if op == "link":
             self._changed(file)
         if op in _MAKES:
-            _room(self._brought, 4096)[key] = a.done_at
+            _room(self._brought)[key] = a.done_at
         looked = self._lookups.pop(key, None)
         if op in _MAKES and looked is not None and now - (looked[0] + looked[1]) <= _ABSORB_S:
             return _earlier(a, now, min(now - looked[0], looked[1]))
@@ -394,6 +396,7 @@ class NfsClient:
             if cached:
                 return self._none(now)
             _room(self._listed)[file] = None
+            _room(self._listed_at)[file] = now
             self._fetched(file, now, True)
         if not self._charged.get(pass_, True):
             return self._none(now)

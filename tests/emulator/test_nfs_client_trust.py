@@ -74,6 +74,8 @@ def test_a_cached_name_of_stale_attributes_tells_the_kernel_to_ask_for_them():
     c = client()
     c.admit(Call("lookup", directory=ROOT, name="a"), 0.0)
     c.trusted(7, False, 0.01, ROOT, "a")
+    assert c.admit(Call("lookup", directory=ROOT, name="a"), 2.0).gate is Gate.CACHE
+    assert c.trusted(7, False, 2.0, ROOT, "a")[1] == pytest.approx(1.0, abs=0.01)  # acregmin of the LOOKUP's
     assert c.admit(Call("lookup", directory=ROOT, name="a"), 5.0).gate is Gate.CACHE
     name, attrs = c.trusted(7, False, 5.0, ROOT, "a")
     assert name > 20.0 and attrs == 0.0
@@ -86,6 +88,10 @@ def test_a_listing_that_sent_readdirplus_brings_its_entries_attributes_a_cached_
     listed = c.admit(Call("readdir", file=2, handle=5, size=3), 0.01)
     assert listed.rpcs == "READDIRPLUS"
     assert c.trusted(8, False, listed.done_at, 2, "x", handle=5)[1] == pytest.approx(3.0, abs=0.01)
+    c.admit(Call("opendir", file=2), 1.0)
+    assert c.admit(Call("readdir", file=2, handle=7, size=3), 1.01).gate is Gate.CACHE
+    # the cached listing's entries: acregmin from the READDIRPLUS pass that filled it
+    assert c.trusted(8, False, 1.01, 2, "x", handle=7)[1] == pytest.approx(2.0, abs=0.01)
     c.admit(Call("opendir", file=2), 10.0)
     again = c.admit(Call("readdir", file=2, handle=6, size=3), 10.01)
     assert again.gate is Gate.CACHE  # the listing NFS kept: no attributes came with it

@@ -155,7 +155,8 @@ class NfsClient:
                 at = max(at, self._listed_at.get(directory, -math.inf))
             p = self.model.params
             left = max(0.0, at + (p.nfs_acdirmin_s if is_dir else p.nfs_acregmin_s) - now)
-        named = self._trust_left(directory, now) if directory and key in self._names else 0.0
+        # a listing's names are trusted as looked-up ones are (nfs_prime_dcache makes their dentries)
+        named = self._trust_left(directory, now) if key in self._names or handle is not None else 0.0
         return named, left
 
     def _trust_left(self, inode: int, now: float) -> float:

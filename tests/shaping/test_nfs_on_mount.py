@@ -295,3 +295,20 @@ def test_the_kernel_keeps_attributes_as_long_as_the_nfs_client_trusts_them(mount
     assert list(mine[mine.op == "lookup"].nfs) == ["ACCESS,LOOKUP"]  # the root's first search, the name
     asked = mine[mine.op == "getattr"]
     assert len(asked) >= 1 and set(asked.nfs) == {"GETATTR"}  # never one the client answers alone
+
+
+def test_names_and_attributes_a_listing_brought_are_kept_as_nfs_keeps_them(mount):
+    """`ls -l` of a directory: READDIRPLUS brings each entry's name and attributes (Linux
+    primes its dentries), so the stats after it send nothing more, through the mount as on
+    NFS: no lookup and no getattr of the entries reaches it."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    (m.source / "d").mkdir()
+    for i in range(5):
+        (m.source / "d" / f"f{i}").write_text("x")
+    subprocess.run(["ls", "-l", str(m.mountpoint / "d")], check=True, capture_output=True)
+    for i in range(5):
+        os.stat(m.mountpoint / "d" / f"f{i}")
+    df = _trace(m)
+    entries = df[df.path.str.startswith("/d/")]
+    assert (df.op == "readdir").any()
+    assert entries[entries.op.isin(["lookup", "getattr"])].empty, entries[["op", "path", "nfs"]]

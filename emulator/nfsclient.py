@@ -142,10 +142,11 @@ class NfsClient:
         at acregmin).
         Attributes it holds none of, or stale, that came with the name (the RPC that last
         found or made it, `_brought`; with `handle`, a listing pass, the READDIRPLUS replies
-        that filled the listing, nfs_prime_dcache) are trusted for the least period from then.  The client itself
-        does not count them as fetched: its decisions stay those of the requests alone,
-        which `fusetrace simulate` replays from a trace (the trace does not say what each
-        listing brought), and its first GETATTR of them starts their period.
+        that filled the listing, nfs_prime_dcache) are trusted for the least period from
+        then.  The client itself does not count them as fetched: its decisions stay those
+        of the requests alone, which `fusetrace simulate` replays from a trace (the trace
+        does not say what each listing brought), and its first GETATTR of them starts
+        their period.
         Inode 0: an absent name (a negative dentry, trusted as a name is)."""
         key = (directory, name)
         left = self._trust_left(inode, now)

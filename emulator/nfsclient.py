@@ -87,6 +87,12 @@ class NfsClient:
         # file: (first at, bytes, least offset) of the O_SYNC data its flush sends
         self._staged: dict[int, tuple[float, int, int]] = {}
         self._lookups: dict[tuple[int, str], tuple[float, float]] = {}  # name: (LOOKUP sent at, its time)
+        # Read by trusted() alone (what admit() decides never depends on them): name: when the
+        # RPC whose reply last brought its object's attributes completed (a LOOKUP, OPEN(create),
+        # CREATE, LINK: each compounds a GETATTR); directory: when its cached listing's
+        # READDIRPLUS pass began (its replies brought every entry's attributes)
+        self._brought: dict[tuple[int, str], float] = {}
+        self._listed_at: dict[int, float] = {}
 
     def admit(self, call: Call, now: float) -> Admission:
         """What `call` (emulator/call.py says what each field means), made at `now`, costs
@@ -121,6 +127,42 @@ class NfsClient:
         except KeyError:
             raise ValueError(f"unknown VFS operation {op!r}") from None
         return serve(self, now, call)
+
+    # ---- what the kernel may keep -------------------------------------------------
+
+    def trusted(
+        self, inode: int, is_dir: bool, now: float, directory: int = 0, name: str = "", handle: int | None = None
+    ) -> tuple[float, float]:
+        """How long from `now` this client goes on trusting, with no RPC, what a reply just
+        handed the caller: (the name `name` in `directory`, the attributes of `inode`), 0
+        where it would ask the server at its next use.  The kernel's FUSE path, told these
+        as its entry and attribute timeouts, then asks the mount again only when this
+        client would send an RPC: never for a stat it answers from its cache (whose trust
+        grows to acregmax while the file is unchanged, where a fixed timeout would expire
+        at acregmin).
+        Attributes it holds none of, or stale, that came with the name (the RPC that last
+        found or made it, `_brought`; with `handle`, a listing pass, the READDIRPLUS replies
+        that filled the listing, nfs_prime_dcache) are trusted for the least period from
+        then.  The client itself does not count them as fetched: its decisions stay those
+        of the requests alone, which `fusetrace simulate` replays from a trace (the trace
+        does not say what each listing brought), and its first GETATTR of them starts
+        their period.
+        Inode 0: an absent name (a negative dentry, trusted as a name is)."""
+        key = (directory, name)
+        left = self._trust_left(inode, now)
+        if inode and not left and directory:  # inode 0: the name is absent
+            at = self._brought.get(key, -math.inf)
+            if handle is not None:
+                at = max(at, self._listed_at.get(directory, -math.inf))
+            p = self.model.params
+            left = max(0.0, at + (p.nfs_acdirmin_s if is_dir else p.nfs_acregmin_s) - now)
+        # a listing's names are trusted as looked-up ones are (nfs_prime_dcache makes their dentries)
+        named = self._trust_left(directory, now) if key in self._names or handle is not None else 0.0
+        return named, left
+
+    def _trust_left(self, inode: int, now: float) -> float:
+        seen = self._attrs.get(inode)
+        return 0.0 if seen is None else max(0.0, seen[0] + seen[1] - now)
 
     # ---- the caches --------------------------------------------------------------
 
@@ -211,6 +253,7 @@ class NfsClient:
         else:
             found = self._rpc(_META_READ, "LOOKUP", now, directory, after=then)
             _room(self._names)[key] = None
+            _room(self._brought)[key] = found.done_at
             _room(self._lookups, 4096)[key] = (then, found.done_at - then)  # only the last moments' (_ABSORB_S)
         return found if searched is None else _joined(searched, found, now)
 
@@ -256,6 +299,8 @@ class NfsClient:
         self._dir_changed(directory, a.done_at)
         if op == "link":
             self._changed(file)
+        if op in _MAKES:
+            _room(self._brought)[key] = a.done_at
         looked = self._lookups.pop(key, None)
         if op in _MAKES and looked is not None and now - (looked[0] + looked[1]) <= _ABSORB_S:
             return _earlier(a, now, min(now - looked[0], looked[1]))
@@ -353,6 +398,7 @@ class NfsClient:
             if cached:
                 return self._none(now)
             _room(self._listed)[file] = None
+            _room(self._listed_at)[file] = now
             self._fetched(file, now, True)
         if not self._charged.get(pass_, True):
             return self._none(now)

@@ -132,7 +132,7 @@ class FileHandlers(HandlerBase):
             os.close(fd)
             raise
         self.files.opened(Handle(fd, inode, flags, ctx))
-        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id)
+        return pyfuse3.FileInfo(fh=fd, direct_io=bool(flags & os.O_DIRECT)), self._entry(st, inode.id, parent.id, name)
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         """A read on a handle the caller opened write-only is the write-back cache's
@@ -309,7 +309,8 @@ class FileHandlers(HandlerBase):
                 node_id = known.id if known is not None else st.st_ino
             else:
                 node_id = self.inodes.identify(st, fd)
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(st, node_id), index + 1):
+            attrs = self._entry(st, node_id, d.inode.id, name, fh)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attrs, index + 1):
                 for *_, unsent in entries[i:]:
                     if unsent is not None:
                         os.close(unsent)

@@ -49,12 +49,23 @@ class HandlerBase(pyfuse3.Operations):
         """OpenFiles.open_at, when the name's going is shaped or traced (Request.busy)."""
         return 0 if self.shaper is None and self.tracer is None else self.files.open_at(parent, name)
 
-    def _entry(self, st: os.stat_result, node_id: int) -> pyfuse3.EntryAttributes:
+    def _entry(
+        self, st: os.stat_result, node_id: int, parent: int = 0, name: str = "", handle: int | None = None
+    ) -> pyfuse3.EntryAttributes:
+        """The reply about `node_id`, found as `name` in `parent` (or listed there by the pass
+        `handle`), or asked of alone.  An emulated mount gives the kernel the time the
+        emulated NFS client trusts each (Shaper.trusted), so that the kernel asks again
+        when that client would send an RPC, and not before (docs/EMULATOR.md, "What the
+        kernel is told")."""
         a = pyfuse3.EntryAttributes()
         a.st_ino = node_id
         a.generation = 0
-        a.entry_timeout = self.entry_timeout
-        a.attr_timeout = self.dir_attr_timeout if stat.S_ISDIR(st.st_mode) else self.attr_timeout
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if self.shaper is None:
+            a.entry_timeout = self.entry_timeout
+            a.attr_timeout = self.dir_attr_timeout if is_dir else self.attr_timeout
+        else:
+            a.entry_timeout, a.attr_timeout = self.shaper.trusted(node_id, is_dir, parent, name, handle)
         a.st_mode = st.st_mode
         a.st_nlink = st.st_nlink
         a.st_uid = st.st_uid
@@ -71,7 +82,7 @@ class HandlerBase(pyfuse3.Operations):
     def _new_entry(self, parent: Inode, name: str, found: tuple[os.stat_result, int]) -> pyfuse3.EntryAttributes:
         """Register a (stat, O_PATH fd) pair the kernel is about to learn of."""
         st, fd = found
-        return self._entry(st, self._remember(parent, name, st, fd).id)
+        return self._entry(st, self._remember(parent, name, st, fd).id, parent.id, name)
 
     def _remember(self, parent: Inode, name: str, st: os.stat_result, fd: int, node_id: int | None = None) -> Inode:
         """InodeTable.remember of the object at `name` in `parent`, which is then its

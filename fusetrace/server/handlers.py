@@ -151,7 +151,9 @@ class Operations(NamespaceHandlers, FileHandlers):
             if exc.errno != E.ENOENT or not self.negative_timeout:
                 raise
             absent = pyfuse3.EntryAttributes()  # inode 0: the kernel keeps the name as absent
-            absent.entry_timeout = self.negative_timeout
+            absent.entry_timeout = (
+                self.negative_timeout if self.shaper is None else self.shaper.trusted(0, False, parent.id, name)[0]
+            )
             return absent
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:

@@ -287,12 +287,14 @@ def _metadata(opts: MountOptions) -> Json:
 
 
 def _cache_timeouts(opts: MountOptions, emulation: "Emulation | None") -> dict[str, float]:
-    """How long the kernel trusts what the mount told it.  Emulating, the NFS client's
-    own timeouts (the profile's nfs_acregmin_s for files, nfs_acdirmin_s for directories
-    and for names, found or absent: NFS caches both), so that what reaches the server is
-    what that client would ask again; the emulated client models what FUSE still asks
-    where NFS would not (stats after the timeouts, which NFS trusts longer; listings it
-    keeps)."""
+    """How long the kernel trusts what the mount told it.  Emulating, each reply carries
+    the time the emulated NFS client trusts that name and those attributes from then
+    (Shaper.trusted: acregmin growing to acregmax while a file is unchanged, names while
+    their directory's attributes are), so that the kernel asks again when that client
+    would send an RPC; these, the least of its periods (the profile's nfs_acregmin_s for
+    files, nfs_acdirmin_s for directories and names, found or absent: NFS caches both),
+    are what the trace's metadata shows.  The emulated client models what FUSE still asks
+    where NFS would not (listings it keeps, attributes FUSE drops after a write)."""
     if emulation is None:
         return {
             "attr_timeout": CACHE_TIMEOUT if opts.attr_timeout is None else opts.attr_timeout,
@@ -475,7 +477,7 @@ def _open_tracer(opts: MountOptions, emulation: "Emulation | None") -> "TraceWri
     from ..trace.writer import TraceWriter
 
     meta = _metadata(opts)
-    meta["options"].update(_cache_timeouts(opts, emulation))  # the ones the kernel was given
+    meta["options"].update(_cache_timeouts(opts, emulation))  # the kernel's (emulating: the least)
     if emulation is not None:
         meta["emulation"] = emulation.describe()
     capture = _capture(opts)

@@ -210,6 +210,13 @@ class Shaper:
         the mount's: they say how the host kept up."""
         self.model, self.client = model, NfsClient(model)
 
+    def trusted(
+        self, node_id: int, is_dir: bool, directory: int = 0, name: str = "", handle: int | None = None
+    ) -> tuple[float, float]:
+        """The entry and attribute timeouts of a reply about to leave: how long the emulated
+        client trusts that name and those attributes from now (NfsClient.trusted)."""
+        return self.client.trusted(node_id, is_dir, monotonic_ns() / _NS, directory, name, handle)
+
     def compensate(self, ns: int) -> None:
         """Reply this many ns before the model's time from now on (see compensation_ns)."""
         self.compensation_ns = ns

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -275,3 +276,39 @@ def test_an_emulated_mount_gives_the_kernel_the_nfs_clients_cache_timeouts(mount
     assert {
         k: meta["options"][k] for k in ("attr_timeout", "dir_attr_timeout", "entry_timeout", "negative_timeout")
     } == {"attr_timeout": 7.0, "dir_attr_timeout": 30.0, "entry_timeout": 30.0, "negative_timeout": 30.0}
+
+
+def test_the_kernel_keeps_attributes_as_long_as_the_nfs_client_trusts_them(mount):
+    """Stats of an unchanged file for a few seconds with acregmin 1 s: the NFS client trusts
+    its attributes 1 s, then 2, then 4 (doubling while unchanged), and the kernel, told
+    each period, asks only when the client sends a GETATTR.  A kernel given acregmin alone
+    would ask again after every second, and the client answer from its cache."""
+    m = mount("--emulate", "efs-bursting", "--set", "nfs_acregmin_s=1", trace=True)
+    (m.source / "f").write_text("x")
+    f = m.mountpoint / "f"
+    until = time.monotonic() + 4.5
+    while time.monotonic() < until:  # the workload: a stat every 20 ms, not a wait
+        os.stat(f)
+        time.sleep(0.02)
+    df = _trace(m)
+    mine = df[df.path == "/f"]
+    assert list(mine[mine.op == "lookup"].nfs) == ["ACCESS,LOOKUP"]  # the root's first search, the name
+    asked = mine[mine.op == "getattr"]
+    assert len(asked) >= 1 and set(asked.nfs) == {"GETATTR"}  # never one the client answers alone
+
+
+def test_names_and_attributes_a_listing_brought_are_kept_as_nfs_keeps_them(mount):
+    """`ls -l` of a directory: READDIRPLUS brings each entry's name and attributes (Linux
+    primes its dentries), so the stats after it send nothing more, through the mount as on
+    NFS: no lookup and no getattr of the entries reaches it."""
+    m = mount("--emulate", "efs-bursting", trace=True)
+    (m.source / "d").mkdir()
+    for i in range(5):
+        (m.source / "d" / f"f{i}").write_text("x")
+    subprocess.run(["ls", "-l", str(m.mountpoint / "d")], check=True, capture_output=True)
+    for i in range(5):
+        os.stat(m.mountpoint / "d" / f"f{i}")
+    df = _trace(m)
+    entries = df[df.path.str.startswith("/d/")]
+    assert (df.op == "readdir").any()
+    assert entries[entries.op.isin(["lookup", "getattr"])].empty, entries[["op", "path", "nfs"]]

@@ -195,7 +195,7 @@ def merged(docs: Path, label: str, part: str) -> str:
     """The section between the markers: its head, the parts of other labels kept, this one's
     put in place of an earlier one of the same label."""
     head = (
-        "## `git status` through an emulated mount (issue 42, target 4)\n\n"
+        "## `git status` through an emulated mount\n\n"
         f"`git status` in a committed repository of {FILES:,} small files in {DIRS} directories, "
         "through `--emulate efs-bursting`: the first run (cold), again at once (warm), after a "
         "pause longer than acregmin (3 s) and after a second and a third of acregmin, each round on a "

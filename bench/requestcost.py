@@ -1,6 +1,6 @@
 """What a small-file request costs inside fusetrace's server, part by part, in one process.
 
-A `tar x` sends the server about 13 requests per file (issue 42: getxattr, setattr,
+A `tar x` sends the server about 13 requests per file (getxattr, setattr,
 getattr, lookup, create, flush, release, write, mkdir), and a traced mount is judged
 against a C server that answers the same requests.  Across processes a few microseconds
 cannot be told apart (bench/handlercost.py says why), so each request is timed here,

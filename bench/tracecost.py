@@ -38,24 +38,28 @@ BLOCK = 4096
 BLOCKS = 256
 
 
-async def _per_call_s(ops: Operations, n: int) -> float:
-    """The loop thread's CPU per read of a cached block through `ops` (not the writer
-    thread's: writer_us counts that), its file opened and closed by the handlers as the
-    kernel would ask."""
+async def _per_call_s(ops: Operations, n: int, op: str = "read") -> float:
+    """The loop thread's CPU per read (or write) of a cached block through `ops` (not the
+    writer thread's: writer_us counts that), its file opened and closed by the handlers as
+    the kernel would ask."""
     who = Caller()
     entry = await ops.lookup(ROOT, b"data", who)
-    info = await ops.open(entry.st_ino, os.O_RDONLY, who)
-    read = ops.read
+    info = await ops.open(entry.st_ino, os.O_RDONLY if op == "read" else os.O_WRONLY, who)
+    block = os.urandom(BLOCK)
     t0 = time.thread_time()
-    for i in range(n):
-        await read(info.fh, i % BLOCKS * BLOCK, BLOCK)
+    if op == "read":
+        for i in range(n):
+            await ops.read(info.fh, i % BLOCKS * BLOCK, BLOCK)
+    else:
+        for i in range(n):
+            await ops.write(info.fh, i % BLOCKS * BLOCK, block)
     spent = time.thread_time() - t0
     await ops.release(info.fh)
     await ops.forget([(entry.st_ino, 1)])
     return spent / n
 
 
-def loop_us(n: int = 100_000, repeats: int = 7) -> float:
+def loop_us(n: int = 100_000, repeats: int = 7, op: str = "read") -> float:
     """CPU (µs) a tracer adds to one operation on the event loop: the median of `repeats`
     alternating measurements of the loop thread's CPU, traced minus untraced, the writer
     thread draining the queue meanwhile as a mount's does (every 0.5 s) and done before
@@ -71,9 +75,9 @@ def loop_us(n: int = 100_000, repeats: int = 7) -> float:
         traced = Operations(tmp, workers=workers, inline=InlinePolicy(50.0), tracer=writer)
         diffs = []
         for _ in range(repeats):
-            with_tracer = trio.run(_per_call_s, traced, n)
+            with_tracer = trio.run(_per_call_s, traced, n, op)
             _drained(writer)  # so that its work on them does not slow the untraced pass
-            diffs.append(with_tracer - trio.run(_per_call_s, plain, n))
+            diffs.append(with_tracer - trio.run(_per_call_s, plain, n, op))
         writer.close()
         for ops in (plain, traced):
             ops.close()

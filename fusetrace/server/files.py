@@ -166,6 +166,8 @@ class FileHandlers(HandlerBase):
                     written = await p.workers.run(os.pwrite, *args)
             except OSError as exc:
                 raise FUSEError(exc.errno or E.EIO) from None
+        elif p.lone_tracer and not p.faults.active and self.durability is None:
+            written = await p.traced_write(h, fh, buf, off)
         else:
             if off + len(buf) > node.size and h.flags & os.O_DIRECT and self.shaper is not None:
                 self.shaper.extending_writes += 1  # the kernel sent it alone: see Shaper.extending_writes

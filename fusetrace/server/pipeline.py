@@ -39,7 +39,7 @@ from .fdbudget import Budget
 from .holds import LONG_HOLD_NS, Holds, Killed
 from .inline import InlinePolicy
 from .inodes import Inode, InodeTable
-from .openfiles import OpenFiles
+from .openfiles import Handle, OpenFiles
 from .workers import Workers
 
 if TYPE_CHECKING:  # a mount that neither traces nor emulates imports neither
@@ -99,6 +99,14 @@ class _Unshaped:
 _UNSHAPED = _Unshaped()
 
 
+class _Write(NamedTuple):
+    """A write, as its trace record names it (traced_write): its kind is its mode."""
+
+    op: str
+    size: int
+    label: str
+
+
 class Pipeline:
     """The stages of every request, and what they need: the inode table (descriptors),
     the placement, the shaper, the tracer, the fault rules, the held requests."""
@@ -132,6 +140,8 @@ class Pipeline:
         self.counts = counts  # per-operation figures for Prometheus (shaping/opmetrics.py)
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
         self.watched = tracer is not None or shaper is not None or counts is not None  # else a write may skip to timed
+        # the tracer is the one stage on, and keeps every record: a write may skip to traced_write
+        self.lone_tracer = tracer is not None and shaper is None and counts is None and self.capture is None
 
     @overload
     async def call(
@@ -416,6 +426,47 @@ class Pipeline:
         return tuple(out)
 
     # ---- trace -----------------------------------------------------------------------
+
+    async def traced_write(self, h: Handle, fh: int, buf: bytes, off: int) -> int:
+        """pwrite(fh, buf, off) for handle `h` on a mount whose one stage on is the tracer
+        (`lone_tracer`), no fault rule in force: placed as call places it and recorded as
+        _trace records it, without the Request and Site that the other stages read.  A
+        write is the commonest request of a small-file run (tar x: 27,000 of 93,000), and
+        the two, with call's tests of the stages that are off, were most of what a traced
+        write cost the loop (docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")."""
+        assert self.tracer is not None
+        start = monotonic_ns()
+        size = len(buf)
+        result = errno = 0
+        try:
+            done = self.timed(("write", h.write_mode), size, os.pwrite, (fh, buf, off))
+            result = await self.workers.run(os.pwrite, fh, buf, off) if done is IN_WORKER else done
+        except OSError as exc:
+            errno = exc.errno or E.EIO
+        if h.pid != self.untraced_pid:
+            node = h.inode
+            flags = mode = entry = shaped_ns = 0
+            fault = None
+            self.tracer.add(
+                start,
+                monotonic_ns() - start,
+                _new_tuple(_Write, ("write", size, h.write_mode)),
+                _new_tuple(Site, (node.id, node.path, None, fh, off, 0)),
+                h,
+                self.callers.who(h.pid, start),
+                _UNSHAPED,
+                fh,
+                result,
+                errno,
+                flags,
+                mode,
+                entry,
+                shaped_ns,
+                fault,
+            )  # each by add's name for it
+        if errno:
+            raise FUSEError(errno)
+        return result
 
     def _trace(
         self,

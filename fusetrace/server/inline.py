@@ -19,6 +19,14 @@ disk that has become slow sends it to the workers.  One
 call over EVICT_FACTOR thresholds plus its bytes' allowance (4 ms for 1 MiB) moves
 it at once, as for any call.
 
+A slow call holds up only the requests that wait behind it.  So when the server is
+alone with a call (no other request in its hands, none queued in the kernel: a single
+caller's serial work, as tar's), an operation the shares send to the workers runs on the
+loop anyway, where its caller saves the hand-off, unless its last call ran over
+EVICT_FACTOR thresholds (a disk or a file system that stalls).  This also keeps a traced
+mount's serial work on the loop: its trace writer thread, taking the interpreter lock
+while a call runs, makes quick calls look slow.
+
 A hung network file system would stall the whole loop on an inline call, so on
 network file systems (and FUSE ones) nothing runs inline unless asked for
 (`--inline always`); fsyncs and synchronous writes never do, as they wait for the disk.
@@ -76,6 +84,7 @@ class InlinePolicy:
         self.threshold_ns = threshold_us * 1000.0
         self._slow: dict[tuple[str, str], float] = {}
         self._skipped: dict[tuple[str, str], int] = {}
+        self._stalled: set[tuple[str, str]] = set()  # the last call seen ran over EVICT_FACTOR thresholds
         # The keys with no slow call lately (share 0): each runs inline, and a call of it
         # that took at most threshold_ns changes nothing, so the caller may skip both
         # inline() and observe() for it (Pipeline.timed).
@@ -84,10 +93,12 @@ class InlinePolicy:
     def _may_run_inline(self, key: tuple[str, str]) -> bool:
         return self.threshold_ns > 0 and (key[1] not in NEVER_INLINE_KINDS or key[0] in CLOSE_COMMITS)
 
-    def inline(self, key: tuple[str, str]) -> bool:
+    def inline(self, key: tuple[str, str], alone: bool = False) -> bool:
+        """Whether the next call of `key` runs on the loop; `alone`: the server has no
+        other request in hand or queued (see the module's docstring)."""
         if not self._may_run_inline(key):
             return False
-        if self._slow.get(key, 0.0) < SLOW_SHARE:
+        if self._slow.get(key, 0.0) < SLOW_SHARE or (alone and key not in self._stalled):
             return True
         skipped = self._skipped.get(key, 0) + 1
         if skipped >= PROBE_EVERY:
@@ -104,7 +115,9 @@ class InlinePolicy:
             return  # quick, and no slow call lately: nothing changes (the common case, kept cheap)
         if ns >= EVICT_FACTOR * self.threshold_ns + allowance:
             share = 1.0
+            self._stalled.add(key)
         else:
+            self._stalled.discard(key)
             share = share or 0.0
             share += ((ns > self.threshold_ns + allowance) - share) * WEIGHT
             if share < FORGOTTEN:

@@ -373,6 +373,9 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     fuse_fd = fusectl.session_fd()
     if fuse_fd is None:
         log.warning("this server's /dev/fuse descriptor not found: its reader waits in trio for every request")
+    else:
+        queued = fuseread.queued_check(fuse_fd)
+        ops.pipeline.alone = lambda: ops.serving == 1 and not queued()
     if emulation is not None and info is not None:
         why = emulation.watch_kernel_queue(
             fusectl.connection(info.dev_minor),

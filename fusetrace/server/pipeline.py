@@ -140,6 +140,9 @@ class Pipeline:
         self.counts = counts  # per-operation figures for Prometheus (shaping/opmetrics.py)
         self.untraced_pid = -1  # fusetrace's own probe at mount (measure_round_trip): not traced, no faults
         self.watched = tracer is not None or shaper is not None or counts is not None  # else a write may skip to timed
+        # whether the server has no request but the current one, in hand or queued (set once
+        # mounted: see InlinePolicy.inline); never, until then
+        self.alone: Callable[[], bool] = _never
         # the tracer is the one stage on, and keeps every record: a write may skip to traced_write
         self.lone_tracer = tracer is not None and shaper is None and counts is None and self.capture is None
 
@@ -374,7 +377,7 @@ class Pipeline:
         the threshold."""
         inline = self.inline
         calm = key in inline.calm
-        if not calm and not inline.inline(key):
+        if not calm and not inline.inline(key, self.alone()):
             return IN_WORKER
         t0 = monotonic_ns()
         try:
@@ -523,6 +526,10 @@ class Pipeline:
             shaped_ns,
             fault,
         )  # each by add's name for it
+
+
+def _never() -> bool:
+    return False
 
 
 def _new_handle(out: Any) -> int:

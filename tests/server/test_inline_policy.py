@@ -33,6 +33,20 @@ def test_one_very_slow_call_moves_the_operation_at_once():
     assert not p.inline(KEY)
 
 
+def test_alone_a_slow_operation_runs_on_the_loop_unless_its_last_call_stalled():
+    """A serial caller's slow call blocks no one else, and a hand-off would only add to it;
+    a call that stalled (over EVICT_FACTOR thresholds) keeps the operation off the loop."""
+    p = InlinePolicy(threshold_us=50)
+    for _ in range(10):
+        p.observe(KEY, 400 * US)  # slow, under the stall bound
+    assert not p.inline(KEY) and p.inline(KEY, alone=True)
+    p.observe(KEY, EVICT_FACTOR * 50 * US)
+    assert [p.inline(KEY, alone=True) for _ in range(PROBE_EVERY)].count(True) == 1  # the probe
+    p.observe(KEY, 400 * US)  # slow again, but no stall
+    assert p.inline(KEY, alone=True)
+    assert not p.inline(("fsync", "commit"), alone=True)
+
+
 def test_an_exiled_operation_is_probed_and_comes_back_when_quick_again():
     p = InlinePolicy(threshold_us=50)
     p.observe(KEY, 10_000 * US)

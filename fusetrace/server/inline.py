@@ -30,12 +30,14 @@ while a call runs, makes quick calls look slow.
 A hung network file system would stall the whole loop on an inline call, so on
 network file systems (and FUSE ones) nothing runs inline unless asked for
 (`--inline always`); fsyncs and synchronous writes never do, as they wait for the disk.
-A close after writes is a commit only where the source writes back at close (NFS), and
-nothing runs inline there; on a local file system it closes a descriptor (ext4 and xfs
-have no flush operation), so a flush or release after writes is placed by its speed
-like any call.
+A close after writes is a commit where the source writes back at close (NFS), so it never
+runs inline there, even with `--inline always`; on a local file system it closes a
+descriptor (ext4 and xfs have no flush operation; a last close after a truncation may
+start write-back, not wait for it), so there a flush or release after writes is placed by
+its speed like any call (`closes_inline`).
 """
 
+from collections.abc import Callable
 from typing import TypedDict
 
 from ..request import Kind, WriteMode
@@ -72,6 +74,10 @@ PER_BYTE_NS = 2.0  # a data call's allowance per byte on top of the threshold: 5
 FORGOTTEN = 0.001  # a share of slow calls this small is taken as none (44 quick calls after one slow)
 
 
+def _never() -> bool:
+    return False
+
+
 def is_network(fstype: str) -> bool:
     return fstype in NETWORK_FSTYPES or fstype == "fuse" or fstype.startswith("fuse.")
 
@@ -80,8 +86,9 @@ class InlinePolicy:
     """Per (operation, kind) key, (Request.op, Request.label): the running share of
     slow calls, and whether the next call runs inline."""
 
-    def __init__(self, threshold_us: float):
+    def __init__(self, threshold_us: float, closes_inline: bool = True):
         self.threshold_ns = threshold_us * 1000.0
+        self.closes_inline = closes_inline  # a close after writes may run inline: a local source
         self._slow: dict[tuple[str, str], float] = {}
         self._skipped: dict[tuple[str, str], int] = {}
         self._stalled: set[tuple[str, str]] = set()  # the last call seen ran over EVICT_FACTOR thresholds
@@ -91,14 +98,17 @@ class InlinePolicy:
         self.calm: set[tuple[str, str]] = set()
 
     def _may_run_inline(self, key: tuple[str, str]) -> bool:
-        return self.threshold_ns > 0 and (key[1] not in NEVER_INLINE_KINDS or key[0] in CLOSE_COMMITS)
+        return self.threshold_ns > 0 and (
+            key[1] not in NEVER_INLINE_KINDS or (self.closes_inline and key[0] in CLOSE_COMMITS)
+        )
 
-    def inline(self, key: tuple[str, str], alone: bool = False) -> bool:
-        """Whether the next call of `key` runs on the loop; `alone`: the server has no
-        other request in hand or queued (see the module's docstring)."""
+    def inline(self, key: tuple[str, str], alone: Callable[[], bool] = _never) -> bool:
+        """Whether the next call of `key` runs on the loop; `alone()`: whether the server
+        has no other request in hand or queued (see the module's docstring), asked only
+        of a slow operation (it costs a poll(2))."""
         if not self._may_run_inline(key):
             return False
-        if self._slow.get(key, 0.0) < SLOW_SHARE or (alone and key not in self._stalled):
+        if self._slow.get(key, 0.0) < SLOW_SHARE or (key not in self._stalled and alone()):
             return True
         skipped = self._skipped.get(key, 0) + 1
         if skipped >= PROBE_EVERY:

@@ -377,7 +377,7 @@ class Pipeline:
         the threshold."""
         inline = self.inline
         calm = key in inline.calm
-        if not calm and not inline.inline(key, self.alone()):
+        if not calm and not inline.inline(key, self.alone):
             return IN_WORKER
         t0 = monotonic_ns()
         try:

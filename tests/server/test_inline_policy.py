@@ -9,6 +9,10 @@ US = 1000
 KEY = ("getattr", "meta_read")
 
 
+def ALONE() -> bool:  # the server has nothing else in hand
+    return True
+
+
 def test_quick_calls_stay_on_the_loop():
     p = InlinePolicy(threshold_us=50)
     for _ in range(1000):
@@ -39,12 +43,20 @@ def test_alone_a_slow_operation_runs_on_the_loop_unless_its_last_call_stalled():
     p = InlinePolicy(threshold_us=50)
     for _ in range(10):
         p.observe(KEY, 400 * US)  # slow, under the stall bound
-    assert not p.inline(KEY) and p.inline(KEY, alone=True)
+    assert not p.inline(KEY) and p.inline(KEY, alone=ALONE)
     p.observe(KEY, EVICT_FACTOR * 50 * US)
-    assert [p.inline(KEY, alone=True) for _ in range(PROBE_EVERY)].count(True) == 1  # the probe
+    assert [p.inline(KEY, alone=ALONE) for _ in range(PROBE_EVERY)].count(True) == 1  # the probe
     p.observe(KEY, 400 * US)  # slow again, but no stall
-    assert p.inline(KEY, alone=True)
-    assert not p.inline(("fsync", "commit"), alone=True)
+    assert p.inline(KEY, alone=ALONE)
+    assert not p.inline(("fsync", "commit"), alone=ALONE)
+
+
+def test_over_a_network_source_a_close_after_writes_never_runs_inline():
+    """There it writes back (NFS's close-to-open), even with --inline always."""
+    p = InlinePolicy(threshold_us=50, closes_inline=False)
+    assert not p.inline(("flush", "commit"), alone=ALONE)
+    assert not p.inline(("release", "commit"), alone=ALONE)
+    assert p.inline(("flush", "meta_read"))
 
 
 def test_an_exiled_operation_is_probed_and_comes_back_when_quick_again():

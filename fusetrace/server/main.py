@@ -60,8 +60,8 @@ class MountOptions:
     metrics_addr: str | None = None  # an IP address (with metrics_port) or unix:/PATH
     inline: str = "auto"  # auto, always or never: see fusetrace/server/inline.py
     xattrs: bool = True  # False: answer ENOSYS to extended attribute requests
-    # FUSE's write-back cache (emulated mounts only): see cli.py's help; None: on when emulated
-    # and not shared
+    # FUSE's write-back cache: see mount_cli.py's help; None: on when emulated and not shared;
+    # asked for on a trace-only mount, not over a network source
     writeback_cache: bool | None = None
     crashable: bool = False  # armed for the crash fault (server/durable.py)
     debug_fuse: bool = False  # libfuse logs every request and reply (its "debug" option)
@@ -155,6 +155,12 @@ def check_values(opts: MountOptions) -> None:
                 f"(--set nfs_acregmin_s=S for a file's attributes, nfs_acdirmin_s=S for "
                 f"directories and names)"
             )
+    if opts.writeback_cache and opts.emulate is None and inline.is_network(mounts.fstype_of(opts.source)):
+        raise BadValue(
+            f"--writeback-cache: not over {mounts.fstype_of(opts.source)} without --emulate (other "
+            "clients change files beside the mount: the kernel would keep its own file sizes, "
+            "and appends through the mount would land at its stale end of file)"
+        )
     if (place := exporter.where(opts.metrics_port, opts.metrics_addr)) is not None:
         exporter.check(place)  # taken, or privileged: said now, not by the server once mounted
     for item in opts.fuse_options:
@@ -346,7 +352,9 @@ def serve(opts: MountOptions, ready_fd: int | None = None) -> int:
     ops = Operations(
         opts.source,
         workers=workers,
-        inline=InlinePolicy(_inline_threshold_us(opts)),
+        inline=InlinePolicy(
+            _inline_threshold_us(opts), closes_inline=not inline.is_network(mounts.fstype_of(opts.source))
+        ),
         tracer=tracer,
         shaper=emulation.shaper if emulation else None,
         **_cache_timeouts(opts, emulation),
@@ -508,7 +516,7 @@ async def _main(
         for at in status.faults_file.crashes:  # a faults file's crash events, from the mount
             nursery.start_soon(_crash_after, status.ops, at)
         nursery.start_soon(_stop_on_signals, status.ops)
-        nursery.start_soon(serve_control, control, status.handlers())
+        await nursery.start(serve_control, control, status.handlers())  # listening before "ok"
         nursery.start_soon(status.ops.pipeline.holds.kills.run)  # held requests of killed callers go at once
         if status.emulation is not None:
             await status.emulation.start(nursery, status.tracer, status.counters)

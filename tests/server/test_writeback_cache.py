@@ -45,6 +45,17 @@ def test_a_trace_only_mount_takes_it_when_asked_and_records_the_write_back(mount
     assert counts[plain] == 256 and 1 <= counts[fast] <= 16
 
 
+def test_a_trace_only_mount_over_a_network_or_fuse_source_refuses_it(tmp_path, mount):
+    """Other clients write there: appends through the mount would land at the kernel's
+    stale end of file."""
+    below = mount()
+    (tmp_path / "over").mkdir()
+    done = fusetrace("mount", str(below.mountpoint), str(tmp_path / "over"), "--writeback-cache", check=False)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "--writeback-cache" in lines[0] and "fuse" in lines[0]
+    assert not is_mounted(tmp_path / "over")
+
+
 def test_on_by_default_where_emulated_and_not_shared(tmp_path):
     def cache(*, emulate=None, shared=None, asked=None) -> bool | None:
         return MountOptions(

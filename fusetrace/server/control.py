@@ -28,8 +28,11 @@ Handlers = dict[str, Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[
 MAX_REQUEST = 64 * 1024
 
 
-async def serve(path: str, handlers: Handlers) -> None:
-    """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict.
+async def serve(
+    path: str, handlers: Handlers, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answer requests {"cmd": NAME, ...} with handlers[NAME](request) -> dict; started
+    (nursery.start) once the socket listens, so that a mount said ready answers at once.
 
     The socket's directory is checked private (fusetrace/private.py) and the
     socket made relative to that descriptor (bound through /proc/self/fd/N/NAME), so
@@ -49,6 +52,7 @@ async def serve(path: str, handlers: Handlers) -> None:
         await sock.bind(f"/proc/self/fd/{dfd}/{name}")
         sock.listen(16)
         listeners = [trio.SocketListener(sock)]
+        task_status.started()
 
         async def answer(stream: trio.SocketStream) -> None:
             await _answer(stream, handlers)

@@ -100,11 +100,13 @@ _UNSHAPED = _Unshaped()
 
 
 class _Write(NamedTuple):
-    """A write, as its trace record names it (traced_write): its kind is its mode."""
+    """A write, as its trace record names it (traced_write): its kind is its mode; it names
+    no open file whose name goes (busy: 0, as _trace reads a Request's)."""
 
     op: str
     size: int
     label: str
+    busy: int
 
 
 class Pipeline:
@@ -433,7 +435,7 @@ class Pipeline:
     async def traced_write(self, h: Handle, fh: int, buf: bytes, off: int) -> int:
         """pwrite(fh, buf, off) for handle `h` on a mount whose one stage on is the tracer
         (`lone_tracer`), no fault rule in force: placed as call places it and recorded as
-        _trace records it, without the Request and Site that the other stages read.  A
+        through _trace, without the Request and Site that the other stages read.  A
         write is the commonest request of a small-file run (tar x: 27,000 of 93,000), and
         the two, with call's tests of the stages that are off, were most of what a traced
         write cost the loop (docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py")."""
@@ -448,25 +450,17 @@ class Pipeline:
             errno = exc.errno or E.EIO
         if h.pid != self.untraced_pid:
             node = h.inode
-            flags = mode = entry = shaped_ns = 0
-            fault = None
-            self.tracer.add(
-                start,
-                monotonic_ns() - start,
-                _new_tuple(_Write, ("write", size, h.write_mode)),
+            self._trace(
+                self.tracer,
+                _new_tuple(_Write, ("write", size, h.write_mode, 0)),
                 _new_tuple(Site, (node.id, node.path, None, fh, off, 0)),
                 h,
-                self.callers.who(h.pid, start),
-                _UNSHAPED,
-                fh,
+                start,
                 result,
                 errno,
-                flags,
-                mode,
-                entry,
-                shaped_ns,
-                fault,
-            )  # each by add's name for it
+                0,
+                None,
+            )
         if errno:
             raise FUSEError(errno)
         return result
@@ -474,7 +468,7 @@ class Pipeline:
     def _trace(
         self,
         tracer: "TraceWriter",
-        req: Request,
+        req: Request | _Write,
         site: Site,
         who: Caller,
         start: int,

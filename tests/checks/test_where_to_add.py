@@ -57,7 +57,7 @@ def test_every_trace_column_is_filled_from_a_source_of_its_name():
     assert [_name(a) for a in extend.args[0].elts] == [f.name for f in writer._STR_COLUMNS]
     params = list(inspect.signature(TraceWriter.add).parameters)
     parts = params.index("model") + 1  # self, the times and the five parts (sources.py)
-    for fn in (Pipeline._trace, Pipeline.traced_write, TraceWriter.record):
+    for fn in (Pipeline._trace, TraceWriter.record):
         (add,) = _calls(fn, "add")
         assert [_name(a) for a in add.args[parts - 1 :]] == params[parts:], fn.__qualname__
 

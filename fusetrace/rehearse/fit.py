@@ -17,6 +17,10 @@ compounds, write-back and commits are read):
   (what the caller saw; the emulator replies that much early).  Data reads and writes:
   latency against size, a per-request cost plus a bandwidth (least squares over the
   medians of each size seen).
+- A syscall trace (`fusetrace capture`, trace_kind "syscalls") holds the system calls,
+  before any cache, and no lookups: syscalls.py replays them through the kernel's caches
+  (path walks, page cache, close-to-open) into the model's NFS client.  Its calls take no
+  FUSE round trip: the latency is `dur_ns`, and the server-bound floor SYSCALL_FLOOR_NS.
 
 The base (`--base`) is the trace's own profile when its metadata names one that loads,
 else efs-bursting.  Per latency class the median and the 99th percentile, per RPC with a
@@ -344,13 +348,15 @@ class Fitter:
                     )
                 )
         # a syscall trace's calls include those its client's caches answered: more than reached the server
-        calls = "system calls (cache hits included)" if self.syscalls else "operations"
+        calls = "system calls" if self.syscalls else "operations"
         said = (
             f"# reached in a 1-second window (of {seconds}; successful operations only): "
             f"{int_text(r_ops or 0)} read-class {calls} (read, lookup, getattr, open, readdir ...) and "
             f"{int_text(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
             f"{(w_bytes or 0) / 1e6:.1f} MB/s written"
         )
+        if self.syscalls:
+            said += " (system calls, those the client's caches answered included)"
         if not out and gates.get("throughput", 0.0) < GATED_SHARE:
             said += ": lower bounds (nothing in the trace waited on a limit), so the base's limits stand"
         elif gates.get("throughput", 0.0) >= GATED_SHARE:

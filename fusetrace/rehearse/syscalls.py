@@ -99,6 +99,7 @@ class Syscalls:
         self._handles: dict[int, tuple[int, int]] = {}  # fh: (node, open flags)
         self._open: dict[int, int] = {}  # node: its open files not closed yet
         self._hidden: set[int] = set()  # open files whose name went: NFS renamed them to a hidden one
+        self._searched: dict[tuple[int, int], None] = {}  # (directory, user): its search asked ACCESS
         self._listing: dict[int, int] = {}  # open directory: entries its pass has read
         self._pages: dict[int, tuple[list[int], list[int]]] = {}  # node: its cached byte ranges (starts, ends)
         self._now = self._end = 0.0
@@ -290,6 +291,7 @@ class Syscalls:
             node = 0 if absent else self._node(child, inode if final else 0, made=not final or not errno, is_dir=is_dir)
             key = (directory, name)
             if self._entries.get(key, -math.inf) <= self._now:
+                _room(self._searched)[(directory, self._uid)] = None  # the client's lookup asks ACCESS first
                 entry_mode = 0 if absent else (stat.S_IFDIR if is_dir else (mode or stat.S_IFREG))
                 self._send("lookup", directory, child, mode=entry_mode, entry=node)
                 named, attrs = self.client.trusted(node, is_dir, self._now, directory, name)
@@ -299,7 +301,18 @@ class Syscalls:
             if final:
                 return directory, node
             directory, at = node, child
+        if not last:
+            self._search(directory)
         return directory, (directory if last else 0)
+
+    def _search(self, directory: int) -> None:
+        """The search of the directory of a name not looked up (an open's, a make's): its
+        ACCESS at the user's first search (may_lookup checks MAY_EXEC on each directory of
+        a walk, nfs_permission asks the server once), which a lookup would have sent."""
+        if (directory, self._uid) in self._searched:
+            return
+        _room(self._searched)[(directory, self._uid)] = None
+        self._send("access", directory, "", mode=stat.S_IFDIR)
 
     def _stat(self, node: int, path: str, mode: int) -> None:
         """A stat: from the attributes the kernel holds, else a getattr the client answers."""
@@ -356,6 +369,8 @@ class Syscalls:
     def _uncached(self, node: int, start: int, end: int) -> tuple[int, int]:
         """The first byte of [start, end) not in the page cache, and the bytes from it to
         the end of the last page missing (0: all cached)."""
+        if end <= start:
+            return start, 0
         first, last = start // PAGE * PAGE, -(-end // PAGE) * PAGE
         starts, ends = self._pages.get(node, ([], []))
         i = bisect_right(ends, first)  # the first range that ends after `first`

@@ -1,0 +1,205 @@
+"""`fusetrace fit` of a syscall trace (`fusetrace capture`): the RPCs the model's NFS client
+sends for each system call (path walks, page cache, close-to-open), in virtual time, and
+the profile fitted from the calls that reached the server."""
+
+import math
+import os
+import stat
+import tomllib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import fusetrace_here
+
+from fusetrace.emulator.profiles import load_profile
+from fusetrace.rehearse.syscalls import COLUMNS, Syscalls
+from fusetrace.trace.metadata import trace_kind
+from fusetrace.trace.schema import TraceRecord
+from fusetrace.trace.writer import TraceWriter
+
+BASE = load_profile("efs-bursting")
+REG, DIR = stat.S_IFREG | 0o644, stat.S_IFDIR | 0o755
+
+
+class Client:
+    """Syscalls on the base, fed one call at a time: what it says each sends."""
+
+    def __init__(self) -> None:
+        self.calls = Syscalls(BASE, 0)
+
+    def __call__(self, t_s: float, op: str, path: str = "", **fields) -> str:
+        record = {
+            "dur_ns": 500_000,
+            "op": op,
+            "inode": 0,
+            "path": path,
+            "path2": None,
+            "fh": 0,
+            "offset": 0,
+            "size": 0,
+            "result": 0,
+            "errno": 0,
+            "kind": None,
+            "flags": 0,
+            "mode": 0,
+            **fields,
+        }
+        return self.calls.rpcs(int(t_s * 1e9), 1000, tuple(record[c] for c in COLUMNS))[0]
+
+
+def test_a_stat_loop_looks_up_once_then_is_answered_from_the_cache_until_acregmin():
+    """nfs_lookup_revalidate trusts the dentry while its directory's attributes are fresh,
+    nfs_getattr the attributes the LOOKUP brought for acregmin (3 s on the base); then a
+    GETATTR whenever they expire, the period doubling from there (its first is the
+    client's first fetch of them: NfsClient.trusted)."""
+    c = Client()
+    assert BASE.nfs_acregmin_s == 3
+    sent = {t / 10: c(t / 10, "getattr", "/d/f", mode=REG) for t in range(0, 100)}
+    # the first search of each directory asks ACCESS (nfs_permission), then the names' LOOKUPs
+    assert sent[0] == "ACCESS,LOOKUP,ACCESS,LOOKUP"
+    assert {t: rpcs for t, rpcs in sent.items() if rpcs and t} == {3.1: "GETATTR", 6.2: "GETATTR"}
+    assert c(9.05, "getattr", "/d/g", mode=REG) == "LOOKUP"  # the directories are known: one LOOKUP
+
+
+def test_an_open_write_close_writes_back_and_commits_on_close():
+    """A buffered write is the client's write-back; close(2) (nfs_file_flush) waits for it
+    and, past one WRITE's worth, commits; the open's CLOSE goes with it.  The next open
+    sends OPEN (close-to-open) and reads the written pages from the page cache."""
+    c = Client()
+    mib = 1 << 20
+    assert c(0, "create", "/f", inode=7, fh=1, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC) == "ACCESS,OPEN(create)"
+    for i in range(2):
+        done = c(0.01 + i / 1000, "write", "/f", inode=7, fh=1, offset=i * mib, size=mib, result=mib, kind="buffered")
+        assert done == "WRITE(write-back)"
+    assert c(0.02, "flush", "/f", inode=7, fh=1, kind="commit") == "COMMIT,CLOSE"
+    assert c(1, "open", "/f", inode=7, fh=2, flags=os.O_RDONLY) == "OPEN"
+    assert c(1.01, "read", "/f", inode=7, fh=2, size=mib, result=mib) == ""  # the pages written
+    assert c(1.02, "flush", "/f", inode=7, fh=2) == "CLOSE"
+
+
+def test_an_o_sync_write_sends_its_stable_write_itself():
+    c = Client()
+    c(0, "open", "/s", inode=8, fh=1, flags=os.O_WRONLY | os.O_SYNC)
+    assert c(0.01, "write", "/s", inode=8, fh=1, size=4096, result=4096, kind="sync") == "WRITE"
+    assert c(0.02, "flush", "/s", inode=8, fh=1) == "CLOSE"  # nothing left to write back or commit
+
+
+def test_reading_a_file_twice_sends_one_read_and_only_the_pages_missing():
+    c = Client()
+    c(0, "open", "/r", inode=9, fh=1, flags=os.O_RDONLY)
+    assert c(0.01, "read", "/r", inode=9, fh=1, offset=0, size=65536, result=65536) == "READ"
+    assert c(0.02, "read", "/r", inode=9, fh=1, offset=0, size=65536, result=65536) == ""
+    c(0.03, "flush", "/r", inode=9, fh=1)
+    c(1, "open", "/r", inode=9, fh=2, flags=os.O_RDONLY)  # close-to-open: the pages stay (one client)
+    assert c(1.01, "read", "/r", inode=9, fh=2, offset=4096, size=8192, result=8192) == ""
+    assert c(1.02, "read", "/r", inode=9, fh=2, offset=32768, size=65536, result=65536) == "READ"  # 64-96 KiB
+    assert c(1.03, "read", "/r", inode=9, fh=2, offset=200_000, size=4096, result=0) == ""  # past its end
+
+
+def test_namespace_changes_walk_their_paths_and_skip_the_names_they_make():
+    """mkdir, a rename's target, an open's last name: not looked up (LOOKUP_EXCL,
+    LOOKUP_RENAME_TARGET, nfs_atomic_open); an absent name is looked up once (a
+    negative dentry)."""
+    c = Client()
+    assert c(0, "mkdir", "/a", mode=DIR) == "ACCESS,CREATE"
+    assert c(0.1, "mkdir", "/a/b", mode=DIR) == "ACCESS,CREATE"  # the first search of /a asks
+    assert c(0.2, "getattr", "/a/none", errno=2) == "LOOKUP"
+    assert c(0.3, "getattr", "/a/none", errno=2) == ""
+    made = c(0.4, "create", "/a/b/f", inode=11, fh=1, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    assert made == "ACCESS,OPEN(create)"  # and of /a/b
+    c(0.5, "flush", "/a/b/f", inode=11, fh=1)
+    assert c(0.6, "rename", "/a/b/f", path2="/a/g") == "RENAME"
+    assert c(0.7, "unlink", "/a/g") == "REMOVE"
+    assert c(0.8, "opendir", "/a", inode=10, fh=2, flags=os.O_RDONLY | os.O_DIRECTORY) == "GETATTR"
+    assert c(0.9, "readdir", "/a", inode=10, fh=2, size=32768, result=3 * 32) == "READDIRPLUS"
+    assert c(0.91, "readdir", "/a", inode=10, fh=2, offset=3, size=32768, result=0) == ""
+    assert c.calls.unknown == 0
+
+
+ops = st.sampled_from(["stat", "read", "write"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(ops, st.integers(0, 2), st.integers(0, 31), st.integers(1, 32), st.floats(0.001, 5.0)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_a_call_repeated_at_once_is_answered_from_the_caches(steps):
+    """Whatever came before, a stat repeated at once sends nothing (the attributes and
+    the dentries just fetched are trusted), nor a read of pages just read or written."""
+    c, t = Client(), 0.0
+    for n, (op, f, page, pages, gap) in enumerate(steps):
+        t += gap
+        path, inode, fh = f"/d/f{f}", 100 + f, n + 1
+        offset, size = page * 4096, pages * 4096
+        if op == "stat":
+            c(t, "getattr", path, mode=REG)
+            assert c(t + 1e-6, "getattr", path, mode=REG) == ""
+            continue
+        flags = os.O_RDONLY if op == "read" else os.O_WRONLY | os.O_CREAT
+        c(t, "open" if op == "read" else "create", path, inode=inode, fh=fh, flags=flags)
+        done = c(t + 1e-4, op, path, inode=inode, fh=fh, offset=offset, size=size, result=size, kind="buffered")
+        assert done in (("READ", "") if op == "read" else ("WRITE(write-back)",))
+        assert c(t + 2e-4, "read", path, inode=inode, fh=fh, offset=offset, size=size, result=size) == ""
+        c(t + 3e-4, "flush", path, inode=inode, fh=fh)
+
+
+# ---- fitted through `fusetrace fit` -------------------------------------------------------
+
+
+def syscall(t_ns: int, op: str, path: str, dur_ns: int, **fields) -> TraceRecord:
+    values = {"inode": 0, "path2": None, "fh": 0, "offset": 0, "size": 0, "result": 0, "errno": 0, **fields}
+    return TraceRecord(
+        start_ns=t_ns, dur_ns=dur_ns, op=op, path=path, pid=10, uid=1000, gid=1000, shaped_ns=0, comm="app", **values
+    )
+
+
+def lognormal_ns(rng, median_ms: float, n: int) -> list[int]:
+    return [int(ms * 1e6) for ms in rng.lognormal(math.log(median_ms), 0.3, n)]
+
+
+def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tmp_path):
+    """60 files, each: a stat (LOOKUP, 0.6 ms), two more within acregmin taking 0.3 ms
+    (over the floor, but cached: not counted), an open (OPEN, 1.1 ms), a read (READ,
+    0.8 ms), the same read again (cached, 0.3 ms), a close (CLOSE, 0.7 ms), and 4 s
+    later a stat (GETATTR, 0.9 ms).  Each RPC's median comes back from its calls alone."""
+    rng = np.random.default_rng(5)
+    n, records = 60, []
+    lookup, open_, read, close, getattr_ = (lognormal_ns(rng, ms, n) for ms in (0.6, 1.1, 0.8, 0.7, 0.9))
+    for i in range(n):
+        path, t = f"/data/f{i}", i * 10_000_000
+        records.append(syscall(t, "getattr", path, lookup[i], mode=REG))
+        for k in (1, 2):
+            records.append(syscall(t + 700_000_000 * k, "getattr", path, 300_000, mode=REG))
+        t += 1_500_000_000
+        inode, fh = 1000 + i, i + 1
+        on = {"inode": inode, "fh": fh}
+        records.append(syscall(t, "open", path, open_[i], flags=os.O_RDONLY, **on))
+        records.append(syscall(t + 2_000_000, "read", path, read[i], size=4096, result=4096, kind="read", **on))
+        records.append(syscall(t + 4_000_000, "read", path, 300_000, size=4096, result=4096, kind="read", **on))
+        records.append(syscall(t + 6_000_000, "flush", path, close[i], kind="none", **on))
+        records.append(syscall(t + 4_000_000_000, "getattr", path, getattr_[i], mode=REG))
+    records.sort(key=lambda r: r.start_ns)
+    trace = tmp_path / "t"
+    with TraceWriter(trace, {"source": "syscalls", "mountpoint": "/mnt/efs"}) as w:
+        for r in records:
+            w.record(r)
+    assert trace_kind({"source": "syscalls"}) == "syscalls" and trace_kind({"source": str(trace)}) == "fuse"
+    out = tmp_path / "fitted.toml"
+    done = fusetrace_here("fit", str(trace), "-o", str(out))
+    assert "base: efs-bursting" in done.stdout
+    text = out.read_text()
+    profile = tomllib.loads(text)
+    load_profile(out)  # what --emulate reads
+    for key, ms in (("lookup", 0.6), ("open", 1.1), ("read", 0.8), ("close", 0.7), ("meta_read", 0.9)):
+        assert profile[f"{key}_latency_ms"] == pytest.approx(ms, rel=0.12), key
+    # the first stat's compound (ACCESS,LOOKUP,ACCESS,LOOKUP) is not one LOOKUP's time
+    assert "median of 59 LOOKUP records (59 alone): dur_ns of system calls over 150 µs" in text
+    assert "median of 60 GETATTR records (60 alone)" in text  # the cached stats are not among them
+    assert "median of 60 READ records (60 alone)" in text
+    assert "240 read-class system calls" in text and "those the client's caches answered included" in text

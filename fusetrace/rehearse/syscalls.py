@@ -179,8 +179,9 @@ class Syscalls:
             self._cache(node, offset, offset + max(result, 0))
             return False
         if op == "write":
-            written = max(result, 0) if not errno else size
-            self._send("write", node, path, fh=fh, offset=offset, size=written, kind=kind)
+            if errno:  # refused before any page was written (EBADF, EFBIG, ENOSPC...)
+                return False
+            self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=kind)
             self._attrs.pop(node, None)  # the WRITE replies bring them (the client's), or a stat waits for them
             self._cache(node, offset, offset + max(result, 0))
             sync = kind == "sync" or (kind is None and bool((flags or oflags) & (os.O_SYNC | os.O_DSYNC)))
@@ -234,6 +235,8 @@ class Syscalls:
                 name = posixpath.basename(path)
                 self._entries_until((directory, name), self.client.trusted(directory, True, self._now)[1])
                 self._attributes(node)
+        if flags & os.O_TRUNC and not errno:
+            self._pages.pop(node, None)
         if fh and not errno:
             self._handles[fh] = (node, flags)
             self._open[node] = self._open.get(node, 0) + 1

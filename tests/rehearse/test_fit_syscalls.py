@@ -118,6 +118,18 @@ def test_namespace_changes_walk_their_paths_and_skip_the_names_they_make():
     assert c.calls.unknown == 0
 
 
+def test_unlinking_an_open_file_renames_it_away_until_its_close():
+    """nfs_sillyrename: a LOOKUP of a hidden name and a RENAME to it; the close that ends
+    the open sends its REMOVE (in the background); a failed write sends nothing."""
+    c = Client()
+    c(0, "open", "/f", inode=5, fh=1, flags=os.O_RDWR)
+    assert c(0.1, "unlink", "/f") == "LOOKUP,RENAME"
+    assert c(0.2, "read", "/f", inode=5, fh=1, size=4096, result=4096) == "READ"  # still readable
+    assert c(0.3, "write", "/f", inode=5, fh=1, size=4096, errno=28) == ""  # ENOSPC
+    assert c(0.4, "flush", "/f", inode=5, fh=1) == "CLOSE,REMOVE"
+    assert c(0.5, "getattr", "/f", errno=2) == "LOOKUP"  # the name is gone
+
+
 ops = st.sampled_from(["stat", "read", "write"])
 
 

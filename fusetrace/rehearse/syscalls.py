@@ -36,7 +36,8 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   nfs_file_fsync from write(2)): one stable WRITE, or WRITEs and a COMMIT.  A close(2)
   is FUSE's flush: the first of its open file sends CLOSE (close-to-open:
   nfs_file_flush writes back and waits, and the open's CLOSE is its last release,
-  which the trace does not show), after writes it waits for them and a COMMIT.
+  which the trace does not show), after writes it waits for them and a COMMIT; a later
+  close(2) of a duplicate (dup, fork) flushes what was written since, with no CLOSE.
   Every open sends OPEN, which brings fresh attributes (nfs_file_open, close-to-open).
 - **Objects.**  A record names its object by path and, where the probe knew it, by its
   real inode number: both map to one node id of this replay (a path named before its
@@ -58,6 +59,7 @@ from ..emulator.model import Model
 from ..emulator.nfsclient import NfsClient
 from ..emulator.ops import Admission
 from ..emulator.params import Params
+from ..request import Kind, Request, WriteMode
 from .requests import ROOT, Rebuilder
 
 # The columns a Syscalls reads, in the order rpcs() takes them.
@@ -72,8 +74,17 @@ _MAKES = {"mkdir": stat.S_IFDIR, "mknod": stat.S_IFREG, "symlink": stat.S_IFLNK}
 # calls on an object named by a path (fh 0) or an open file (fh): walked to their object
 _ON_OBJECT = frozenset(("getattr", "access", "readlink", "statfs", "getxattr", "listxattr", "setxattr", "removexattr"))
 _ON_HANDLE = frozenset(("read", "write", "flush", "fsync", "fsyncdir", "readdir", "releasedir", "setattr", *_ON_OBJECT))
+_SYNC = os.O_SYNC | os.O_DSYNC
+_WRITE_MODES = frozenset(m.value for m in WriteMode)
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+
+
+def _write_mode(flags: int) -> WriteMode:
+    """A write's mode by its file's open flags (as requests.py, for a handle it no longer holds)."""
+    if flags & os.O_DIRECT:
+        return WriteMode.DIRECT
+    return WriteMode.SYNC if flags & _SYNC else WriteMode.BUFFERED
 
 
 def _room(cache: dict[_K, _V]) -> dict[_K, _V]:
@@ -98,7 +109,7 @@ class Syscalls:
         self._attrs: dict[int, float] = {}  # node: its attributes trusted until (s)
         self._handles: dict[int, tuple[int, int]] = {}  # fh: (node, open flags)
         self._open: dict[int, int] = {}  # node: its open files not closed yet
-        self._hidden: set[int] = set()  # open files whose name went: NFS renamed them to a hidden one
+        self._closed: dict[int, tuple[int, int]] = {}  # fh whose open ended, still in use by a duplicate
         self._searched: dict[tuple[int, int], None] = {}  # (directory, user): its search asked ACCESS
         self._listing: dict[int, int] = {}  # open directory: entries its pass has read
         self._pages: dict[int, tuple[list[int], list[int]]] = {}  # node: its cached byte ranges (starts, ends)
@@ -138,7 +149,7 @@ class Syscalls:
             *_ON_OBJECT,
             "setattr",
         ):
-            node, oflags = self._handles.get(fh) or (self._node(path, inode), 0)
+            node, oflags = self._handles.get(fh) or self._closed.get(fh) or (self._node(path, inode), 0)
             return self._on_handle(op, node, oflags, path, fh, offset, size, result, errno, kind, flags, mode)
         if op in ("open", "create", "opendir"):
             self._open_path(op, inode, path, fh, size, errno, kind, flags, mode)
@@ -178,16 +189,27 @@ class Syscalls:
                 self._send("read", node, path, fh=fh, offset=start, size=nbytes, kind=kind)
             self._cache(node, offset, offset + max(result, 0))
             return False
+        late = fh in self._closed  # the handle's NFS open ended: the Rebuilder no longer holds it
         if op == "write":
             if errno:  # refused before any page was written (EBADF, EFBIG, ENOSPC...)
                 return False
-            self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=kind)
+            sync = kind == "sync" or (kind is None and bool((flags or oflags) & _SYNC))
+            if late:
+                write_mode = WriteMode(kind) if kind in _WRITE_MODES else _write_mode(flags or oflags)
+                written = Request("write", Kind.WRITE, node, size=max(result, 0), write_mode=write_mode, offset=offset)
+                self._admit(written)
+            else:
+                self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=kind)
             self._attrs.pop(node, None)  # the WRITE replies bring them (the client's), or a stat waits for them
             self._cache(node, offset, offset + max(result, 0))
-            sync = kind == "sync" or (kind is None and bool((flags or oflags) & (os.O_SYNC | os.O_DSYNC)))
-            if sync:
+            if sync and late:
+                self._admit(Request("fsync", Kind.COMMIT, node))
+            elif sync:
                 self._send("fsync", node, path, fh=fh, kind="commit")
             return sync
+        if late and op in ("flush", "fsync"):  # a duplicate's: its data, no CLOSE (nfs_file_flush)
+            self._admit(Request(op, Kind.COMMIT, node, closes=False, writable=True))
+            return False
         if op == "getattr":
             self._stat(node, path, mode)
             return False
@@ -203,16 +225,15 @@ class Syscalls:
         self._send(op, node, path, fh=fh, size=size, errno=errno, kind=kind, mode=mode)
         if op == "setattr":
             self._attributes(node)
-        elif op == "flush" and fh in self._handles:  # the first close(2) of the open file ends its NFS open
-            self._handles.pop(fh)
-            left = self._open.get(node, 1) - 1
+        elif op == "flush" and fh in self._handles:
+            # The first close(2) of the open file ends its NFS open (as requests.py reads a
+            # FUSE trace: the trace cannot tell which close is the last), and releases it: a
+            # hidden name of it goes when no other open file holds it (nfs_complete_unlink).
+            _room(self._closed)[fh] = self._handles.pop(fh)
+            left = self._open.pop(node, 1) - 1
             if left > 0:
                 self._open[node] = left
-            else:
-                self._open.pop(node, None)
-                if node in self._hidden:  # its hidden name's REMOVE goes at its last close
-                    self._hidden.discard(node)
-                    self._send("release", node, path, fh=fh, kind="none")
+            self._send("release", node, path, fh=fh, kind="none")
         return False
 
     def _open_path(self, op, inode, path, fh, size, errno, kind, flags, mode) -> None:
@@ -247,8 +268,6 @@ class Syscalls:
         directory, node = self._walk(path, inode, errno, mode)
         busy = node if op == "unlink" and node in self._open else 0
         self._send(op, directory, path, errno=errno, kind=kind, entry=busy)
-        if busy and not errno:
-            self._hidden.add(busy)
         if not errno:
             self._forget(path)
             self._entries.pop((directory, posixpath.basename(path)), None)
@@ -262,8 +281,6 @@ class Syscalls:
         target = self._ids.get(path2, 0)
         busy = target if target in self._open else 0
         self._send("rename", directory, path, path2, errno=errno, kind=kind, entry=busy)
-        if busy:  # even if it failed: NFS hid the target before its RENAME (as requests.py)
-            self._hidden.add(busy)
         if errno:
             return
         self._entries.pop((directory, posixpath.basename(path)), None)
@@ -426,8 +443,10 @@ class Syscalls:
         request = self.rebuilder.rebuild(
             op, inode, path, path2, fh, offset, size, errno, kind, flags, mode, entry, None
         )
-        if request is None:
-            return
+        if request is not None:
+            self._admit(request)
+
+    def _admit(self, request: Request) -> None:
         a = self.client.admit(request.call(self._uid), self._now)
         self._sent.append(a)
         self._now = min(max(self._now, a.done_at), self._end)

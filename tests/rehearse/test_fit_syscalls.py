@@ -130,6 +130,18 @@ def test_unlinking_an_open_file_renames_it_away_until_its_close():
     assert c(0.5, "getattr", "/f", errno=2) == "LOOKUP"  # the name is gone
 
 
+def test_a_duplicate_written_after_the_first_close_flushes_without_a_second_close():
+    """The first close(2) of an open file ends its NFS open (CLOSE); a duplicate of it
+    (dup, fork) written after that writes back, and its close flushes with no CLOSE."""
+    c = Client()
+    c(0, "open", "/f", inode=5, fh=1, flags=os.O_WRONLY)
+    assert c(0.1, "flush", "/f", inode=5, fh=1) == "CLOSE"
+    assert c(0.2, "write", "/f", inode=5, fh=1, size=4096, result=4096, kind="buffered") == "WRITE(write-back)"
+    assert c(5, "flush", "/f", inode=5, fh=1, kind="commit") == "COMMIT"
+    assert c(5.1, "flush", "/f", inode=5, fh=1) == ""
+    assert c.calls.rebuilder.gaps.unknown_handles == 0
+
+
 ops = st.sampled_from(["stat", "read", "write"])
 
 

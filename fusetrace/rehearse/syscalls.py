@@ -17,7 +17,8 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   an ACCESS at a directory's first search, nfs_permission; a GETATTR of the directory
   to revalidate a name it knows).  The last name is not looked up where the Linux
   client does not: an open of a file (nfs_atomic_open sends OPEN by name, and
-  nfs4_lookup_revalidate leaves an open's last name to it), a name being made
+  nfs4_do_lookup_revalidate leaves an open's last name to it while its directory is
+  unchanged; a name it knows but no longer trusts it revalidates first), a name being made
   (LOOKUP_EXCL: nfs_is_exclusive_create) and a rename's target (LOOKUP_RENAME_TARGET).
   A stat answered from a LOOKUP's attributes sends nothing more (nfs_getattr trusts
   them); after acregmin it is a GETATTR.  An open(O_CREAT) is a create unless the name
@@ -252,9 +253,13 @@ class Syscalls:
                 self._send("create", directory, path, fh=fh, errno=errno, kind=kind, flags=flags, entry=node)
                 self._made(directory, path, node, mode or stat.S_IFREG, errno)
             else:
+                key = (directory, posixpath.basename(path))
+                if self._entries.get(key, math.inf) <= self._now:
+                    # a dentry known but no longer trusted: nfs4_do_lookup_revalidate revalidates
+                    # it before the OPEN (nfs_lookup_revalidate_dentry); one not cached is not
+                    self._look(directory, path, node, mode or stat.S_IFREG)
                 self._send("open", node, path, fh=fh, size=size, kind=kind, flags=flags, mode=mode)
-                name = posixpath.basename(path)
-                self._entries_until((directory, name), self.client.trusted(directory, True, self._now)[1])
+                self._entries_until(key, self.client.trusted(directory, True, self._now)[1])
                 self._attributes(node)
         if flags & os.O_TRUNC and not errno:
             self._pages.pop(node, None)
@@ -309,21 +314,27 @@ class Syscalls:
             absent = final and errno == ENOENT
             is_dir = not final or stat.S_ISDIR(mode)
             node = 0 if absent else self._node(child, inode if final else 0, made=not final or not errno, is_dir=is_dir)
-            key = (directory, name)
-            if self._entries.get(key, -math.inf) <= self._now:
-                _room(self._searched)[(directory, self._uid)] = None  # the client's lookup asks ACCESS first
-                entry_mode = 0 if absent else (stat.S_IFDIR if is_dir else (mode or stat.S_IFREG))
-                self._send("lookup", directory, child, mode=entry_mode, entry=node)
-                named, attrs = self.client.trusted(node, is_dir, self._now, directory, name)
-                self._entries_until(key, named)
-                if node:
-                    _room(self._attrs)[node] = max(self._attrs.get(node, -math.inf), self._now + attrs)
+            if self._entries.get((directory, name), -math.inf) <= self._now:
+                self._look(
+                    directory, child, node, 0 if absent else (stat.S_IFDIR if is_dir else (mode or stat.S_IFREG))
+                )
             if final:
                 return directory, node
             directory, at = node, child
         if not last:
             self._search(directory)
         return directory, (directory if last else 0)
+
+    def _look(self, directory: int, path: str, node: int, mode: int) -> None:
+        """A lookup of the last name of `path` in `directory` (node 0 and mode 0: absent),
+        and the dentry and attributes its reply gives, for as long as the client trusts them."""
+        name = posixpath.basename(path)
+        _room(self._searched)[(directory, self._uid)] = None  # the client's lookup asks ACCESS first
+        self._send("lookup", directory, path, mode=mode, entry=node)
+        named, attrs = self.client.trusted(node, stat.S_ISDIR(mode), self._now, directory, name)
+        self._entries_until((directory, name), named)
+        if node:
+            _room(self._attrs)[node] = max(self._attrs.get(node, -math.inf), self._now + attrs)
 
     def _search(self, directory: int) -> None:
         """The search of the directory of a name not looked up (an open's, a make's): its

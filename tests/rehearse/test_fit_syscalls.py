@@ -79,6 +79,19 @@ def test_an_open_write_close_writes_back_and_commits_on_close():
     assert c(1.02, "flush", "/f", inode=7, fh=2) == "CLOSE"
 
 
+def test_an_open_revalidates_a_name_it_no_longer_trusts_and_skips_one_not_cached():
+    """nfs4_do_lookup_revalidate: an open's last name, cached and its directory's attributes
+    fresh, is left to the OPEN; past acdirmin it is revalidated first by a LOOKUP
+    (nfs_lookup_revalidate_dentry); one not cached is opened by name (nfs_atomic_open:
+    OPEN alone)."""
+    c = Client()
+    assert c(0, "open", "/f", inode=5, fh=1, flags=os.O_RDONLY) == "ACCESS,OPEN"  # the root's first search
+    c(0.1, "flush", "/f", inode=5, fh=1)
+    assert c(1, "open", "/f", inode=5, fh=2, flags=os.O_RDONLY) == "OPEN"
+    c(1.1, "flush", "/f", inode=5, fh=2)
+    assert c(BASE.nfs_acdirmin_s + 1, "open", "/f", inode=5, fh=3, flags=os.O_RDONLY) == "LOOKUP,OPEN"
+
+
 def test_an_o_sync_write_sends_its_stable_write_itself():
     c = Client()
     c(0, "open", "/s", inode=8, fh=1, flags=os.O_WRONLY | os.O_SYNC)

@@ -32,7 +32,10 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   attribute it did not make).  O_DIRECT reads always go.  Read-ahead is not modelled:
   pages it fetched show as later misses, whose short `dur_ns` the server-bound floor
   (fit.py) leaves out.
-- **Writes** are the client's own (WRITE(write-back), its write-back model); a write on
+- **Writes** go to the page cache (WRITE(write-back)); Linux holds them dirty until a
+  flush (or 30 s, vm.dirty_expire_centisecs), whose call sends them: one stable WRITE
+  for what fits one, else the WRITEs and a COMMIT (the model's client writes back as
+  data comes, a FUSE trace's flush then waiting for it: `_written_by_flush`).  A write on
   an O_SYNC/O_DSYNC file sends its data then and there (generic_write_sync calls
   nfs_file_fsync from write(2)): one stable WRITE, or WRITEs and a COMMIT.  A close(2)
   is FUSE's flush: the first of its open file sends CLOSE (close-to-open:
@@ -70,6 +73,7 @@ PAGE = 4096  # the page cache's unit
 DIRENT_BYTES = (
     32  # a linux_dirent64 of a name of 8-13 bytes (19 + name + NUL, 8-aligned): getdents64's bytes to entries
 )
+DIRTY_EXPIRE_S = 30.0  # vm.dirty_expire_centisecs' default: dirty pages older than this are written back
 _CAP = 1 << 17  # entries a cache keeps before it starts afresh (as nfsclient's)
 _MAKES = {"mkdir": stat.S_IFDIR, "mknod": stat.S_IFREG, "symlink": stat.S_IFLNK}
 # calls on an object named by a path (fh 0) or an open file (fh): walked to their object
@@ -113,6 +117,7 @@ class Syscalls:
         self._closed: dict[int, tuple[int, int]] = {}  # fh whose open ended, still in use by a duplicate
         self._searched: dict[tuple[int, int], None] = {}  # (directory, user): its search asked ACCESS
         self._listing: dict[int, int] = {}  # open directory: entries its pass has read
+        self._dirty: dict[int, tuple[float, int]] = {}  # node: (first dirtied at, bytes) of its buffered data
         self._pages: dict[int, tuple[list[int], list[int]]] = {}  # node: its cached byte ranges (starts, ends)
         self._now = self._end = 0.0
         self._uid = 0
@@ -194,13 +199,16 @@ class Syscalls:
         if op == "write":
             if errno:  # refused before any page was written (EBADF, EFBIG, ENOSPC...)
                 return False
-            sync = kind == "sync" or (kind is None and bool((flags or oflags) & _SYNC))
+            write_mode = WriteMode(kind) if kind in _WRITE_MODES else _write_mode(flags or oflags)
+            sync = write_mode is WriteMode.SYNC
             if late:
-                write_mode = WriteMode(kind) if kind in _WRITE_MODES else _write_mode(flags or oflags)
                 written = Request("write", Kind.WRITE, node, size=max(result, 0), write_mode=write_mode, offset=offset)
                 self._admit(written)
             else:
                 self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=kind)
+            if write_mode is WriteMode.BUFFERED:
+                since, nbytes = self._dirty.get(node, (self._now, 0))
+                _room(self._dirty)[node] = (since, nbytes + max(result, 0))
             self._attrs.pop(node, None)  # the WRITE replies bring them (the client's), or a stat waits for them
             self._cache(node, offset, offset + max(result, 0))
             if sync and late:
@@ -208,8 +216,10 @@ class Syscalls:
             elif sync:
                 self._send("fsync", node, path, fh=fh, kind="commit")
             return sync
+        first = len(self._sent)
         if late and op in ("flush", "fsync"):  # a duplicate's: its data, no CLOSE (nfs_file_flush)
             self._admit(Request(op, Kind.COMMIT, node, closes=False, writable=True))
+            self._written_by_flush(node, first)
             return False
         if op == "getattr":
             self._stat(node, path, mode)
@@ -224,6 +234,8 @@ class Syscalls:
             self._listing.pop(fh, None)
             self._handles.pop(fh, None)
         self._send(op, node, path, fh=fh, size=size, errno=errno, kind=kind, mode=mode)
+        if op in ("flush", "fsync", "setattr"):
+            self._written_by_flush(node, first)
         if op == "setattr":
             self._attributes(node)
         elif op == "flush" and fh in self._handles:
@@ -236,6 +248,24 @@ class Syscalls:
                 self._open[node] = left
             self._send("release", node, path, fh=fh, kind="none")
         return False
+
+    def _written_by_flush(self, node: int, first: int) -> None:
+        """The RPCs a flush (close, fsync, a setattr's) sent for the file's buffered data.
+        The model's client writes it back as it comes (a FUSE trace's flush waits for
+        that); Linux holds it dirty until the flush, or dirty_expire_centisecs (30 s), so
+        that a system call's flush sends it itself, and its `dur_ns` holds those WRITEs:
+        one stable WRITE for what fits one (FLUSH_COND_STABLE), else the WRITEs and a
+        COMMIT (which fit_rpcs leaves out: their time is not the COMMIT's)."""
+        dirty = self._dirty.pop(node, None)
+        if dirty is None or dirty[1] <= 0 or self._now - dirty[0] >= DIRTY_EXPIRE_S or first >= len(self._sent):
+            return
+        a = self._sent[first]
+        head, _, rest = a.rpcs.partition(",")
+        if head not in ("WRITE(FILE_SYNC)", "COMMIT"):
+            return
+        wsize = int(self.client.model.params.nfs_io_size)
+        head = "WRITE" if dirty[1] <= wsize else f"WRITE x{-(-dirty[1] // wsize)},COMMIT"
+        a.rpcs = f"{head},{rest}" if rest else head
 
     def _open_path(self, op, inode, path, fh, size, errno, kind, flags, mode) -> None:
         exclusive = flags & os.O_CREAT and flags & os.O_EXCL

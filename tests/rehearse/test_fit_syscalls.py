@@ -64,16 +64,17 @@ def test_a_stat_loop_looks_up_once_then_is_answered_from_the_cache_until_acregmi
 
 
 def test_an_open_write_close_writes_back_and_commits_on_close():
-    """A buffered write is the client's write-back; close(2) (nfs_file_flush) waits for it
-    and, past one WRITE's worth, commits; the open's CLOSE goes with it.  The next open
-    sends OPEN (close-to-open) and reads the written pages from the page cache."""
+    """Buffered writes stay in the page cache; close(2) (nfs_file_flush) sends them (two
+    WRITEs of 1 MiB, unstable) and, past one WRITE's worth, a COMMIT; the open's CLOSE
+    goes with it.  The next open sends OPEN (close-to-open) and reads the written pages
+    from the page cache."""
     c = Client()
     mib = 1 << 20
     assert c(0, "create", "/f", inode=7, fh=1, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC) == "ACCESS,OPEN(create)"
     for i in range(2):
         done = c(0.01 + i / 1000, "write", "/f", inode=7, fh=1, offset=i * mib, size=mib, result=mib, kind="buffered")
         assert done == "WRITE(write-back)"
-    assert c(0.02, "flush", "/f", inode=7, fh=1, kind="commit") == "COMMIT,CLOSE"
+    assert c(0.02, "flush", "/f", inode=7, fh=1, kind="commit") == "WRITE x2,COMMIT,CLOSE"
     assert c(1, "open", "/f", inode=7, fh=2, flags=os.O_RDONLY) == "OPEN"
     assert c(1.01, "read", "/f", inode=7, fh=2, size=mib, result=mib) == ""  # the pages written
     assert c(1.02, "flush", "/f", inode=7, fh=2) == "CLOSE"
@@ -145,13 +146,16 @@ def test_unlinking_an_open_file_renames_it_away_until_its_close():
 
 def test_a_duplicate_written_after_the_first_close_flushes_without_a_second_close():
     """The first close(2) of an open file ends its NFS open (CLOSE); a duplicate of it
-    (dup, fork) written after that writes back, and its close flushes with no CLOSE."""
+    (dup, fork) written after that: its close sends the data (one stable WRITE: it fits
+    one) with no CLOSE; data dirty for over 30 s went in the background (a COMMIT)."""
     c = Client()
     c(0, "open", "/f", inode=5, fh=1, flags=os.O_WRONLY)
     assert c(0.1, "flush", "/f", inode=5, fh=1) == "CLOSE"
     assert c(0.2, "write", "/f", inode=5, fh=1, size=4096, result=4096, kind="buffered") == "WRITE(write-back)"
-    assert c(5, "flush", "/f", inode=5, fh=1, kind="commit") == "COMMIT"
+    assert c(5, "flush", "/f", inode=5, fh=1, kind="commit") == "WRITE"
     assert c(5.1, "flush", "/f", inode=5, fh=1) == ""
+    c(6, "write", "/f", inode=5, fh=1, size=4096, result=4096, kind="buffered")
+    assert c(40, "flush", "/f", inode=5, fh=1, kind="commit") == "COMMIT"
     assert c.calls.rebuilder.gaps.unknown_handles == 0
 
 
@@ -204,7 +208,8 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
     """60 files, each: a stat (LOOKUP, 0.6 ms), two more within acregmin taking 0.3 ms
     (over the floor, but cached: not counted), an open (OPEN, 1.1 ms), a read (READ,
     0.8 ms), the same read again (cached, 0.3 ms), a close (CLOSE, 0.7 ms), and 4 s
-    later a stat (GETATTR, 0.9 ms).  Each RPC's median comes back from its calls alone."""
+    later a stat (GETATTR, 0.9 ms); and 60 4 KiB writes to one file, each then fsync'd
+    (the fsync sends the WRITE, 3 ms).  Each RPC's median comes back from its calls alone."""
     rng = np.random.default_rng(5)
     n, records = 60, []
     lookup, open_, read, close, getattr_ = (lognormal_ns(rng, ms, n) for ms in (0.6, 1.1, 0.8, 0.7, 0.9))
@@ -221,6 +226,12 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
         records.append(syscall(t + 4_000_000, "read", path, 300_000, size=4096, result=4096, kind="read", **on))
         records.append(syscall(t + 6_000_000, "flush", path, close[i], kind="none", **on))
         records.append(syscall(t + 4_000_000_000, "getattr", path, getattr_[i], mode=REG))
+    db = {"inode": 5000, "fh": 5000}  # sqlite's pattern: a 4 KiB pwrite, then fsync, which sends it
+    records.append(syscall(0, "open", "/data/db", 900_000, flags=os.O_RDWR, **db))
+    for i, dur in enumerate(lognormal_ns(rng, 3.0, n)):
+        t = 8_000_000_000 + i * 50_000_000
+        records.append(syscall(t, "write", "/data/db", 20_000, offset=i * 4096, size=4096, result=4096, **db))
+        records.append(syscall(t + 100_000, "fsync", "/data/db", dur, kind="commit", **db))
     records.sort(key=lambda r: r.start_ns)
     trace = tmp_path / "t"
     with TraceWriter(trace, {"source": "syscalls", "mountpoint": "/mnt/efs"}) as w:
@@ -233,10 +244,11 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
     text = out.read_text()
     profile = tomllib.loads(text)
     load_profile(out)  # what --emulate reads
-    for key, ms in (("lookup", 0.6), ("open", 1.1), ("read", 0.8), ("close", 0.7), ("meta_read", 0.9)):
+    for key, ms in (("lookup", 0.6), ("open", 1.1), ("read", 0.8), ("close", 0.7), ("meta_read", 0.9), ("write", 3)):
         assert profile[f"{key}_latency_ms"] == pytest.approx(ms, rel=0.12), key
     # the first stat's compound (ACCESS,LOOKUP,ACCESS,LOOKUP) is not one LOOKUP's time
     assert "median of 59 LOOKUP records (59 alone): dur_ns of system calls over 150 µs" in text
     assert "median of 60 GETATTR records (60 alone)" in text  # the cached stats are not among them
     assert "median of 60 READ records (60 alone)" in text
+    assert "median of 60 WRITE records (60 alone)" in text
     assert "240 read-class system calls" in text and "those the client's caches answered included" in text

@@ -161,6 +161,7 @@ class Fitter:
         else:
             self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
         self.slopes: dict[str, float] = {}  # a trace-mode READ's and WRITE's ms per byte
+        self.replay: Syscalls | None = None  # a syscall trace's replay, once its records are read
         self.samples = fit_rpcs.collect(self._rows(), self.modelled, self._write_rate())
         if not self.modelled:
             self._less_transfer()
@@ -191,7 +192,8 @@ class Fitter:
         if not self.modelled:
             origin = self._one("select min(start_ns) from trace") or 0
             if self.syscalls:
-                inference, wanted = Syscalls(self.base, origin), syscalls.COLUMNS
+                inference = self.replay = Syscalls(self.base, origin)
+                wanted = syscalls.COLUMNS
             else:
                 inference = Inference(self.base, origin)
         columns = list(dict.fromkeys([*_ROW, "fault", "uid", *wanted]))
@@ -226,6 +228,15 @@ class Fitter:
     def fit(self) -> list[Key]:
         out: list[Key] = []
         out += fit_rpcs.latency_keys(self.samples, self.base, self.source())
+        if self.replay is not None and self.replay.unknown:
+            out.append(
+                Key(
+                    "#",
+                    "",
+                    f"# {count(self.replay.unknown, 'record')} of operations no system call makes (lookup, "
+                    f"release...) in this syscall trace: not replayed",
+                )
+            )
         if self.samples.write_back:
             out.append(
                 Key(

@@ -232,6 +232,7 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
         t = 8_000_000_000 + i * 50_000_000
         records.append(syscall(t, "write", "/data/db", 20_000, offset=i * 4096, size=4096, result=4096, **db))
         records.append(syscall(t + 100_000, "fsync", "/data/db", dur, kind="commit", **db))
+    records.append(syscall(1, "forget", "/data/f0", 1000))  # no system call's: counted, not replayed
     records.sort(key=lambda r: r.start_ns)
     trace = tmp_path / "t"
     with TraceWriter(trace, {"source": "syscalls", "mountpoint": "/mnt/efs"}) as w:
@@ -251,4 +252,5 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
     assert "median of 60 GETATTR records (60 alone)" in text  # the cached stats are not among them
     assert "median of 60 READ records (60 alone)" in text
     assert "median of 60 WRITE records (60 alone)" in text
+    assert "# 1 record of operations no system call makes" in text
     assert "240 read-class system calls" in text and "those the client's caches answered included" in text

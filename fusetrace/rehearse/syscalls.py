@@ -70,9 +70,8 @@ from .requests import ROOT, Rebuilder
 COLUMNS = ["dur_ns", "op", "inode", "path", "path2", "fh", "offset", "size", "result", "errno", "kind", "flags", "mode"]
 
 PAGE = 4096  # the page cache's unit
-DIRENT_BYTES = (
-    32  # a linux_dirent64 of a name of 8-13 bytes (19 + name + NUL, 8-aligned): getdents64's bytes to entries
-)
+# getdents64's bytes to entries: a linux_dirent64 of a name of 5-12 bytes (19 + name + NUL, 8-aligned)
+DIRENT_BYTES = 32
 DIRTY_EXPIRE_S = 30.0  # vm.dirty_expire_centisecs' default: dirty pages older than this are written back
 _CAP = 1 << 17  # entries a cache keeps before it starts afresh (as nfsclient's)
 _MAKES = {"mkdir": stat.S_IFDIR, "mknod": stat.S_IFREG, "symlink": stat.S_IFLNK}
@@ -144,23 +143,13 @@ class Syscalls:
 
     def _call(self, op, inode, path, path2, fh, offset, size, result, errno, kind, flags, mode) -> bool:
         """Send what the call makes the client send; True for a write on an O_SYNC file."""
-        if fh and op in (
-            "read",
-            "write",
-            "flush",
-            "fsync",
-            "fsyncdir",
-            "readdir",
-            "releasedir",
-            *_ON_OBJECT,
-            "setattr",
-        ):
+        if fh and op in _ON_HANDLE:
             node, oflags = self._handles.get(fh) or self._closed.get(fh) or (self._node(path, inode), 0)
             return self._on_handle(op, node, oflags, path, fh, offset, size, result, errno, kind, flags, mode)
         if op in ("open", "create", "opendir"):
             self._open_path(op, inode, path, fh, size, errno, kind, flags, mode)
         elif op in _ON_OBJECT or op == "setattr":
-            directory, node = self._walk(path, inode, errno, mode)
+            _, node = self._walk(path, inode, errno, mode)
             if node and op == "getattr":
                 self._stat(node, path, mode)
             elif node:
@@ -295,9 +284,10 @@ class Syscalls:
             self._pages.pop(node, None)
         if fh and not errno:
             self._handles[fh] = (node, flags)
-            self._open[node] = self._open.get(node, 0) + 1
             if op == "opendir":
                 self._listing[fh] = 0
+            else:  # an open regular file, which an unlink or a rename over it renames away
+                self._open[node] = self._open.get(node, 0) + 1
 
     def _remove(self, op, inode, path, errno, kind, mode) -> None:
         directory, node = self._walk(path, inode, errno, mode)
@@ -324,7 +314,7 @@ class Syscalls:
         prefix = path + "/"
         for old in [p for p in self._ids if p.startswith(prefix)] if node in self._dirs else []:
             self._ids[path2 + old[len(path) :]] = self._ids.pop(old)
-        self._ids.pop(path, None)
+        self._ids[path2] = self._ids.pop(path, node)
         self._made(new_directory, path2, node, stat.S_IFDIR if node in self._dirs else stat.S_IFREG, 0)
 
     # ---- the kernel's caches -------------------------------------------------------------

@@ -159,6 +159,16 @@ def test_a_duplicate_written_after_the_first_close_flushes_without_a_second_clos
     assert c.calls.rebuilder.gaps.unknown_handles == 0
 
 
+def test_a_renamed_directory_keeps_its_entries_and_their_attributes():
+    c = Client()
+    c(0, "mkdir", "/a", mode=DIR)
+    c(0.1, "create", "/a/f", inode=5, fh=1, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    c(0.2, "flush", "/a/f", inode=5, fh=1)
+    assert c(0.3, "rename", "/a", path2="/b") == "RENAME"
+    assert c(0.4, "getattr", "/b/f", mode=REG) == ""  # the same dentry and node, moved
+    assert c(0.6, "getattr", "/a", errno=2) == ""  # the client knows the old name is gone
+
+
 ops = st.sampled_from(["stat", "read", "write"])
 
 

@@ -471,8 +471,11 @@ class Syscalls:
         """The request the kernel's FUSE path would have made, as a FUSE record
         (requests.COLUMNS), to the client; the next one starts at its reply (within the
         record's own time)."""
+        # Only a write's label says something the call does not (its mode): the other
+        # requests' kinds follow from what they are, whatever a record's label claims.
+        label = kind if op == "write" else None
         request = self.rebuilder.rebuild(
-            op, inode, path, path2, fh, offset, size, errno, kind, flags, mode, entry, None
+            op, inode, path, path2, fh, offset, size, errno, label, flags, mode, entry, None
         )
         if request is not None:
             self._admit(request)

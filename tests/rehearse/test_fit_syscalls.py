@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from support import fusetrace_here
 
 from fusetrace.emulator.profiles import load_profile
+from fusetrace.rehearse import fit_rpcs
 from fusetrace.rehearse.syscalls import COLUMNS, Syscalls
 from fusetrace.trace.metadata import trace_kind
 from fusetrace.trace.schema import TraceRecord
@@ -198,6 +199,67 @@ def test_a_call_repeated_at_once_is_answered_from_the_caches(steps):
         assert done in (("READ", "") if op == "read" else ("WRITE(write-back)",))
         assert c(t + 2e-4, "read", path, inode=inode, fh=fh, offset=offset, size=size, result=size) == ""
         c(t + 3e-4, "flush", path, inode=inode, fh=fh)
+
+
+calls = st.fixed_dictionaries(
+    {
+        "op": st.sampled_from(
+            [
+                "open",
+                "create",
+                "opendir",
+                "read",
+                "write",
+                "flush",
+                "releasedir",
+                "fsync",
+                "fsyncdir",
+                "getattr",
+                "access",
+                "readlink",
+                "readdir",
+                "mkdir",
+                "mknod",
+                "unlink",
+                "rmdir",
+                "rename",
+                "link",
+                "symlink",
+                "setattr",
+                "statfs",
+                "getxattr",
+                "setxattr",
+                "lookup",
+                "forget",
+            ]
+        ),
+        "path": st.sampled_from(["", "/", "/a", "/a/b", "/a/b/c", "//a/../b", "a/./c"]),
+        "path2": st.sampled_from([None, "", "/a", "/d/e", "/a/b/c"]),
+        "inode": st.sampled_from([0, 1, 2, 7, 2**64 - 1]),
+        "fh": st.integers(0, 3),
+        "offset": st.sampled_from([0, 1, 4095, 1 << 40, -1]),
+        "result": st.sampled_from([0, 1, 4096, 1 << 21, -1]),
+        "errno": st.sampled_from([0, 2, 13]),
+        "kind": st.sampled_from([None, "buffered", "sync", "direct", "commit", "none", "junk"]),
+        "flags": st.sampled_from([0, os.O_RDONLY, os.O_WRONLY | os.O_CREAT | os.O_EXCL, os.O_SYNC, os.O_DIRECT]),
+        "mode": st.sampled_from([0, REG, DIR, stat.S_IFLNK]),
+        "gap": st.floats(0, 40),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(calls, max_size=30))
+def test_any_sequence_of_calls_replays(steps):
+    """Whatever a (hostile) trace holds, each record gets RPCs the client names, or none."""
+    c, t = Client(), 0.0
+    for step in steps:
+        t += step.pop("gap")
+        sent = c(t, **step, size=step["result"])
+        assert all(part.split(" x")[0] in RPCS for part in sent.split(",") if sent), sent
+
+
+RPCS = set(fit_rpcs.RPC_CLASS) | {"WRITE(write-back)", "WRITE(FILE_SYNC)"}
 
 
 # ---- fitted through `fusetrace fit` -------------------------------------------------------

@@ -995,7 +995,7 @@ def test_timeline_text_and_plot(trace3, tmp_path, capsys):
 
 def test_json_has_everything(trace3, rich_df, capsys):
     out = json.loads(report(capsys, str(trace3), "--json", "--by", "dir", "--comm", "make", "--histogram").stdout)
-    assert out["format_version"] == 7 and out["by"] == "dir" and out["top"] is None
+    assert out["format_version"] == 8 and out["by"] == "dir" and out["top"] is None
     assert out["faults"] == []  # no rule acted on any of its records
     assert out["filters"]["comm"] == ["make"] and out["matched"] == (rich_df.comm == "make").sum()
     assert set(out["coverage"]) >= {

@@ -162,6 +162,11 @@ def read(directory: str) -> Metadata:
         raise ValueError(f"{NAME}: nested too deep") from None
 
 
+def trace_kind(metadata: Metadata) -> str:
+    """ "syscalls" for a trace captured by eBPF (`fusetrace capture`), else "fuse"."""
+    return "syscalls" if metadata.get("source") == "syscalls" else "fuse"
+
+
 def loss_summary(directory: str | os.PathLike[str]) -> str | None:
     """One line on what a finished trace lost (dropped, lost, failed writes, and whether
     its final metadata was written), from its _metadata.json; None when it lost nothing

@@ -11,9 +11,10 @@ cd "$(dirname "$0")"
 
 # fio, parallel, rsync, cpio, fpart (fpsync) and tar: the tools the scenarios run; acl: setfacl for the
 # tests; sqlite3 and git: real applications the fault tests run through a mount; redis-server:
-# the shared state of several mounts of one emulated file system, started by the tests.
+# the shared state of several mounts of one emulated file system, started by the tests;
+# bpftrace: `fusetrace capture`'s probes; strace: the counts its tests compare with.
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3 python3-dev python3-venv fio kmod
-              parallel rsync cpio fpart tar acl sqlite3 git redis-server)
+              parallel rsync cpio fpart tar acl sqlite3 git redis-server bpftrace strace)
 
 install_system() {
     local missing=()

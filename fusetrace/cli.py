@@ -240,6 +240,36 @@ def _report_parser(sub) -> None:
     )
 
 
+def _capture_parser(sub) -> None:
+    c = sub.add_parser(
+        "capture",
+        help="record every file system call on a mount through eBPF, with no server in the path",
+        usage="fusetrace capture MOUNTPOINT --trace DIR [--for DURATION] [-- COMMAND ARGS...]",
+        description="Record every file system call processes make on files of the file system "
+        "mounted at MOUNTPOINT (the real mount, untouched), into a trace DIR that report, fit, "
+        "replay, compare, simulate and export read: while COMMAND runs (its exit status is the "
+        "capture's), else until Ctrl-C, SIGTERM or --for.  Needs root, bpftrace and a kernel with BTF.",
+    )
+    c.add_argument("mountpoint", metavar="MOUNTPOINT")
+    c.add_argument("--trace", required=True, metavar="DIR", dest="trace_dir", help="write the trace to DIR")
+    c.add_argument(
+        "--for", dest="duration", type=_duration, metavar="DURATION", help="stop after DURATION (30s, 5m, 2h)"
+    )
+    c.set_defaults(command_line=[])  # what follows "--": _command takes it off before parsing
+
+
+def _duration(text: str) -> float:
+    from .emulator.events import seconds
+
+    try:
+        value = seconds(float(text) if text.replace(".", "", 1).isdigit() else text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
 def _rehearse_parsers(sub) -> None:
     """From a trace to a rehearsal and back (fusetrace/rehearse/)."""
     e = sub.add_parser("export", help="a trace as a fio iolog, a Perfetto trace or nfsslower CSV")
@@ -419,6 +449,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str], mount_cli.O
     d.add_argument("--quick", action="store_true", help="short runs (for tests)")
     c = sub.add_parser("compact", help="merge a finished trace's parts into a few large files")
     c.add_argument("trace_dir", metavar="DIR")
+    _capture_parser(sub)
     _scenario_parser(sub)
     _report_parser(sub)
     _rehearse_parsers(sub)
@@ -462,7 +493,12 @@ def _command(argv: list[str] | None) -> int:
     try:
         if argv[:1] == ["mount"] or mount_cli.is_mount_form(argv, set(commands)):
             argv = mount_cli.mount_argv(argv, mount)
+        command_line: list[str] = []
+        if argv[:1] == ["capture"] and "--" in argv:
+            argv, command_line = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
         args = parser.parse_args(argv)
+        if command_line:
+            args.command_line = command_line
         if args.command in ("demo", "scenario"):
             _unwind_on_signals()
         if args.command == "mount":
@@ -478,6 +514,10 @@ def _command(argv: list[str] | None) -> int:
             import importlib
 
             return importlib.import_module(f"fusetrace.rehearse.{args.command}").run(args)
+        if args.command == "capture":
+            from .capture.runner import run as capture
+
+            return capture(args)
         if args.command == "compact":
             from .trace.compact import compact_trace
 

@@ -10,6 +10,7 @@ builds it.
 """
 
 import enum
+import os
 
 from .emulator.call import Call
 
@@ -67,6 +68,11 @@ class WriteMode(enum.StrEnum):
     BUFFERED = "buffered"  # into the client's page cache, written back later
     DIRECT = "direct"  # O_DIRECT: one round trip, not committed
     SYNC = "sync"  # O_SYNC or O_DSYNC: a round trip and a commit
+
+    @classmethod
+    def of(cls, flags: int) -> "WriteMode":
+        """The mode of a write through a file opened with these open(2) flags."""
+        return cls.DIRECT if flags & os.O_DIRECT else cls.SYNC if flags & (os.O_SYNC | os.O_DSYNC) else cls.BUFFERED
 
 
 class Request:

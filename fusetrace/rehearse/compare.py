@@ -28,6 +28,7 @@ from ..errors import UserError
 from ..report.query import expand_traces
 from ..texttable import int_text, ns_text, printable, table
 from ..trace import partial, reader
+from ..trace.metadata import trace_kind
 
 MIN_RECORDS = 20
 CDF_POINTS = 200
@@ -78,6 +79,7 @@ class SideInfo(TypedDict):
     profile: str | None
     fuse_round_trip_ns: float | None
     writeback_cache: bool | None
+    kind: str | None  # what its records are: "fuse", "syscalls" (metadata.trace_kind), "mixed", None unknown
 
 
 class OutFiles(TypedDict):
@@ -162,7 +164,13 @@ class Side:
             "profile": ", ".join(profiles) or None,
             "fuse_round_trip_ns": self.round_trip_ns() or None,
             "writeback_cache": self._writeback_cache(),
+            "kind": self._kind(),
         }
+
+    def _kind(self) -> str | None:
+        """What its traces recorded: FUSE requests, system calls, both ("mixed"), or None unknown."""
+        kinds = {trace_kind(m.metadata) for m in self.traces.members if m.metadata}
+        return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else None
 
     def _writeback_cache(self) -> bool | None:
         """Whether its mounts had FUSE's write-back cache: all, none, or None for some."""
@@ -213,6 +221,14 @@ def compare(
             f"{which} mounts had FUSE's write-back cache: their writes are the kernel's "
             f"write-back of many write(2) calls, and reads of data written through them are missing; "
             f"mount the others so too (or an emulated mount with --no-writeback-cache) to compare them"
+        )
+    kinds = (described[0]["kind"], described[1]["kind"])
+    if "syscalls" in kinds and kinds[0] != kinds[1]:
+        caution = (caution + "; " if caution else "") + (
+            "one side's records are system calls (a capture), the other's are not all: a system call's "
+            "latency includes what the kernel answered from its caches, a FUSE request's only what "
+            "reached the mount, and a FUSE trace has lookups and releases a capture does not; compare "
+            "captures with captures"
         )
     ops: list[OpRow] = [{"op": k, **row} for k, row in _judged(a, b, "op", tolerance, tail, slack)]
     classes: list[KindRow] = (

@@ -20,7 +20,7 @@ from ..texttable import printable
 from ..trace import metadata as meta
 from ..trace import reader
 from . import iolog, nfscsv, perfetto
-from .rows import Outcome, records
+from .rows import Outcome, last_closes, records
 
 
 def run(args) -> int:
@@ -55,7 +55,7 @@ def run(args) -> int:
 def _export(fmt: str, trace_dir: str, out: io.TextIOWrapper) -> Outcome:
     if fmt == "fio-iolog":
         t0, wanted = iolog.survey(trace_dir)
-        return iolog.write(records(trace_dir, iolog.COLUMNS, iolog.WHERE), out, t0, wanted)
+        return iolog.write(records(trace_dir, iolog.COLUMNS, iolog.WHERE), out, t0, wanted, last_closes(trace_dir))
     if fmt == "perfetto":
         return perfetto.write(records(trace_dir, perfetto.COLUMNS), out, reader.metadata(trace_dir))
     return nfscsv.write(records(trace_dir, nfscsv.COLUMNS, nfscsv.WHERE), out)

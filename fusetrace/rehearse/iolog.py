@@ -21,7 +21,9 @@ asked); fsync is `sync` (the trace does not say which fsyncs were fdatasync).  A
 added and opened at its traced open or create (or at its first operation, when the trace
 holds no open for its handle) and closed at the release of its last handle, so a file
 two processes hold open is opened once.  Opens of files the trace never reads, writes or
-syncs are left out: fio would open (and create) them for nothing.
+syncs are left out: fio would open (and create) them for nothing.  A captured trace
+(`source` "syscalls") has no release: its handle is closed at its last close(2), its
+last flush (rows.last_closes).
 """
 
 import os
@@ -33,10 +35,10 @@ import duckdb
 
 from ..texttable import count
 from ..trace import names, reader
-from .rows import Outcome, examples
+from .rows import Outcome, examples, last_close
 
 COLUMNS = ["start_ns", "op", "path", "fh", "offset", "result", "errno"]
-WHERE = "op in ('open', 'create', 'release', 'read', 'write', 'fsync')"
+WHERE = "op in ('open', 'create', 'release', 'flush', 'read', 'write', 'fsync')"
 NAME_MAX = 256  # sscanf's "%256s" in read_iolog
 _SPACE = frozenset(" \t\n\v\f\r")  # isspace() in the C locale fio parses in
 _SHOWN = 3  # names quoted per reason a name is left out
@@ -118,9 +120,12 @@ class _Log:
         self.out.write(f"{ts} {name} {op} {offset} {length}\n")
 
 
-def write(rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str]) -> Outcome:
+def write(
+    rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str], closes: dict[int, int] | None = None
+) -> Outcome:
     """Write the iolog of `rows` (COLUMNS, in start order) to `out`, its timestamps
-    counted from `t0` (ns); `wanted`: the paths whose opens are kept (see survey)."""
+    counted from `t0` (ns); `wanted`: the paths whose opens are kept (see survey);
+    `closes`: a captured trace's rows.last_closes (None: a FUSE trace's, closed at release)."""
     log = _Log(out)
     out.write("fio version 3 iolog\n")
     refused: dict[str, dict[str, None]] = {}  # reason -> the names, in the order first met
@@ -128,8 +133,10 @@ def write(rows: Iterable[tuple], out: TextIO, t0: int, wanted: set[str]) -> Outc
     for start_ns, op, path, fh, offset, result, errno in rows:
         ts = max(1, (start_ns - t0) // 1000)
         name = path[1:] if path.startswith("/") else f"/{path}"  # a path not from the root: refused
-        if op == "release":
+        if op == "release" or (op == "flush" and closes is not None and last_close(closes, fh, start_ns)):
             log.release(ts, fh)
+        elif op == "flush":
+            continue  # a FUSE trace's close(2) of one descriptor, or a captured one's not last
         elif op in ("open", "create"):
             fh = fh or (result if op == "open" else 0)  # format 2 kept open's handle in result
             if not errno and fh and path in wanted and unfit(name) is None:

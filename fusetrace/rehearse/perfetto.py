@@ -52,6 +52,7 @@ COLUMNS = [
     "flags",
     "mode",
     "entry",
+    "tid",
 ]
 ALWAYS = ("path", "size", "result", "errno")  # args every event carries; the rest only when set
 # the rest, when set; a name that is not UTF-8 adds its bytes in hex (path_hex, path2_hex)

@@ -47,6 +47,7 @@ from .lanes import Lanes
 from .prepare import Prepared, prepare
 from .progress import counted
 from .replay_calls import COLUMNS, Difference, Handle, Rec, Refused, Target
+from .rows import last_closes
 
 BATCH_ROWS = 4096  # records read from the trace at a time
 MAX_WORKERS = 1024  # a FUSE mount serves 1,024 requests at once by default (--max-requests)
@@ -414,7 +415,10 @@ def run(args: argparse.Namespace) -> int:
             prepared = prepare(args.trace_dir, args.prepare_into or args.target)
         except duckdb.Error as exc:
             raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
-    target = Target(args.target)
+    try:
+        target = Target(args.target, last_closes(args.trace_dir))
+    except duckdb.Error as exc:
+        raise UserError(f"{printable(args.trace_dir)}: cannot read the trace: {str(exc).splitlines()[0]}") from None
     _room_for_descriptors()
     replay = Replay(target, None if args.as_fast_as_possible else args.speed)
     stopped = False

@@ -20,6 +20,13 @@ from the start again at offset 0; the entries are counted over the listing and c
 with the recording's when it reached the end (its last, empty, batch), so a target that
 returns them in other batches (a local file system: all in one) still matches.
 
+A captured trace (`source` "syscalls": docs/TRACE_FORMAT.md) has no release: its handle
+numbers are the capture's, one per open file description whichever process uses it (so
+bound by number alone), and its flush is a close(2), which closes the descriptor here when
+it is the last close of that number (`rows.last_closes`; earlier ones, of a duplicate or a
+forked child's copy, are held back as above).  Its readdir's result is getdents64's bytes,
+compared as bytes (a listing's bytes are its names', whatever the file system).
+
 The system calls the os module lacks are in fusetrace/rehearse/replay_syscalls.py.
 """
 
@@ -45,6 +52,7 @@ from .replay_syscalls import (
     set_at,
     set_fd,
 )
+from .rows import last_close
 
 # The columns a replay reads, in Rec's order.
 COLUMNS = [
@@ -146,10 +154,13 @@ class Handle:
 
 
 class Target:
-    """TARGET, the directory the records are issued against."""
+    """TARGET, the directory the records are issued against.  `last_closes`: for a captured
+    trace, when each handle number closed more than once was last closed (start_ns):
+    rows.last_closes; None for a FUSE trace."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, last_closes: dict[int, int] | None = None):
         self.directory = directory
+        self.last_closes = last_closes
         try:
             self.fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
@@ -195,9 +206,14 @@ class Target:
             "readdir": self._readdir,
         }
 
+    def _closes(self, rec: Rec) -> bool:
+        """Whether a captured trace's record is the last close(2) of its handle number."""
+        last = self.last_closes
+        return last is not None and rec.op == "flush" and last_close(last, rec.fh, rec.start_ns)
+
     def bind(self, rec: Rec) -> Handle | None:
         """The handle a record opens or acts on (None: none), found in start order."""
-        key = (rec.pid, rec.fh)
+        key = (rec.pid if self.last_closes is None else 0, rec.fh)
         if rec.op in OPENS:
             if rec.errno:  # it gave no handle
                 return None
@@ -206,7 +222,7 @@ class Target:
                 self._orphans.append(h)
             h = self.handles[key] = Handle()
             return h
-        if rec.op in ("release", "releasedir"):
+        if rec.op in ("release", "releasedir") or self._closes(rec):
             return self.handles.pop(key, None)
         if rec.op in self._handle_calls or (rec.op == "setattr" and rec.fh):
             return self.handles.get(key)
@@ -226,7 +242,7 @@ class Target:
         if handle_call is not None:
             if h is None or h.fd < 0:
                 raise Refused(REFUSED_HANDLE)
-            return handle_call(rec, h)
+            return self._close(rec, h) if self._closes(rec) else handle_call(rec, h)
         call = self._calls.get(rec.op)
         if call is None:
             raise Refused(f"{printable(rec.op)}: not an operation replay knows")  # a hostile trace's text
@@ -448,8 +464,8 @@ class Target:
         return found
 
     def _close(self, release: Rec | None, h: Handle) -> list[Difference]:
-        """release, releasedir (or the end of the replay): close(fd), with the held-back
-        flush's outcome (close returns the flush's error)."""
+        """release, releasedir, a captured trace's last close (or the end of the replay):
+        close(fd), with the held-back flush's outcome (close returns the flush's error)."""
         found: list[Difference] = []
         with self._lock:
             flush, h.flush = h.flush, None
@@ -464,13 +480,15 @@ class Target:
     def _readdir(self, rec: Rec, h: Handle) -> list[Difference]:
         if rec.offset == 0:  # opendir or rewinddir: the listing starts again
             h.listed = h.recorded = 0
-        err, entries = _value(lambda: getdents(h.fd, rewind=rec.offset == 0))
+        err, listed = _value(lambda: getdents(h.fd, rewind=rec.offset == 0))
         found = _errno(rec, err)
         if not err and not rec.errno:
-            h.listed += entries
+            captured = self.last_closes is not None  # its result is getdents64's bytes
+            h.listed += listed[1] if captured else listed[0]
             h.recorded += rec.result
             if rec.result == 0:  # the recording's listing ended here: compare it
-                found += _count(rec._replace(result=h.recorded), 0, h.listed, "entries listed")
+                what = "bytes of entries listed" if captured else "entries listed"
+                found += _count(rec._replace(result=h.recorded), 0, h.listed, what)
         return found
 
 

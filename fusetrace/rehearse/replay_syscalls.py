@@ -93,8 +93,9 @@ def renameat2(dirfd: int, name: str, dirfd2: int, name2: str, flags: int) -> Non
         raise OSError(code, os.strerror(code), name)
 
 
-def getdents(fd: int, rewind: bool) -> int:
-    """One getdents64(2) call on fd (from its start if `rewind`): how many entries it returned."""
+def getdents(fd: int, rewind: bool) -> tuple[int, int]:
+    """One getdents64(2) call on fd (from its start if `rewind`): how many entries it
+    returned, and in how many bytes."""
     if rewind:
         os.lseek(fd, 0, os.SEEK_SET)
     buf = getattr(_buffers, "buf", None)
@@ -108,7 +109,7 @@ def getdents(fd: int, rewind: bool) -> int:
     while at < n:  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), ...
         at += int.from_bytes(view[at + 16 : at + 18], "little")
         entries += 1
-    return entries
+    return entries, n
 
 
 def set_fd(fd: int, names: list[str], size: int, mode: int) -> None:

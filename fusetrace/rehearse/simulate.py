@@ -288,6 +288,12 @@ def _summary(
             f"types are not recorded: writes are taken as buffered, directories known only from the "
             f"operations on them"
         )
+    if trace.kind in ("syscalls", "mixed"):
+        notes.append(
+            "system calls (a capture's trace), each taken as the request a FUSE mount would be sent: "
+            "the lookups of their path walks and the page cache in front of their reads are not "
+            "modelled (fusetrace fit infers the RPCs as the NFS client sends them)"
+        )
     if gaps.new_directories:
         notes.append(
             f"{gaps.new_directories:,} renames or links into a directory the trace had not named: its "

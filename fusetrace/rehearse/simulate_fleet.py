@@ -42,6 +42,7 @@ from ..emulator.params import Params
 from ..emulator.tracesim import Timed
 from ..report.query import Trace
 from ..texttable import printable, table
+from ..trace import metadata as meta
 from ..trace import names, reader
 from .requests import COLUMNS, Gaps, Rebuilder
 
@@ -120,7 +121,7 @@ class Calls:
     def _read(self) -> Iterator[Timed]:
         members = self.trace.set.members
         n = len(members)
-        rebuilders = [Rebuilder() for _ in members]
+        rebuilders = [Rebuilder(syscalls=meta.trace_kind(m.metadata) == "syscalls") for m in members]
         kept: list[Timed] | None = [] if self.keep else None
         closed = self.closed
         for batch in _batches(self.trace, names.with_raw(["start_ns", "dur_ns", "pid", "uid", *COLUMNS])):

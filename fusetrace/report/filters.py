@@ -44,7 +44,7 @@ class Filters:
     def __post_init__(self) -> None:
         unknown = [op for op in self.ops if op not in TRACED_OPERATIONS]
         if unknown:
-            raise BadValue(f"--op {unknown[0]}: not a FUSE operation (one of: {', '.join(TRACED_OPERATIONS)})")
+            raise BadValue(f"--op {unknown[0]}: not a traced operation (one of: {', '.join(TRACED_OPERATIONS)})")
         # matched against the trace's text, where bytes that are not UTF-8 are U+FFFD
         # (fusetrace/trace/names.py): a name given with such bytes is made that text too
         object.__setattr__(

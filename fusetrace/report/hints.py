@@ -59,28 +59,34 @@ class Rule:
     name: str  # the hint's name in --json, and in the table of docs/REPORT.md
     thresholds: tuple[str, ...]  # the names of this module's constants that decide when it fires
     check: Callable[[Facts], Hint | None]
+    fuse: bool  # its cause or remedy is the FUSE mount's: silent on a capture's trace (no server in the path)
 
 
 RULES: list[Rule] = []
 
 
-def rule(name: str, *thresholds: str) -> Callable[[Callable[[Facts], Hint | None]], Callable[[Facts], Hint | None]]:
-    """Register a hint's rule (at the end of RULES: the report prints them in this order)."""
+def rule(
+    name: str, *thresholds: str, fuse: bool = False
+) -> Callable[[Callable[[Facts], Hint | None]], Callable[[Facts], Hint | None]]:
+    """Register a hint's rule (at the end of RULES: the report prints them in this order);
+    `fuse`: one that only a trace of a FUSE mount can show."""
 
     def register(check: Callable[[Facts], Hint | None]) -> Callable[[Facts], Hint | None]:
-        RULES.append(Rule(name, thresholds, check))
+        RULES.append(Rule(name, thresholds, check, fuse))
         return check
 
     return register
 
 
 def find(trace: "Trace", per_op: dict[str, dict]) -> list[Hint]:
-    """The hints of the records the trace's filters keep, `per_op` their figures by op."""
+    """The hints of the records the trace's filters keep, `per_op` their figures by op; on
+    system calls captured with no server in the path, none of the FUSE mount's."""
     facts = Facts(trace, per_op)
-    return [hint for r in RULES if (hint := r.check(facts)) is not None]
+    syscalls = trace.kind == "syscalls"
+    return [hint for r in RULES if not (r.fuse and syscalls) and (hint := r.check(facts)) is not None]
 
 
-@rule("xattr-misses", "XATTR_MISS_SHARE")
+@rule("xattr-misses", "XATTR_MISS_SHARE", fuse=True)  # the kernel asks FUSE; --no-xattrs
 def xattr_misses(f: Facts) -> Hint | None:
     misses = f.errors("getxattr", "ENODATA")  # with --no-xattrs the mount answers ENOSYS, once
     share = f.share(misses, XATTR_MISS_SHARE)
@@ -116,7 +122,7 @@ def _xattr_names(f: Facts, misses: int) -> str:
     return names
 
 
-@rule("failed-lookups", "FAILED_LOOKUP_SHARE")
+@rule("failed-lookups", "FAILED_LOOKUP_SHARE", fuse=True)  # a capture has no lookup: fit infers them
 def failed_lookups(f: Facts) -> Hint | None:
     misses = f.errors("lookup", "ENOENT")
     share = f.share(misses, FAILED_LOOKUP_SHARE)
@@ -157,7 +163,7 @@ def _cached(f: Facts) -> str:
 XATTR_WASTE = "op in ('getxattr', 'listxattr') and errno in ($enodata, $enotsup)"  # EOPNOTSUPP is ENOTSUP
 
 
-@rule("wasted-round-trips", "WASTE_SHARE", "WASTE_TIME_SHARE", "XATTR_MISS_SHARE", "FAILED_LOOKUP_SHARE")
+@rule("wasted-round-trips", "WASTE_SHARE", "WASTE_TIME_SHARE", "XATTR_MISS_SHARE", "FAILED_LOOKUP_SHARE", fuse=True)
 def wasted_round_trips(f: Facts) -> Hint | None:
     """Extended-attribute misses and failed lookups together, each under its own rule's
     share: by records, or by time with FUSE's round trip added to each (what a small
@@ -271,7 +277,7 @@ def removed_while_open(f: Facts) -> Hint | None:
     }
 
 
-@rule("attr-timeout-0", "ATTR_TIMEOUT_0_SHARE")
+@rule("attr-timeout-0", "ATTR_TIMEOUT_0_SHARE", fuse=True)  # a mount option
 def attr_timeout_0(f: Facts) -> Hint | None:
     getattrs = f.count("getattr")
     share = f.share(getattrs, ATTR_TIMEOUT_0_SHARE)

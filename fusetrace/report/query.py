@@ -75,6 +75,10 @@ class Trace:
         else:
             self.metadata, self.metadata_error = members[0].metadata, members[0].metadata_error
         self.format_version = min(m.format_version for m in members)
+        # what the records are: "fuse" (requests a mount served), "syscalls" (a capture's), both
+        # ("mixed": a fleet of both kinds), or None when no metadata says
+        kinds = {meta.trace_kind(m.metadata) for m in members if m.metadata}
+        self.kind = kinds.pop() if len(kinds) == 1 else "mixed" if kinds else None
         totals = f"count(*), min(start_ns), max(start_ns + dur_ns), coalesce({WEIGHTED_NS}, 0)"
         whole = self.one(f"select {totals} from all_records")
         self.records, self.origin_ns = whole[:2]
@@ -390,6 +394,7 @@ class Trace:
             "files": len(self.files),
             "records": self.records,
             "format_version": self.format_version,
+            "kind": self.kind,
             "filters": self.selection.shown(),
             "matched": self.matched,
             "origin_ns": self.origin_ns,
@@ -445,6 +450,7 @@ class Trace:
                     "records": self.one(f"select count(*) from all_records_{i}")[0],
                     "files": len(t.files),
                     "format_version": t.format_version,
+                    "kind": meta.trace_kind(m) if m else None,
                     "warning": warning,
                     "profile": (m.get("emulation") or {}).get("profile") if "emulation" in m else None,
                     "host_bound": load.get("host_bound") if "emulation" in m else None,

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from ..hostload import load_words
-from ..texttable import int_text, ns_text, num_text, pct_text, printable, table
+from ..texttable import count, int_text, ns_text, num_text, pct_text, printable, table
 from ..trace import metadata as meta
 from .credits import credit_words
 from .query import QUANTILES
@@ -45,7 +45,8 @@ def _header(s: Summary) -> list[str]:
         lines += [f"            {t['host'] or '(no host)'}  {t['directory']}" for t in traces[:TOP_GROUPS]]
         if len(traces) > TOP_GROUPS:
             lines.append(f"            and {int_text(len(traces) - TOP_GROUPS)} more (--json lists them all)")
-    if "source" in m:
+    lines += _kind(s)
+    if "source" in m and s["kind"] != "syscalls":
         host = f" on {m['host']}" if m.get("host") else ""
         lines.append(f"source      {m['source']}{host}, mounted at {m.get('mountpoint', '?')}")
     if "start_wall_ns" in m:
@@ -101,6 +102,29 @@ def _header(s: Summary) -> list[str]:
             for d in s["unaligned"]
         ]
     return lines
+
+
+def _kind(s: Summary) -> list[str]:
+    """The header's line on what the records are: the requests a FUSE mount served, or the
+    system calls a capture saw (metadata.trace_kind); none when no metadata says."""
+    m, kind = s["metadata"], s["kind"]
+    if kind == "syscalls":
+        host = f" on {m['host']}" if m.get("host") else ""
+        return [
+            f"recorded    system calls (eBPF capture of {m.get('mountpoint', '?')}{host}): no server in the "
+            f"path, every call the processes made, those the kernel answered from its caches included"
+        ]
+    if kind == "fuse":
+        return [
+            "recorded    FUSE requests (a fusetrace mount): what the kernel sent past its caches, a server in the path"
+        ]
+    if kind == "mixed":
+        captured = sum(t["kind"] == "syscalls" for t in s["traces"])
+        return [
+            f"recorded    FUSE requests ({count(len(s['traces']) - captured, 'trace')}) and system calls "
+            f"({count(captured, 'trace')}, eBPF captures): their records are not alike"
+        ]
+    return []
 
 
 def _limited(m: meta.Metadata) -> list[str]:
@@ -192,7 +216,9 @@ def _coverage(s: Summary) -> list[str]:
         f"{c['summed_ns'] / 1e9:.3f} s"
     ]
     widened = c["busy_with_round_trip_ns"]  # set with round_trip_ns
-    if c["round_trip_ns"] is None or widened is None:
+    if s["kind"] == "syscalls":  # no server in the path: no round trip to add
+        pass
+    elif c["round_trip_ns"] is None or widened is None:
         why = "a trace from before format 3" if s["format_version"] < 3 else f"not in its {meta.NAME}"
         lines.append(f"round trip  FUSE's own, before and after each operation: not measured ({why})")
     else:
@@ -201,9 +227,10 @@ def _coverage(s: Summary) -> list[str]:
             f"operation: {widened / 1e9:.3f} s "
             f"({pct_text(c['busy_with_round_trip_share'])})"
         )
+    cached = "" if s["kind"] == "syscalls" else " and what the kernel answered from its caches"
     lines.append(
         f"the rest    {pct_text(c['rest_share'])} of the span: the application's own time (CPU, other I/O, "
-        f"waiting) and what the kernel answered from its caches"
+        f"waiting){cached}"
     )
     return lines
 
@@ -257,7 +284,8 @@ def _ops_table(s: Summary) -> str:
     left = 2 if key else 1
     text = table(head, rows, "l" * left + "r" * (len(head) - left - 1) + "l")
     note = (
-        "latency is dur_ns (admission to reply); total: the latencies added up, %total: its share of all rows' "
+        f"latency is dur_ns ({'system call entry to exit' if s['kind'] == 'syscalls' else 'admission to reply'}); "
+        "total: the latencies added up, %total: its share of all rows' "
         "total, not of wall time (operations overlap: see 'in flight'); MB = 10^6 bytes; "
         + (
             f"ops/s and MB/s over each {key}'s own span (its first start to its last end), not the trace's; "

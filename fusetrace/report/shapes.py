@@ -69,6 +69,7 @@ class Summary(TypedDict):
     files: int
     records: int
     format_version: int
+    kind: str | None  # "fuse", "syscalls" (metadata.trace_kind), "mixed" (a fleet of both), None unknown
     filters: FiltersShown | None
     matched: int
     origin_ns: int | None

@@ -19,11 +19,14 @@ class Caller(Protocol):
 
 
 class Process(NamedTuple):
-    """The process behind a thread, as traces name it, and when that was read (monotonic ns)."""
+    """The process behind a thread, as traces name it, when that was read (monotonic ns),
+    and the thread (the trace's tid: kept here, as this is what the trace stage reads per
+    record, so naming the thread costs it an attribute and nothing more)."""
 
     pid: int
     comm: str
     read_ns: int
+    tid: int
 
 
 class Callers:
@@ -44,7 +47,7 @@ class Callers:
     def _process_of(self, tid: int, now: int) -> Process:
         if len(self._tgids) > 4096:
             self._tgids.clear()  # thread ids get reused; keep the cache small and fresh
-        known = self._tgids[tid] = Process(*thread_group(tid), now)
+        known = self._tgids[tid] = Process(*thread_group(tid), now, tid)
         return known
 
 

@@ -82,7 +82,7 @@ class Holds:
         block is left early if the caller is being killed: the scope given, its
         `cancelled_caught` true then."""
         token = object()
-        pid, name, _ = self.callers.who(who.pid, start)
+        pid, name, *_ = self.callers.who(who.pid, start)
         self.holding[token] = Held(pid, name, op, path, why, start, until, rule)
         try:
             if not killable:

@@ -21,8 +21,6 @@ from .inodes import Inode, InodeTable
 
 log = logging.getLogger(__name__)
 
-_SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
-
 
 Entry = tuple[int, str]  # (directory's node id, name)
 
@@ -44,9 +42,7 @@ class Handle:
         self.closed = False  # a close(2) of it has been seen (a flush): the rest close duplicates
         self.stale = False  # the client crashed while it was open (durable.py): only its release works
         # how its writes reach the server (worked out once: every write asks)
-        self.write_mode = (
-            WriteMode.DIRECT if flags & os.O_DIRECT else WriteMode.SYNC if flags & _SYNC_FLAGS else WriteMode.BUFFERED
-        )
+        self.write_mode = WriteMode.of(flags)
 
 
 class DirHandle:

@@ -22,8 +22,10 @@ NAME = "_metadata.json"
 # (host), so that a fleet's traces read as one; 6: names that are not UTF-8 kept exactly
 # (path_raw, path2_raw), their text with U+FFFD for those bytes (before: \xNN, ambiguous); 7:
 # each record's wall-clock time (time, TIMESTAMP ns UTC) and sampling factor (sample), and the
-# records left out by --trace-only and --trace-sample counted per operation (left_out)
-FORMAT_VERSION = 7
+# records left out by --trace-only and --trace-sample counted per operation (left_out); 8: the
+# thread that made each request (tid), and `source` "syscalls" for a trace captured without
+# FUSE (`fusetrace capture`: trace_kind)
+FORMAT_VERSION = 8
 
 
 _INT, _NONE, _STR, _DICT, _LIST = (int,), (type(None),), (str,), (dict,), (list,)

@@ -9,7 +9,7 @@ a trace records when it has nothing to say: null, 0 or ""; format 4's missing `h
 the host its metadata names; format 5's missing `path_raw`, `path2_raw`, null (its names
 that were not UTF-8 are lost: \\xNN in their text); format 6's missing `time`, from its
 start_ns and its metadata's clock pair (null without one), and `sample`, 1 (nothing was
-sampled before format 7).
+sampled before format 7); format 7's missing `tid`, 0 (thread unknown).
 
 Every part is checked once, before any command reads it (`checked_parts`): a part that
 is not Parquet at all, or whose pages cannot be decoded (what a crash or a full disk
@@ -93,7 +93,7 @@ RANGES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("dur_ns", "shaped_ns", "wait_ns", "latency_ns", "transfer_ns"), (0, MAX_DURATION_NS)),
     **dict.fromkeys(("offset", "size", "result"), (0, 2**63 - 1)),
     **dict.fromkeys(("inode", "fh", "entry"), (0, 2**64 - 1)),
-    **dict.fromkeys(("pid", "uid", "gid", "mode"), (0, 2**32 - 1)),
+    **dict.fromkeys(("pid", "tid", "uid", "gid", "mode"), (0, 2**32 - 1)),
     "errno": (0, 4095),
     "flags": (-(2**31), 2**31 - 1),
     "sample": (1, 2**32 - 1),
@@ -452,7 +452,9 @@ class Member:
         """Its metadata's format_version, else what its columns say."""
         c = self.columns
         return self.metadata.get("format_version") or (
-            7
+            8
+            if "tid" in c
+            else 7
             if "sample" in c
             else 6
             if "path_raw" in c

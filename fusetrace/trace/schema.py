@@ -34,7 +34,7 @@ class TraceRecord(NamedTuple):
     size: Annotated[int, pa.int64()]  # bytes requested (read, write, getxattr, readdir entries...)
     result: Annotated[int, pa.int64()]  # bytes transferred or entries returned, else 0
     errno: Annotated[int, pa.int32()]  # 0 on success
-    pid: Annotated[int, pa.uint32()]  # calling process; for ops on a handle, the one that opened it
+    pid: Annotated[int, pa.uint32()]  # calling process; for ops on a handle, the one that opened it (tid: its thread)
     uid: Annotated[int, pa.uint32()]
     gid: Annotated[int, pa.uint32()]
     shaped_ns: Annotated[int, pa.int64()]  # time the emulator held the op; 0 in trace mode
@@ -54,6 +54,9 @@ class TraceRecord(NamedTuple):
     entry: Annotated[int, pa.uint64()] = 0
     # Format 4: the fault rule that fired on the operation, held it or whose error it returned; else null
     fault: Annotated[str | None, _NAME] = None
+    # Format 8: the thread that made the request (a FUSE trace's: the caller id the kernel sent,
+    # the opener's for ops on a handle, as pid; a capture's: the thread that made the system call)
+    tid: Annotated[int, pa.uint32()] = 0
 
 
 RECORD_SCHEMA = pa.schema(

@@ -45,10 +45,12 @@ class User(Protocol):
 
 
 class Process(Protocol):
-    """The process that made it (not its thread) and the process's name."""
+    """The process that made it, the thread of it that did, and the process's name."""
 
     @property
     def pid(self) -> int: ...
+    @property
+    def tid(self) -> int: ...
     @property
     def comm(self) -> str: ...
 

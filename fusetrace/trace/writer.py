@@ -80,7 +80,7 @@ _NONES = (None,) * _BLOCK_REFS
 # file bytes (see docs/BENCHMARKS.md, "Figures behind design choices: trace/writer.py").
 _DICTIONARY = [
     f.name for f in SCHEMA if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-] + ["inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry"]
+] + ["inode", "fh", "size", "result", "errno", "pid", "uid", "gid", "flags", "mode", "entry", "tid"]
 
 MAX_PENDING_BYTES = 64 << 20
 # Estimated bytes of one queued record, its path's characters aside: its packed row and its
@@ -278,6 +278,7 @@ class TraceWriter:
                     flags,
                     mode,
                     entry,
+                    process.tid,
                 )  # as _INT_COLUMNS
             except struct.error as exc:
                 self._bad(request.op, exc)

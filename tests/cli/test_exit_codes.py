@@ -46,7 +46,7 @@ USAGE = [
     (["fault", "{mnt}", "add", "--errno", "EIO", "--stale"], ["exactly one effect"]),
     (["fault", "{mnt}", "add", "--op", "wirte", "--errno", "EIO"], ["wirte"]),
     (["fault", "{mnt}", "event", "--at", "1s", "--set", "novalue"], ["expected KEY=VALUE"]),
-    (["report", "{trace}", "--op", "wirte"], ["--op wirte: not a FUSE operation"]),
+    (["report", "{trace}", "--op", "wirte"], ["--op wirte: not a traced operation"]),
     (["report", "{trace}", "--by", "color"], ["invalid choice: 'color'"]),
     (["report", "{trace}", "--since", "abc"], ["--since abc: not seconds"]),
     (["report", "{trace}", "--since", "2", "--until", "1"], ["is not before --until"]),

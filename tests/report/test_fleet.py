@@ -76,7 +76,7 @@ def test_each_trace_names_its_host(fleet):
     for host in FILES:
         d = fleet / f"host={host}"
         m = meta.read(d)
-        assert m["format_version"] == 7 and m["host"] == host and m["hostname"] == socket.gethostname()
+        assert m["format_version"] == 8 and m["host"] == host and m["hostname"] == socket.gethostname()
         assert pq.read_table(d).column("host").to_pylist() == [host] * m["records"]
 
 

@@ -630,7 +630,7 @@ def test_filters_combined_match_pandas(trace3, rich_df):
         "--until 0.9",
     ]
     assert s["coverage"]["span_ns"] == trace.span_ns
-    header = render(s).splitlines()[3]
+    header = next(line for line in render(s).splitlines() if line.startswith("filters"))
     assert header.startswith("filters     --op read,write,lookup  --pid 200") and header.endswith(
         f": {len(mine):,} of {len(df):,} records"
     )
@@ -995,7 +995,7 @@ def test_timeline_text_and_plot(trace3, tmp_path, capsys):
 
 def test_json_has_everything(trace3, rich_df, capsys):
     out = json.loads(report(capsys, str(trace3), "--json", "--by", "dir", "--comm", "make", "--histogram").stdout)
-    assert out["format_version"] == 7 and out["by"] == "dir" and out["top"] is None
+    assert out["format_version"] == 8 and out["by"] == "dir" and out["top"] is None
     assert out["faults"] == []  # no rule acted on any of its records
     assert out["filters"]["comm"] == ["make"] and out["matched"] == (rich_df.comm == "make").sum()
     assert set(out["coverage"]) >= {
@@ -1046,7 +1046,7 @@ def test_since_and_until_as_wall_clock_times(tmp_path, capsys, monkeypatch):
         (["--since", "nan"], ["--since nan: seconds since"]),
         (["--since", "2", "--until", "1"], ["--since 2 is not before --until 1"]),
         (["--path", "/src/[ab"], ["--path /src/[ab: a [ opens a character class that has no ]"]),
-        (["--op", "reed"], ["--op reed: not a FUSE operation (one of: lookup, getattr"]),
+        (["--op", "reed"], ["--op reed: not a traced operation (one of: lookup, getattr"]),
         (["--plot", "x.jpg"], ["--plot x.jpg: the plot is a PNG; name the file .png"]),
     ],
 )

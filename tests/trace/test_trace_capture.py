@@ -117,7 +117,7 @@ def test_every_record_has_its_wall_clock_time_as_a_timestamp_with_zone(mount):
     assert rows.schema.field("time").type == pa.timestamp("ns", tz="UTC")
     offset = meta["start_wall_ns"] - meta["start_monotonic_ns"]
     assert [t.value for t in rows["time"]] == [s + offset for s in rows["start_ns"].to_pylist()]
-    assert meta["format_version"] == 7
+    assert meta["format_version"] == 8
 
 
 def _as_format_6(trace: Path) -> None:

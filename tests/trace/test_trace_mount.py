@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import sys
+import threading
 
 import duckdb
 import pandas as pd
@@ -90,7 +91,7 @@ def test_records_name_the_process_the_handles_and_what_changed(mount):
     m.unmount()
     df = pd.read_parquet(m.trace)
     meta = json.loads((m.trace / "_metadata.json").read_text())
-    assert meta["format_version"] == 7 and 0 < meta["fuse_round_trip_ns"] < 10**8
+    assert meta["format_version"] == 8 and 0 < meta["fuse_round_trip_ns"] < 10**8
     assert meta["host"] == meta["hostname"] == socket.gethostname() and set(df.host) == {meta["host"]}
     assert "statfs" not in set(df.op.astype(str))  # the mount's own probes are not traced
     assert {"sh", "cat"} <= set(df.comm) and "" not in set(df.comm)
@@ -130,3 +131,25 @@ def test_negative_timeout_lets_the_kernel_remember_absent_names(mount):
         counts[timeout] = len(df[(df.op == "lookup") & (df.path == "/missing")])
         assert json.loads((m.trace / "_metadata.json").read_text())["options"]["negative_timeout"] == float(timeout)
     assert counts == {"0": 5, "60": 1}
+
+
+def test_tid_is_the_calling_thread(mount):
+    """Format 8: `tid` is the thread the kernel named for the request; `pid` its process."""
+    m = mount("--attr-timeout", "0", "--entry-timeout", "0", trace=True)
+    (m.mountpoint / "f").write_bytes(b"x")
+    tids = []
+
+    def stat_it() -> None:
+        tids.append(threading.get_native_id())
+        os.stat(m.mountpoint / "f")
+
+    worker = threading.Thread(target=stat_it)
+    worker.start()
+    worker.join(timeout=30)
+    assert tids and tids[0] != threading.get_native_id()
+    m.unmount()
+    df = pd.read_parquet(m.trace)
+    theirs = df[df.tid == tids[0]]
+    assert {"lookup", "getattr"} <= set(theirs.op.astype(str)) and set(theirs.pid) == {os.getpid()}
+    mine = df[(df.op == "create") & (df.path == "/f")]
+    assert list(mine.tid) == [threading.get_native_id()]  # the main thread's

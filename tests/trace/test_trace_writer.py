@@ -24,7 +24,7 @@ U64, I64, U32 = 2**64 - 1, 2**63 - 1, 2**32 - 1
 
 
 UNSHAPED = (None, 0, 0, 0, None)  # gate, wait_ns, latency_ns, transfer_ns, nfs of an op the model never saw
-PLAIN = ("", None, 0, 0, 0, None)  # comm, kind, flags, mode, entry, fault left out
+PLAIN = ("", None, 0, 0, 0, None, 0)  # comm, kind, flags, mode, entry, fault, tid left out
 
 
 def row(i: int, op: str = "read", path: str = "/f", path2: str | None = None) -> tuple:
@@ -45,7 +45,31 @@ def read_rows(d: Path) -> list[tuple]:
 
 def test_records_round_trip_exactly(tmp_path):
     rows = [
-        (0, 0, "lookup", 1, "/", None, 0, 0, 0, 0, 0, 0, 0, 0, 0, *UNSHAPED, "ls", "meta_read", 0, 0o40755, U64, None),
+        (
+            0,
+            0,
+            "lookup",
+            1,
+            "/",
+            None,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            *UNSHAPED,
+            "ls",
+            "meta_read",
+            0,
+            0o40755,
+            U64,
+            None,
+            U32,
+        ),
         (
             -(2**63),
             I64,
@@ -73,6 +97,7 @@ def test_records_round_trip_exactly(tmp_path):
             0,
             0,
             "r1",
+            1,
         ),
         (
             5,
@@ -101,6 +126,7 @@ def test_records_round_trip_exactly(tmp_path):
             0,
             0,
             None,
+            4242,
         ),
         (
             6,
@@ -129,8 +155,33 @@ def test_records_round_trip_exactly(tmp_path):
             U32,
             0,
             "stall-1",
+            0,
         ),
-        (7, 9, "open", 11, "/f", None, 5, 0, 0, 0, 0, 1, 2, 3, 0, *UNSHAPED, "cat", "meta_read", -(2**31), 0, 0, None),
+        (
+            7,
+            9,
+            "open",
+            11,
+            "/f",
+            None,
+            5,
+            0,
+            0,
+            0,
+            0,
+            1,
+            2,
+            3,
+            0,
+            *UNSHAPED,
+            "cat",
+            "meta_read",
+            -(2**31),
+            0,
+            0,
+            None,
+            7,
+        ),
     ]
     with TraceWriter(tmp_path / "t", {"source": "/src"}) as w:
         for r in rows:

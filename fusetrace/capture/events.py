@@ -1,0 +1,151 @@
+"""bpftrace's output (`-f json`, one JSON object a line) back into the probes' records, a
+slot at a time and in start order, and the per-operation counts to check them against.
+
+The program (program.py) prints a slot as four maps, keyed "tid,start": `@f?` the calls
+on descriptors, `@p?` the named calls, `@s?` and `@t?` the names of those.  A slot is
+whole once its `@t?` map is read.  A slot is held until the next one is whole, and the
+two are sorted together when the next holds a call that began first (a long call, or
+the end's halves, printed in either order); at the end bpftrace prints `@n`, the counts
+by operation, and what is held is given.  JSON keeps names exact: bpftrace
+escapes every byte a hostile name may hold (a newline, a quote), so one line is one
+object whatever the names are.
+"""
+
+import json
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from .program import CWD
+
+
+class FdCall(NamedTuple):
+    """A call on a descriptor, as its probe kept it."""
+
+    op: int
+    pid: int
+    uid: int
+    gid: int
+    dur_ns: int
+    ret: int
+    file: int  # the open file's address (a key only: never written to the trace)
+    ino: int
+    mode: int
+    file_flags: int
+    offset: int
+    size: int  # -1: the vector calls', whose sizes are in user memory: the result is used
+    fd: int
+    comm: str
+    tid: int
+    start_ns: int
+
+
+class NamedCall(NamedTuple):
+    """A call that names a path, as its probe kept it."""
+
+    op: int
+    pid: int
+    uid: int
+    gid: int
+    dur_ns: int
+    ret: int
+    flags: int
+    arg: int  # a mode, a size or a length: the call's `y` (calls.py)
+    base: int  # inode of the directory a relative first name starts from; 0 none
+    base2: int
+    file: int  # an open's new file; a call below a descriptor: that descriptor's file
+    ino: int  # an open's file (a chdir: the new working directory)
+    mode: int
+    dirfd: int
+    dirfd2: int
+    comm: str
+    tid: int
+    start_ns: int
+    name: str  # as the caller gave it (absolute or relative); cut at STRLEN - 1 bytes
+    name2: str  # the second path, a symlink's target or an attribute's name
+
+
+class Started(NamedTuple):
+    """A program started with its working directory on the mount."""
+
+    pid: int
+    ino: int
+
+
+Call = FdCall | NamedCall
+
+
+class BadOutput(ValueError):
+    """A line of bpftrace's output that is not what the program prints."""
+
+
+class Events:
+    """Feed it bpftrace's lines; it yields the records of each whole slot in start
+    order, and once the counts have been read, `counts` holds them."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] | None = None  # by operation number, once read
+        self.lost_events = 0  # bpftrace's own "lost events" (its prints that never reached it)
+        self.ready = False
+        self._slot: list[Call] = []
+        self._named: dict[str, list] = {}
+        self._names: dict[str, str] = {}
+        self._waiting: list[Call] = []
+
+    def feed(self, line: bytes) -> Iterator[Call | Started]:
+        if not line.strip():
+            return  # (bpftrace ends a map's print with an empty line)
+        try:  # (names that are not UTF-8 come as their bytes: kept as os.fsdecode keeps them)
+            obj = json.loads(line.decode(errors="surrogateescape"))
+            kind, data = obj["type"], obj["data"]
+        except (ValueError, TypeError, KeyError):
+            raise BadOutput(f"not bpftrace's JSON: {line[:80]!r}") from None
+        if kind == "printf":
+            words = str(data).split()
+            if words[:1] == [CWD] and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
+                yield Started(int(words[1]), int(words[2]))
+            else:
+                self.ready = True
+        elif kind == "lost_events":
+            self.lost_events += int(data.get("events", 0))
+        elif kind == "map":
+            ((name, entries),) = data.items()
+            yield from self._map(name, entries)
+
+    def _map(self, name: str, entries: dict) -> Iterator[Call]:
+        which = name[1:2]
+        if which == "f":
+            self._slot.extend(FdCall._make([*v, *_key(k)]) for k, v in entries.items())
+        elif which == "p":
+            self._named = entries
+        elif which == "s":
+            self._names = entries
+        elif which == "t":
+            names, named = self._names, self._named
+            self._slot.extend(
+                NamedCall._make([*v, *_key(k), names.get(k, ""), entries.get(k, "")]) for k, v in named.items()
+            )
+            self._named, self._names = {}, {}
+            slot, self._slot = self._slot, []
+            slot.sort(key=_start)
+            if slot and self._waiting and slot[0].start_ns < self._waiting[-1].start_ns:
+                # a call that began before the last slot's (a long one, or the end's
+                # halves printed newer first): both are kept, in one order
+                self._waiting = sorted(self._waiting + slot, key=_start)
+            else:
+                yield from self._waiting
+                self._waiting = slot
+        elif which == "n":
+            self.counts = {int(k): int(v) for k, v in entries.items()}
+            waiting, self._waiting = self._waiting + self._slot, []
+            self._slot = []
+            waiting.sort(key=_start)
+            yield from waiting
+
+
+def _key(key: str) -> tuple[int, int]:
+    tid, start = key.split(",")
+    return int(tid), int(start)
+
+
+def _start(call: Call) -> int:
+    return call.start_ns

@@ -1,0 +1,223 @@
+"""The bpftrace program of a capture, written from the table of system calls (calls.py)
+for one mount: its device as the kernel encodes it, its path, and the process to leave
+out (the capture itself, which may write its trace on the mount).
+
+How records leave the kernel.  A printf per call costs the caller about 8 µs on this
+machine (every perf-buffer event wakes the reader: an interprocessor interrupt, a VM exit
+on a virtual machine), where keeping the record in a map costs it about 1 µs (bench/
+capture.py).  So each record goes into one of two sets of hash maps by the parity of
+its exit time in PERIOD_NS slots, and once a slot has ended a timer asks bpftrace to
+print the previous slot's maps and clear them.  The printing is bpftrace's own, done
+later in its user half; the slot's writers have finished by then (a record is written
+within microseconds of its slot's choice, and the timer waits GRACE_NS into the next
+slot) and the next writers of those maps start a whole slot later.  A record the maps
+had no room for, or one cleared before it was printed, is still counted in `@n` by
+operation: the capture compares those counts with the records it read.
+
+Paths are compared without string functions (bpftrace's `strncmp` unrolls into more
+states than the verifier takes): the mount's path, with a "/" or a NUL after it, is read
+as 8-byte words from the caller's memory and compared under masks.  Names are printed
+from their own maps (STRLEN bytes each), so that no probe holds two on its 512-byte stack.
+"""
+
+from collections.abc import Iterable
+
+from .calls import AT_FDCWD, FD_CALLS, NAMED_CALLS, OP_IDS, Fd, Named
+
+PERIOD_NS = 200_000_000
+GRACE_NS = PERIOD_NS // 8  # the timer's wait into a slot before it prints the last one
+STRLEN = 200  # the longest name bpftrace 0.17 prints (BPFTRACE_STRLEN's limit)
+MAP_KEYS = 65_536  # records of one slot (each map; 327,000 calls a second at PERIOD_NS)
+READY = "fusetrace-capture-ready"
+CWD = "cwd"  # printed with a pid and an inode: a program started there
+
+_S_IFMT, _S_IFDIR = 0xF000, 0x4000
+_O_CREAT, _O_DIRECTORY, _AT_REMOVEDIR = 0o100, 0o200000, 0x200
+# (maps per slot: F records of calls on descriptors, P of named calls and their names)
+_SLOT_MAPS = ("f", "p", "s", "t")
+
+
+def program(dev: int, mountpoint: bytes, self_pid: int) -> str:
+    """The program for the mount of device `dev` (the kernel's encoding: major << 20 |
+    minor) at the absolute path `mountpoint`, leaving out the process `self_pid`."""
+    parts = [f'BEGIN {{ printf("{READY}\\n"); }}']
+    for call in FD_CALLS:
+        parts.append(_fd_enter(call, dev, self_pid))
+    parts.append(_fd_exit(FD_CALLS))
+    for named in NAMED_CALLS:
+        parts.append(_named_enter(named, self_pid))
+    opens = [c for c in NAMED_CALLS if c.op in ("open", "create")]
+    parts.append(_named_exit(opens, dev, mountpoint))
+    parts.append(_named_exit([c for c in NAMED_CALLS if c not in opens], dev, mountpoint))
+    parts.append(_exec(dev, self_pid))
+    parts.append(_timer())
+    parts.append(_end())
+    return "\n".join(parts) + "\n"
+
+
+def _file(fd: str, var: str) -> str:
+    """`var` := the open file behind descriptor `fd` of the current task, or 0."""
+    return (
+        f"$t = curtask->files->fdt; {var} = (struct file *)0; "
+        f"if ((uint64)({fd}) < (uint64)$t->max_fds) {{ "
+        f"{var} = *(struct file **)((uint64)$t->fd + (uint64)({fd}) * 8); }}"
+    )
+
+
+def _is_dir(mode: str) -> str:
+    return f"(({mode}) & {_S_IFMT:#x}) == {_S_IFDIR:#x}"
+
+
+def _fd_enter(call: Fd, dev: int, self_pid: int) -> str:
+    op = OP_IDS[call.op]
+    pick = f"$op = {op};"
+    if call.op in ("flush", "fsync"):
+        other = OP_IDS["releasedir" if call.op == "flush" else "fsyncdir"]
+        pick += f" if ({_is_dir('$f->f_inode->i_mode')}) {{ $op = {other}; }}"
+    size = "-1" if call.size is None else call.size
+    return (
+        f"tracepoint:syscalls:sys_enter_{call.name} /pid != {self_pid}/ {{\n"
+        f"  {_file(call.fd, '$f')}\n"
+        f"  if ($f != 0) {{ if ($f->f_inode->i_sb->s_dev == {dev}) {{\n"
+        f"    {pick}\n"
+        f"    @f[tid] = ((uint64)$op, nsecs, (uint64)$f, (int64)({call.offset}), (int64)({size}), "
+        f"(uint64)$f->f_inode->i_ino, (uint64)$f->f_flags, (uint64)$f->f_inode->i_mode, (int64)({call.fd}));\n"
+        f"  }} }}\n}}"
+    )
+
+
+def _fd_exit(calls: Iterable[Fd]) -> str:
+    probes = ",\n".join(f"tracepoint:syscalls:sys_exit_{c.name}" for c in calls)
+    record = "($e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $e.3, $e.4, $e.8, comm)"
+    return (
+        f"{probes} /@f[tid].1/ {{\n"
+        f"  $e = @f[tid]; delete(@f[tid]);\n"
+        f"  @n[$e.0] = count();\n"
+        f"  if ((nsecs / {PERIOD_NS}) % 2 == 0) {{ @fa[tid, $e.1] = {record}; }} "
+        f"else {{ @fb[tid, $e.1] = {record}; }}\n}}"
+    )
+
+
+def _named_enter(call: Named, self_pid: int) -> str:
+    op = OP_IDS[call.op]
+    dirfd = call.dirfd or str(AT_FDCWD)
+    dirfd2 = call.dirfd2 or str(AT_FDCWD)
+    second = call.path2 or call.target or call.xname or "0"
+    return (
+        f"tracepoint:syscalls:sys_enter_{call.name} /pid != {self_pid}/ {{ "
+        f"@p[tid] = ((uint64){op}, nsecs, (int64)(int32)({dirfd}), (uint64)({call.path}), (int64)(int32)({dirfd2}), "
+        f"(uint64)({second}), (uint64)({call.x}), (uint64)({call.y})); }}"
+    )
+
+
+def _words(ptr: str, text: bytes) -> str:
+    """Whether the caller's memory at `ptr` starts with `text`, read as 8-byte words."""
+    tests = []
+    for i in range(0, len(text), 8):
+        chunk = text[i : i + 8]
+        value = int.from_bytes(chunk.ljust(8, b"\0"), "little")
+        mask = (1 << (8 * len(chunk))) - 1
+        tests.append(f"((*(uint64 *)uptr({ptr} + {i})) & {mask:#x}) == {value:#x}")
+    return " && ".join(tests)
+
+
+def _matched(ptr: str, dirfd: str, base: str, file: str | None, dev: int, mountpoint: bytes) -> str:
+    """Sets $m when the name at `ptr` below `dirfd` is on the mount: an absolute path below
+    the mount point, or a relative one (an empty one: the descriptor itself) from a
+    directory on the mount, whose inode goes in `base` and whose open file in `file`."""
+    if mountpoint == b"/":
+        absolute = _words(ptr, b"/")
+    else:
+        below, itself = _words(ptr, mountpoint + b"/"), _words(ptr, mountpoint + b"\0")
+        absolute = f"({below}) || ({itself})"
+    keep = "" if file is None else f"{file} = (uint64)$g;"
+    return (
+        f"  if ({absolute}) {{ $m = 1; }}\n"
+        f"  else {{ if ((*(uint8 *)uptr({ptr})) != 0x2f) {{\n"
+        f"    $d = curtask->fs->pwd.dentry;\n"
+        f"    if ({dirfd} != {AT_FDCWD}) {{ {_file(dirfd, '$g')} $d = (struct dentry *)0; "
+        f"if ($g != 0) {{ $d = $g->f_path.dentry; {keep} }} }}\n"
+        f"    if ($d != 0) {{ if ($d->d_sb->s_dev == {dev}) {{ $m = 1; {base} = $d->d_inode->i_ino; }} }}\n"
+        f"  }} }}\n"
+    )
+
+
+def _named_exit(calls: Iterable[Named], dev: int, mountpoint: bytes) -> str:
+    """One body for the exits of `calls`, all opens or none: their first name, and the
+    second where it is a path (rename, link), matched as the module says."""
+    calls = list(calls)
+    probes = ",\n".join(f"tracepoint:syscalls:sys_exit_{c.name}" for c in calls)
+    ops = sorted({OP_IDS[c.op] for c in calls})
+    body = "  $e = @p[tid]; delete(@p[tid]);\n  $m = 0; $b1 = (uint64)0; $b2 = (uint64)0; $fp = (uint64)0;\n"
+    body += "  $ino = (uint64)0; $mode = (uint64)0; $op = $e.0; $n2 = $e.5;\n"
+    if calls[0].op in ("open", "create"):
+        # an open is matched by what it opened (a failed one by its name), and a
+        # relative name's starting directory is sent all the same
+        body += _matched("$e.3", "$e.2", "$b1", None, dev, mountpoint)
+        body += (
+            f"  if (args->ret >= 0) {{ $m = 0; {_file('args->ret', '$o')}\n"
+            f"    if ($o != 0) {{ if ($o->f_inode->i_sb->s_dev == {dev}) {{ $m = 1; $fp = (uint64)$o; "
+            f"$ino = $o->f_inode->i_ino; $mode = $o->f_inode->i_mode;\n"
+            # (and what it opened by name in its directory: the path when the caller's
+            # starting directory is off the mount, `cat mnt/file` from its parent)
+            f"      $w = $o->f_path.dentry; $b2 = $w->d_parent->d_inode->i_ino; "
+            f"$n2 = (uint64)$w->d_name.name; }} }}\n  }}\n"
+            f"  if ($e.6 & {_O_CREAT:#x}) {{ $op = {OP_IDS['create']}; }}\n"
+            f"  if ($e.6 & {_O_DIRECTORY:#x}) {{ $op = {OP_IDS['opendir']}; }}\n"
+            f"  if ({_is_dir('$mode')}) {{ $op = {OP_IDS['opendir']}; }}\n"
+        )
+    else:
+        body += _matched("$e.3", "$e.2", "$b1", "$fp", dev, mountpoint)
+        two = " || ".join(f"$op == {OP_IDS[op]}" for op in sorted({c.op for c in calls if c.path2}))
+        if two:
+            body += f"  if ({two}) {{\n{_matched('$e.5', '$e.4', '$b2', None, dev, mountpoint)}  }}\n"
+        body += f"  if ($op == {OP_IDS['unlink']} && ($e.6 & {_AT_REMOVEDIR:#x})) {{ $op = {OP_IDS['rmdir']}; }}\n"
+        # where a chdir went, which later relative names start from: its inode, and its
+        # parent's and its name (what the directory was matched by is the new one: the
+        # exit is after the change)
+        body += (
+            f"  if ($op == {OP_IDS['chdir']}) {{ $w = curtask->fs->pwd.dentry; $ino = $w->d_inode->i_ino; "
+            f"$b2 = $w->d_parent->d_inode->i_ino; $n2 = (uint64)$w->d_name.name; }}\n"
+        )
+    record = "($op, pid, uid, gid, nsecs - $e.1, args->ret, $e.6, $e.7, $b1, $b2, $fp, $ino, $mode, $e.2, $e.4, comm)"
+    body += (
+        f"  if ($m) {{\n    @n[$op] = count();\n"
+        f"    if ((nsecs / {PERIOD_NS}) % 2 == 0) {{ @pa[tid, $e.1] = {record}; "
+        f"@sa[tid, $e.1] = str($e.3); @ta[tid, $e.1] = str($n2); }}\n"
+        f"    else {{ @pb[tid, $e.1] = {record}; @sb[tid, $e.1] = str($e.3); @tb[tid, $e.1] = str($n2); }}\n  }}\n"
+    )
+    which = " || ".join(f"@p[tid].0 == {op}" for op in ops)
+    return f"{probes} /{which}/ {{\n{body}}}"
+
+
+def _exec(dev: int, self_pid: int) -> str:
+    """A program starting with its working directory on the mount: said at once (its calls
+    come a slot later), so that its directory's path can be read while it runs."""
+    return (
+        f"tracepoint:sched:sched_process_exec /pid != {self_pid}/ {{ $d = curtask->fs->pwd.dentry;\n"
+        f'  if ($d->d_sb->s_dev == {dev}) {{ printf("{CWD} %d %lu\\n", pid, $d->d_inode->i_ino); }} }}'
+    )
+
+
+def _print(half: str) -> str:
+    maps = [f"@{m}{half}" for m in _SLOT_MAPS]
+    return " ".join(f"print({m});" for m in maps) + " " + " ".join(f"clear({m});" for m in maps)
+
+
+def _timer() -> str:
+    """Once per slot, GRACE_NS into it: the maps of the slot before, printed and cleared."""
+    tick = GRACE_NS // 1_000_000
+    return (
+        f"interval:ms:{tick} {{\n"
+        f"  $k = nsecs / {PERIOD_NS}; $into = nsecs % {PERIOD_NS};\n"
+        f"  if ($k != @slot && $into >= {GRACE_NS} && $into < {PERIOD_NS // 2}) {{\n"
+        f"    @slot = $k;\n"
+        f"    if ($k % 2 == 0) {{ {_print('b')} }} else {{ {_print('a')} }}\n"
+        f"  }}\n}}"
+    )
+
+
+def _end() -> str:
+    """At the end: both slots' records, then the counts (so that every record printed is
+    read before the counts it is compared with), and nothing left for bpftrace to print."""
+    return f"END {{ {_print('a')} {_print('b')} print(@n); clear(@n); clear(@slot); clear(@f); clear(@p); }}"

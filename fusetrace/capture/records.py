@@ -1,0 +1,262 @@
+"""The probes' records (events.py) as trace records: the operation's name, the path
+below the mount point, a number for each open file, the request's kind.
+
+Paths are rebuilt here, from what the probes send: a name as the caller gave it, and for
+a relative one the inode of the directory it starts from (a descriptor's or the working
+directory); for a call on a descriptor, the open file, whose path its open gave.  The
+book of what is known (an open file's path, a directory inode's path) is filled by the
+calls themselves: opens, chdir, and renames and removals, which move or drop its
+entries.  Where the book does not know (a descriptor opened before the capture began, a
+working directory entered before it), /proc/PID/fd/N or /proc/PID/cwd is read, while the
+process still has it.  What cannot be rebuilt is left "" and counted (`unknown_paths`):
+a descriptor closed and a process gone before its records were read (records are read a
+slot, 0.2 s, after they happen), a directory renamed since the book learnt it (its
+files' paths keep the old name), a name cut at the probes' STRLEN - 1 bytes (`cut_names`).
+
+Nothing the kernel keeps private leaves: an open file's address is only a key here; the
+trace's `fh` is a number given in order of first sight.
+"""
+
+import os
+import stat
+from collections import OrderedDict
+
+from ..request import Kind, WriteMode
+from ..trace.schema import TraceRecord
+from .calls import OPS
+from .events import Call, FdCall
+from .program import STRLEN
+
+MAX_KNOWN = 1 << 20  # paths the book keeps (open files, directories), oldest forgotten first
+
+_KINDS = {
+    "read": Kind.READ,
+    "fsync": Kind.COMMIT,
+    "fsyncdir": Kind.COMMIT,
+    "releasedir": Kind.NONE,
+    **dict.fromkeys(
+        ["open", "opendir", "getattr", "access", "readlink", "readdir", "statfs", "getxattr", "listxattr"],
+        Kind.META_READ,
+    ),
+    **dict.fromkeys(
+        [
+            "create",
+            "mkdir",
+            "mknod",
+            "unlink",
+            "rmdir",
+            "rename",
+            "link",
+            "symlink",
+            "setattr",
+            "setxattr",
+            "removexattr",
+        ],
+        Kind.META_WRITE,
+    ),
+}
+# what each call's size column is: the bytes asked for, where the call asks for some
+_SIZED = frozenset({"getxattr", "setxattr", "listxattr", "readlink", "setattr"})
+
+
+class _File:
+    __slots__ = ("fh", "path", "wrote")
+
+    def __init__(self, fh: int, path: str):
+        self.fh, self.path, self.wrote = fh, path, False
+
+
+class Rebuilder:
+    """Turns a capture's calls, in start order, into trace records (None: a call that is
+    followed but not recorded: chdir)."""
+
+    def __init__(self, mountpoint: str, root_ino: int, proc: str = "/proc"):
+        self.mountpoint = mountpoint.rstrip("/") or "/"
+        self._proc = proc
+        self._files: OrderedDict[int, _File] = OrderedDict()  # by the open file's address
+        self._dirs: OrderedDict[int, str] = OrderedDict({root_ino: "/"})  # a path by inode (directories, opened files)
+        self._dir_at: dict[str, int] = {"/": root_ino}  # and the inode by path
+        self._next_fh = 1
+        self.unknown_paths = 0
+        self.cut_names = 0
+
+    def record(self, c: Call) -> TraceRecord | None:
+        op = OPS[c.op - 1]
+        if isinstance(c, FdCall):
+            return self._fd_record(op, c)
+        errno = -c.ret if c.ret < 0 else 0
+        path = self._path(c.name, c.base, c.dirfd, c.pid)
+        path2 = None
+        fh = inode = 0
+        if op in ("open", "create", "opendir"):
+            if not errno:
+                if not path:  # its name in the directory it was found in (the probes send both)
+                    path = _joined(self._dirs.get(c.base2), c.name2)
+                    self.unknown_paths -= bool(path)
+                fh = self._opened(c.file, path)
+                inode = c.ino
+                self._know_dir(c.ino, path)
+        elif not c.name and c.file:  # a call on the descriptor itself (fstatat "", fgetxattr, futimens)
+            known = self._files.get(c.file)
+            if known:
+                fh, path = known.fh, known.path or path
+        if op in ("rename", "link"):
+            path2 = self._path(c.name2, c.base2, c.dirfd2, c.pid)
+            if op == "rename" and not errno:
+                self._moved(path, path2)
+        elif op in ("symlink", "getxattr", "setxattr", "removexattr"):
+            path2 = c.name2
+        elif op in ("unlink", "rmdir") and not errno:
+            self._moved(path, None)
+        if op == "chdir":  # (matched at its exit: by the new working directory, its name and parent's inode)
+            if not errno and c.ino not in self._dirs:
+                parent = self._dirs.get(c.base2)
+                self._know_dir(c.ino, path if c.name.startswith("/") else _joined(parent, c.name2))
+            return None
+        mode = c.mode
+        if op in ("mkdir", "mknod"):
+            mode = c.arg | (stat.S_IFDIR if op == "mkdir" else 0)
+        size = c.arg if op in _SIZED else 0
+        result = c.ret if c.ret > 0 and op in ("getxattr", "listxattr", "readlink") else 0
+        return TraceRecord(
+            c.start_ns, c.dur_ns, op, inode, path, path2, fh, 0, size, result, errno, c.pid, c.uid, c.gid, 0,
+            comm=c.comm, kind=_KINDS[op], flags=c.flags if fh or op in ("open", "create", "opendir") else 0,
+            mode=mode, tid=c.tid,
+        )  # fmt: skip
+
+    def _fd_record(self, op: str, c: FdCall) -> TraceRecord | None:
+        known = self._files.get(c.file)
+        if known is None:
+            known = self._files[c.file] = _File(self._new_fh(), self._fd_path(c))
+            self._room(self._files)
+        if op == "chdir":
+            if c.ret == 0:
+                self._know_dir(c.ino, known.path)
+            return None
+        errno = -c.ret if c.ret < 0 else 0
+        result = c.ret if c.ret > 0 and op in ("read", "write", "readdir") else 0
+        size = result if c.size < 0 else c.size
+        kind: str = _KINDS.get(op, Kind.NONE)
+        if op == "write":
+            kind = WriteMode.of(c.file_flags)
+            known.wrote = True
+        elif op == "flush":
+            kind = Kind.COMMIT if known.wrote else Kind.NONE
+        return TraceRecord(
+            c.start_ns, c.dur_ns, op, c.ino, known.path, None, known.fh, c.offset, size, result, errno,
+            c.pid, c.uid, c.gid, 0, comm=c.comm, kind=kind,
+            flags=c.file_flags if op == "write" else 0, mode=c.mode, tid=c.tid,
+        )  # fmt: skip
+
+    def _new_fh(self) -> int:
+        fh, self._next_fh = self._next_fh, self._next_fh + 1
+        return fh
+
+    def _opened(self, file: int, path: str) -> int:
+        """A new open file (an address an open returns is a new one, whatever it was before)."""
+        fresh = self._files[file] = _File(self._new_fh(), path)
+        self._files.move_to_end(file)
+        self._room(self._files)
+        return fresh.fh
+
+    def _know_dir(self, ino: int, path: str) -> None:
+        if path:
+            self._dir_at.pop(self._dirs.get(ino, ""), None)
+            self._dirs[ino] = path
+            self._dir_at[path] = ino
+            self._dirs.move_to_end(ino)
+            while len(self._dirs) > MAX_KNOWN:
+                self._dir_at.pop(self._dirs.popitem(last=False)[1], None)
+
+    def _moved(self, old: str, new: str | None) -> None:
+        """A name renamed (new) or removed (None): the directory book's entry for it
+        follows (its subdirectories' entries keep the old name)."""
+        ino = self._dir_at.pop(old, None)
+        if ino is not None:
+            del self._dirs[ino]
+            if new is not None:
+                self._know_dir(ino, new)
+
+    @staticmethod
+    def _room(book: OrderedDict) -> None:
+        while len(book) > MAX_KNOWN:
+            book.popitem(last=False)
+
+    def _path(self, name: str, base: int, dirfd: int, pid: int) -> str:
+        """The path below the mount point of `name`, relative to the directory of inode
+        `base` (dirfd's, or the working directory's when dirfd is AT_FDCWD; 0 when that
+        directory is not on the mount: an open matched by what it opened); "" unknown."""
+        if len(name.encode(errors="surrogateescape")) >= STRLEN - 1:
+            self.cut_names += 1
+        if name.startswith("/"):
+            return self._below(name)
+        path = _joined(self._dirs.get(base), name)
+        if not path:  # the process's own view, while it has one
+            link = f"{self._proc}/{pid}/cwd" if dirfd == -100 else f"{self._proc}/{pid}/fd/{dirfd}"
+            path = self._below(_joined(_readlink(link), name))
+        if not path:
+            self.unknown_paths += 1
+        return path
+
+    def seed(self) -> None:
+        """What the processes running now have open below the mount point, and where they
+        work: the paths of descriptors and working directories from before the capture."""
+        try:
+            pids = [p for p in os.listdir(self._proc) if p.isdigit()]
+        except OSError:
+            return
+        for pid in pids:
+            self.cwd(int(pid))
+            try:
+                fds = os.listdir(f"{self._proc}/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                self._learn(f"{self._proc}/{pid}/fd/{fd}")
+
+    def cwd(self, pid: int) -> None:
+        """A process's working directory, from /proc while it runs (a program starting on
+        the mount: the probes say so at its exec)."""
+        self._learn(f"{self._proc}/{pid}/cwd")
+
+    def _learn(self, link: str) -> None:
+        path = self._below(_readlink(link))
+        if path:
+            try:
+                self._know_dir(os.stat(link).st_ino, path)
+            except OSError:
+                pass
+
+    def _fd_path(self, c: FdCall) -> str:
+        path = self._dirs.get(c.ino) or self._below(_readlink(f"{self._proc}/{c.pid}/fd/{c.fd}"))
+        if not path:
+            self.unknown_paths += 1
+        return path
+
+    def _below(self, path: str) -> str:
+        """An absolute path as the trace names it, "/"-rooted at the mount point; "" when
+        it is not below it."""
+        if not path:
+            return ""
+        path = os.path.normpath(path)
+        if self.mountpoint == "/":
+            return path
+        if path == self.mountpoint:
+            return "/"
+        if path.startswith(self.mountpoint + "/"):
+            return path[len(self.mountpoint) :]
+        return ""
+
+
+def _joined(start: str | None, name: str) -> str:
+    """`name` below the directory `start` ("" when that is unknown)."""
+    if not start:
+        return ""
+    return os.path.normpath(os.path.join(start, name)) if name else start
+
+
+def _readlink(link: str) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return ""

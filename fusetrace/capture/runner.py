@@ -1,0 +1,258 @@
+"""`fusetrace capture MOUNTPOINT --trace DIR [--for D] [-- COMMAND ...]`: every file
+system call processes make on the mount, recorded by eBPF with nothing in their path.
+
+bpftrace (Debian's package) runs the program program.py writes, in a session of its own
+so that a Ctrl-C at the terminal reaches the command being captured and this process,
+never bpftrace directly: it is stopped with SIGINT once the command has ended (or at
+--for, or at the capture's own Ctrl-C or SIGTERM), so that its END prints the last
+records and the counts.  A thread reads its output as it comes (bpftrace must never
+wait on a full pipe, or the timer's prints fall behind the slots) and hands the records
+to the trace writer, as the mount's loop does.  What the probes counted and this did
+not read is written in the trace's metadata (`capture.lost`, by operation) and said.
+"""
+
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+from .. import __version__
+from ..errors import UserError
+from ..trace.writer import TraceWriter
+from .calls import OPS
+from .events import BadOutput, Events, Started
+from .program import MAP_KEYS, STRLEN, program
+from .records import Rebuilder
+
+BTF = "/sys/kernel/btf/vmlinux"
+START_TIMEOUT_S = 180.0  # bpftrace compiles the program with LLVM: seconds, more on a busy host
+STOP_TIMEOUT_S = 60.0
+
+
+class CaptureError(UserError):
+    exit_code = 2
+
+
+def kernel_dev(st_dev: int) -> int:
+    """A device number as the kernel's superblocks hold it (MAJOR << 20 | MINOR), which
+    is not stat(2)'s encoding of the same device."""
+    return (os.major(st_dev) << 20) | os.minor(st_dev)
+
+
+def check(mountpoint: str) -> str:
+    """The mount point, absolute and resolved, once capture can work here; else one line."""
+    if os.geteuid() != 0:
+        raise CaptureError("capture: needs root (it loads eBPF programs into the kernel)")
+    if shutil.which("bpftrace") is None:
+        raise CaptureError("capture: bpftrace is not installed (Debian: apt install bpftrace; ./run.sh installs it)")
+    if not os.path.exists(BTF):
+        raise CaptureError(f"capture: this kernel has no BTF ({BTF}), which the probes read kernel structures with")
+    path = os.path.realpath(mountpoint)
+    if not os.path.isdir(path):
+        raise CaptureError(f"capture: {mountpoint}: not a directory")
+    if not os.path.ismount(path):
+        raise CaptureError(f"capture: {mountpoint}: not a mount point (give the directory a file system is mounted on)")
+    return path
+
+
+class Capture:
+    """bpftrace running the program for one mount, its records going to `writer`."""
+
+    def __init__(self, mountpoint: str, writer: TraceWriter):
+        self.mountpoint = mountpoint
+        self.writer = writer
+        st = os.stat(mountpoint)
+        self.dev = kernel_dev(st.st_dev)
+        self.rebuilder = Rebuilder(mountpoint, st.st_ino)
+        self.rebuilder.seed()
+        self.events = Events()
+        self.read: Counter[int] = Counter()  # records read, by operation number
+        self.error: str | None = None
+        self._ready = threading.Event()
+        self._stderr: list[str] = []
+        self._dir = tempfile.mkdtemp(prefix="fusetrace-capture-")  # 0700: the program's text is ours
+        script = os.path.join(self._dir, "capture.bt")
+        with open(script, "w") as f:
+            f.write(program(self.dev, os.fsencode(mountpoint), os.getpid()))
+        env = {**os.environ, "BPFTRACE_STRLEN": str(STRLEN), "BPFTRACE_MAP_KEYS_MAX": str(MAP_KEYS)}
+        self._proc = subprocess.Popen(
+            ["bpftrace", "--no-warnings", "-f", "json", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        self._threads = [
+            threading.Thread(target=self._read_out, name="capture-out", daemon=True),
+            threading.Thread(target=self._read_err, name="capture-err", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.1):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise CaptureError(f"capture: bpftrace did not start: {self._why()}")
+
+    def _why(self) -> str:
+        for t in self._threads[1:]:
+            t.join(5)
+        lines = [ln for ln in self._stderr if "RLIMIT_MEMLOCK" not in ln and ln.strip()]
+        errors = [ln for ln in lines if "ERROR" in ln] or lines
+        return errors[0].strip() if errors else f"it exited with status {self._proc.returncode}"
+
+    def _read_out(self) -> None:
+        add, rebuild = self.writer.record, self.rebuilder.record
+        try:
+            for line in self._proc.stdout or ():
+                for call in self.events.feed(line):
+                    if isinstance(call, Started):
+                        self.rebuilder.cwd(call.pid)
+                        continue
+                    self.read[call.op] += 1
+                    rec = rebuild(call)
+                    if rec is not None:
+                        add(rec)
+                if self.events.ready:
+                    self._ready.set()
+        except BadOutput as exc:
+            self.error = str(exc)
+
+    def _read_err(self) -> None:
+        for line in self._proc.stderr or ():
+            self._stderr.append(line.decode(errors="replace"))
+
+    def stop(self) -> None:
+        """bpftrace's END, then its records read to the last."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGINT)
+            try:
+                self._proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for t in self._threads:
+            t.join(STOP_TIMEOUT_S)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def lost(self) -> dict[str, int]:
+        """By operation: calls the probes counted whose records were not read."""
+        counts = self.events.counts
+        if counts is None:
+            return {"unknown": -1}
+        return {OPS[op - 1]: n - self.read[op] for op, n in sorted(counts.items()) if n > self.read[op]}
+
+
+def run(args) -> int:
+    mountpoint = check(args.mountpoint)
+    command: list[str] = args.command_line
+    if args.duration is not None and command:
+        raise CaptureError("capture: give a command or --for, not both")
+    meta = {
+        "source": "syscalls",
+        "mountpoint": mountpoint,
+        "host": socket.gethostname(),
+        "hostname": socket.gethostname(),
+        "versions": {"fusetrace": __version__, "bpftrace": _bpftrace_version(), "kernel": platform.release()},
+        "command": command or None,
+    }
+    writer = TraceWriter(args.trace_dir, meta)
+    status = 0
+    with _closing(writer) as summary:
+        capture = Capture(mountpoint, writer)
+        try:
+            capture.wait_ready()
+            print(f"fusetrace: capturing {mountpoint} into {writer.directory}", file=sys.stderr)
+            status = _run_for(command, args.duration)
+        finally:
+            capture.stop()
+            summary.update(_figures(capture))
+            writer.update_metadata(capture=summary)
+    _say(writer, summary)
+    return status
+
+
+def _run_for(command: list[str], duration: float | None) -> int:
+    """Until the command ends (its status), --for has passed, or a Ctrl-C or SIGTERM."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        if command:
+            child = subprocess.Popen(command)
+            with _ignoring(signal.SIGINT):  # the terminal's Ctrl-C is the command's to act on
+                code = child.wait()
+            return code if code >= 0 else 128 - code
+        try:
+            stop.wait(duration)  # None: until a signal
+        except KeyboardInterrupt:
+            pass
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _ignoring(signum: int) -> Iterator[None]:
+    previous = signal.signal(signum, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
+@contextlib.contextmanager
+def _closing(writer: TraceWriter) -> Iterator[dict]:
+    summary: dict = {}
+    try:
+        yield summary
+    finally:
+        writer.close()
+
+
+def _figures(capture: Capture) -> dict:
+    return {
+        "device": f"{capture.dev >> 20}:{capture.dev & 0xFFFFF}",
+        "calls": sum(capture.read.values()),
+        "lost": capture.lost(),
+        "bpftrace_lost_events": capture.events.lost_events,
+        "unknown_paths": capture.rebuilder.unknown_paths,
+        "cut_names": capture.rebuilder.cut_names,
+        "error": capture.error,
+    }
+
+
+def _say(writer: TraceWriter, s: dict) -> None:
+    lost = s["lost"]
+    said = f"fusetrace: captured {s['calls']:,} calls into {writer.directory}"
+    if lost:
+        said += (
+            "; lost " + ", ".join(f"{n:,} {op}" for op, n in lost.items())
+            if -1 not in lost.values()
+            else ("; the probes' counts were not read: losses unknown")
+        )
+    if s["unknown_paths"]:
+        said += f"; {s['unknown_paths']:,} paths not rebuilt"
+    if s["error"]:
+        said += f"; {s['error']}"
+    print(said, file=sys.stderr)
+
+
+def _bpftrace_version() -> str:
+    try:
+        out = subprocess.run(["bpftrace", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.strip()

@@ -162,6 +162,7 @@ class Fitter:
             self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
         self.slopes: dict[str, float] = {}  # a trace-mode READ's and WRITE's ms per byte
         self.replay: Syscalls | None = None  # a syscall trace's replay, once its records are read
+        self.inferred = [0, 0, 0]  # records replayed; of them, sent RPCs; and of those, took over the floor
         self.samples = fit_rpcs.collect(self._rows(), self.modelled, self._write_rate())
         if not self.modelled:
             self._less_transfer()
@@ -203,8 +204,11 @@ class Fitter:
             if inference is not None:
                 # every record, so that the client's caches follow them all
                 nfs, latency, wait = inference.rpcs(start, uid, tuple(rec[i] for i in at))
+                self.inferred[0] += 1
+                self.inferred[1] += bool(nfs)
                 if dur <= self.floor_ns:
                     continue
+                self.inferred[2] += bool(nfs)
             if fault is not None:
                 continue
             ms = (latency if inference is None else dur + self.rt_ns) / 1e6
@@ -228,6 +232,17 @@ class Fitter:
     def fit(self) -> list[Key]:
         out: list[Key] = []
         out += fit_rpcs.latency_keys(self.samples, self.base, self.source())
+        records, sent, over = self.inferred
+        if records:  # what the inference kept: a trace of a fast file system keeps nothing, and says so
+            out.append(
+                Key(
+                    "#",
+                    "",
+                    f"# of {count(records, 'record')}, {int_text(sent)} sent RPCs as the model's NFS client replays "
+                    f"them, and {int_text(over)} of those took over {self.floor_ns / 1e3:.0f} µs: only those "
+                    f"say what the server took",
+                )
+            )
         if self.replay is not None and self.replay.unknown:
             out.append(
                 Key(

@@ -366,11 +366,27 @@ class Syscalls:
         self._send("access", directory, "", mode=stat.S_IFDIR)
 
     def _stat(self, node: int, path: str, mode: int) -> None:
-        """A stat: from the attributes the kernel holds, else a getattr the client answers."""
+        """A stat: from the attributes the kernel holds, else a getattr the client answers.
+        nfs_getattr first writes the file's dirty pages (filemap_write_and_wait: one stable
+        WRITE, or unstable ones a later flush commits), which the stat's `dur_ns` holds; the
+        model's client waits instead for its write-back under way, or for one a flush that
+        has returned already sent, which is nothing the stat sent."""
         if self._attrs.get(node, -math.inf) > self._now:
             return
+        first = len(self._sent)
         self._send("getattr", node, path, mode=mode or (stat.S_IFDIR if node in self._dirs else stat.S_IFREG))
         self._attributes(node)
+        dirty = self._dirty.pop(node, None)
+        if first >= len(self._sent):
+            return
+        a = self._sent[first]
+        rest = "" if a.rpcs == "WRITE(FILE_SYNC)" else a.rpcs
+        if dirty is not None and dirty[1] > 0 and self._now - dirty[0] < DIRTY_EXPIRE_S:
+            wsize = int(self.client.model.params.nfs_io_size)
+            written = "WRITE" if dirty[1] <= wsize else f"WRITE x{-(-dirty[1] // wsize)}"
+            a.rpcs = f"{written},{rest}" if rest else written
+        else:
+            a.rpcs = rest
 
     def _attributes(self, node: int) -> None:
         """The attributes a reply just brought: trusted for as long as the client trusts them."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import fusetrace_here
+from support import fusetrace_here, syscall_trace
 
 from fusetrace.emulator.profiles import load_profile
 from fusetrace.rehearse import fit_rpcs
@@ -262,6 +262,32 @@ def test_any_sequence_of_calls_replays(steps):
 RPCS = set(fit_rpcs.RPC_CLASS) | {"WRITE(write-back)", "WRITE(FILE_SYNC)"}
 
 
+def test_the_shared_captured_trace_gets_the_rpcs_linux_sends(tmp_path):
+    """tests/support/syscall_trace.py (a capture's records, as the format describes them):
+    each call's RPCs, and `fusetrace fit` on it giving a profile that loads."""
+    c = Client()
+    sent = []
+    for op, inode, path, path2, fh, offset, size, result, errno, flags, mode, kind, _ in syscall_trace.CALLS:
+        fields = {"inode": inode, "path2": path2, "fh": fh, "offset": offset, "size": size, "result": result}
+        sent.append((op, path, c(len(sent) * 5e-5, op, path, **fields, errno=errno, kind=kind, flags=flags, mode=mode)))
+    assert sent[:10] == [
+        ("mkdir", "/d", "ACCESS,CREATE"),
+        ("getattr", "/d", ""),  # the CREATE's reply: dentry and attributes
+        ("create", "/d/f", "ACCESS,OPEN(create)"),  # /d's first search
+        *[("write", "/d/f", "WRITE(write-back)")] * 3,
+        ("fsync", "/d/f", "WRITE"),  # the 12 KiB held dirty: one stable WRITE
+        ("flush", "/d/f", "CLOSE"),
+        ("getattr", "/d/f", ""),  # nothing left to write back
+        ("access", "/d/f", "ACCESS"),
+    ]
+    assert ("read", "/d/f", "") in sent  # the pages written
+    assert ("getattr", "/d/missing", "LOOKUP") in sent
+    assert ("flush", "/d/h", "WRITE,CLOSE") in sent  # close-to-open: the 100 bytes, then CLOSE
+    trace = syscall_trace.write_syscall_trace(tmp_path / "t")
+    fusetrace_here("fit", str(trace), "-o", str(tmp_path / "p.toml"))
+    assert load_profile(tmp_path / "p.toml").read_latency_ms == BASE.read_latency_ms  # all under the floor
+
+
 # ---- fitted through `fusetrace fit` -------------------------------------------------------
 
 
@@ -325,4 +351,6 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
     assert "median of 60 READ records (60 alone)" in text
     assert "median of 60 WRITE records (60 alone)" in text
     assert "# 1 record of operations no system call makes" in text
+    # all but the cached calls sent RPCs; all but the buffered writes (20 µs) took over the floor
+    assert "# of 602 records, 421 sent RPCs as the model's NFS client replays them, and 361 of those" in text
     assert "240 read-class system calls" in text and "those the client's caches answered included" in text

@@ -108,8 +108,12 @@ class Events:
         elif kind == "lost_events":
             self.lost_events += int(data.get("events", 0))
         elif kind == "map":
-            ((name, entries),) = data.items()
-            yield from self._map(name, entries)
+            try:
+                ((name, entries),) = data.items()
+                calls = list(self._map(name, entries))
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise BadOutput(f"a map bpftrace printed is not the program's: {exc}") from None
+            yield from calls
 
     def _map(self, name: str, entries: dict) -> Iterator[Call]:
         which = name[1:2]

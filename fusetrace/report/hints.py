@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..texttable import count, int_text, pct_text
+from ..trace.metadata import capture_lost
 
 if TYPE_CHECKING:
     from .query import Trace
@@ -296,7 +297,7 @@ def attr_timeout_0(f: Facts) -> Hint | None:
 @rule("missing-records", "MISSING_RECORDS_COUNT")
 def missing_records(f: Facts) -> Hint | None:
     m = f.trace.metadata
-    missing = (m.get("dropped") or 0) + (m.get("lost") or 0)
+    missing = (m.get("dropped") or 0) + (m.get("lost") or 0) + sum(capture_lost(m).values())
     if missing < MISSING_RECORDS_COUNT:
         return None
     return {
@@ -304,5 +305,10 @@ def missing_records(f: Facts) -> Hint | None:
         "records": missing,
         "text": f"the trace is missing {int_text(missing)} records (dropped or lost, see above): every count "
         f"here is short; trace to a local disk that keeps up, not to the traced file system or a "
-        f"network one",
+        f"network one"
+        + (
+            "; a capture past what its probes deliver loses calls: capture a shorter run or fewer processes"
+            if capture_lost(m)
+            else ""
+        ),
     }

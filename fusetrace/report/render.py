@@ -84,6 +84,11 @@ def _header(s: Summary) -> list[str]:
             f"lost        {int_text(m.get('lost', 0))} records in {int_text(m['write_errors'])} failed "
             f"writes; last: {m.get('last_error')}"
         )
+    if lost := meta.capture_lost(m):
+        lines.append(
+            f"lost        {int_text(sum(lost.values()))} calls the probes counted but did not deliver "
+            f"({', '.join(f'{printable(op)} {int_text(n)}' for op, n in lost.items())}): every count here is short"
+        )
     lines += _limited(m)
     lines += _emulation(m, s["traces"])
     lines += credit_words(s["credits"], m)

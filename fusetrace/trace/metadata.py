@@ -58,7 +58,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("source", "mountpoint", "host", "hostname", "clock", "locks", "trace_full"), _STR),
     "last_error": _STR + _NONE,
     "flush_interval": (int, float),
-    **dict.fromkeys(("options", "versions", "host_load", "left_out"), _DICT),
+    **dict.fromkeys(("options", "versions", "host_load", "left_out", "capture"), _DICT),
     "emulation": _DICT + _NONE,
     **dict.fromkeys(("warnings", "metrics_per_minute", "credits_at_zero", "crashes"), _LIST),
 }
@@ -165,6 +165,16 @@ def read(directory: str) -> Metadata:
 def trace_kind(metadata: Metadata) -> str:
     """ "syscalls" for a trace captured by eBPF (`fusetrace capture`), else "fuse"."""
     return "syscalls" if metadata.get("source") == "syscalls" else "fuse"
+
+
+def capture_lost(metadata: Metadata) -> dict[str, int]:
+    """A captured trace's calls the probes counted but whose records never reached the
+    capture, by operation (`capture.lost`); {} for none, or for a FUSE trace.  An entry
+    that is not a count is left out (the file may be hand-made)."""
+    lost = (metadata.get("capture") or {}).get("lost")
+    if not isinstance(lost, dict):
+        return {}
+    return {str(op): n for op, n in lost.items() if isinstance(n, int) and not isinstance(n, bool) and n > 0}
 
 
 def loss_summary(directory: str | os.PathLike[str]) -> str | None:

@@ -16,11 +16,15 @@ LAYERS = {
     "shaping": {"base", "emulator"},
     "faults": {"base", "emulator"},  # fault rules and the injector's state: pure, asked by the server
     "server": {"base", "emulator", "shaping", "trace", "faults"},
+    "capture": {"base", "trace"},  # fusetrace capture: bpftrace's records into a trace, no server
     "report": {"base", "trace"},
     "rehearse": {"base", "emulator", "shaping", "trace", "report"},  # export, replay, fit, compare, simulate
     "client": {"base", "server", "trace"},  # another process asking a server: client.py, the pytest plugin
     "scenarios": {"base", "emulator", "shaping", "server", "trace", "report", "faults"},
-    "cli": {"base", "emulator", "shaping", "server", "trace", "report", "rehearse", "scenarios", "faults", "client"},
+    "cli": {
+        *("base", "emulator", "shaping", "server", "trace", "report", "rehearse", "scenarios", "faults", "client"),
+        "capture",
+    },
 }
 # What the pure model must never reach for: the loop, the kernel, threads, processes, the clock.
 IMPURE = {"trio", "pyfuse3", "ctypes", "socket", "subprocess", "threading", "time", "os", "select", "signal", "redis"}
@@ -32,7 +36,7 @@ def _part(module: str) -> str:
     if len(parts) == 1:
         return "base"
     second = parts[1]
-    if second in ("emulator", "trace", "shaping", "server", "scenarios", "rehearse", "faults"):
+    if second in ("emulator", "trace", "shaping", "server", "scenarios", "rehearse", "faults", "capture"):
         return second
     if second in ("client", "pytest_plugin"):
         return "client"

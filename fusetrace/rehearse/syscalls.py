@@ -32,7 +32,7 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   attribute it did not make).  O_DIRECT reads always go.  Read-ahead is not modelled:
   pages it fetched show as later misses, whose short `dur_ns` the server-bound floor
   (fit.py) leaves out.
-- **Writes** go to the page cache (WRITE(write-back)); Linux holds them dirty until a
+- **Writes** go to the page cache (no RPC); Linux holds them dirty until a
   flush (or 30 s, vm.dirty_expire_centisecs), whose call sends them: one stable WRITE
   for what fits one, else the WRITEs and a COMMIT (the model's client writes back as
   data comes, a FUSE trace's flush then waiting for it: `_written_by_flush`).  A write on
@@ -195,9 +195,11 @@ class Syscalls:
                 self._admit(written)
             else:
                 self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=kind)
-            if write_mode is WriteMode.BUFFERED:
+            if write_mode is WriteMode.BUFFERED:  # held dirty: the flush that follows sends it
                 since, nbytes = self._dirty.get(node, (self._now, 0))
                 _room(self._dirty)[node] = (since, nbytes + max(result, 0))
+                if self._sent:
+                    self._sent[-1].rpcs = ""
             self._attrs.pop(node, None)  # the WRITE replies bring them (the client's), or a stat waits for them
             self._cache(node, offset, offset + max(result, 0))
             if sync and late:

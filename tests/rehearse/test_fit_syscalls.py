@@ -74,7 +74,7 @@ def test_an_open_write_close_writes_back_and_commits_on_close():
     assert c(0, "create", "/f", inode=7, fh=1, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC) == "ACCESS,OPEN(create)"
     for i in range(2):
         done = c(0.01 + i / 1000, "write", "/f", inode=7, fh=1, offset=i * mib, size=mib, result=mib, kind="buffered")
-        assert done == "WRITE(write-back)"
+        assert done == ""
     assert c(0.02, "flush", "/f", inode=7, fh=1, kind="commit") == "WRITE x2,COMMIT,CLOSE"
     assert c(1, "open", "/f", inode=7, fh=2, flags=os.O_RDONLY) == "OPEN"
     assert c(1.01, "read", "/f", inode=7, fh=2, size=mib, result=mib) == ""  # the pages written
@@ -152,7 +152,7 @@ def test_a_duplicate_written_after_the_first_close_flushes_without_a_second_clos
     c = Client()
     c(0, "open", "/f", inode=5, fh=1, flags=os.O_WRONLY)
     assert c(0.1, "flush", "/f", inode=5, fh=1) == "CLOSE"
-    assert c(0.2, "write", "/f", inode=5, fh=1, size=4096, result=4096, kind="buffered") == "WRITE(write-back)"
+    assert c(0.2, "write", "/f", inode=5, fh=1, size=4096, result=4096, kind="buffered") == ""
     assert c(5, "flush", "/f", inode=5, fh=1, kind="commit") == "WRITE"
     assert c(5.1, "flush", "/f", inode=5, fh=1) == ""
     c(6, "write", "/f", inode=5, fh=1, size=4096, result=4096, kind="buffered")
@@ -196,7 +196,7 @@ def test_a_call_repeated_at_once_is_answered_from_the_caches(steps):
         flags = os.O_RDONLY if op == "read" else os.O_WRONLY | os.O_CREAT
         c(t, "open" if op == "read" else "create", path, inode=inode, fh=fh, flags=flags)
         done = c(t + 1e-4, op, path, inode=inode, fh=fh, offset=offset, size=size, result=size, kind="buffered")
-        assert done in (("READ", "") if op == "read" else ("WRITE(write-back)",))
+        assert done in (("READ", "") if op == "read" else ("",))
         assert c(t + 2e-4, "read", path, inode=inode, fh=fh, offset=offset, size=size, result=size) == ""
         c(t + 3e-4, "flush", path, inode=inode, fh=fh)
 
@@ -259,7 +259,7 @@ def test_any_sequence_of_calls_replays(steps):
         assert all(part.split(" x")[0] in RPCS for part in sent.split(",") if sent), sent
 
 
-RPCS = set(fit_rpcs.RPC_CLASS) | {"WRITE(write-back)", "WRITE(FILE_SYNC)"}
+RPCS = set(fit_rpcs.RPC_CLASS) | {"WRITE(FILE_SYNC)"}
 
 
 def test_the_shared_captured_trace_gets_the_rpcs_linux_sends(tmp_path):
@@ -274,7 +274,7 @@ def test_the_shared_captured_trace_gets_the_rpcs_linux_sends(tmp_path):
         ("mkdir", "/d", "ACCESS,CREATE"),
         ("getattr", "/d", ""),  # the CREATE's reply: dentry and attributes
         ("create", "/d/f", "ACCESS,OPEN(create)"),  # /d's first search
-        *[("write", "/d/f", "WRITE(write-back)")] * 3,
+        *[("write", "/d/f", "")] * 3,
         ("fsync", "/d/f", "WRITE"),  # the 12 KiB held dirty: one stable WRITE
         ("flush", "/d/f", "CLOSE"),
         ("getattr", "/d/f", ""),  # nothing left to write back
@@ -351,6 +351,6 @@ def test_fit_of_a_syscall_trace_counts_only_the_calls_that_reached_the_server(tm
     assert "median of 60 READ records (60 alone)" in text
     assert "median of 60 WRITE records (60 alone)" in text
     assert "# 1 record of operations no system call makes" in text
-    # all but the cached calls sent RPCs; all but the buffered writes (20 µs) took over the floor
-    assert "# of 602 records, 421 sent RPCs as the model's NFS client replays them, and 361 of those" in text
+    # all but the cached calls and the buffered writes (whose fsyncs sent them) sent RPCs
+    assert "# of 602 records, 361 sent RPCs as the model's NFS client replays them, and 361 of those" in text
     assert "240 read-class system calls" in text and "those the client's caches answered included" in text

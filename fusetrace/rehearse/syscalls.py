@@ -32,17 +32,17 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   attribute it did not make).  O_DIRECT reads always go.  Read-ahead is not modelled:
   pages it fetched show as later misses, whose short `dur_ns` the server-bound floor
   (fit.py) leaves out.
-- **Writes** go to the page cache (no RPC); Linux holds them dirty until a
-  flush (or 30 s, vm.dirty_expire_centisecs), whose call sends them: one stable WRITE
-  for what fits one, else the WRITEs and a COMMIT (the model's client writes back as
-  data comes, a FUSE trace's flush then waiting for it: `_written_by_flush`).  A write on
-  an O_SYNC/O_DSYNC file sends its data then and there (generic_write_sync calls
-  nfs_file_fsync from write(2)): one stable WRITE, or WRITEs and a COMMIT.  A close(2)
-  is FUSE's flush: the first of its open file sends CLOSE (close-to-open:
-  nfs_file_flush writes back and waits, and the open's CLOSE is its last release,
-  which the trace does not show), after writes it waits for them and a COMMIT; a later
-  close(2) of a duplicate (dup, fork) flushes what was written since, with no CLOSE.
-  Every open sends OPEN, which brings fresh attributes (nfs_file_open, close-to-open).
+- **Writes** go to the page cache (no RPC); Linux holds them dirty until a flush (or
+  30 s, vm.dirty_expire_centisecs): the close, fsync or setattr that follows sends them,
+  one stable WRITE for what fits one, else the WRITEs and a COMMIT, and a stat the
+  WRITEs (the model's client writes back as data comes, a FUSE trace's flush then
+  waiting for it: `_written_by_flush`, `_stat`).  A write on an O_SYNC/O_DSYNC file
+  sends its data then and there (generic_write_sync calls nfs_file_fsync from
+  write(2)).  A close(2) is FUSE's flush: the first of its open file sends CLOSE
+  (close-to-open: nfs_file_flush writes back and waits, and the open's CLOSE is its
+  last release, which the trace does not show); a later close(2) of a duplicate (dup,
+  fork) sends only what was written since.  Every open sends OPEN, which brings fresh
+  attributes (nfs_file_open, close-to-open).
 - **Objects.**  A record names its object by path and, where the probe knew it, by its
   real inode number: both map to one node id of this replay (a path named before its
   inode keeps its id when the inode shows up), directory ids moving with a rename.

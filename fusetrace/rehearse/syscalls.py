@@ -188,13 +188,15 @@ class Syscalls:
         if op == "write":
             if errno:  # refused before any page was written (EBADF, EFBIG, ENOSPC...)
                 return False
+            # its mode by its label, else its file's flags (the write's own, else its open's), which the
+            # Rebuilder is then given: one decision for what this and the client do with it
             write_mode = WriteMode(kind) if kind in _WRITE_MODES else _write_mode(flags or oflags)
             sync = write_mode is WriteMode.SYNC
             if late:
                 written = Request("write", Kind.WRITE, node, size=max(result, 0), write_mode=write_mode, offset=offset)
                 self._admit(written)
             else:
-                self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=kind)
+                self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=write_mode.value)
             if write_mode is WriteMode.BUFFERED:  # held dirty: the flush that follows sends it
                 since, nbytes = self._dirty.get(node, (self._now, 0))
                 _room(self._dirty)[node] = (since, nbytes + max(result, 0))

@@ -12,6 +12,7 @@ not read is written in the trace's metadata (`capture.lost`, by operation) and s
 """
 
 import contextlib
+import ctypes
 import os
 import platform
 import shutil
@@ -91,6 +92,7 @@ class Capture:
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self._threads = [
             threading.Thread(target=self._read_out, name="capture-out", daemon=True),
@@ -151,9 +153,19 @@ class Capture:
     def lost(self) -> dict[str, int]:
         """By operation: calls the probes counted whose records were not read."""
         counts = self.events.counts
-        if counts is None:
-            return {"unknown": -1}
+        if counts is None:  # (bpftrace ended without its END: killed, or never started)
+            return {} if not self.events.ready else {"unknown": -1}
         return {OPS[op - 1]: n - self.read[op] for op, n in sorted(counts.items()) if n > self.read[op]}
+
+
+def _die_with_parent() -> None:
+    """bpftrace, in a session of its own, is killed with this process, however it ends:
+    its probes go with it (the kernel detaches a program whose last holder is gone)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def run(args) -> int:
@@ -161,6 +173,8 @@ def run(args) -> int:
     command: list[str] = args.command_line
     if args.duration is not None and command:
         raise CaptureError("capture: give a command or --for, not both")
+    if command and shutil.which(command[0]) is None:
+        raise CaptureError(f"capture: {command[0]}: command not found")
     meta = {
         "source": "syscalls",
         "mountpoint": mountpoint,
@@ -171,12 +185,14 @@ def run(args) -> int:
     }
     writer = TraceWriter(args.trace_dir, meta)
     status = 0
-    with _closing(writer) as summary:
+    with _closing(writer) as summary, _stopping_on(signal.SIGTERM):
         capture = Capture(mountpoint, writer)
         try:
             capture.wait_ready()
             print(f"fusetrace: capturing {mountpoint} into {writer.directory}", file=sys.stderr)
             status = _run_for(command, args.duration)
+        except KeyboardInterrupt:
+            status = 0 if not command else 130
         finally:
             capture.stop()
             summary.update(_figures(capture))
@@ -185,32 +201,39 @@ def run(args) -> int:
     return status
 
 
-def _run_for(command: list[str], duration: float | None) -> int:
-    """Until the command ends (its status), --for has passed, or a Ctrl-C or SIGTERM."""
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        if command:
-            child = subprocess.Popen(command)
-            with _ignoring(signal.SIGINT):  # the terminal's Ctrl-C is the command's to act on
-                code = child.wait()
-            return code if code >= 0 else 128 - code
-        try:
-            stop.wait(duration)  # None: until a signal
-        except KeyboardInterrupt:
-            pass
-        return 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+class _Stop(KeyboardInterrupt):
+    """SIGTERM, ending a capture as Ctrl-C does."""
 
 
 @contextlib.contextmanager
-def _ignoring(signum: int) -> Iterator[None]:
-    previous = signal.signal(signum, signal.SIG_IGN)
+def _stopping_on(signum: int) -> Iterator[None]:
+    def stop(*_: object) -> None:
+        raise _Stop
+
+    previous = signal.signal(signum, stop)
     try:
         yield
     finally:
         signal.signal(signum, previous)
+
+
+def _run_for(command: list[str], duration: float | None) -> int:
+    """Until the command ends (its status), --for has passed, or a Ctrl-C or SIGTERM (to
+    the capture; with a command, a SIGTERM is passed on to it and the capture ends with it)."""
+    if not command:
+        if duration is None:
+            signal.pause()
+        else:
+            time.sleep(duration)
+        return 0
+    child = subprocess.Popen(command)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the command's
+    signal.signal(signal.SIGTERM, lambda *_: child.terminate())
+    try:
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return code if code >= 0 else 128 - code
 
 
 @contextlib.contextmanager
@@ -230,7 +253,7 @@ def _figures(capture: Capture) -> dict:
         "bpftrace_lost_events": capture.events.lost_events,
         "unknown_paths": capture.rebuilder.unknown_paths,
         "cut_names": capture.rebuilder.cut_names,
-        "error": capture.error,
+        "error": capture.error if capture.events.ready else "stopped before the probes were attached",
     }
 
 

@@ -177,7 +177,7 @@ def test_the_ready_line_and_a_program_started_on_the_mount():
 def test_the_program_follows_every_call_of_the_table_for_this_mount_only():
     text = program(dev=(0 << 20) | 39, mountpoint=b"/mnt/efs", self_pid=4321)
     for call in (*FD_CALLS, *NAMED_CALLS):
-        assert f"sys_enter_{call.name} " in text and f"sys_exit_{call.name}" in text
+        assert f"sys_enter_{call.name} " in text
     assert "s_dev == 39" in text and "pid != 4321" in text
     # the mount point, read as words: "/mnt/efs" is 0x7366652f746e6d2f little-endian
     assert "0x7366652f746e6d2f" in text

@@ -17,6 +17,10 @@ compounds, write-back and commits are read):
   (what the caller saw; the emulator replies that much early).  Data reads and writes:
   latency against size, a per-request cost plus a bandwidth (least squares over the
   medians of each size seen).
+- A syscall trace (`fusetrace capture`, trace_kind "syscalls") holds the system calls,
+  before any cache, and no lookups: syscalls.py replays them through the kernel's caches
+  (path walks, page cache, close-to-open) into the model's NFS client.  Its calls take no
+  FUSE round trip: the latency is `dur_ns`, and the server-bound floor SYSCALL_FLOOR_NS.
 
 The base (`--base`) is the trace's own profile when its metadata names one that loads,
 else efs-bursting.  Per latency class the median and the 99th percentile, per RPC with a
@@ -40,14 +44,21 @@ from ..emulator.profiles import load_profile
 from ..errors import UserError
 from ..texttable import count, int_text, printable
 from ..trace import partial, reader
-from ..trace.metadata import atomic_write
-from . import fit_rpcs
-from .fit_infer import COLUMNS, Inference
+from ..trace.metadata import atomic_write, trace_kind
+from . import fit_infer, fit_rpcs, syscalls
+from .fit_infer import Inference
 from .fit_rpcs import MIN_RECORDS, Key, Row
 from .rows import records
+from .syscalls import Syscalls
 
 GATED_SHARE = 0.05  # a limit held this share of a kind's operations: it was pushed
 NO_ROUND_TRIP_NS = 150_000  # the server-bound threshold of a trace-mode trace with no measured round trip
+# The server-bound threshold of a syscall trace (no FUSE round trip in it): 100 µs under the
+# fastest RPC EFS publishes ("as low as 250 µs" reads, docs.aws.amazon.com/efs/latest/ug/
+# performance.html), so that no reply of the server is cut, and over what a system call
+# the client's caches answer takes: a stat 1 µs, a 1 MiB read of cached pages 48 µs (p99
+# 90 µs; docs/REHEARSAL.md, "Fitting a syscall trace")
+SYSCALL_FLOOR_NS = 150_000
 DEFAULT_BASE = "efs-bursting"  # the base of a trace that names no profile of its own
 _NAMESPACE = ("create", "mknod", "mkdir", "symlink", "link", "unlink", "rmdir", "rename")
 _ROW = ["start_ns", "dur_ns", "op", "inode", "path", "nfs", "latency_ns", "wait_ns", "transfer_ns", "size", "kind"]
@@ -141,10 +152,17 @@ class Fitter:
         # a record stands for `sample` operations (format 7; 1 before): the ceilings weigh it so
         sample = "" if "sample" in self.columns else ", 1::uinteger as sample"
         self.db.execute(f"create view trace as select *{sample} from records{unfaulted}")
-        self.rt_ns = int(self.meta.get("fuse_round_trip_ns") or 0)
+        self.syscalls = trace_kind(self.meta) == "syscalls"
+        # a system call's dur_ns is what its caller saw: no FUSE round trip to add
+        self.rt_ns = 0 if self.syscalls else int(self.meta.get("fuse_round_trip_ns") or 0)
         self.modelled = "nfs" in self.columns and self._one("select count(*) from trace where nfs is not null") > 0
-        self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
+        if self.syscalls:
+            self.floor_ns = SYSCALL_FLOOR_NS
+        else:
+            self.floor_ns = 3 * self.rt_ns if self.rt_ns else NO_ROUND_TRIP_NS
         self.slopes: dict[str, float] = {}  # a trace-mode READ's and WRITE's ms per byte
+        self.replay: Syscalls | None = None  # a syscall trace's replay, once its records are read
+        self.inferred = [0, 0, 0]  # records replayed; of them, sent RPCs; and of those, took over the floor
         self.samples = fit_rpcs.collect(self._rows(), self.modelled, self._write_rate())
         if not self.modelled:
             self._less_transfer()
@@ -167,21 +185,30 @@ class Fitter:
 
     def _rows(self):
         """The records as fit_rpcs reads them, in start order: an emulated trace's with the
-        model's account; a trace-mode trace's with the RPCs inferred (fit_infer.py), its
-        latency dur_ns plus a round trip, and those under the server-bound floor dropped."""
-        inference = None
+        model's account; a trace-mode trace's with the RPCs inferred (fit_infer.py; a
+        syscall trace's: syscalls.py), its latency dur_ns plus a round trip (none for a
+        system call), and those under the server-bound floor dropped."""
+        inference: Inference | Syscalls | None = None
+        wanted = fit_infer.COLUMNS
         if not self.modelled:
             origin = self._one("select min(start_ns) from trace") or 0
-            inference = Inference(self.base, origin)
-        columns = list(dict.fromkeys([*_ROW, "fault", "uid", *COLUMNS]))
-        at = [columns.index(c) for c in COLUMNS]
+            if self.syscalls:
+                inference = self.replay = Syscalls(self.base, origin)
+                wanted = syscalls.COLUMNS
+            else:
+                inference = Inference(self.base, origin)
+        columns = list(dict.fromkeys([*_ROW, "fault", "uid", *wanted]))
+        at = [columns.index(c) for c in wanted]
         for rec in records(self.trace_dir, columns):
             start, dur, op, inode, path, nfs, latency, wait, transfer, size, kind, fault, uid = rec[:13]
             if inference is not None:
                 # every record, so that the client's caches follow them all
                 nfs, latency, wait = inference.rpcs(start, uid, tuple(rec[i] for i in at))
+                self.inferred[0] += 1
+                self.inferred[1] += bool(nfs)
                 if dur <= self.floor_ns:
                     continue
+                self.inferred[2] += bool(nfs)
             if fault is not None:
                 continue
             ms = (latency if inference is None else dur + self.rt_ns) / 1e6
@@ -190,6 +217,12 @@ class Fitter:
     def source(self) -> str:
         if self.modelled:
             return "the model's account of each record (latency_ns; wait_ns where said)"
+        if self.syscalls:
+            return (
+                f"dur_ns of system calls over {self.floor_ns / 1e3:.0f} µs for which the model's NFS client, "
+                f"replaying the trace's path walks, page cache and closes on the base, sends that one RPC "
+                f"(the others it answered from its caches)"
+            )
         return (
             f"dur_ns plus one FUSE round trip ({self.rt_ns / 1e3:.0f} µs) of records over {self.floor_ns / 1e3:.0f} µs "
             f"for which the model's NFS client, replaying the trace on the base, sends that one RPC "
@@ -199,6 +232,26 @@ class Fitter:
     def fit(self) -> list[Key]:
         out: list[Key] = []
         out += fit_rpcs.latency_keys(self.samples, self.base, self.source())
+        records, sent, over = self.inferred
+        if records:  # what the inference kept: a trace of a fast file system keeps nothing, and says so
+            out.append(
+                Key(
+                    "#",
+                    "",
+                    f"# of {count(records, 'record')}, {int_text(sent)} sent RPCs as the model's NFS client replays "
+                    f"them, and {int_text(over)} of those took over {self.floor_ns / 1e3:.0f} µs: only those "
+                    f"say what the server took",
+                )
+            )
+        if self.replay is not None and self.replay.unknown:
+            out.append(
+                Key(
+                    "#",
+                    "",
+                    f"# {count(self.replay.unknown, 'record')} of operations no system call makes (lookup, "
+                    f"release...) in this syscall trace: not replayed",
+                )
+            )
         if self.samples.write_back:
             out.append(
                 Key(
@@ -320,12 +373,16 @@ class Fitter:
                         f"{100 * gate_share:.0f} % of them waited on the IOPS limit",
                     )
                 )
+        # a syscall trace's calls include those its client's caches answered: more than reached the server
+        calls = "system calls" if self.syscalls else "operations"
         said = (
             f"# reached in a 1-second window (of {seconds}; successful operations only): "
-            f"{int_text(r_ops or 0)} read-class operations (read, lookup, getattr, open, readdir ...) and "
+            f"{int_text(r_ops or 0)} read-class {calls} (read, lookup, getattr, open, readdir ...) and "
             f"{int_text(w_ops or 0)} others, {(r_bytes or 0) / 1e6:.1f} MB/s read, "
             f"{(w_bytes or 0) / 1e6:.1f} MB/s written"
         )
+        if self.syscalls:
+            said += " (system calls, those the client's caches answered included)"
         if not out and gates.get("throughput", 0.0) < GATED_SHARE:
             said += ": lower bounds (nothing in the trace waited on a limit), so the base's limits stand"
         elif gates.get("throughput", 0.0) >= GATED_SHARE:
@@ -367,7 +424,9 @@ class Fitter:
                 "namespace changes in service at once in one directory",
             ),
         ):
-            most, n = self._most_overlapping(where, params)
+            # a syscall trace names a namespace change's directory by its path alone (inode 0)
+            group = "regexp_replace(path, '/[^/]*$', '')" if self.syscalls and key == "dir_write_slots" else "inode"
+            most, n = self._most_overlapping(where, params, group)
             if n < MIN_RECORDS:
                 continue
             theirs = getattr(self.base, key)
@@ -384,14 +443,14 @@ class Fitter:
                 )
         return out
 
-    def _most_overlapping(self, where: str, params: dict[str, list[str]]) -> tuple[int, int]:
+    def _most_overlapping(self, where: str, params: dict[str, list[str]], group: str) -> tuple[int, int]:
         """The most records matching `where` (its values in `params`) in flight at once on one
-        inode, and how many there were."""
+        `group` (inode, or a directory's path), and how many there were."""
         row = self.db.execute(
             f"""
-            with e as (select inode as g, start_ns as t, 1 as d from trace where {where} and errno = 0
+            with e as (select {group} as g, start_ns as t, 1 as d from trace where {where} and errno = 0
                        union all
-                       select inode, start_ns + dur_ns, -1 from trace where {where} and errno = 0),
+                       select {group}, start_ns + dur_ns, -1 from trace where {where} and errno = 0),
             r as (select sum(d) over (partition by g order by t, d rows unbounded preceding) as running from e)
             select coalesce(max(running), 0), (select count(*) from trace where {where} and errno = 0) from r
         """,

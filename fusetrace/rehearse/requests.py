@@ -141,12 +141,12 @@ class Rebuilder:
             inode, entry = self._as_request(op, inode, path, path2, errno)
         self._learn(op, inode, path, mode, entry)
         if op in _ENTRY_OPS:
-            return self._entry_op(op, inode, path, path2, fh, errno, kind, flags, entry)
+            return self._entry_op(op, inode, path, path2, fh, errno, flags, entry)
         if op in _HANDLE_OPS:
             return self._handle_op(op, inode, fh, size, offset, kind)
         if op == "link":
             directory, name = self._directory_of(path2 or "")
-            return Request("link", self._kind(kind, Kind.META_WRITE), inode, directory=directory, name=name)
+            return Request("link", Kind.META_WRITE, inode, directory=directory, name=name)
         if op in ("open", "opendir") and fh:
             self._handles[fh] = _Handle(flags, inode)
         elif op == "releasedir":
@@ -226,7 +226,6 @@ class Rebuilder:
         path2: str | None,
         fh: int,
         errno: int,
-        kind: str | None,
         flags: int,
         entry: int,
     ) -> Request:
@@ -241,7 +240,7 @@ class Rebuilder:
                 self._hidden[entry] = new_directory
             return Request(
                 "rename",
-                self._kind(kind, Kind.META_WRITE),
+                Kind.META_WRITE,
                 directory=inode,
                 name=name,
                 new_directory=new_directory,
@@ -249,12 +248,12 @@ class Rebuilder:
                 busy=entry,
             )
         if op == "lookup":
-            return Request("lookup", self._kind(kind, Kind.META_READ), inode, directory=inode, name=name)
+            return Request("lookup", Kind.META_READ, inode, directory=inode, name=name)
         busy = entry if op == "unlink" else 0  # the others' entry is what they made
         if busy and not errno:
             self._hidden[busy] = inode
         # file 0: not made yet
-        return Request(op, self._kind(kind, Kind.META_WRITE), directory=inode, name=name, busy=busy)
+        return Request(op, Kind.META_WRITE, directory=inode, name=name, busy=busy)
 
     def _learn(self, op: str, inode: int, path: str, mode: int, entry: int) -> None:
         """What the record says about directories: which node ids are ones, and their paths."""
@@ -296,5 +295,9 @@ class Rebuilder:
 
     @staticmethod
     def _kind(label: str | None, default: Kind) -> Kind:
-        """The Kind a record's label names (format 3), else `default`."""
-        return _LABELS.get(label, default) if label is not None else default
+        """The Kind a record's label names (format 3), else `default`.  A write's label on
+        another operation (a damaged or hostile trace) is `default` too: a Request of kind
+        WRITE is a write.  (Lookups and namespace changes take their kind from what they
+        are: a request naming a directory has no other.)"""
+        kind = _LABELS.get(label, default) if label is not None else default
+        return default if kind is Kind.WRITE else kind

@@ -371,3 +371,16 @@ def test_the_stripe_rate_comes_from_stable_writes_where_stripes_are_modelled(tmp
     assert params.stripe_write_mibps == pytest.approx(32, rel=0.01)
     assert params.file_stripe_size == load_profile("efs-bursting").file_stripe_size
     assert "of 200 stable WRITEs" in (tmp_path / "fitted.toml").read_text()
+
+
+def test_labels_no_request_of_its_operation_has_fit_without_a_traceback(tmp_path):
+    """A damaged or hostile trace-mode trace: a mkdir labelled a read, a getattr a write.
+    The request is rebuilt by what it is (requests.py) and the fit goes on."""
+    records = [
+        rec(1, "mkdir", 500_000, kind="read")._replace(path="/d", mode=0o40755),
+        rec(2, "getattr", 500_000, kind="write"),
+        rec(3, "rename", 500_000, kind="meta_read")._replace(path="/d", path2="/e"),
+    ]
+    write_trace(tmp_path / "t", records)
+    profile, _ = fitted(tmp_path, tmp_path / "t")
+    assert profile["base"] == "efs-bursting"

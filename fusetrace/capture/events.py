@@ -1,7 +1,8 @@
 """bpftrace's output (`-f json`, one JSON object a line) back into the probes' records, a
 slot at a time and in start order, and the per-operation counts to check them against.
 
-The program (program.py) prints a slot as four maps, keyed "tid,start": `@f?` the calls
+The program (program.py) prints a slot as four maps, keyed "tid,start" (which the
+records also hold, as numbers): `@f?` the calls
 on descriptors, `@p?` the named calls, `@s?` and `@t?` the names of those.  A slot is
 whole once its `@t?` map is read.  A slot is held until the next one is whole, and the
 two are sorted together when the next holds a call that began first (a long call, or
@@ -118,16 +119,14 @@ class Events:
     def _map(self, name: str, entries: dict) -> Iterator[Call]:
         which = name[1:2]
         if which == "f":
-            self._slot.extend(FdCall._make([*v, *_key(k)]) for k, v in entries.items())
+            self._slot.extend(FdCall._make(v) for k, v in entries.items())
         elif which == "p":
             self._named = entries
         elif which == "s":
             self._names = entries
         elif which == "t":
             names, named = self._names, self._named
-            self._slot.extend(
-                NamedCall._make([*v, *_key(k), names.get(k, ""), entries.get(k, "")]) for k, v in named.items()
-            )
+            self._slot.extend(NamedCall._make([*v, names.get(k, ""), entries.get(k, "")]) for k, v in named.items())
             self._named, self._names = {}, {}
             slot, self._slot = self._slot, []
             slot.sort(key=_start)
@@ -144,11 +143,6 @@ class Events:
             self._slot = []
             waiting.sort(key=_start)
             yield from waiting
-
-
-def _key(key: str) -> tuple[int, int]:
-    tid, start = key.split(",")
-    return int(tid), int(start)
 
 
 def _start(call: Call) -> int:

@@ -91,7 +91,7 @@ def _fd_enter(call: Fd, dev: int, self_pid: int) -> str:
 
 
 def _fd_exit() -> str:
-    record = "($e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $e.3, $e.4, $e.8, comm)"
+    record = "($e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $e.3, $e.4, $e.8, comm, tid, $e.1)"
     return (
         f"{_EXIT} /@f[tid].1/ {{\n"
         f"  $e = @f[tid]; delete(@f[tid]);\n"
@@ -181,7 +181,8 @@ def _named_exit(calls: Iterable[Named], dev: int, mountpoint: bytes) -> str:
             f"  if ($op == {OP_IDS['chdir']}) {{ $w = curtask->fs->pwd.dentry; $ino = $w->d_inode->i_ino; "
             f"$b2 = $w->d_parent->d_inode->i_ino; $n2 = (uint64)$w->d_name.name; }}\n"
         )
-    record = "($op, pid, uid, gid, nsecs - $e.1, args->ret, $e.6, $e.7, $b1, $b2, $fp, $ino, $mode, $e.2, $e.4, comm)"
+    fields = "$op, pid, uid, gid, nsecs - $e.1, args->ret, $e.6, $e.7, $b1, $b2, $fp, $ino, $mode, $e.2, $e.4"
+    record = f"({fields}, comm, tid, $e.1)"
     body += (
         f"  if ($m) {{\n    @n[$op] = count();\n"
         f"    if ((nsecs / {PERIOD_NS}) % 2 == 0) {{ @pa[tid, $e.1] = {record}; "

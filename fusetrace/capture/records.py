@@ -17,6 +17,7 @@ Nothing the kernel keeps private leaves: an open file's address is only a key he
 trace's `fh` is a number given in order of first sight.
 """
 
+import functools
 import os
 import stat
 from collections import OrderedDict
@@ -28,6 +29,9 @@ from .events import Call, FdCall
 from .program import STRLEN
 
 MAX_KNOWN = 1 << 20  # paths the book keeps (open files, directories), oldest forgotten first
+# A TraceRecord from its fields in order (TraceRecord._fields), without NamedTuple's
+# keyword handling: one is made per call, up to hundreds of thousands a second.
+_record = functools.partial(tuple.__new__, TraceRecord)
 
 _KINDS = {
     "read": Kind.READ,
@@ -118,11 +122,11 @@ class Rebuilder:
             mode = c.arg | (stat.S_IFDIR if op == "mkdir" else 0)
         size = c.arg if op in _SIZED else 0
         result = c.ret if c.ret > 0 and op in ("getxattr", "listxattr", "readlink") else 0
-        return TraceRecord(
-            c.start_ns, c.dur_ns, op, inode, path, path2, fh, 0, size, result, errno, c.pid, c.uid, c.gid, 0,
-            comm=c.comm, kind=_KINDS[op], flags=c.flags if fh or op in ("open", "create", "opendir") else 0,
-            mode=mode, tid=c.tid,
-        )  # fmt: skip
+        flags = c.flags if fh or op in ("open", "create", "opendir") else 0
+        return _record((
+            c.start_ns, c.dur_ns, op, inode, path, path2, fh, 0, size, result, errno, c.pid, c.uid, c.gid,
+            0, None, 0, 0, 0, None, c.comm, _KINDS[op], flags, mode, 0, None, c.tid,
+        ))  # fmt: skip
 
     def _fd_record(self, op: str, c: FdCall) -> TraceRecord | None:
         known = self._files.get(c.file)
@@ -142,11 +146,11 @@ class Rebuilder:
             known.wrote = True
         elif op == "flush":
             kind = Kind.COMMIT if known.wrote else Kind.NONE
-        return TraceRecord(
+        flags = c.file_flags if op == "write" else 0
+        return _record((
             c.start_ns, c.dur_ns, op, c.ino, known.path, None, known.fh, c.offset, size, result, errno,
-            c.pid, c.uid, c.gid, 0, comm=c.comm, kind=kind,
-            flags=c.file_flags if op == "write" else 0, mode=c.mode, tid=c.tid,
-        )  # fmt: skip
+            c.pid, c.uid, c.gid, 0, None, 0, 0, 0, None, c.comm, kind, flags, c.mode, 0, None, c.tid,
+        ))  # fmt: skip
 
     def _new_fh(self) -> int:
         fh, self._next_fh = self._next_fh, self._next_fh + 1

@@ -22,11 +22,13 @@ TID = 4242
 
 def _fd(op, start, file, ino, *, ret=0, offset=0, size=0, flags=0o100001, mode=0o100644, fd=3, comm="app"):
     """A call on a descriptor as `@f?` prints it: key, then the tuple program.py writes."""
-    return f"{TID},{start}", [OP_IDS[op], 100, 1000, 1000, 5000, ret, file, ino, mode, flags, offset, size, fd, comm]
+    values = [OP_IDS[op], 100, 1000, 1000, 5000, ret, file, ino, mode, flags, offset, size, fd, comm, TID, start]
+    return f"{TID},{start}", values
 
 
 def _named(op, start, name, *, name2="", ret=0, flags=0, arg=0, base=0, base2=0, file=0, ino=0, mode=0, dirfd=-100):
     values = [OP_IDS[op], 100, 1000, 1000, 7000, ret, flags, arg, base, base2, file, ino, mode, dirfd, -100, "app"]
+    values += [TID, start]
     return f"{TID},{start}", values, name, name2
 
 

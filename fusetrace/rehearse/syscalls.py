@@ -122,13 +122,12 @@ class Syscalls:
         self._now = self._end = 0.0
         self._uid = 0
         self._sent: list[Admission] = []
-        self.requests: list[tuple[float, float, Request]] = []  # the record's, as passed on (rpcs)
+        self.requests: list[Request] = []  # what the kernel passed on to the client for the record (rpcs)
 
     def rpcs(self, start_ns: int, uid: int, record: tuple) -> tuple[str, int, int]:
         """The RPCs the client sends for the record ("" none), their latency and their
         wait (ns), as fit_infer.Inference.rpcs says them.  `requests` is then what the
-        kernel passed on to the client for it, each as (made at, its reply, s), within the
-        call's own time: the first at its start, the next at the reply before it."""
+        kernel passed on to the client for it, in the order it did."""
         dur, op, inode, path, path2, fh, offset, size, result, errno, kind, flags, mode = record
         self._now, self._end, self._uid, self._sent = start_ns / 1e9, (start_ns + max(dur, 0)) / 1e9, uid, []
         self.requests = []
@@ -509,12 +508,11 @@ class Syscalls:
 
     def _admit(self, request: Request) -> None:
         """Hand `request` to the client (a buffered write's data is passed on by _write_back)."""
-        at = self._now
-        a = self.client.admit(request.call(self._uid), at)
+        a = self.client.admit(request.call(self._uid), self._now)
         self._sent.append(a)
-        self._now = min(max(at, a.done_at), self._end)
+        self._now = min(max(self._now, a.done_at), self._end)
         if request.write_mode is not WriteMode.BUFFERED:
-            self.requests.append((at, self._now, request))
+            self.requests.append(request)
 
     def _write_back(self, node: int) -> tuple[float, int, int] | None:
         """The file's dirty data, written back now (a flush, a stat, or 30 s after it was
@@ -526,7 +524,7 @@ class Syscalls:
         if dirty is None or dirty[1] <= 0:
             return None
         written = Request("write", Kind.WRITE, node, size=dirty[1], write_mode=WriteMode.BUFFERED, offset=dirty[2])
-        self.requests.append((self._now, self._now, written))
+        self.requests.append(written)
         return dirty
 
     def _expire(self) -> None:

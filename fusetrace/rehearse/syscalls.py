@@ -8,7 +8,8 @@ first: on an emulated mount the kernel's FUSE path sits in front of it, told by
 across opens unless the file changed (server/files.py, keep_cache), so that the two
 together send the RPCs a Linux NFS client sends.  `Syscalls` plays that front half from
 the system calls, and hands what it would have asked the mount, as FUSE records, to the
-same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_infer.py):
+same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_infer.py);
+`fusetrace simulate` hands the same requests (`requests`) to its own model (simulate_fleet.py):
 
 - **Path walks.**  A call that takes a path walks it one name at a time; a name whose
   dentry is trusted (the time `trusted` gave, which is how long the Linux client trusts
@@ -36,9 +37,10 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   30 s, vm.dirty_expire_centisecs): the close, fsync or setattr that follows sends them,
   one stable WRITE for what fits one, else the WRITEs and a COMMIT, and a stat the
   WRITEs (the model's client writes back as data comes, a FUSE trace's flush then
-  waiting for it: `_written_by_flush`, `_stat`).  A write on an O_SYNC/O_DSYNC file
-  sends its data then and there (generic_write_sync calls nfs_file_fsync from
-  write(2)).  A close(2) is FUSE's flush: the first of its open file sends CLOSE
+  waiting for it: `_written_by_flush`, `_stat`); `requests` passes the data on then (or at
+  the first call 30 s after it was first dirtied), as one buffered write of it all.  A
+  write on an O_SYNC/O_DSYNC file sends its data then and there (generic_write_sync
+  calls nfs_file_fsync from write(2)).  A close(2) is FUSE's flush: the first of its open file sends CLOSE
   (close-to-open: nfs_file_flush writes back and waits, and the open's CLOSE is its
   last release, which the trace does not show); a later close(2) of a duplicate (dup,
   fork) sends only what was written since.  Every open sends OPEN, which brings fresh

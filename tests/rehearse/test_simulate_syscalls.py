@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import fusetrace_here
 from support.syscall_trace import FILE, TID, write_syscall_trace
 
@@ -151,3 +153,40 @@ def test_the_command_says_what_the_client_was_asked_per_operation(tmp_path):
     assert "system calls (a capture's trace)" in text and "read-ahead" in text
     out = json.loads(fusetrace_here("simulate", str(trace), "--profile", "efs-bursting", "--json").stdout)
     assert out["operations"]["simulated"] == 1
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["open", "create", "read", "write", "flush", "fsync", "getattr", "setattr", "unlink", "rename"]
+        ),
+        st.sampled_from(["/a", "/a/b", "/c/d"]),
+        st.integers(0, 3),  # fh (0: by path)
+        st.integers(0, 64),  # pages
+        st.sampled_from(["buffered", "sync", "direct"]),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps, st.sampled_from([50_000, 7 * 10**9]))
+def test_any_captured_trace_is_made_in_order_and_simulates(tmp_path_factory, calls, step_ns):
+    """Whatever the calls, the requests are made in time order, each ending no earlier
+    than it starts, within its call's time; the client takes each; buffered data is
+    passed on no more than it was written; the simulation runs."""
+    rows = []
+    for op, path, fh, pages, kind in calls:
+        n = pages * 4 * KiB
+        flags = os.O_RDWR | (os.O_CREAT if op == "create" else 0) | (os.O_SYNC if kind == "sync" else 0)
+        rows.append(call(op, path, fh, size=n, result=n, flags=flags, kind=kind if op == "write" else None, path2="/e"))
+    trace = write_syscall_trace(tmp_path_factory.mktemp("t") / "t", rows, step_ns=step_ns)
+    passed = made(trace, closed=True)
+    times = [t for t, *_ in passed]
+    assert times == sorted(times) and all(end >= t for t, end, *_ in passed)
+    assert all(end <= START_NS / 1e9 + len(rows) * step_ns / 1e9 for _, end, *_ in passed)
+    assert not passed or len(admitted(passed)) == len(passed)
+    buffered = sum(c.size for *_, c in passed if c.op == "write" and c.write_mode == "buffered")
+    assert buffered <= sum(r[7] for r in rows if r[0] == "write" and r[11] == "buffered")
+    assert simulate.simulate(str(trace), PARAMS, None)["operations"]["simulated"] == len(passed)

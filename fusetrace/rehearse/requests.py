@@ -30,16 +30,8 @@ Traces before format 3 lack `kind`, `flags`, `mode` and `entry`: kinds are worke
 from the handles' writes, writes taken as buffered, and directories known only from the
 operations on them.  `Rebuilder.gaps` counts what had to be guessed.
 
-A captured trace (`source` "syscalls", `Rebuilder(syscalls=True)`) holds system calls, each
-taken as the request it would have been (no lookups of its path walks, no page cache in
-front of its reads: fit's syscall inference models those).  Its records name their object
-by path, and by real inode number only where the call knew it (0 else); an entry
-operation names no directory.  So an object's node id is the one its inode number or
-else its path was given before (a path named before its inode keeps its id when the
-inode shows up), else its inode number, else one made up (above every FUSE node id, as
-UNKNOWN_DIRECTORY); an entry operation's directory is its path's directory's.  It has no
-release: its handle goes at its close(2) (flush), after which a duplicate's use of the
-same number is an unknown handle.
+A captured trace (`source` "syscalls") holds system calls, not requests: syscalls.py
+makes them into the requests the kernel passed on, and hands those to a Rebuilder.
 """
 
 import os
@@ -54,7 +46,6 @@ COLUMNS = ["op", "inode", "path", "path2", "fh", "offset", "size", "errno", "kin
 
 ROOT = 1  # FUSE's root node id (FUSE_ROOT_ID)
 UNKNOWN_DIRECTORY = 1 << 64  # synthetic node ids of directories never named before: above any FUSE node id
-_MOST_PATHS = 1 << 17  # a captured trace's paths whose node ids are kept
 
 # Operations on an entry of a directory: the record's inode is the directory, its path the entry's.
 _ENTRY_OPS = frozenset(("lookup", "mknod", "mkdir", "symlink", "create", "unlink", "rmdir", "rename"))
@@ -101,13 +92,9 @@ class Gaps:
 
 
 class Rebuilder:
-    """Feed it a trace's records in start order; it gives back each one's Request.
-    `syscalls`: the records are a capture's system calls (see the module's doc)."""
+    """Feed it a trace's records in start order; it gives back each one's Request."""
 
-    def __init__(self, syscalls: bool = False) -> None:
-        self._syscalls = syscalls
-        self._nodes: dict[str, int] = {}  # a captured trace's paths: their objects' node ids
-        self._inodes: dict[int, int] = {}  # ... and its real inode numbers: the node id each was given
+    def __init__(self) -> None:
         self._handles: dict[int, _Handle] = {}
         self._hidden: dict[int, int] = {}  # files whose name went while open: their hidden name's directory
         self._dirs: set[int] = {ROOT}  # node ids known to be directories
@@ -137,8 +124,6 @@ class Rebuilder:
         if op not in _OPS:
             self.gaps.unknown_ops += 1
             return None
-        if self._syscalls:
-            inode, entry = self._as_request(op, inode, path, path2, errno)
         self._learn(op, inode, path, mode, entry)
         if op in _ENTRY_OPS:
             return self._entry_op(op, inode, path, path2, fh, errno, flags, entry)
@@ -157,31 +142,6 @@ class Rebuilder:
         return Request(
             op, label, inode, size=size, is_dir=op in _TYPED and inode in self._dirs, kernel_only=gate == Gate.KERNEL
         )
-
-    def _as_request(self, op: str, inode: int, path: str, path2: str | None, errno: int) -> tuple[int, int]:
-        """A system call's (inode, entry) as its request's: the object's node id (its inode
-        number, else its path's), and for an entry operation its directory's, and the node
-        id of what it made (none for a removal: which open file's name went is unknown)."""
-        nodes, inodes = self._nodes, self._inodes
-        node = inodes.get(inode, 0) or nodes.get(path, 0) or inode
-        if not node:
-            self._unknown += 1
-            node = self._unknown
-        if len(nodes) >= _MOST_PATHS or len(inodes) >= _MOST_PATHS:
-            nodes.clear()  # a path or inode seen again after this gets an id of its own
-            inodes.clear()
-        nodes[path] = node
-        if inode:
-            inodes[inode] = node
-        if op not in _ENTRY_OPS:
-            return node, 0
-        directory = self._directory_of(path, counted=False)[0]
-        if op in ("unlink", "rmdir", "rename"):
-            gone = nodes.pop(path)
-            if op == "rename" and path2 and not errno:
-                nodes[path2] = gone
-            return directory, 0
-        return directory, node
 
     def _handle_op(self, op: str, inode: int, fh: int, size: int, offset: int, kind: str | None) -> Request:
         """A write, flush, fsync or release on an open file, as its handle stands."""
@@ -213,8 +173,6 @@ class Rebuilder:
                 writable=h.wrote if h.flags is None else (h.flags & os.O_ACCMODE) != os.O_RDONLY,
             )
             h.closed = True
-            if self._syscalls:  # a close(2), and no release to come
-                self._handles.pop(fh, None)
         h.dirty = False
         return req
 

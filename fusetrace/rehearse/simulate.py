@@ -5,9 +5,12 @@ would take (closed loop, the default: each process waits for its own operations,
 did; --open-loop makes every operation at its recorded time instead), when the burst
 credits run out, if they do, the throughput after, and the time operations waited.
 
-The records become the requests the mount's handlers made (requests.py), in start
-order, streamed from the trace in bounded memory (a trace of up to CACHE_CALLS records is
-read once and kept), each with its recorded start and end and its process;
+The records become the requests the mount's handlers made (requests.py), or for a
+captured trace of system calls the requests the kernel in front of the Linux NFS client
+passes on for them (syscalls.py, as `fusetrace fit` infers them: path walks, page cache,
+dirty data held until its write-back, close-to-open), in start order, streamed from the
+trace in bounded memory (a trace of up to CACHE_CALLS records is read once and kept), each
+with its recorded start and end and its process;
 emulator/tracesim.py runs them, simulating op by op around every change of regime and
 extrapolating the steady stretches between (it says which).
 """
@@ -35,7 +38,6 @@ from ..trace import metadata as meta
 from ..trace import partial, reader
 from . import simulate_fleet as fleet
 from . import simulate_plot
-from .requests import Gaps
 
 TOP_PROCESSES = 10  # the processes said, those the simulation slows down most
 TABLE_ROWS = 24  # at most, besides the start
@@ -118,6 +120,15 @@ class Process(TypedDict):
     slowdown: float
 
 
+class Made(TypedDict):
+    """An operation's records and the requests of a pass made of the NFS client by that name
+    (a syscall trace's: its system calls, and what the kernel passed on for them)."""
+
+    op: str
+    records: int
+    requests: int
+
+
 class Rebuilt(TypedDict):
     """What rebuilding the requests from the records could not know (requests.Gaps)."""
 
@@ -160,6 +171,7 @@ class Simulation(TypedDict):
     spans: list[SpanShown]
     samples: list[SampleShown]
     rebuilt: Rebuilt
+    requests: list[Made]
     notes: list[str]
     profile: NotRequired[str]
     overrides: NotRequired[list[str]]
@@ -214,7 +226,7 @@ def simulate(trace_dirs: str | Sequence[str], params: Params, days: float | None
     # (the table's rows are chosen for the recorded length, and merged if it is longer)
     duration = days * DAY if days else (last - origin) / 1e9 or span
     step = _step(duration)
-    calls = fleet.Calls(trace, closed)
+    calls = fleet.Calls(trace, closed, params)
     hosts = len(trace.set.members)
     model, clients = fleet.clients(params, origin / 1e9, hosts)
     waits = fleet.Waits(hosts) if hosts > 1 else None
@@ -239,9 +251,7 @@ def simulate(trace_dirs: str | Sequence[str], params: Params, days: float | None
     if duration > step * TABLE_ROWS * 1.000001:
         step = _step(duration)
         result.samples = coarsened(result.samples, step / SAMPLES_PER_ROW)
-    summary = _summary(
-        trace, params, result, calls.gaps, span, duration, days, step, wall, (first - origin) / 1e9, closed
-    )
+    summary = _summary(trace, params, result, calls, span, duration, days, step, wall, (first - origin) / 1e9, closed)
     clock = trace.set.base
     if result.cliff is not None and "start_wall_ns" in clock:
         wall_ns = meta.to_wall_ns(clock, origin + round(result.cliff * 1e9))
@@ -263,7 +273,7 @@ def _summary(
     trace: Trace,
     params: Params,
     result: Result,
-    gaps: Gaps,
+    calls: fleet.Calls,
     span: float,
     duration: float,
     days: float | None,
@@ -273,7 +283,7 @@ def _summary(
     closed: bool,
 ) -> Simulation:
     """`lead`: virtual seconds from the mount's start (time 0) to the first record's."""
-    r = result
+    r, gaps = result, calls.gaps
     delta = r.delta
     projected = None
     if r.cliff is None and delta is not None and delta < 0 and params.throughput_mode != "elastic":
@@ -290,9 +300,10 @@ def _summary(
         )
     if trace.kind in ("syscalls", "mixed"):
         notes.append(
-            "system calls (a capture's trace), each taken as the request a FUSE mount would be sent: "
-            "the lookups of their path walks and the page cache in front of their reads are not "
-            "modelled (fusetrace fit infers the RPCs as the NFS client sends them)"
+            "system calls (a capture's trace), made into the requests the kernel in front of the NFS "
+            "client passes on (path walks, page cache, dirty data held until a close, fsync, stat or "
+            "30 s): read-ahead, write-back under memory pressure and symbolic links in paths are not "
+            "modelled"
         )
     if gaps.new_directories:
         notes.append(
@@ -311,6 +322,7 @@ def _summary(
         if "comm" in trace.columns
         else {}
     )
+    records = dict(trace.rows("select op, count(*) from trace group by op"))
     members, named = trace.set.members, fleet.host_names(trace)
     processes: list[Process] = []
     for key, (first, end, done) in r.chains.items():
@@ -388,6 +400,10 @@ def _summary(
             "unknown_handles": gaps.unknown_handles,
             "unknown_ops": gaps.unknown_ops,
         },
+        "requests": [
+            {"op": op, "records": records.get(op, 0), "requests": calls.made.get(op, 0)}
+            for op in sorted(records.keys() | calls.made.keys())
+        ],
         "notes": notes,
     }
 
@@ -420,6 +436,8 @@ def render(s: Simulation) -> str:
         )
     lines += _job_lines(s)
     lines += ["", _table(s), ""]
+    if s["requests"] and any(m["records"] != m["requests"] for m in s["requests"]):
+        lines += [_made(s["requests"]), ""]
     lines += _credit_lines(s)
     if "hosts" in s:
         lines += fleet.host_lines(s["hosts"], _seconds, _length)
@@ -569,6 +587,12 @@ def _table(s: Simulation) -> str:
         )
         prev = end
     return table(head, rows, "lrrrrrrl")
+
+
+def _made(made: list[Made]) -> str:
+    """Where the model's requests differ from the records (a syscall trace's, always)."""
+    rows = [[m["op"], f"{m['records']:,}", f"{m['requests']:,}"] for m in made]
+    return table(["operation", "records", "requests of a pass"], rows, "lrr")
 
 
 def _spans(spans: list[SpanShown], step: float) -> str:

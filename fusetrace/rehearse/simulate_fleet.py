@@ -10,8 +10,11 @@ Memory is then bounded by SORT_MEMORY, an Arrow batch, 2 x CHUNK operations a pr
 (about 300 bytes each) and each host's client state, however long the trace and however
 far a process falls behind.  Each host's
 records are rebuilt into its requests by its own Rebuilder (its handles and directories
-are its own) and carry its index (`Call.host`), which tracesim.py hands to that host's
-NfsClient, on its own Model sharing the file system's gates (Model's `fs`).
+are its own), a captured trace's system calls (`source` "syscalls") by its own Syscalls
+(syscalls.py, fit's translation: the requests the kernel in front of the Linux NFS client
+passes on for them, made one after another from the call's start), and carry its index
+(`Call.host`), which tracesim.py hands to that host's NfsClient, on its own Model sharing
+the file system's gates (Model's `fs`).
 
 Hosts are named by their trace's `host` (its records', else its metadata's; the directory's
 name when it names none); two traces of one host are two clients all the same, the second
@@ -44,7 +47,9 @@ from ..report.query import Trace
 from ..texttable import printable, table
 from ..trace import metadata as meta
 from ..trace import names, reader
+from . import syscalls
 from .requests import COLUMNS, Gaps, Rebuilder
+from .syscalls import Syscalls
 
 CACHE_CALLS = 500_000  # a fleet of at most this many records is kept in memory (about 300 bytes a call)
 BATCH_ROWS = 65_536
@@ -106,13 +111,17 @@ class Calls:
     """One pass of the fleet as the NFS clients' calls, each time it is called: read from the
     traces, or from memory once a whole pass has been read if the fleet is small.  A call's
     chain is its process on its host (pid x hosts + host; none for pid 0, the kernel's own
-    requests, nor in open loop)."""
+    requests, nor in open loop).  `params`: the profile whose NFS client a captured trace's
+    system calls are translated for (Syscalls keeps the kernel's caches in front of it for
+    as long as it trusts them); its defaults if not given."""
 
-    def __init__(self, trace: Trace, closed: bool):
+    def __init__(self, trace: Trace, closed: bool, params: Params | None = None):
         self.trace, self.closed = trace, closed
+        self.params = params or Params()
         self.keep = trace.records <= CACHE_CALLS
         self.cached: list[Timed] | None = None
         self.gaps = Gaps()
+        self.made: dict[str, int] = {}  # the first pass's requests, by operation
         self.spill = Spill()  # the chains' operations read but not yet made, past CHUNK
 
     def __call__(self) -> Iterable[Timed]:
@@ -121,36 +130,60 @@ class Calls:
     def _read(self) -> Iterator[Timed]:
         members = self.trace.set.members
         n = len(members)
-        rebuilders = [Rebuilder(syscalls=meta.trace_kind(m.metadata) == "syscalls") for m in members]
+        captured = [meta.trace_kind(m.metadata) == "syscalls" for m in members]
+        origin = origin_ns(self.trace)
+        rebuilders = [Rebuilder() for _ in members]
+        translators = {i: Syscalls(self.params, origin) for i, c in enumerate(captured) if c}
+        # a Rebuilder's columns first, then the others a Syscalls reads
+        columns = list(dict.fromkeys([*COLUMNS, *(syscalls.COLUMNS if translators else ())]))
+        at, width = [columns.index(c) for c in syscalls.COLUMNS] if translators else [], len(COLUMNS)
         kept: list[Timed] | None = [] if self.keep else None
+        made = None if self.made else self.made  # counted as the first pass is read
+        latest = -math.inf  # the last call's time
         closed = self.closed
-        for batch in _batches(self.trace, names.with_raw(["start_ns", "dur_ns", "pid", "uid", *COLUMNS])):
+        head = list(dict.fromkeys(["start_ns", "dur_ns", "pid", "uid", *columns]))
+        for batch in _batches(self.trace, names.with_raw(head)):
             # what depends on no record before it, a batch at a time: times in seconds, chains
             start_ns = batch.column("start_ns").to_numpy()
             member, pid = batch.column("member").to_numpy(), batch.column("pid").to_numpy().astype(np.int64)
             chain = np.where(pid > 0, pid * n + member, -1) if closed else np.full(len(pid), -1)
-            for host, start, end, key, uid, record in zip(
+            for host, ns, start, end, key, uid, record in zip(
                 member.tolist(),
+                start_ns.tolist(),
                 (start_ns / 1e9).tolist(),
                 ((start_ns + batch.column("dur_ns").to_numpy()) / 1e9).tolist(),
                 chain.tolist(),
                 batch.column("uid").to_pylist(),
-                names.rows(batch, COLUMNS),
+                names.rows(batch, columns),
             ):
-                request = rebuilders[host].rebuild(*record)
-                if request is None:
-                    continue
-                c = request.call(uid)
-                c.host = host
-                call = (start, end, key, c)
-                if kept is not None:
-                    kept.append(call)
-                yield call
+                translator = translators.get(host)
+                if translator is not None:  # a system call: what the kernel passed on for it
+                    translator.rpcs(ns, uid, tuple(record[i] for i in at))
+                    passed = translator.requests
+                else:
+                    request = rebuilders[host].rebuild(*(record[:width] if at else record))
+                    passed = [request] if request is not None else []
+                last = len(passed) - 1
+                for i, request in enumerate(passed):
+                    if made is not None:
+                        made[request.op] = made.get(request.op, 0) + 1
+                    c = request.call(uid)
+                    c.host = host
+                    # A call's requests one after another (each ends, as recorded, as the next
+                    # starts, 1 ns on: in closed loop each waits for the one before), the last
+                    # ending with the call; never before one already made
+                    made_at = max(start + i * 1e-9, latest)
+                    latest = made_at
+                    call = (made_at, max(end, made_at) if i == last else made_at + 1e-9, key, c)
+                    if kept is not None:
+                        kept.append(call)
+                    yield call
         gaps = self.gaps = Gaps()
-        for r in rebuilders:
+        for r in [*rebuilders, *(t.rebuilder for t in translators.values())]:
             gaps.new_directories += r.gaps.new_directories
             gaps.unknown_handles += r.gaps.unknown_handles
             gaps.unknown_ops += r.gaps.unknown_ops
+        gaps.unknown_ops += sum(t.unknown for t in translators.values())
         self.cached = kept
 
 

@@ -8,7 +8,8 @@ first: on an emulated mount the kernel's FUSE path sits in front of it, told by
 across opens unless the file changed (server/files.py, keep_cache), so that the two
 together send the RPCs a Linux NFS client sends.  `Syscalls` plays that front half from
 the system calls, and hands what it would have asked the mount, as FUSE records, to the
-same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_infer.py):
+same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_infer.py);
+`fusetrace simulate` hands the same requests (`requests`) to its own model (simulate_fleet.py):
 
 - **Path walks.**  A call that takes a path walks it one name at a time; a name whose
   dentry is trusted (the time `trusted` gave, which is how long the Linux client trusts
@@ -36,9 +37,10 @@ same Rebuilder and client `fusetrace fit` uses for a trace-mode FUSE trace (fit_
   30 s, vm.dirty_expire_centisecs): the close, fsync or setattr that follows sends them,
   one stable WRITE for what fits one, else the WRITEs and a COMMIT, and a stat the
   WRITEs (the model's client writes back as data comes, a FUSE trace's flush then
-  waiting for it: `_written_by_flush`, `_stat`).  A write on an O_SYNC/O_DSYNC file
-  sends its data then and there (generic_write_sync calls nfs_file_fsync from
-  write(2)).  A close(2) is FUSE's flush: the first of its open file sends CLOSE
+  waiting for it: `_written_by_flush`, `_stat`); `requests` passes the data on then (or at
+  the first call 30 s after it was first dirtied), as one buffered write of it all.  A
+  write on an O_SYNC/O_DSYNC file sends its data then and there (generic_write_sync
+  calls nfs_file_fsync from write(2)).  A close(2) is FUSE's flush: the first of its open file sends CLOSE
   (close-to-open: nfs_file_flush writes back and waits, and the open's CLOSE is its
   last release, which the trace does not show); a later close(2) of a duplicate (dup,
   fork) sends only what was written since.  Every open sends OPEN, which brings fresh
@@ -116,17 +118,22 @@ class Syscalls:
         self._closed: dict[int, tuple[int, int]] = {}  # fh whose open ended, still in use by a duplicate
         self._searched: dict[tuple[int, int], None] = {}  # (directory, user): its search asked ACCESS
         self._listing: dict[int, int] = {}  # open directory: entries its pass has read
-        self._dirty: dict[int, tuple[float, int]] = {}  # node: (first dirtied at, bytes) of its buffered data
+        # node: (first dirtied at, bytes, least offset) of its buffered data, oldest first
+        self._dirty: dict[int, tuple[float, int, int]] = {}
         self._pages: dict[int, tuple[list[int], list[int]]] = {}  # node: its cached byte ranges (starts, ends)
         self._now = self._end = 0.0
         self._uid = 0
         self._sent: list[Admission] = []
+        self.requests: list[Request] = []  # what the kernel passed on to the client for the record (rpcs)
 
     def rpcs(self, start_ns: int, uid: int, record: tuple) -> tuple[str, int, int]:
         """The RPCs the client sends for the record ("" none), their latency and their
-        wait (ns), as fit_infer.Inference.rpcs says them."""
+        wait (ns), as fit_infer.Inference.rpcs says them.  `requests` is then what the
+        kernel passed on to the client for it, in the order it did."""
         dur, op, inode, path, path2, fh, offset, size, result, errno, kind, flags, mode = record
         self._now, self._end, self._uid, self._sent = start_ns / 1e9, (start_ns + max(dur, 0)) / 1e9, uid, []
+        self.requests = []
+        self._expire()
         path = posixpath.normpath(path) if path else ""
         if path.startswith("//"):
             path = path[1:]
@@ -198,8 +205,8 @@ class Syscalls:
             else:
                 self._send("write", node, path, fh=fh, offset=offset, size=max(result, 0), kind=write_mode.value)
             if write_mode is WriteMode.BUFFERED:  # held dirty: the flush that follows sends it
-                since, nbytes = self._dirty.get(node, (self._now, 0))
-                _room(self._dirty)[node] = (since, nbytes + max(result, 0))
+                since, nbytes, least = self._dirty.get(node, (self._now, 0, offset))
+                _room(self._dirty)[node] = (since, nbytes + max(result, 0), min(least, offset))
                 if self._sent:
                     self._sent[-1].rpcs = ""
             self._attrs.pop(node, None)  # the WRITE replies bring them (the client's), or a stat waits for them
@@ -210,9 +217,11 @@ class Syscalls:
                 self._send("fsync", node, path, fh=fh, kind="commit")
             return sync
         first = len(self._sent)
+        dirty = self._write_back(node) if op in ("flush", "fsync", "setattr") else None
         if late and op in ("flush", "fsync"):  # a duplicate's: its data, no CLOSE (nfs_file_flush)
             self._admit(Request(op, Kind.COMMIT, node, closes=False, writable=True))
-            self._written_by_flush(node, first)
+            if dirty is not None:
+                self._written_by_flush(dirty, first)
             return False
         if op == "getattr":
             self._stat(node, path, mode)
@@ -227,8 +236,8 @@ class Syscalls:
             self._listing.pop(fh, None)
             self._handles.pop(fh, None)
         self._send(op, node, path, fh=fh, size=size, errno=errno, kind=kind, mode=mode)
-        if op in ("flush", "fsync", "setattr"):
-            self._written_by_flush(node, first)
+        if dirty is not None:
+            self._written_by_flush(dirty, first)
         if op == "setattr":
             self._attributes(node)
         elif op == "flush" and fh in self._handles:
@@ -242,15 +251,14 @@ class Syscalls:
             self._send("release", node, path, fh=fh, kind="none")
         return False
 
-    def _written_by_flush(self, node: int, first: int) -> None:
+    def _written_by_flush(self, dirty: tuple[float, int, int], first: int) -> None:
         """The RPCs a flush (close, fsync, a setattr's) sent for the file's buffered data.
         The model's client writes it back as it comes (a FUSE trace's flush waits for
         that); Linux holds it dirty until the flush, or dirty_expire_centisecs (30 s), so
         that a system call's flush sends it itself, and its `dur_ns` holds those WRITEs:
         one stable WRITE for what fits one (FLUSH_COND_STABLE), else the WRITEs and a
         COMMIT (which fit_rpcs leaves out: their time is not the COMMIT's)."""
-        dirty = self._dirty.pop(node, None)
-        if dirty is None or dirty[1] <= 0 or self._now - dirty[0] >= DIRTY_EXPIRE_S or first >= len(self._sent):
+        if first >= len(self._sent):
             return
         a = self._sent[first]
         head, _, rest = a.rpcs.partition(",")
@@ -378,14 +386,14 @@ class Syscalls:
         if self._attrs.get(node, -math.inf) > self._now:
             return
         first = len(self._sent)
+        dirty = self._write_back(node)
         self._send("getattr", node, path, mode=mode or (stat.S_IFDIR if node in self._dirs else stat.S_IFREG))
         self._attributes(node)
-        dirty = self._dirty.pop(node, None)
         if first >= len(self._sent):
             return
         a = self._sent[first]
         rest = "" if a.rpcs == "WRITE(FILE_SYNC)" else a.rpcs
-        if dirty is not None and dirty[1] > 0 and self._now - dirty[0] < DIRTY_EXPIRE_S:
+        if dirty is not None:
             wsize = int(self.client.model.params.nfs_io_size)
             written = "WRITE" if dirty[1] <= wsize else f"WRITE x{-(-dirty[1] // wsize)}"
             a.rpcs = f"{written},{rest}" if rest else written
@@ -501,6 +509,31 @@ class Syscalls:
             self._admit(request)
 
     def _admit(self, request: Request) -> None:
+        """Hand `request` to the client (a buffered write's data is passed on by _write_back)."""
         a = self.client.admit(request.call(self._uid), self._now)
         self._sent.append(a)
         self._now = min(max(self._now, a.done_at), self._end)
+        if request.write_mode is not WriteMode.BUFFERED:
+            self.requests.append(request)
+
+    def _write_back(self, node: int) -> tuple[float, int, int] | None:
+        """The file's dirty data, written back now (a flush, a stat, or 30 s after it was
+        first dirtied): passed on as one buffered write of it all, which the client then
+        writes back in wsize WRITEs (the model's client had it as it came: `rpcs`' account
+        of it is _written_by_flush's).  Its (first dirtied at, bytes, least offset); None:
+        nothing to write."""
+        dirty = self._dirty.pop(node, None)
+        if dirty is None or dirty[1] <= 0:
+            return None
+        written = Request("write", Kind.WRITE, node, size=dirty[1], write_mode=WriteMode.BUFFERED, offset=dirty[2])
+        self.requests.append(written)
+        return dirty
+
+    def _expire(self) -> None:
+        """Write back the data dirty for DIRTY_EXPIRE_S or more (the flusher thread's), at
+        the first call after: no flush that follows sends it."""
+        while self._dirty:
+            node, (since, _, _) = next(iter(self._dirty.items()))
+            if self._now - since < DIRTY_EXPIRE_S:
+                return
+            self._write_back(node)

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from support import fusetrace_here
-from support.syscall_trace import CALLS, FILE, INO_F, PID, TID, WORKER, WRITTEN, write_syscall_trace
+from support.syscall_trace import CALLS, FILE, PID, TID, WORKER, WRITTEN, write_syscall_trace
 
 from fusetrace.rehearse.replay_calls import Rec, Target
-from fusetrace.rehearse.requests import UNKNOWN_DIRECTORY, Rebuilder
 from fusetrace.rehearse.rows import last_closes
 
 
@@ -98,31 +97,12 @@ def test_compare_takes_captured_traces_and_cautions_against_a_fuse_one(captured,
     assert out["b"]["kind"] == "fuse" and "system calls (a capture)" in out["caution"]
 
 
-def test_simulate_rebuilds_a_captured_trace_by_paths_and_handles(captured):
+def test_simulate_makes_a_captured_trace_into_what_the_nfs_client_is_asked(captured):
+    """The written pages are read from the page cache, the stats answered from the
+    attributes the calls before brought: fewer requests than records (syscalls.py)."""
     out = json.loads(fusetrace_here("simulate", str(captured), "--profile", "efs-bursting", "--json").stdout)
-    assert out["operations"]["simulated"] == len(CALLS)
+    made = {m["op"]: (m["records"], m["requests"]) for m in out["requests"]}
+    assert made["read"] == (2, 0) and made["lookup"] == (0, 1) and made["getattr"] == (4, 1)
+    assert out["operations"]["simulated"] == sum(m["requests"] for m in out["requests"]) < len(CALLS)
     assert out["rebuilt"] == {"new_directories": 0, "unknown_handles": 0, "unknown_ops": 0}
-    assert any("system calls (a capture's trace)" in n for n in out["notes"])
-
-
-def test_rebuilder_names_a_captured_trace_s_objects_by_inode_else_path():
-    """Path calls carry no inode: the same path is the same node; an entry operation's
-    directory is its path's; a close(2) ends its handle, so none is left open."""
-    r = Rebuilder(syscalls=True)
-    reqs = {}
-    for op, inode, path, path2, fh, offset, size, _, err, flags, mode, kind, _ in CALLS:
-        req = r.rebuild(op, inode, path, path2, fh, offset, size, err, kind, flags, mode, 0, None)
-        reqs.setdefault((op, path), []).append(req)
-    [mkdir] = reqs["mkdir", "/d"]
-    [getattr_d] = reqs["getattr", "/d"]
-    d = getattr_d.file
-    assert mkdir.directory == 1 and d > UNKNOWN_DIRECTORY and getattr_d.is_dir
-    [create] = reqs["create", "/d/f"]
-    assert create.directory == d  # the directory mkdir made, not the new file's inode
-    by_path, by_fh = reqs["getattr", "/d/f"]
-    assert by_path.file == by_fh.file == INO_F and not by_path.is_dir  # the create's inode, then its path's
-    flushes = reqs["flush", "/d/f"]
-    assert [f.closes for f in flushes] == [True, True] and [f.writable for f in flushes] == [True, False]
-    [unlink] = reqs["unlink", "/d/g"]
-    assert unlink.directory == d and unlink.busy == 0  # which open file's name went is not known
-    assert r.gaps.unknown_handles == r.gaps.new_directories == 0 and not r._handles
+    assert any("read-ahead" in n for n in out["notes"])

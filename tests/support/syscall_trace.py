@@ -57,14 +57,16 @@ STEP_NS = 50_000  # between one call's start and the next's
 DUR_NS = 20_000
 
 
-def write_syscall_trace(directory: Path, calls: list[tuple] = CALLS, start_ns: int = 10**12) -> Path:
-    """A captured trace of `calls` (CALLS' layout), one every STEP_NS, made by TraceWriter as
+def write_syscall_trace(
+    directory: Path, calls: list[tuple] = CALLS, start_ns: int = 10**12, step_ns: int = STEP_NS
+) -> Path:
+    """A captured trace of `calls` (CALLS' layout), one every `step_ns`, made by TraceWriter as
     the capture makes it: metadata {"source": "syscalls", "mountpoint": MOUNTPOINT}."""
     with TraceWriter(directory, {"source": "syscalls", "mountpoint": MOUNTPOINT}, flush_interval=3600) as w:
         for i, (op, inode, path, path2, fh, offset, size, result, err, flags, mode, kind, tid) in enumerate(calls):
             w.record(
                 TraceRecord(
-                    start_ns + i * STEP_NS,
+                    start_ns + i * step_ns,
                     DUR_NS,
                     op,
                     inode,

@@ -9,14 +9,20 @@ two are sorted together when the next holds a call that began first (a long call
 the end's halves, printed in either order); at the end bpftrace prints `@n`, the counts
 by operation, and what is held is given.  JSON keeps names exact: bpftrace
 escapes every byte a hostile name may hold (a newline, a quote), so one line is one
-object whatever the names are.
+object whatever the names are.  Each byte above 0x7f it escapes as "\\uffffffXX" (0.17's
+signed char), which json would read as U+FFFF and text: those are put back as their bytes
+first, so that a name in UTF-8 or in none is kept.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
 from .program import CWD
+
+# bpftrace's escape of a byte above 0x7f, where its backslash is not itself escaped
+_HIGH_BYTE = re.compile(rb"(?<!\\)((?:\\\\)*)\\uffffff([0-9a-f]{2})")
 
 
 class FdCall(NamedTuple):
@@ -95,6 +101,8 @@ class Events:
     def feed(self, line: bytes) -> Iterator[Call | Started]:
         if not line.strip():
             return  # (bpftrace ends a map's print with an empty line)
+        if b"\\uffffff" in line:  # (rare: a name or comm not in ASCII)
+            line = _HIGH_BYTE.sub(lambda m: m[1] + bytes([int(m[2], 16)]), line)
         try:  # (names that are not UTF-8 come as their bytes: kept as os.fsdecode keeps them)
             obj = json.loads(line.decode(errors="surrogateescape"))
             kind, data = obj["type"], obj["data"]

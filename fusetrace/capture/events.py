@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .program import CWD
+from .program import CWD, END
 
 # bpftrace's escape of a byte above 0x7f, where its backslash is not itself escaped
 _HIGH_BYTE = re.compile(rb"(?<!\\)((?:\\\\)*)\\uffffff([0-9a-f]{2})")
@@ -112,6 +112,9 @@ class Events:
             words = str(data).split()
             if words[:1] == [CWD] and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
                 yield Started(int(words[1]), int(words[2]))
+            elif words == [END]:  # after @n, which is not printed when no call was counted
+                if self.counts is None:
+                    self.counts = {}
             else:
                 self.ready = True
         elif kind == "lost_events":

@@ -1,12 +1,14 @@
-"""bpftrace's JSON lines read back (fusetrace/capture/events.py) with names no file system
-forbids: bytes above 0x7f, which bpftrace 0.17 escapes as a sign-extended "\\uffffffXX",
-come back as the bytes they were, in UTF-8 or in none; an escaped backslash stays text."""
+"""bpftrace's JSON lines read back (fusetrace/capture/events.py) as bpftrace 0.17 prints
+them: names' bytes above 0x7f, which it escapes as a sign-extended "\\uffffffXX", come back
+as the bytes they were, in UTF-8 or in none (an escaped backslash stays text); a capture
+in which no call was counted, whose empty counts it does not print, lost nothing."""
 
 import json
 import os
 
 from fusetrace.capture.calls import OP_IDS
 from fusetrace.capture.events import Events, NamedCall
+from fusetrace.capture.program import END, READY
 
 
 def _bpftrace(name: bytes) -> bytes:
@@ -47,3 +49,12 @@ def test_bytes_above_0x7f_are_kept():
 def test_an_escaped_backslash_before_the_text_stays_text():
     (got,) = _names(b"/mnt/a\\uffffffc3\\\\uffffffc3")  # names holding the escape's text itself
     assert got == "/mnt/a\\uffffffc3\\\\uffffffc3"
+
+
+def test_a_capture_with_no_call_has_counts_of_nothing():
+    """bpftrace prints no empty map: the end's line says the counts, none, were all there are."""
+    events = Events()
+    list(events.feed(json.dumps({"type": "printf", "data": READY + "\n"}).encode()))
+    assert events.counts is None
+    list(events.feed(json.dumps({"type": "printf", "data": END + "\n"}).encode()))
+    assert events.counts == {} and events.ready

@@ -97,6 +97,21 @@ class Events:
         self._named: dict[str, list] = {}
         self._names: dict[str, str] = {}
         self._waiting: list[Call] = []
+        self._read: list[set[tuple[int, int]]] = [set(), set(), set()]  # the keys of the last prints read
+
+    def _unread(self, calls: list[Call]) -> list[Call]:
+        """`calls` less those read already: at the end, a slot the timer was printing as
+        bpftrace stopped is printed again by END, and the two prints, from two CPUs'
+        buffers, come in either order (seen: every call on a descriptor of the last slot
+        recorded twice).  A call is one by its thread and start."""
+        older, keys, fresh = self._read, set(), []
+        for c in calls:
+            key = (c.tid, c.start_ns)
+            if key not in keys and all(key not in s for s in older):
+                keys.add(key)
+                fresh.append(c)
+        self._read = [keys, *older[:-1]]
+        return fresh
 
     def feed(self, line: bytes) -> Iterator[Call | Started]:
         if not line.strip():
@@ -139,7 +154,7 @@ class Events:
             names, named = self._names, self._named
             self._slot.extend(NamedCall._make([*v, names.get(k, ""), entries.get(k, "")]) for k, v in named.items())
             self._named, self._names = {}, {}
-            slot, self._slot = self._slot, []
+            slot, self._slot = self._unread(self._slot), []
             slot.sort(key=_start)
             if slot and self._waiting and slot[0].start_ns < self._waiting[-1].start_ns:
                 # a call that began before the last slot's (a long one, or the end's
@@ -150,7 +165,7 @@ class Events:
                 self._waiting = slot
         elif which == "n":
             self.counts = {int(k): int(v) for k, v in entries.items()}
-            waiting, self._waiting = self._waiting + self._slot, []
+            waiting, self._waiting = self._waiting + self._unread(self._slot), []
             self._slot = []
             waiting.sort(key=_start)
             yield from waiting

@@ -6,7 +6,7 @@ in which no call was counted, whose empty counts it does not print, lost nothing
 import json
 import os
 
-from fusetrace.capture.calls import OP_IDS
+from fusetrace.capture.calls import OP_IDS, OPS
 from fusetrace.capture.events import Events, NamedCall
 from fusetrace.capture.program import END, READY
 
@@ -58,3 +58,32 @@ def test_a_capture_with_no_call_has_counts_of_nothing():
     assert events.counts is None
     list(events.feed(json.dumps({"type": "printf", "data": END + "\n"}).encode()))
     assert events.counts == {} and events.ready
+
+
+def _half(half: str, starts: list[int]) -> list[bytes]:
+    """A slot's print: a write on a descriptor and an unlink by name, each begun at `starts`."""
+    fds = {f"7,{s}": [OP_IDS["write"], 10, 0, 0, 5, 1, 1, 2, 0o100644, 1, 0, 1, 3, "w", 7, s] for s in starts}
+    named = {
+        f"7,{s + 1}": [OP_IDS["unlink"], 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, -100, -100, "w", 7, s + 1] for s in starts
+    }
+    maps = [("@f", fds), ("@p", named), ("@s", {k: "/mnt/x" for k in named}), ("@t", {k: "" for k in named})]
+    return [json.dumps({"type": "map", "data": {m + half: d}}).encode() for m, d in maps]
+
+
+def test_a_slot_printed_by_the_timer_and_by_end_is_read_once():
+    """At the end, the timer's print of the last slot and END's come in either order."""
+    counts = [b'{"type": "map", "data": {"@n": {"%d": 2, "%d": 2}}}' % (OP_IDS["write"], OP_IDS["unlink"])]
+    b = _half("b", [100, 200])
+    for lines in (
+        [*b, *_half("a", []), *b, *counts],  # the timer's print, then END's
+        [b[0], *_half("a", []), *b, *counts, *b[1:]],  # the timer's, read around END's
+        [*_half("a", []), *b, *counts, *b],  # END's, then the timer's
+    ):
+        events = Events()
+        calls = [c for line in lines for c in events.feed(line)]
+        assert sorted((c.start_ns, OPS[c.op - 1]) for c in calls) == [
+            (100, "write"),
+            (101, "unlink"),
+            (200, "write"),
+            (201, "unlink"),
+        ]

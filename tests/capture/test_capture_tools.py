@@ -136,6 +136,8 @@ def test_fit_makes_a_profile_of_it(captured, tmp_path):
     out = tmp_path / "fitted.toml"
     fusetrace_here("fit", str(trace), "-o", str(out))
     assert "fitted to the trace" in load_profile(out).description
+    # a syscall trace: its RPCs are inferred through the model's NFS client (rehearse/syscalls.py)
+    assert "sent RPCs as the model's NFS client replays them" in out.read_text()
 
 
 def test_export_writes_its_calls(captured, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 pytest.register_assert_rewrite("support")  # the helpers' asserts explain a failure as a test's do
 
 from support import Mount, is_mounted, mount_here, poll  # noqa: E402
+from support.capture import local_mount  # noqa: E402
 
 from fusetrace.scenarios.redisserver import RedisServer  # noqa: E402
 
@@ -113,3 +114,18 @@ def dirs(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "mnt").mkdir()
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def tmpfs(tmp_path_factory):
+    """A tmpfs of its own for a module's capture (support/capture.py), gone at its end."""
+    with local_mount("tmpfs", tmp_path_factory.mktemp("tmpfs")) as mnt:
+        yield mnt
+
+
+@pytest.fixture(scope="module")
+def ext4(tmp_path_factory):
+    """A loop-mounted ext4 of its own (an image file in the module's temporary directory), gone
+    at its end, image and all."""
+    with local_mount("ext4", tmp_path_factory.mktemp("ext4")) as mnt:
+        yield mnt

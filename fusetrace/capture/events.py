@@ -9,14 +9,20 @@ two are sorted together when the next holds a call that began first (a long call
 the end's halves, printed in either order); at the end bpftrace prints `@n`, the counts
 by operation, and what is held is given.  JSON keeps names exact: bpftrace
 escapes every byte a hostile name may hold (a newline, a quote), so one line is one
-object whatever the names are.
+object whatever the names are.  Each byte above 0x7f it escapes as "\\uffffffXX" (0.17's
+signed char), which json would read as U+FFFF and text: those are put back as their bytes
+first, so that a name in UTF-8 or in none is kept.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .program import CWD
+from .program import CWD, END
+
+# bpftrace's escape of a byte above 0x7f, where its backslash is not itself escaped
+_HIGH_BYTE = re.compile(rb"(?<!\\)((?:\\\\)*)\\uffffff([0-9a-f]{2})")
 
 
 class FdCall(NamedTuple):
@@ -91,10 +97,27 @@ class Events:
         self._named: dict[str, list] = {}
         self._names: dict[str, str] = {}
         self._waiting: list[Call] = []
+        self._read: list[set[tuple[int, int]]] = [set(), set(), set()]  # the keys of the last prints read
+
+    def _unread(self, calls: list[Call]) -> list[Call]:
+        """`calls` less those read already: at the end, a slot the timer was printing as
+        bpftrace stopped is printed again by END, and the two prints, from two CPUs'
+        buffers, come in either order (seen: every call on a descriptor of the last slot
+        recorded twice).  A call is one by its thread and start."""
+        older, keys, fresh = self._read, set(), []
+        for c in calls:
+            key = (c.tid, c.start_ns)
+            if key not in keys and all(key not in s for s in older):
+                keys.add(key)
+                fresh.append(c)
+        self._read = [keys, *older[:-1]]
+        return fresh
 
     def feed(self, line: bytes) -> Iterator[Call | Started]:
         if not line.strip():
             return  # (bpftrace ends a map's print with an empty line)
+        if b"\\uffffff" in line:  # (rare: a name or comm not in ASCII)
+            line = _HIGH_BYTE.sub(lambda m: m[1] + bytes([int(m[2], 16)]), line)
         try:  # (names that are not UTF-8 come as their bytes: kept as os.fsdecode keeps them)
             obj = json.loads(line.decode(errors="surrogateescape"))
             kind, data = obj["type"], obj["data"]
@@ -104,6 +127,9 @@ class Events:
             words = str(data).split()
             if words[:1] == [CWD] and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
                 yield Started(int(words[1]), int(words[2]))
+            elif words == [END]:  # after @n, which is not printed when no call was counted
+                if self.counts is None:
+                    self.counts = {}
             else:
                 self.ready = True
         elif kind == "lost_events":
@@ -128,7 +154,7 @@ class Events:
             names, named = self._names, self._named
             self._slot.extend(NamedCall._make([*v, names.get(k, ""), entries.get(k, "")]) for k, v in named.items())
             self._named, self._names = {}, {}
-            slot, self._slot = self._slot, []
+            slot, self._slot = self._unread(self._slot), []
             slot.sort(key=_start)
             if slot and self._waiting and slot[0].start_ns < self._waiting[-1].start_ns:
                 # a call that began before the last slot's (a long one, or the end's
@@ -139,7 +165,7 @@ class Events:
                 self._waiting = slot
         elif which == "n":
             self.counts = {int(k): int(v) for k, v in entries.items()}
-            waiting, self._waiting = self._waiting + self._slot, []
+            waiting, self._waiting = self._waiting + self._unread(self._slot), []
             self._slot = []
             waiting.sort(key=_start)
             yield from waiting

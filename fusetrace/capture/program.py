@@ -29,6 +29,7 @@ GRACE_NS = PERIOD_NS // 8  # the timer's wait into a slot before it prints the l
 STRLEN = 200  # the longest name bpftrace 0.17 prints (BPFTRACE_STRLEN's limit)
 MAP_KEYS = 65_536  # records of one slot (each map; 327,000 calls a second at PERIOD_NS)
 READY = "fusetrace-capture-ready"
+END = "fusetrace-capture-end"  # printed after the counts: bpftrace prints no empty map, @n of a quiet mount
 CWD = "cwd"  # printed with a pid and an inode: a program started there
 
 _S_IFMT, _S_IFDIR = 0xF000, 0x4000
@@ -223,4 +224,7 @@ def _timer() -> str:
 def _end() -> str:
     """At the end: both slots' records, then the counts (so that every record printed is
     read before the counts it is compared with), and nothing left for bpftrace to print."""
-    return f"END {{ {_print('a')} {_print('b')} print(@n); clear(@n); clear(@slot); clear(@f); clear(@p); }}"
+    return (
+        f"END {{ {_print('a')} {_print('b')} print(@n); clear(@n); clear(@slot); clear(@f); clear(@p); "
+        f'printf("{END}\\n"); }}'
+    )

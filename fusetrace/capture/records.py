@@ -64,10 +64,10 @@ _SIZED = frozenset({"getxattr", "setxattr", "listxattr", "readlink", "setattr"})
 
 
 class _File:
-    __slots__ = ("fh", "path", "wrote")
+    __slots__ = ("fh", "mode", "path", "wrote")
 
-    def __init__(self, fh: int, path: str):
-        self.fh, self.path, self.wrote = fh, path, False
+    def __init__(self, fh: int, path: str, mode: int):
+        self.fh, self.path, self.mode, self.wrote = fh, path, mode, False
 
 
 class Rebuilder:
@@ -92,18 +92,20 @@ class Rebuilder:
         path = self._path(c.name, c.base, c.dirfd, c.pid)
         path2 = None
         fh = inode = 0
+        mode = c.mode
         if op in ("open", "create", "opendir"):
             if not errno:
                 if not path:  # its name in the directory it was found in (the probes send both)
                     path = _joined(self._dirs.get(c.base2), c.name2)
                     self.unknown_paths -= bool(path)
-                fh = self._opened(c.file, path)
+                fh = self._opened(c.file, path, c.mode)
                 inode = c.ino
                 self._know_dir(c.ino, path)
         elif not c.name and c.file:  # a call on the descriptor itself (fstatat "", fgetxattr, futimens)
+            inode = c.base  # (the directory a name would start from is the file itself)
             known = self._files.get(c.file)
             if known:
-                fh, path = known.fh, known.path or path
+                fh, path, mode = known.fh, known.path or path, known.mode
         if op in ("rename", "link"):
             path2 = self._path(c.name2, c.base2, c.dirfd2, c.pid)
             if op == "rename" and not errno:
@@ -117,7 +119,6 @@ class Rebuilder:
                 parent = self._dirs.get(c.base2)
                 self._know_dir(c.ino, path if c.name.startswith("/") else _joined(parent, c.name2))
             return None
-        mode = c.mode
         if op in ("mkdir", "mknod"):
             mode = c.arg | (stat.S_IFDIR if op == "mkdir" else 0)
         size = c.arg if op in _SIZED else 0
@@ -131,7 +132,7 @@ class Rebuilder:
     def _fd_record(self, op: str, c: FdCall) -> TraceRecord | None:
         known = self._files.get(c.file)
         if known is None:
-            known = self._files[c.file] = _File(self._new_fh(), self._fd_path(c))
+            known = self._files[c.file] = _File(self._new_fh(), self._fd_path(c), c.mode)
             self._room(self._files)
         if op == "chdir":
             if c.ret == 0:
@@ -156,9 +157,9 @@ class Rebuilder:
         fh, self._next_fh = self._next_fh, self._next_fh + 1
         return fh
 
-    def _opened(self, file: int, path: str) -> int:
+    def _opened(self, file: int, path: str, mode: int) -> int:
         """A new open file (an address an open returns is a new one, whatever it was before)."""
-        fresh = self._files[file] = _File(self._new_fh(), path)
+        fresh = self._files[file] = _File(self._new_fh(), path, mode)
         self._files.move_to_end(file)
         self._room(self._files)
         return fresh.fh

@@ -265,9 +265,12 @@ def _duration(text: str) -> float:
         value = seconds(float(text) if text.replace(".", "", 1).isdigit() else text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    if not 0 < value <= _LONGEST:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most a year: {text!r}")
     return value
+
+
+_LONGEST = 366 * 86400.0  # --for: what a sleep takes (a longer one overflows the C timer)
 
 
 def _rehearse_parsers(sub) -> None:

@@ -1,17 +1,19 @@
 """bpftrace's output (`-f json`, one JSON object a line) back into the probes' records, a
 slot at a time and in start order, and the per-operation counts to check them against.
 
-The program (program.py) prints a slot as four maps, keyed "tid,start" (which the
-records also hold, as numbers): `@f?` the calls
-on descriptors, `@p?` the named calls, `@s?` and `@t?` the names of those.  A slot is
-whole once its `@t?` map is read.  A slot is held until the next one is whole, and the
-two are sorted together when the next holds a call that began first (a long call, or
-the end's halves, printed in either order); at the end bpftrace prints `@n`, the counts
-by operation, and what is held is given.  JSON keeps names exact: bpftrace
-escapes every byte a hostile name may hold (a newline, a quote), so one line is one
-object whatever the names are.  Each byte above 0x7f it escapes as "\\uffffffXX" (0.17's
-signed char), which json would read as U+FFFF and text: those are put back as their bytes
-first, so that a name in UTF-8 or in none is kept.
+The program (program.py) prints, for each slot, the sets of maps it did not write then
+(keyed "tid,start", which the records also hold as numbers): `@f?` the calls on
+descriptors, `@p?` the named calls, `@s?` and `@t?` the names of those; then a line that
+ends the slot.  A named call whose names are not in the same slot's print was cleared
+half-printed: it is not read (so the comparison with the counts says it was lost), never
+read without its names.  A slot is held until the next one ends, and the two are sorted
+together when the next holds a call that began first (a long call, or the end's sets
+printed in another order); at the end bpftrace prints `@n`, the counts by operation, and
+a last line, and what is held is given.  JSON keeps names exact: bpftrace escapes every
+byte a hostile name may hold (a newline, a quote), so one line is one object whatever the
+names are.  Each byte above 0x7f it escapes as "\\uffffffXX" (0.17's signed char), which
+json would read as U+FFFF and text: those are put back as their bytes first, so that a
+name in UTF-8 or in none is kept.
 """
 
 import json
@@ -19,7 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .program import CWD, END
+from .program import CWD, END, SETS, SLOT
 
 # bpftrace's escape of a byte above 0x7f, where its backslash is not itself escaped
 _HIGH_BYTE = re.compile(rb"(?<!\\)((?:\\\\)*)\\uffffff([0-9a-f]{2})")
@@ -41,6 +43,7 @@ class FdCall(NamedTuple):
     offset: int
     size: int  # -1: the vector calls', whose sizes are in user memory: the result is used
     fd: int
+    call: int  # which system call: its index in calls.FD_CALLS
     comm: str
     tid: int
     start_ns: int
@@ -57,13 +60,14 @@ class NamedCall(NamedTuple):
     ret: int
     flags: int
     arg: int  # a mode, a size or a length: the call's `y` (calls.py)
-    base: int  # inode of the directory a relative first name starts from; 0 none
+    base: int  # inode of the directory a relative first name starts from (ABOVE + i: above the mount); 0 none
     base2: int
     file: int  # an open's new file; a call below a descriptor: that descriptor's file
     ino: int  # an open's file (a chdir: the new working directory)
     mode: int
     dirfd: int
     dirfd2: int
+    call: int  # which system call: its index in calls.NAMED_CALLS
     comm: str
     tid: int
     start_ns: int
@@ -92,15 +96,17 @@ class Events:
     def __init__(self) -> None:
         self.counts: dict[int, int] | None = None  # by operation number, once read
         self.lost_events = 0  # bpftrace's own "lost events" (its prints that never reached it)
+        self.unnamed = 0  # named calls whose names were cleared before they were printed: not read
         self.ready = False
-        self._slot: list[Call] = []
+        self._fd: list[Call] = []
         self._named: dict[str, list] = {}
         self._names: dict[str, str] = {}
+        self._names2: dict[str, str] = {}
         self._waiting: list[Call] = []
-        self._read: list[set[tuple[int, int]]] = [set(), set(), set()]  # the keys of the last prints read
+        self._read: list[set[tuple[int, int]]] = [set() for _ in range(SETS)]  # keys of the last slots read
 
     def _unread(self, calls: list[Call]) -> list[Call]:
-        """`calls` less those read already: at the end, a slot the timer was printing as
+        """`calls` less those read already: at the end, a set the timer was printing as
         bpftrace stopped is printed again by END, and the two prints, from two CPUs'
         buffers, come in either order (seen: every call on a descriptor of the last slot
         recorded twice).  A call is one by its thread and start."""
@@ -127,9 +133,13 @@ class Events:
             words = str(data).split()
             if words[:1] == [CWD] and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
                 yield Started(int(words[1]), int(words[2]))
+            elif words == [SLOT]:
+                yield from self._slot()
             elif words == [END]:  # after @n, which is not printed when no call was counted
                 if self.counts is None:
                     self.counts = {}
+                yield from self._waiting
+                self._waiting = []
             else:
                 self.ready = True
         elif kind == "lost_events":
@@ -137,38 +147,45 @@ class Events:
         elif kind == "map":
             try:
                 ((name, entries),) = data.items()
-                calls = list(self._map(name, entries))
+                self._map(name, entries)
             except (TypeError, ValueError, AttributeError) as exc:
                 raise BadOutput(f"a map bpftrace printed is not the program's: {exc}") from None
-            yield from calls
 
-    def _map(self, name: str, entries: dict) -> Iterator[Call]:
+    def _map(self, name: str, entries: dict) -> None:
         which = name[1:2]
         if which == "f":
-            self._slot.extend(FdCall._make(v) for k, v in entries.items())
+            self._fd.extend(FdCall._make(v) for v in entries.values())
         elif which == "p":
-            self._named = entries
+            self._named.update(entries)
         elif which == "s":
-            self._names = entries
+            self._names.update(entries)
         elif which == "t":
-            names, named = self._names, self._named
-            self._slot.extend(NamedCall._make([*v, names.get(k, ""), entries.get(k, "")]) for k, v in named.items())
-            self._named, self._names = {}, {}
-            slot, self._slot = self._unread(self._slot), []
-            slot.sort(key=_start)
-            if slot and self._waiting and slot[0].start_ns < self._waiting[-1].start_ns:
-                # a call that began before the last slot's (a long one, or the end's
-                # halves printed newer first): both are kept, in one order
-                self._waiting = sorted(self._waiting + slot, key=_start)
-            else:
-                yield from self._waiting
-                self._waiting = slot
+            self._names2.update(entries)
         elif which == "n":
             self.counts = {int(k): int(v) for k, v in entries.items()}
-            waiting, self._waiting = self._waiting + self._unread(self._slot), []
-            self._slot = []
-            waiting.sort(key=_start)
-            yield from waiting
+
+    def _slot(self) -> Iterator[Call]:
+        """The records printed since the last slot's end, in start order, after those held."""
+        names, names2 = self._names, self._names2
+        slot = self._fd
+        try:
+            for key, values in self._named.items():
+                if key in names and key in names2:
+                    slot.append(NamedCall._make([*values, names[key], names2[key]]))
+                else:
+                    self.unnamed += 1
+        except TypeError as exc:
+            raise BadOutput(f"a map bpftrace printed is not the program's: {exc}") from None
+        self._fd, self._named, self._names, self._names2 = [], {}, {}, {}
+        slot = self._unread(slot)
+        slot.sort(key=_start)
+        if slot and self._waiting and slot[0].start_ns < self._waiting[-1].start_ns:
+            # a call that began before the last slot's (a long one, or the end's sets
+            # printed in another order): both are kept, in one order
+            self._waiting = sorted(self._waiting + slot, key=_start)
+        else:
+            yield from self._waiting
+            self._waiting = slot
 
 
 def _start(call: Call) -> int:

@@ -1,62 +1,83 @@
 """The bpftrace program of a capture, written from the table of system calls (calls.py)
-for one mount: its device as the kernel encodes it, its path, and the process to leave
-out (the capture itself, which may write its trace on the mount).
+for one mount: its device as the kernel encodes it, its path and the directories above
+it, and the process to leave out (the capture itself, which may write its trace on the
+mount).
 
 How records leave the kernel.  A printf per call costs the caller about 8 µs on this
 machine (every perf-buffer event wakes the reader: an interprocessor interrupt, a VM exit
 on a virtual machine), where keeping the record in a map costs it about 1 µs (bench/
-capture.py).  So each record goes into one of two sets of hash maps by the parity of
-its exit time in PERIOD_NS slots, and once a slot has ended a timer asks bpftrace to
-print the previous slot's maps and clear them.  The printing is bpftrace's own, done
-later in its user half; the slot's writers have finished by then (a record is written
-within microseconds of its slot's choice, and the timer waits GRACE_NS into the next
-slot) and the next writers of those maps start a whole slot later.  A record the maps
-had no room for, or one cleared before it was printed, is still counted in `@n` by
-operation: the capture compares those counts with the records it read.
+capture.py).  So each record goes into one of SETS sets of hash maps, chosen by its exit
+time in PERIOD_NS slots, and a timer asks bpftrace, GRACE_NS into each slot, to print
+every set but the one being written and clear them, then to print a line that ends the
+slot.  Printing and clearing are bpftrace's own, done later in its user half and in the
+order asked; the slot's writers have finished by then (a record is written within
+microseconds of its slot's choice), and a set is written again only SETS - 1 slots later,
+so bpftrace may fall that far behind before a clear could meet new records.  The capture
+reads bpftrace's output in a thread of its own, so that bpftrace never waits on it.  A
+record the maps had no room for, one cleared unprinted, or one whose names were cleared
+before they were printed, is still counted in `@n` by operation: the capture compares
+those counts with the records it read, and a record without its names is not read.
+
+Each entry keeps the system call's number, checked against the exit's: an entry whose
+exit was not seen (the probes attached between the two) is dropped at the thread's next
+exit, never taken for another call's.
 
 Paths are compared without string functions (bpftrace's `strncmp` unrolls into more
 states than the verifier takes): the mount's path, with a "/" or a NUL after it, is read
-as 8-byte words from the caller's memory and compared under masks.  Names are printed
-from their own maps (STRLEN bytes each), so that no probe holds two on its 512-byte stack.
+as 8-byte words from the caller's memory and compared under masks; so is a relative name
+from a directory above the mount point (`rm efs/x` from /mnt).  Names are printed from
+their own maps (STRLEN bytes each), so that no probe holds two on its 512-byte stack.
 """
 
-from collections.abc import Iterable
+from typing import NamedTuple
 
 from .calls import AT_FDCWD, FD_CALLS, NAMED_CALLS, OP_IDS, Fd, Named
 
-PERIOD_NS = 200_000_000
-GRACE_NS = PERIOD_NS // 8  # the timer's wait into a slot before it prints the last one
+PERIOD_NS = 100_000_000
+SETS = 4
+GRACE_NS = PERIOD_NS // 8  # the timer's wait into a slot before it prints the others
 STRLEN = 200  # the longest name bpftrace 0.17 prints (BPFTRACE_STRLEN's limit)
-MAP_KEYS = 65_536  # records of one slot (each map; 327,000 calls a second at PERIOD_NS)
+MAP_KEYS = 32_768  # records of one slot (each map; 327,000 calls a second at PERIOD_NS)
 READY = "fusetrace-capture-ready"
-END = "fusetrace-capture-end"  # printed after the counts: bpftrace prints no empty map, @n of a quiet mount
+SLOT = "fusetrace-capture-slot"  # printed after a slot's maps: bpftrace prints no empty map
+END = "fusetrace-capture-end"  # printed after the counts (no @n either when nothing was counted)
 CWD = "cwd"  # printed with a pid and an inode: a program started there
+ABOVE = 1 << 62  # a base "inode" that is the index of a directory above the mount point
 
 _S_IFMT, _S_IFDIR = 0xF000, 0x4000
-_O_CREAT, _O_DIRECTORY, _AT_REMOVEDIR = 0o100, 0o200000, 0x200
+_O_CREAT, _O_DIRECTORY, _O_APPEND, _O_TMPFILE = 0o100, 0o200000, 0o2000, 0o20000000
+_AT_REMOVEDIR = 0x200
 # Every exit is read at one tracepoint, the one the per-call exits are made from: each
-# body is then compiled and loaded once, not once per system call (bpftrace's start took
-# 8 s here with 72 copies, 2.6 s with these), for a map lookup on every system call's exit.
+# body is then compiled and loaded once, not once per system call (bpftrace's start to
+# ready, load 3: 19-22 s with 72 copies, 12 s with these), for a map lookup on every
+# system call's exit.
 _EXIT = "tracepoint:raw_syscalls:sys_exit"
-# (maps per slot: F records of calls on descriptors, P of named calls and their names)
-_SLOT_MAPS = ("f", "p", "s", "t")
+# (maps per set: F records of calls on descriptors, P of named calls and their names)
+_SET_MAPS = ("f", "p", "s", "t")
 
 
-def program(dev: int, mountpoint: bytes, self_pid: int) -> str:
+class Above(NamedTuple):
+    """A directory above the mount point: its device (the kernel's encoding), its inode,
+    and the rest of the mount point's path below it ("efs" for /mnt above /mnt/efs)."""
+
+    dev: int
+    ino: int
+    rest: bytes
+
+
+def program(dev: int, mountpoint: bytes, self_pid: int, above: tuple[Above, ...] = ()) -> str:
     """The program for the mount of device `dev` (the kernel's encoding: major << 20 |
-    minor) at the absolute path `mountpoint`, leaving out the process `self_pid`."""
+    minor) at the absolute path `mountpoint`, leaving out the process `self_pid`; names
+    relative to a directory of `above` that lead into the mount are matched too."""
     parts = [f'BEGIN {{ printf("{READY}\\n"); }}']
-    for call in FD_CALLS:
-        parts.append(_fd_enter(call, dev, self_pid))
+    parts += [_fd_enter(i, call, dev, self_pid) for i, call in enumerate(FD_CALLS)]
     parts.append(_fd_exit())
-    for named in NAMED_CALLS:
-        parts.append(_named_enter(named, self_pid))
+    parts += [_named_enter(i, call, self_pid) for i, call in enumerate(NAMED_CALLS)]
     opens = [c for c in NAMED_CALLS if c.op in ("open", "create")]
-    parts.append(_named_exit(opens, dev, mountpoint))
-    parts.append(_named_exit([c for c in NAMED_CALLS if c not in opens], dev, mountpoint))
-    parts.append(_exec(dev, self_pid))
-    parts.append(_timer())
-    parts.append(_end())
+    match = _Match(dev, mountpoint, above)
+    parts.append(_named_exit(opens, match))
+    parts.append(_named_exit([c for c in NAMED_CALLS if c not in opens], match))
+    parts += [_exec(dev, self_pid), _timer(), _end()]
     return "\n".join(parts) + "\n"
 
 
@@ -73,7 +94,16 @@ def _is_dir(mode: str) -> str:
     return f"(({mode}) & {_S_IFMT:#x}) == {_S_IFDIR:#x}"
 
 
-def _fd_enter(call: Fd, dev: int, self_pid: int) -> str:
+def _set(record: str, maps: str) -> str:
+    """Statements that put a record (and its names) in the set of this slot."""
+    out = []
+    for i in range(SETS):
+        writes = " ".join(f"@{m}{i}[tid, $e.1] = {v};" for m, v in zip(maps, record.split("\0"), strict=True))
+        out.append(f"if ($set == {i}) {{ {writes} }}")
+    return f"$set = (nsecs / {PERIOD_NS}) % {SETS}; " + " else ".join(out)
+
+
+def _fd_enter(index: int, call: Fd, dev: int, self_pid: int) -> str:
     op = OP_IDS[call.op]
     pick = f"$op = {op};"
     if call.op in ("flush", "fsync"):
@@ -86,23 +116,32 @@ def _fd_enter(call: Fd, dev: int, self_pid: int) -> str:
         f"  if ($f != 0) {{ if ($f->f_inode->i_sb->s_dev == {dev}) {{\n"
         f"    {pick}\n"
         f"    @f[tid] = ((uint64)$op, nsecs, (uint64)$f, (int64)({call.offset}), (int64)({size}), "
-        f"(uint64)$f->f_inode->i_ino, (uint64)$f->f_flags, (uint64)$f->f_inode->i_mode, (int64)({call.fd}));\n"
+        f"(uint64)$f->f_inode->i_ino, (uint64)$f->f_flags, (uint64)$f->f_inode->i_mode, (int64)({call.fd}), "
+        f"(uint64){index}, (int64)args->__syscall_nr);\n"
         f"  }} }}\n}}"
     )
 
 
 def _fd_exit() -> str:
-    record = "($e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $e.3, $e.4, $e.8, comm, tid, $e.1)"
+    # an O_APPEND write lands at the end of the file, wherever the position was
+    offset = (
+        f"$off = $e.3; if ($e.0 == {OP_IDS['write']} && ($e.6 & {_O_APPEND:#x}) && args->ret > 0) "
+        f"{{ $off = (int64)((struct file *)$e.2)->f_inode->i_size - args->ret; }}"
+    )
+    fields = "$e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $off, $e.4, $e.8, $e.9"
+    record = f"({fields}, comm, tid, $e.1)"
     return (
         f"{_EXIT} /@f[tid].1/ {{\n"
         f"  $e = @f[tid]; delete(@f[tid]);\n"
-        f"  @n[$e.0] = count();\n"
-        f"  if ((nsecs / {PERIOD_NS}) % 2 == 0) {{ @fa[tid, $e.1] = {record}; }} "
-        f"else {{ @fb[tid, $e.1] = {record}; }}\n}}"
+        f"  if ($e.10 == args->id) {{\n"
+        f"    {offset}\n"
+        f"    @n[$e.0] = count();\n"
+        f"    {_set(record, 'f')}\n"
+        f"  }}\n}}"
     )
 
 
-def _named_enter(call: Named, self_pid: int) -> str:
+def _named_enter(index: int, call: Named, self_pid: int) -> str:
     op = OP_IDS[call.op]
     dirfd = call.dirfd or str(AT_FDCWD)
     dirfd2 = call.dirfd2 or str(AT_FDCWD)
@@ -110,7 +149,7 @@ def _named_enter(call: Named, self_pid: int) -> str:
     return (
         f"tracepoint:syscalls:sys_enter_{call.name} /pid != {self_pid}/ {{ "
         f"@p[tid] = ((uint64){op}, nsecs, (int64)(int32)({dirfd}), (uint64)({call.path}), (int64)(int32)({dirfd2}), "
-        f"(uint64)({second}), (uint64)({call.x}), (uint64)({call.y})); }}"
+        f"(uint64)({second}), (uint64)({call.x}), (uint64)({call.y}), (uint64){index}, (int64)args->__syscall_nr); }}"
     )
 
 
@@ -125,55 +164,70 @@ def _words(ptr: str, text: bytes) -> str:
     return " && ".join(tests)
 
 
-def _matched(ptr: str, dirfd: str, base: str, file: str | None, dev: int, mountpoint: bytes) -> str:
-    """Sets $m when the name at `ptr` below `dirfd` is on the mount: an absolute path below
-    the mount point, or a relative one (an empty one: the descriptor itself) from a
-    directory on the mount, whose inode goes in `base` and whose open file in `file`."""
-    if mountpoint == b"/":
-        absolute = _words(ptr, b"/")
-    else:
-        below, itself = _words(ptr, mountpoint + b"/"), _words(ptr, mountpoint + b"\0")
-        absolute = f"({below}) || ({itself})"
-    keep = "" if file is None else f"{file} = (uint64)$g;"
-    return (
-        f"  if ({absolute}) {{ $m = 1; }}\n"
-        f"  else {{ if ((*(uint8 *)uptr({ptr})) != 0x2f) {{\n"
-        f"    $d = curtask->fs->pwd.dentry;\n"
-        f"    if ({dirfd} != {AT_FDCWD}) {{ {_file(dirfd, '$g')} $d = (struct dentry *)0; "
-        f"if ($g != 0) {{ $d = $g->f_path.dentry; {keep} }} }}\n"
-        f"    if ($d != 0) {{ if ($d->d_sb->s_dev == {dev}) {{ $m = 1; {base} = $d->d_inode->i_ino; }} }}\n"
-        f"  }} }}\n"
-    )
+def _starts(ptr: str, path: bytes) -> str:
+    """Whether the name at `ptr` is `path` or below it."""
+    if path == b"/":
+        return _words(ptr, b"/")
+    return f"({_words(ptr, path + b'/')}) || ({_words(ptr, path + bytes(1))})"
 
 
-def _named_exit(calls: Iterable[Named], dev: int, mountpoint: bytes) -> str:
+class _Match(NamedTuple):
+    dev: int
+    mountpoint: bytes
+    above: tuple[Above, ...]
+
+    def name(self, ptr: str, dirfd: str, base: str, file: str | None) -> str:
+        """Sets $m when the name at `ptr` below `dirfd` is on the mount: an absolute path
+        below the mount point, or a relative one (an empty one: the descriptor itself)
+        from a directory on the mount, whose inode goes in `base` and whose open file in
+        `file`, or from a directory above the mount point that leads into it (`base` is
+        then ABOVE + the directory's index)."""
+        keep = "" if file is None else f"{file} = (uint64)$g;"
+        above = "".join(
+            f"\n      if ($d->d_sb->s_dev == {a.dev} && $d->d_inode->i_ino == {a.ino}) "
+            f"{{ if ({_starts(ptr, a.rest)}) {{ $m = 1; {base} = {ABOVE + i}; }} }}"
+            for i, a in enumerate(self.above)
+        )
+        return (
+            f"  if ({_starts(ptr, self.mountpoint)}) {{ $m = 1; }}\n"
+            f"  else {{ if ((*(uint8 *)uptr({ptr})) != 0x2f) {{\n"
+            f"    $d = curtask->fs->pwd.dentry;\n"
+            f"    if ({dirfd} != {AT_FDCWD}) {{ {_file(dirfd, '$g')} $d = (struct dentry *)0; "
+            f"if ($g != 0) {{ $d = $g->f_path.dentry; {keep} }} }}\n"
+            f"    if ($d != 0) {{ if ($d->d_sb->s_dev == {self.dev}) {{ $m = 1; {base} = $d->d_inode->i_ino; }}"
+            f" else {{{above} }} }}\n"
+            f"  }} }}\n"
+        )
+
+
+def _named_exit(calls: list[Named], match: _Match) -> str:
     """One body for the exits of `calls`, all opens or none: their first name, and the
     second where it is a path (rename, link), matched as the module says."""
-    calls = list(calls)
     ops = sorted({OP_IDS[c.op] for c in calls})
-    body = "  $e = @p[tid]; delete(@p[tid]);\n  $m = 0; $b1 = (uint64)0; $b2 = (uint64)0; $fp = (uint64)0;\n"
+    body = "  $m = 0; $b1 = (uint64)0; $b2 = (uint64)0; $fp = (uint64)0;\n"
     body += "  $ino = (uint64)0; $mode = (uint64)0; $op = $e.0; $n2 = $e.5;\n"
     if calls[0].op in ("open", "create"):
         # an open is matched by what it opened (a failed one by its name), and a
         # relative name's starting directory is sent all the same
-        body += _matched("$e.3", "$e.2", "$b1", None, dev, mountpoint)
+        body += match.name("$e.3", "$e.2", "$b1", None)
         body += (
             f"  if (args->ret >= 0) {{ $m = 0; {_file('args->ret', '$o')}\n"
-            f"    if ($o != 0) {{ if ($o->f_inode->i_sb->s_dev == {dev}) {{ $m = 1; $fp = (uint64)$o; "
+            f"    if ($o != 0) {{ if ($o->f_inode->i_sb->s_dev == {match.dev}) {{ $m = 1; $fp = (uint64)$o; "
             f"$ino = $o->f_inode->i_ino; $mode = $o->f_inode->i_mode;\n"
             # (and what it opened by name in its directory: the path when the caller's
             # starting directory is off the mount, `cat mnt/file` from its parent)
             f"      $w = $o->f_path.dentry; $b2 = $w->d_parent->d_inode->i_ino; "
             f"$n2 = (uint64)$w->d_name.name; }} }}\n  }}\n"
             f"  if ($e.6 & {_O_CREAT:#x}) {{ $op = {OP_IDS['create']}; }}\n"
-            f"  if ($e.6 & {_O_DIRECTORY:#x}) {{ $op = {OP_IDS['opendir']}; }}\n"
-            f"  if ({_is_dir('$mode')}) {{ $op = {OP_IDS['opendir']}; }}\n"
+            # (O_TMPFILE holds O_DIRECTORY's bit: a file made in the directory, a create)
+            f"  if ($e.6 & {_O_TMPFILE:#x}) {{ $op = {OP_IDS['create']}; }}\n"
+            f"  else {{ if (($e.6 & {_O_DIRECTORY:#x}) || {_is_dir('$mode')}) {{ $op = {OP_IDS['opendir']}; }} }}\n"
         )
     else:
-        body += _matched("$e.3", "$e.2", "$b1", "$fp", dev, mountpoint)
+        body += match.name("$e.3", "$e.2", "$b1", "$fp")
         two = " || ".join(f"$op == {OP_IDS[op]}" for op in sorted({c.op for c in calls if c.path2}))
         if two:
-            body += f"  if ({two}) {{\n{_matched('$e.5', '$e.4', '$b2', None, dev, mountpoint)}  }}\n"
+            body += f"  if ({two}) {{\n{match.name('$e.5', '$e.4', '$b2', None)}  }}\n"
         body += f"  if ($op == {OP_IDS['unlink']} && ($e.6 & {_AT_REMOVEDIR:#x})) {{ $op = {OP_IDS['rmdir']}; }}\n"
         # where a chdir went, which later relative names start from: its inode, and its
         # parent's and its name (what the directory was matched by is the new one: the
@@ -182,16 +236,11 @@ def _named_exit(calls: Iterable[Named], dev: int, mountpoint: bytes) -> str:
             f"  if ($op == {OP_IDS['chdir']}) {{ $w = curtask->fs->pwd.dentry; $ino = $w->d_inode->i_ino; "
             f"$b2 = $w->d_parent->d_inode->i_ino; $n2 = (uint64)$w->d_name.name; }}\n"
         )
-    fields = "$op, pid, uid, gid, nsecs - $e.1, args->ret, $e.6, $e.7, $b1, $b2, $fp, $ino, $mode, $e.2, $e.4"
-    record = f"({fields}, comm, tid, $e.1)"
-    body += (
-        f"  if ($m) {{\n    @n[$op] = count();\n"
-        f"    if ((nsecs / {PERIOD_NS}) % 2 == 0) {{ @pa[tid, $e.1] = {record}; "
-        f"@sa[tid, $e.1] = str($e.3); @ta[tid, $e.1] = str($n2); }}\n"
-        f"    else {{ @pb[tid, $e.1] = {record}; @sb[tid, $e.1] = str($e.3); @tb[tid, $e.1] = str($n2); }}\n  }}\n"
-    )
+    fields = "$op, pid, uid, gid, nsecs - $e.1, args->ret, $e.6, $e.7, $b1, $b2, $fp, $ino, $mode, $e.2, $e.4, $e.8"
+    record = f"({fields}, comm, tid, $e.1)\0str($e.3)\0str($n2)"
+    body += f"  if ($m) {{\n    @n[$op] = count();\n    {_set(record, 'pst')}\n  }}\n"
     which = " || ".join(f"@p[tid].0 == {op}" for op in ops)
-    return f"{_EXIT} /{which}/ {{\n{body}}}"
+    return f"{_EXIT} /{which}/ {{\n  $e = @p[tid]; delete(@p[tid]);\n  if ($e.9 == args->id) {{\n{body}  }}\n}}"
 
 
 def _exec(dev: int, self_pid: int) -> str:
@@ -203,28 +252,33 @@ def _exec(dev: int, self_pid: int) -> str:
     )
 
 
-def _print(half: str) -> str:
-    maps = [f"@{m}{half}" for m in _SLOT_MAPS]
+def _print(sets: range | list[int]) -> str:
+    maps = [f"@{m}{i}" for i in sets for m in _SET_MAPS]
     return " ".join(f"print({m});" for m in maps) + " " + " ".join(f"clear({m});" for m in maps)
 
 
 def _timer() -> str:
-    """Once per slot, GRACE_NS into it: the maps of the slot before, printed and cleared."""
+    """Once per slot, GRACE_NS into it: every set but this slot's, printed and cleared,
+    then the line that ends a slot."""
     tick = GRACE_NS // 1_000_000
+    prints = " else ".join(
+        f"if ($k % {SETS} == {i}) {{ {_print([s for s in range(SETS) if s != i])} }}" for i in range(SETS)
+    )
     return (
         f"interval:ms:{tick} {{\n"
         f"  $k = nsecs / {PERIOD_NS}; $into = nsecs % {PERIOD_NS};\n"
-        f"  if ($k != @slot && $into >= {GRACE_NS} && $into < {PERIOD_NS // 2}) {{\n"
+        f"  if ($k != @slot && $into >= {GRACE_NS}) {{\n"
         f"    @slot = $k;\n"
-        f"    if ($k % 2 == 0) {{ {_print('b')} }} else {{ {_print('a')} }}\n"
+        f"    {prints}\n"
+        f'    printf("{SLOT}\\n");\n'
         f"  }}\n}}"
     )
 
 
 def _end() -> str:
-    """At the end: both slots' records, then the counts (so that every record printed is
+    """At the end: every set's records, then the counts (so that every record printed is
     read before the counts it is compared with), and nothing left for bpftrace to print."""
     return (
-        f"END {{ {_print('a')} {_print('b')} print(@n); clear(@n); clear(@slot); clear(@f); clear(@p); "
-        f'printf("{END}\\n"); }}'
+        f"END {{ {_print(range(SETS))} "
+        f'printf("{SLOT}\\n"); print(@n); clear(@n); clear(@slot); clear(@f); clear(@p); printf("{END}\\n"); }}'
     )

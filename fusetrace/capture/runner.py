@@ -13,8 +13,11 @@ not read is written in the trace's metadata (`capture.lost`, by operation) and s
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import platform
+import queue
+import re
 import shutil
 import signal
 import socket
@@ -31,10 +34,15 @@ from ..errors import UserError
 from ..trace.writer import TraceWriter
 from .calls import OPS
 from .events import BadOutput, Events, Started
-from .program import MAP_KEYS, STRLEN, program
+from .program import MAP_KEYS, STRLEN, Above, program
 from .records import Rebuilder
 
 BTF = "/sys/kernel/btf/vmlinux"
+PIPE_BYTES = 1 << 20  # bpftrace's output pipe (Linux's pipe-max-size, 1 MiB by default)
+QUEUE_BYTES = 1 << 30  # bpftrace's output read but not yet turned into records
+_F_SETPIPE_SZ = 1031
+_MAP, _COUNTS = b'{"type": "map"', b'{"type": "map", "data": {"@n"'
+
 START_TIMEOUT_S = 180.0  # bpftrace compiles the program with LLVM: seconds, more on a busy host
 STOP_TIMEOUT_S = 60.0
 
@@ -73,17 +81,27 @@ class Capture:
         self.writer = writer
         st = os.stat(mountpoint)
         self.dev = kernel_dev(st.st_dev)
-        self.rebuilder = Rebuilder(mountpoint, st.st_ino)
+        above = _above(mountpoint)
+        self.rebuilder = Rebuilder(
+            mountpoint,
+            st.st_ino,
+            dev=st.st_dev,
+            above=tuple(os.fsdecode(a.rest) for a in above),
+            submounts=_submounts(mountpoint),
+        )
         self.rebuilder.seed()
         self.events = Events()
         self.read: Counter[int] = Counter()  # records read, by operation number
         self.error: str | None = None
+        self.dropped_prints = 0  # bpftrace's prints left unread: the capture's own queue was full
         self._ready = threading.Event()
         self._stderr: list[str] = []
+        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queued = 0  # bytes in _lines (approximate: two threads count it)
         self._dir = tempfile.mkdtemp(prefix="fusetrace-capture-")  # 0700: the program's text is ours
         script = os.path.join(self._dir, "capture.bt")
         with open(script, "w") as f:
-            f.write(program(self.dev, os.fsencode(mountpoint), os.getpid()))
+            f.write(program(self.dev, os.fsencode(mountpoint), os.getpid(), above))
         env = {**os.environ, "BPFTRACE_STRLEN": str(STRLEN), "BPFTRACE_MAP_KEYS_MAX": str(MAP_KEYS)}
         self._proc = subprocess.Popen(
             ["bpftrace", "--no-warnings", "-f", "json", script],
@@ -94,8 +112,11 @@ class Capture:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        with contextlib.suppress(OSError):  # a larger pipe: bpftrace's prints come in bursts
+            fcntl.fcntl(self._proc.stdout.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
         self._threads = [
             threading.Thread(target=self._read_out, name="capture-out", daemon=True),
+            threading.Thread(target=self._take, name="capture-records", daemon=True),
             threading.Thread(target=self._read_err, name="capture-err", daemon=True),
         ]
         for t in self._threads:
@@ -109,16 +130,29 @@ class Capture:
                 raise CaptureError(f"capture: bpftrace did not start: {self._why()}")
 
     def _why(self) -> str:
-        for t in self._threads[1:]:
-            t.join(5)
+        self._threads[2].join(5)
         lines = [ln for ln in self._stderr if "RLIMIT_MEMLOCK" not in ln and ln.strip()]
         errors = [ln for ln in lines if "ERROR" in ln] or lines
         return errors[0].strip() if errors else f"it exited with status {self._proc.returncode}"
 
     def _read_out(self) -> None:
+        """bpftrace's output as it comes, never making it wait (its timer's prints would
+        fall behind the slots): the lines are queued for _take.  Past QUEUE_BYTES queued,
+        a print of records is dropped (their calls then count as lost); the lines that end
+        a slot, and the counts, never are."""
+        for line in self._proc.stdout or ():
+            if self._queued > QUEUE_BYTES and line.startswith(_MAP) and not line.startswith(_COUNTS):
+                self.dropped_prints += 1
+                continue
+            self._queued += len(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _take(self) -> None:
         add, rebuild = self.writer.record, self.rebuilder.record
         try:
-            for line in self._proc.stdout or ():
+            while (line := self._lines.get()) is not None:
+                self._queued -= len(line)
                 for call in self.events.feed(line):
                     if isinstance(call, Started):
                         self.rebuilder.cwd(call.pid)
@@ -131,24 +165,32 @@ class Capture:
                     self._ready.set()
         except BadOutput as exc:
             self.error = str(exc)
+            while self._lines.get() is not None:  # (read on, so that bpftrace can end)
+                pass
 
     def _read_err(self) -> None:
         for line in self._proc.stderr or ():
             self._stderr.append(line.decode(errors="replace"))
 
     def stop(self) -> None:
-        """bpftrace's END, then its records read to the last."""
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        for t in self._threads:
-            t.join(STOP_TIMEOUT_S)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        """bpftrace's END, then its records read to the last.  A second Ctrl-C or SIGTERM
+        does not cut this short (each wait is bounded): the losses must be counted."""
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if self._proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.send_signal(signal.SIGINT)
+                try:
+                    self._proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+            for t in self._threads:
+                t.join(STOP_TIMEOUT_S)
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
     def lost(self) -> dict[str, int]:
         """By operation: calls the probes counted whose records were not read."""
@@ -156,6 +198,47 @@ class Capture:
         if counts is None:  # (bpftrace ended without its END: killed, or never started)
             return {} if not self.events.ready else {"unknown": -1}
         return {OPS[op - 1]: n - self.read[op] for op, n in sorted(counts.items()) if n > self.read[op]}
+
+
+def _above(mountpoint: str) -> tuple[Above, ...]:
+    """The directories above the mount point, nearest first, each with the rest of the
+    mount point's path below it: a name relative to one of them may lead into the mount."""
+    out = []
+    path = mountpoint
+    while path != "/":
+        parent = os.path.dirname(path)
+        try:
+            st = os.stat(parent)
+        except OSError:
+            break
+        out.append(Above(kernel_dev(st.st_dev), st.st_ino, os.fsencode(os.path.relpath(mountpoint, parent))))
+        path = parent
+    return tuple(out)
+
+
+def _submounts(mountpoint: str) -> tuple[str, ...]:
+    """The mount points below the mount point, as a trace names paths ("/sub"): another
+    file system's, whose named calls a path prefix would otherwise take for the mount's."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ()
+    root = mountpoint.rstrip("/")
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            point = _unescape(fields[4])
+            if point.startswith(root + "/") and point.rstrip("/") != root:
+                out.append(point[len(root) :])
+    return tuple(out)
+
+
+def _unescape(field: bytes) -> str:
+    """A mount point as /proc/self/mountinfo writes it (space, tab, newline and backslash
+    as octal escapes)."""
+    return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), field))
 
 
 def _die_with_parent() -> None:
@@ -183,7 +266,10 @@ def run(args) -> int:
         "versions": {"fusetrace": __version__, "bpftrace": _bpftrace_version(), "kernel": platform.release()},
         "command": command or None,
     }
-    writer = TraceWriter(args.trace_dir, meta)
+    try:
+        writer = TraceWriter(args.trace_dir, meta)
+    except UserError as exc:  # (the trace directory: not ours, not empty, not writable ...)
+        raise CaptureError(str(exc)) from None
     status = 0
     with _closing(writer) as summary, _stopping_on(signal.SIGTERM):
         capture = Capture(mountpoint, writer)
@@ -226,7 +312,10 @@ def _run_for(command: list[str], duration: float | None) -> int:
         else:
             time.sleep(duration)
         return 0
-    child = subprocess.Popen(command)
+    try:
+        child = subprocess.Popen(command)
+    except OSError as exc:  # (not executable, not a program this machine runs ...)
+        raise CaptureError(f"capture: {command[0]}: {exc.strerror}") from None
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the command's
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     try:
@@ -251,6 +340,9 @@ def _figures(capture: Capture) -> dict:
         "calls": sum(capture.read.values()),
         "lost": capture.lost(),
         "bpftrace_lost_events": capture.events.lost_events,
+        "unnamed": capture.events.unnamed,
+        "dropped_prints": capture.dropped_prints,
+        "elsewhere": capture.rebuilder.elsewhere,
         "unknown_paths": capture.rebuilder.unknown_paths,
         "cut_names": capture.rebuilder.cut_names,
         "error": capture.error if capture.events.ready else "stopped before the probes were attached",

@@ -8,7 +8,9 @@ import os
 
 from fusetrace.capture.calls import OP_IDS, OPS
 from fusetrace.capture.events import Events, NamedCall
-from fusetrace.capture.program import END, READY
+from fusetrace.capture.program import END, READY, SLOT
+
+_SLOT = json.dumps({"type": "printf", "data": SLOT + "\n"}).encode()
 
 
 def _bpftrace(name: bytes) -> bytes:
@@ -29,13 +31,14 @@ def _bpftrace(name: bytes) -> bytes:
 def _names(name: bytes) -> list[str]:
     """What Events makes of one slot holding an open of `name`."""
     value = json.dumps(
-        [OP_IDS["open"], 10, 0, 0, 5, 3, 0, 0, 0, 0, 1, 2, 0o100644, -100, -100, "cat", 11, 1000]
+        [OP_IDS["open"], 10, 0, 0, 5, 3, 0, 0, 0, 0, 1, 2, 0o100644, -100, -100, 0, "cat", 11, 1000]
     ).encode()
     lines = [b'{"type": "map", "data": {"@%s": {"11,1000": %s}}}' % (m, v) for m, v in [
-        (b"fa", b"null"), (b"pa", value), (b"sa", _bpftrace(name)), (b"ta", b'""'),
+        (b"p0", value), (b"s0", _bpftrace(name)), (b"t0", b'""'),
     ]]  # fmt: skip
-    lines[0] = b'{"type": "map", "data": {"@fa": {}}}'
+    lines.append(_SLOT)
     lines.append(b'{"type": "map", "data": {"@n": {"%d": 1}}}' % OP_IDS["open"])
+    lines.append(json.dumps({"type": "printf", "data": END + "\n"}).encode())
     events = Events()
     return [c.name for line in lines for c in events.feed(line) if isinstance(c, NamedCall)]
 
@@ -60,24 +63,26 @@ def test_a_capture_with_no_call_has_counts_of_nothing():
     assert events.counts == {} and events.ready
 
 
-def _half(half: str, starts: list[int]) -> list[bytes]:
-    """A slot's print: a write on a descriptor and an unlink by name, each begun at `starts`."""
-    fds = {f"7,{s}": [OP_IDS["write"], 10, 0, 0, 5, 1, 1, 2, 0o100644, 1, 0, 1, 3, "w", 7, s] for s in starts}
+def _slot(index: int, starts: list[int]) -> list[bytes]:
+    """A set's print and the slot's end: a write on a descriptor and an unlink by name,
+    each begun at `starts`."""
+    fds = {f"7,{s}": [OP_IDS["write"], 10, 0, 0, 5, 1, 1, 2, 0o100644, 1, 0, 1, 3, 5, "w", 7, s] for s in starts}
     named = {
-        f"7,{s + 1}": [OP_IDS["unlink"], 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, -100, -100, "w", 7, s + 1] for s in starts
+        f"7,{s + 1}": [OP_IDS["unlink"], 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, -100, -100, 18, "w", 7, s + 1]
+        for s in starts
     }
     maps = [("@f", fds), ("@p", named), ("@s", {k: "/mnt/x" for k in named}), ("@t", {k: "" for k in named})]
-    return [json.dumps({"type": "map", "data": {m + half: d}}).encode() for m, d in maps]
+    return [json.dumps({"type": "map", "data": {f"{m}{index}": d}}).encode() for m, d in maps if d] + [_SLOT]
 
 
 def test_a_slot_printed_by_the_timer_and_by_end_is_read_once():
     """At the end, the timer's print of the last slot and END's come in either order."""
     counts = [b'{"type": "map", "data": {"@n": {"%d": 2, "%d": 2}}}' % (OP_IDS["write"], OP_IDS["unlink"])]
-    b = _half("b", [100, 200])
+    end = [json.dumps({"type": "printf", "data": END + "\n"}).encode()]
+    b = _slot(1, [100, 200])
     for lines in (
-        [*b, *_half("a", []), *b, *counts],  # the timer's print, then END's
-        [b[0], *_half("a", []), *b, *counts, *b[1:]],  # the timer's, read around END's
-        [*_half("a", []), *b, *counts, *b],  # END's, then the timer's
+        [*b, *_slot(0, []), *b, *counts, *end],  # the timer's print, then END's
+        [*_slot(0, []), *b, *counts, *end, *b],  # END's, then the timer's
     ):
         events = Events()
         calls = [c for line in lines for c in events.feed(line)]
@@ -87,3 +92,13 @@ def test_a_slot_printed_by_the_timer_and_by_end_is_read_once():
             (200, "write"),
             (201, "unlink"),
         ]
+
+
+def test_a_named_call_whose_names_were_cleared_is_not_read():
+    """A set cleared between the print of its calls and of their names: the calls are
+    not read (the counts then say they were lost), never read with empty names."""
+    p, s, t, end = _slot(2, [300])[1:]
+    events = Events()
+    calls = [c for line in (p, end) for c in events.feed(line)]
+    assert calls == [] and events.unnamed == 1
+    assert [c.name for line in (p, s, t, end, *_slot(3, [])) for c in events.feed(line)] == ["/mnt/x"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fusetrace.capture.calls import FD_CALLS, NAMED_CALLS, OP_IDS
 from fusetrace.capture.events import BadOutput, Events, Started
-from fusetrace.capture.program import CWD, READY, program
+from fusetrace.capture.program import CWD, END, READY, SLOT, program
 from fusetrace.capture.records import Rebuilder
 
 MNT = "/mnt/efs"
@@ -20,30 +20,55 @@ ROOT_INO = 2
 TID = 4242
 
 
-def _fd(op, start, file, ino, *, ret=0, offset=0, size=0, flags=0o100001, mode=0o100644, fd=3, comm="app"):
+def _fd(op, start, file, ino, *, ret=0, offset=0, size=0, flags=0o100001, mode=0o100644, fd=3, comm="app", call=0):
     """A call on a descriptor as `@f?` prints it: key, then the tuple program.py writes."""
-    values = [OP_IDS[op], 100, 1000, 1000, 5000, ret, file, ino, mode, flags, offset, size, fd, comm, TID, start]
+    values = [OP_IDS[op], 100, 1000, 1000, 5000, ret, file, ino, mode, flags, offset, size, fd, call, comm, TID, start]
     return f"{TID},{start}", values
 
 
-def _named(op, start, name, *, name2="", ret=0, flags=0, arg=0, base=0, base2=0, file=0, ino=0, mode=0, dirfd=-100):
-    values = [OP_IDS[op], 100, 1000, 1000, 7000, ret, flags, arg, base, base2, file, ino, mode, dirfd, -100, "app"]
+def _named(
+    op, start, name, *, name2="", ret=0, flags=0, arg=0, base=0, base2=0, file=0, ino=0, mode=0, dirfd=-100, call=0
+):
+    values = [
+        OP_IDS[op],
+        100,
+        1000,
+        1000,
+        7000,
+        ret,
+        flags,
+        arg,
+        base,
+        base2,
+        file,
+        ino,
+        mode,
+        dirfd,
+        -100,
+        call,
+        "app",
+    ]
     values += [TID, start]
     return f"{TID},{start}", values, name, name2
 
 
-def _lines(half, fds=(), named=()):
-    """The four lines a slot's print makes (and the empty line bpftrace adds after each)."""
-    out = [{"@f" + half: dict(fds)}, {"@p" + half: {k: v for k, v, _, _ in named}}]
-    out += [{"@s" + half: {k: n for k, _, n, _ in named}}, {"@t" + half: {k: n2 for k, _, _, n2 in named}}]
+def _lines(index, fds=(), named=()):
+    """What a slot's print makes: a set's four maps (bpftrace leaves out the empty ones,
+    and ends each print with an empty line), then the line that ends the slot."""
+    out = [{f"@f{index}": dict(fds)}, {f"@p{index}": {k: v for k, v, _, _ in named}}]
+    out += [{f"@s{index}": {k: n for k, _, n, _ in named}}, {f"@t{index}": {k: n2 for k, _, _, n2 in named}}]
     lines = []
     for data in out:
-        lines += [json.dumps({"type": "map", "data": data}).encode() + b"\n", b"\n"]
-    return lines
+        if next(iter(data.values())):
+            lines += [json.dumps({"type": "map", "data": data}).encode() + b"\n", b"\n"]
+    return [*lines, json.dumps({"type": "printf", "data": SLOT + "\n"}).encode()]
 
 
 def _counts(counts):
-    return [json.dumps({"type": "map", "data": {"@n": {str(k): v for k, v in counts.items()}}}).encode() + b"\n"]
+    return [
+        json.dumps({"type": "map", "data": {"@n": {str(k): v for k, v in counts.items()}}}).encode() + b"\n",
+        json.dumps({"type": "printf", "data": END + "\n"}).encode(),
+    ]
 
 
 def _run(lines, proc="/nonexistent"):
@@ -90,8 +115,8 @@ def test_a_write_through_an_o_sync_file_is_a_sync_write_and_a_vector_write_sizes
 
 
 def test_records_of_two_slots_come_in_start_order_even_when_the_end_prints_the_newer_first():
-    newer = _lines("a", named=[_named("getattr", 500, "/mnt/efs/b")])
-    older = _lines("b", named=[_named("getattr", 400, "/mnt/efs/a")])
+    newer = _lines(0, named=[_named("getattr", 500, "/mnt/efs/b")])
+    older = _lines(1, named=[_named("getattr", 400, "/mnt/efs/a")])  # (END prints every set: any order)
     _, _, records = _run([*newer, *older, *_counts({OP_IDS["getattr"]: 2})])
     assert [(r.start_ns, r.path) for r in records] == [(400, "/a"), (500, "/b")]
 
@@ -121,7 +146,7 @@ def test_relative_names_are_rebuilt_from_the_directory_they_start_from():
 
 
 def test_a_name_not_rebuilt_is_left_empty_and_counted():
-    _, rebuilder, records = _run(_lines("a", named=[_named("mkdir", 10, "sub", base=999, arg=0o755)]) + _counts({}))
+    _, rebuilder, records = _run(_lines(0, named=[_named("mkdir", 10, "sub", base=999, arg=0o755)]) + _counts({}))
     assert (records[0].path, records[0].mode) == ("", stat.S_IFDIR | 0o755)
     assert rebuilder.unknown_paths == 1
 
@@ -162,20 +187,20 @@ def test_any_name_comes_back_exactly_and_never_splits_a_record(raw):
     "uffffff", bytes that are not UTF-8), bpftrace's JSON keeps one record one line, and
     the name is the one the caller gave, as os.fsdecode reads it."""
     key, values, _, _ = _named("unlink", 10, "")
-    lines = [json.dumps({"type": "map", "data": {"@fa": {}}}).encode() + b"\n"]
-    lines.append(json.dumps({"type": "map", "data": {"@pa": {key: values}}}).encode() + b"\n")
+    lines = [json.dumps({"type": "map", "data": {"@p0": {key: values}}}).encode() + b"\n"]
     name = _bpftrace_json(b"/mnt/efs/" + raw)
-    lines.append(b'{"type": "map", "data": {"@sa": {"%s": %s}}}\n' % (key.encode(), name))
-    lines.append(json.dumps({"type": "map", "data": {"@ta": {key: ""}}}).encode() + b"\n")
+    lines.append(b'{"type": "map", "data": {"@s0": {"%s": %s}}}\n' % (key.encode(), name))
+    lines.append(json.dumps({"type": "map", "data": {"@t0": {key: ""}}}).encode() + b"\n")
+    lines.append(json.dumps({"type": "printf", "data": SLOT + "\n"}).encode())
     _, _, records = _run([*lines, *_counts({})])
     assert [r.path for r in records] == ["/" + os.fsdecode(raw)]
 
 
 @pytest.mark.parametrize(
-    "line", [b"not json\n", b'{"type": "map"}\n', b'{"type": "map", "data": {"@pa": {"1,2": [1, 2]}}}\n']
+    "line", [b"not json\n", b'{"type": "map"}\n', b'{"type": "map", "data": {"@f0": {"1,2": [1, 2]}}}\n']
 )
 def test_output_that_is_not_the_programs_is_refused_in_one_line(line):
-    slot_end = [json.dumps({"type": "map", "data": {m: {}}}).encode() for m in ("@sa", "@ta")]
+    slot_end = [json.dumps({"type": "printf", "data": SLOT + "\n"}).encode()]
     with pytest.raises(BadOutput):
         _run([line, *slot_end])
 

@@ -66,11 +66,39 @@ def check(mountpoint: str) -> str:
     if not os.path.exists(BTF):
         raise CaptureError(f"capture: this kernel has no BTF ({BTF}), which the probes read kernel structures with")
     path = os.path.realpath(mountpoint)
+    if not os.path.exists(path):
+        raise CaptureError(f"capture: {mountpoint}: no such directory")
     if not os.path.isdir(path):
         raise CaptureError(f"capture: {mountpoint}: not a directory")
     if not os.path.ismount(path):
         raise CaptureError(f"capture: {mountpoint}: not a mount point (give the directory a file system is mounted on)")
+    if _mounted(path)[1] == "overlay":
+        raise CaptureError(
+            f"capture: {mountpoint}: an overlay file system, whose open files are the layers' below it: "
+            f"capture the layer's mount instead"
+        )
     return path
+
+
+def _mounted(path: str) -> tuple[int, str]:
+    """The device (the kernel's encoding) and type of the file system mounted at `path`,
+    as /proc/self/mountinfo says: its major:minor is the superblock's own, which stat(2)
+    does not give on every file system (a btrfs subvolume's st_dev is one of its own)."""
+    found = (kernel_dev(os.stat(path).st_dev), "")
+    for fields in _mountinfo():
+        if len(fields) > 9 and _unescape(fields[4]) == path:
+            major, minor = fields[2].split(b":")
+            fstype = fields[fields.index(b"-") + 1] if b"-" in fields[6:] else b""
+            found = (int(major) << 20 | int(minor), os.fsdecode(fstype))  # (the last mount there is the one seen)
+    return found
+
+
+def _mountinfo() -> list[list[bytes]]:
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            return [line.split() for line in f.read().splitlines()]
+    except OSError:
+        return []
 
 
 class Capture:
@@ -80,7 +108,7 @@ class Capture:
         self.mountpoint = mountpoint
         self.writer = writer
         st = os.stat(mountpoint)
-        self.dev = kernel_dev(st.st_dev)
+        self.dev = _mounted(mountpoint)[0]
         above = _above(mountpoint)
         self.rebuilder = Rebuilder(
             mountpoint,
@@ -219,20 +247,9 @@ def _above(mountpoint: str) -> tuple[Above, ...]:
 def _submounts(mountpoint: str) -> tuple[str, ...]:
     """The mount points below the mount point, as a trace names paths ("/sub"): another
     file system's, whose named calls a path prefix would otherwise take for the mount's."""
-    out = []
-    try:
-        with open("/proc/self/mountinfo", "rb") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return ()
     root = mountpoint.rstrip("/")
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 4:
-            point = _unescape(fields[4])
-            if point.startswith(root + "/") and point.rstrip("/") != root:
-                out.append(point[len(root) :])
-    return tuple(out)
+    points = (_unescape(fields[4]) for fields in _mountinfo() if len(fields) > 4)
+    return tuple(p[len(root) :] for p in points if p.startswith(root + "/") and p.rstrip("/") != root)
 
 
 def _unescape(field: bytes) -> str:

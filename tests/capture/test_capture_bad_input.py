@@ -34,7 +34,7 @@ def test_a_directory_that_is_not_a_mount_point(tmp_path):
 
 def test_a_path_that_does_not_exist(tmp_path):
     done = _capture(str(tmp_path / "nowhere"), "--for", "1s", trace=tmp_path / "trace")
-    one_line_error(done, str(tmp_path / "nowhere"), "not a directory", code=2)
+    one_line_error(done, str(tmp_path / "nowhere"), "no such directory", code=2)
     assert not (tmp_path / "trace").exists()
 
 

@@ -391,9 +391,10 @@ def cost_checks(cost: dict) -> list[str]:
 def loss_table(loss: dict) -> list[str]:
     lines = [
         "| file system | load | round | calls/s reached | calls made (open, read, flush) | records in the trace "
-        "(open, read, flush) | records that repeat another | `lost` | `bpftrace_lost_events` | "
-        "records + lost = calls made | CPU during the load: capture, bpftrace |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "(open, read, flush) | records that repeat another | dropped by the trace writer | `lost` | "
+        "`bpftrace_lost_events` | records − repeats + dropped + lost = calls made | CPU during the load: capture, "
+        "bpftrace |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for fs, kinds in loss.items():
         for kind, runs in kinds.items():
@@ -402,21 +403,23 @@ def loss_table(loss: dict) -> list[str]:
                 cells = [fs, kind, str(one["round"] + 1), f"{one['rate_reached']:,.0f}"]
                 cells.append(", ".join(f"{made[k]:,}" for k in ("open", "read", "flush")))
                 if "capture" not in one:
-                    lines.append("| " + " | ".join([*cells, "(not captured)", "—", "—", "—", "—", "—"]) + " |")
+                    lines.append("| " + " | ".join([*cells, "(not captured)", "—", "—", "—", "—", "—", "—"]) + " |")
                     continue
                 ops, lost = one["ops"], one["capture"].get("lost") or {}
                 cells.append(", ".join(f"{ops.get(k, 0):,}" for k in ("open", "read", "flush")))
                 cells += [
                     f"{one['repeated']:,}",
+                    f"{one['trace_dropped']:,}",
                     _lost(one["capture"]),
                     f"{one['capture'].get('bpftrace_lost_events')}",
                 ]
                 # (a repeated record is not a call: records − repeats + lost is what was counted)
-                short = sum(made.values()) - (sum(ops.values()) - one["repeated"] + sum(lost.values()))
+                counted = sum(ops.values()) - one["repeated"] + one["trace_dropped"] + sum(lost.values())
+                short = sum(made.values()) - counted
                 whole = short == 0
                 extra = sorted(set(ops) - set(made))
                 cells.append(
-                    ("yes" if whole else f"**no**: {short:,} neither") + (f" (other ops: {extra})" if extra else "")
+                    ("yes" if whole else f"**no**: {short:,} unaccounted") + (f" (other ops: {extra})" if extra else "")
                 )
                 cpu = one.get("cpu_s", {})
                 cells.append(", ".join(f"{cpu[k]:.2f} s" for k in ("capture", "bpftrace") if k in cpu) or "—")
@@ -425,9 +428,11 @@ def loss_table(loss: dict) -> list[str]:
 
 
 def _accounted(one: dict) -> bool:
-    """Every call made is one record or one lost, by op, and no record repeats another."""
+    """Every call made is one record or one lost, by op, none repeated nor dropped unnamed."""
     ops, lost = one["ops"], one["capture"].get("lost") or {}
-    return one["repeated"] == 0 and all(ops.get(k, 0) + lost.get(k, 0) == n for k, n in one["calls"].items())
+    return one["repeated"] == one["trace_dropped"] == 0 and all(
+        ops.get(k, 0) + lost.get(k, 0) == n for k, n in one["calls"].items()
+    )
 
 
 def loss_checks(loss: dict, rate: int) -> list[str]:
@@ -500,7 +505,7 @@ def report(results: dict, machine: dict, tar: dict, args: argparse.Namespace, co
             "end to the capture's exit: bpftrace's END, its last maps read, the trace written). *tar's "
             "CPU* is the tar's user and system time (getrusage): the probes run in the tar's system "
             "calls and are counted there. *The tracer's CPU* is what the capture process and bpftrace "
-            "(`/proc/PID/stat`), or the FUSE server, used during the tar.",
+            "(all threads, `/proc/PID/task/*/schedstat`), or the FUSE server (`/proc/PID/stat`), used during the tar.",
             "",
             *cost_table(results["cost"]),
             "",
@@ -517,8 +522,11 @@ def report(results: dict, machine: dict, tar: dict, args: argparse.Namespace, co
             f"mount and calling `os.pread(fd, 1, 0)` in a loop, paced to {args.rate:,} calls a second "
             f"over both (*paced*), or as fast as they go (*unpaced*), for {args.seconds:g} s, under "
             "`fusetrace capture`; *unpaced-bare* is the unpaced generator uncaptured, for its rate. The "
-            "calls it made are counted by the generator; the records by op are the trace's; `lost` "
-            "and `bpftrace_lost_events` are `_metadata.json`'s `capture` section.",
+            "calls it made are counted by the generator; the records by op are the trace's; *records that "
+            "repeat another* have the same thread and start time as an earlier one (one call recorded twice); "
+            "*dropped by the trace writer* is `_metadata.json`'s `dropped` (records the capture read that the "
+            "writer's queue had no room for); `lost` and `bpftrace_lost_events` are its `capture` section. "
+            "*CPU during the load* is the capture process's and bpftrace's (all threads, schedstat).",
             "",
             *loss_table(results["loss"]),
             "",

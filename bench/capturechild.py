@@ -9,9 +9,11 @@ compiles its program: seconds) and the capture's final drain are not counted as 
 `timed` reads the CPU time of its parent (the capture process, which starts the command
 itself) and of that parent's bpftrace child just before and after CMD, so that what the
 capture's own processes spent during the work is known; run bare (its parent is not a
-capture), it gives only the command's figures.  `load` opens FILE once per thread and
-preads one byte at offset 0 in a loop, paced to RATE calls a second over all threads
-(0: as fast as they go), for SECONDS; it writes how many calls of each kind it made.
+capture), it gives only the command's figures.  With FUSETRACE_BENCH_BPF_STATS=1 (and the
+kernel's BPF statistics on) it also reads the run time of bpftrace's programs around CMD.
+`load` opens FILE once per thread and preads one byte at offset 0 in a loop, paced to RATE
+calls a second over all threads (0: as fast as they go), for SECONDS; it writes how many
+calls of each kind it made.
 Every figure goes to OUT as JSON (a file off the mount, so it is not captured).
 """
 
@@ -23,6 +25,7 @@ import sys
 import threading
 import time
 
+STATS_ENV = "FUSETRACE_BENCH_BPF_STATS"  # "1": the probes' kernel time is read (bench/capture.py --bpf-stats)
 BATCH = 256  # calls between two looks at the clock (paced: at most this many early)
 
 
@@ -73,12 +76,44 @@ def _spent(before: dict[str, float | None], after: dict[str, float | None]) -> d
     return {k: b - a for k, a in before.items() if a is not None and (b := after.get(k)) is not None}
 
 
+def _programs(pid: int) -> dict[str, tuple[int, int]]:
+    """bpftrace's programs (by descriptor): the kernel's run time and run count of each, which
+    it keeps only while kernel.bpf_stats_enabled is 1."""
+    out = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return {}
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+        except (OSError, ValueError):
+            continue
+        if "prog_type" in info and "run_cnt" in info:
+            out[fd] = (int(info["run_time_ns"]), int(info["run_cnt"]))
+    return out
+
+
+def _probe_time(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict:
+    """What the probes did in between: runs and ns in all, and the five costliest programs'."""
+    each = sorted(
+        ((ns - before.get(fd, (0, 0))[0], n - before.get(fd, (0, 0))[1]) for fd, (ns, n) in after.items()),
+        reverse=True,
+    )
+    each = [(ns, n) for ns, n in each if n]
+    return {"ns": sum(ns for ns, _ in each), "runs": sum(n for _, n in each), "top": each[:5]}
+
+
 def timed(out: str, cmd: list[str]) -> int:
     pids = _capture_pids()
+    stats = bool(pids) and os.environ.get(STATS_ENV) == "1"
     cpu0 = {k: _cpu_s(p) for k, p in pids.items()}
+    progs0 = _programs(pids["bpftrace"]) if stats else {}
     t0 = time.monotonic_ns()
     code = subprocess.run(cmd).returncode
     t1 = time.monotonic_ns()
+    progs1 = _programs(pids["bpftrace"]) if stats else {}
     cpu1 = {k: _cpu_s(p) for k, p in pids.items()}
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     figures = {
@@ -90,6 +125,8 @@ def timed(out: str, cmd: list[str]) -> int:
         "cpu_s": _spent(cpu0, cpu1),
         "exit": code,
     }
+    if stats:
+        figures["probes"] = _probe_time(progs0, progs1)
     with open(out, "w") as f:
         json.dump(figures, f)
     return code

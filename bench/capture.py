@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 import targets as T
 from capturechild import STATS_ENV
 from common import FUSETRACE, cpu_s, server_pid, write_between
-from run import _load, _machine
+from run import _load, _loadavg1, _machine
 
 MARK = "<!-- capture -->"
 DEFAULT_WORKDIR = "/var/tmp/fusetrace-bench-capture"
@@ -247,7 +247,7 @@ def cost_once(mode: str, fs: Path, tar: str, work: Path, tag: str) -> dict:
         shutil.rmtree(src, ignore_errors=True)
     if one["exit"] != 0:
         raise RuntimeError(f"tar exited {one['exit']} ({mode}, {tag})")
-    one["load"] = _loadavg()
+    one["load"] = _loadavg1()
     shutil.rmtree(fs / "x", ignore_errors=True)
     return one
 
@@ -262,14 +262,9 @@ def load_once(fs: Path, work: Path, rate: int, seconds: float, threads: int, tag
         subprocess.run(cmd, check=True)
         one = _child_figures(out)
     else:
-        one = {**captured(fs, work / "traces" / tag, cmd, out)}
-    one["load"] = _loadavg()
+        one = captured(fs, work / "traces" / tag, cmd, out)
+    one["load"] = _loadavg1()
     return one
-
-
-def _loadavg() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
 
 
 def run_cost(mounts: dict[str, Path], tar: str, rounds: int, work: Path) -> dict:

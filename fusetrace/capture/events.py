@@ -68,11 +68,15 @@ class NamedCall(NamedTuple):
     dirfd: int
     dirfd2: int
     call: int  # which system call: its index in calls.NAMED_CALLS
+    names: int  # which names the probe printed: 1 the first, 2 the second (else "")
     comm: str
     tid: int
     start_ns: int
     name: str  # as the caller gave it (absolute or relative); cut at STRLEN - 1 bytes
     name2: str  # the second path, a symlink's target or an attribute's name
+
+
+_NAMES = NamedCall._fields.index("names")
 
 
 class Started(NamedTuple):
@@ -170,11 +174,13 @@ class Events:
         slot = self._fd
         try:
             for key, values in self._named.items():
-                if key in names and key in names2:
-                    slot.append(NamedCall._make([*values, names[key], names2[key]]))
-                else:
+                name, name2 = names.get(key), names2.get(key)
+                printed = values[_NAMES]
+                if (name is None and printed & 1) or (name2 is None and printed & 2):
                     self.unnamed += 1
-        except TypeError as exc:
+                else:
+                    slot.append(NamedCall._make([*values, name or "", name2 or ""]))
+        except (TypeError, IndexError) as exc:
             raise BadOutput(f"a map bpftrace printed is not the program's: {exc}") from None
         self._fd, self._named, self._names, self._names2 = [], {}, {}, {}
         slot = self._unread(slot)

@@ -71,13 +71,8 @@ def program(dev: int, mountpoint: bytes, self_pid: int, above: tuple[Above, ...]
     relative to a directory of `above` that lead into the mount are matched too."""
     parts = [f'BEGIN {{ printf("{READY}\\n"); }}']
     parts += [_fd_enter(i, call, dev, self_pid) for i, call in enumerate(FD_CALLS)]
-    parts.append(_fd_exit())
     parts += [_named_enter(i, call, self_pid) for i, call in enumerate(NAMED_CALLS)]
-    opens = [c for c in NAMED_CALLS if c.op in ("open", "create")]
-    match = _Match(dev, mountpoint, above)
-    parts.append(_named_exit(opens, match))
-    parts.append(_named_exit([c for c in NAMED_CALLS if c not in opens], match))
-    parts += [_exec(dev, self_pid), _timer(), _end()]
+    parts += [_exit(_Match(dev, mountpoint, above)), _exec(dev, self_pid), _timer(), _end()]
     return "\n".join(parts) + "\n"
 
 
@@ -94,12 +89,9 @@ def _is_dir(mode: str) -> str:
     return f"(({mode}) & {_S_IFMT:#x}) == {_S_IFDIR:#x}"
 
 
-def _set(record: str, maps: str) -> str:
-    """Statements that put a record (and its names) in the set of this slot."""
-    out = []
-    for i in range(SETS):
-        writes = " ".join(f"@{m}{i}[tid, $e.1] = {v};" for m, v in zip(maps, record.split("\0"), strict=True))
-        out.append(f"if ($set == {i}) {{ {writes} }}")
+def _set(record: str) -> str:
+    """Statements that put a call on a descriptor's record in the set of this slot."""
+    out = [f"if ($set == {i}) {{ @f{i}[tid, $e.1] = {record}; }}" for i in range(SETS)]
     return f"$set = (nsecs / {PERIOD_NS}) % {SETS}; " + " else ".join(out)
 
 
@@ -122,6 +114,18 @@ def _fd_enter(index: int, call: Fd, dev: int, self_pid: int) -> str:
     )
 
 
+def _exit(match: "_Match") -> str:
+    """The two programs every exit runs (a map lookup each for a call not followed): a
+    call on a descriptor's record, and a named call's, matched as the module says.  (One
+    program for both passes the 512-byte stack: a record of each kind and two names.)"""
+    return (
+        f"{_EXIT} /@f[tid].1/ {{\n"
+        f"  $e = @f[tid]; delete(@f[tid]); if ($e.10 == args->id) {{\n{_fd_exit()}  }}\n}}\n"
+        f"{_EXIT} /@p[tid].1/ {{\n"
+        f"  $q = @p[tid]; delete(@p[tid]); if ($q.9 == args->id) {{\n{_named_exit(match)}  }}\n}}"
+    )
+
+
 def _fd_exit() -> str:
     # an O_APPEND write lands at the end of the file, wherever the position was
     offset = (
@@ -130,15 +134,7 @@ def _fd_exit() -> str:
     )
     fields = "$e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $off, $e.4, $e.8, $e.9"
     record = f"({fields}, comm, tid, $e.1)"
-    return (
-        f"{_EXIT} /@f[tid].1/ {{\n"
-        f"  $e = @f[tid]; delete(@f[tid]);\n"
-        f"  if ($e.10 == args->id) {{\n"
-        f"    {offset}\n"
-        f"    @n[$e.0] = count();\n"
-        f"    {_set(record, 'f')}\n"
-        f"  }}\n}}"
-    )
+    return f"    {offset}\n    @n[$e.0] = count();\n    {_set(record)}\n"
 
 
 def _named_enter(index: int, call: Named, self_pid: int) -> str:
@@ -200,47 +196,59 @@ class _Match(NamedTuple):
         )
 
 
-def _named_exit(calls: list[Named], match: _Match) -> str:
-    """One body for the exits of `calls`, all opens or none: their first name, and the
-    second where it is a path (rename, link), matched as the module says."""
-    ops = sorted({OP_IDS[c.op] for c in calls})
+def _named_exit(match: "_Match") -> str:
+    """A named call's exit (its entry is $q): its first name, and the second where it is a
+    path (rename, link).  An open that succeeded is matched by what it opened, and only
+    the inode of the directory its name starts from is looked up; a name is printed only
+    where the call has one (the record says which it has)."""
+    opens = " || ".join(f"$op == {OP_IDS[op]}" for op in ("open", "create"))
+    twos = " || ".join(f"$op == {OP_IDS[op]}" for op in sorted({c.op for c in NAMED_CALLS if c.path2}))
+    base = (
+        "    $d = curtask->fs->pwd.dentry;\n"
+        f"    if ($q.2 != {AT_FDCWD}) {{ {_file('$q.2', '$g')} $d = (struct dentry *)0; "
+        "if ($g != 0) { $d = $g->f_path.dentry; } }\n"
+        "    if ($d != 0) { $b1 = $d->d_inode->i_ino; }\n"
+    )
     body = "  $m = 0; $b1 = (uint64)0; $b2 = (uint64)0; $fp = (uint64)0;\n"
-    body += "  $ino = (uint64)0; $mode = (uint64)0; $op = $e.0; $n2 = $e.5;\n"
-    if calls[0].op in ("open", "create"):
-        # an open is matched by what it opened (a failed one by its name), and a
-        # relative name's starting directory is sent all the same
-        body += match.name("$e.3", "$e.2", "$b1", None)
-        body += (
-            f"  if (args->ret >= 0) {{ $m = 0; {_file('args->ret', '$o')}\n"
-            f"    if ($o != 0) {{ if ($o->f_inode->i_sb->s_dev == {match.dev}) {{ $m = 1; $fp = (uint64)$o; "
-            f"$ino = $o->f_inode->i_ino; $mode = $o->f_inode->i_mode;\n"
-            # (and what it opened by name in its directory: the path when the caller's
-            # starting directory is off the mount, `cat mnt/file` from its parent)
-            f"      $w = $o->f_path.dentry; $b2 = $w->d_parent->d_inode->i_ino; "
-            f"$n2 = (uint64)$w->d_name.name; }} }}\n  }}\n"
-            f"  if ($e.6 & {_O_CREAT:#x}) {{ $op = {OP_IDS['create']}; }}\n"
-            # (O_TMPFILE holds O_DIRECTORY's bit: a file made in the directory, a create)
-            f"  if ($e.6 & {_O_TMPFILE:#x}) {{ $op = {OP_IDS['create']}; }}\n"
-            f"  else {{ if (($e.6 & {_O_DIRECTORY:#x}) || {_is_dir('$mode')}) {{ $op = {OP_IDS['opendir']}; }} }}\n"
-        )
-    else:
-        body += match.name("$e.3", "$e.2", "$b1", "$fp")
-        two = " || ".join(f"$op == {OP_IDS[op]}" for op in sorted({c.op for c in calls if c.path2}))
-        if two:
-            body += f"  if ({two}) {{\n{match.name('$e.5', '$e.4', '$b2', None)}  }}\n"
-        body += f"  if ($op == {OP_IDS['unlink']} && ($e.6 & {_AT_REMOVEDIR:#x})) {{ $op = {OP_IDS['rmdir']}; }}\n"
+    body += "  $ino = (uint64)0; $mode = (uint64)0; $op = $q.0; $n2 = $q.5;\n"
+    body += (
+        f"  if (({opens}) && args->ret >= 0) {{ {_file('args->ret', '$o')}\n"
+        f"    if ($o != 0) {{ if ($o->f_inode->i_sb->s_dev == {match.dev}) {{ $m = 1; $fp = (uint64)$o; "
+        f"$ino = $o->f_inode->i_ino; $mode = $o->f_inode->i_mode;\n"
+        # (and what it opened by name in its directory: the path when the caller's
+        # starting directory is off the mount, `cat mnt/file` from its parent)
+        f"      $w = $o->f_path.dentry; $b2 = $w->d_parent->d_inode->i_ino; $n2 = (uint64)$w->d_name.name;\n"
+        f"{base}    }} }}\n"
+        f"  }} else {{\n{match.name('$q.3', '$q.2', '$b1', '$fp')}"
+        f"  if ({twos}) {{\n{match.name('$q.5', '$q.4', '$b2', None)}  }} }}\n"
+        f"  if ($op == {OP_IDS['open']}) {{\n"
+        f"    if ($q.6 & {_O_CREAT:#x}) {{ $op = {OP_IDS['create']}; }}\n"
+        # (O_TMPFILE holds O_DIRECTORY's bit: a file made in the directory, a create)
+        f"    if ($q.6 & {_O_TMPFILE:#x}) {{ $op = {OP_IDS['create']}; }}\n"
+        f"    else {{ if (($q.6 & {_O_DIRECTORY:#x}) || {_is_dir('$mode')}) {{ $op = {OP_IDS['opendir']}; }} }}\n"
+        f"  }}\n"
+        f"  if ($op == {OP_IDS['unlink']} && ($q.6 & {_AT_REMOVEDIR:#x})) {{ $op = {OP_IDS['rmdir']}; }}\n"
         # where a chdir went, which later relative names start from: its inode, and its
         # parent's and its name (what the directory was matched by is the new one: the
         # exit is after the change)
-        body += (
-            f"  if ($op == {OP_IDS['chdir']}) {{ $w = curtask->fs->pwd.dentry; $ino = $w->d_inode->i_ino; "
-            f"$b2 = $w->d_parent->d_inode->i_ino; $n2 = (uint64)$w->d_name.name; }}\n"
+        f"  if ($op == {OP_IDS['chdir']}) {{ $w = curtask->fs->pwd.dentry; $ino = $w->d_inode->i_ino; "
+        f"$b2 = $w->d_parent->d_inode->i_ino; $n2 = (uint64)$w->d_name.name; }}\n"
+    )
+    # which names the record has (1: the first, 2: the second): the others are not printed
+    fields = "$op, pid, uid, gid, nsecs - $q.1, args->ret, $q.6, $q.7, $b1, $b2, $fp, $ino, $mode, $q.2, $q.4, $q.8"
+    record = f"({fields}, $names, comm, tid, $q.1)"
+    writes = []
+    for i in range(SETS):
+        writes.append(
+            f"if ($set == {i}) {{ @p{i}[tid, $q.1] = {record}; "
+            f"if ($q.3 != 0) {{ @s{i}[tid, $q.1] = str($q.3); }} if ($n2 != 0) {{ @t{i}[tid, $q.1] = str($n2); }} }}"
         )
-    fields = "$op, pid, uid, gid, nsecs - $e.1, args->ret, $e.6, $e.7, $b1, $b2, $fp, $ino, $mode, $e.2, $e.4, $e.8"
-    record = f"({fields}, comm, tid, $e.1)\0str($e.3)\0str($n2)"
-    body += f"  if ($m) {{\n    @n[$op] = count();\n    {_set(record, 'pst')}\n  }}\n"
-    which = " || ".join(f"@p[tid].0 == {op}" for op in ops)
-    return f"{_EXIT} /{which}/ {{\n  $e = @p[tid]; delete(@p[tid]);\n  if ($e.9 == args->id) {{\n{body}  }}\n}}"
+    body += (
+        f"  if ($m) {{\n    @n[$op] = count();\n"
+        f"    $names = ($q.3 != 0 ? 1 : 0) | ($n2 != 0 ? 2 : 0);\n"
+        f"    $set = (nsecs / {PERIOD_NS}) % {SETS}; " + " else ".join(writes) + "\n  }\n"
+    )
+    return body
 
 
 def _exec(dev: int, self_pid: int) -> str:

@@ -31,7 +31,7 @@ def _bpftrace(name: bytes) -> bytes:
 def _names(name: bytes) -> list[str]:
     """What Events makes of one slot holding an open of `name`."""
     value = json.dumps(
-        [OP_IDS["open"], 10, 0, 0, 5, 3, 0, 0, 0, 0, 1, 2, 0o100644, -100, -100, 0, "cat", 11, 1000]
+        [OP_IDS["open"], 10, 0, 0, 5, 3, 0, 0, 0, 0, 1, 2, 0o100644, -100, -100, 0, 1, "cat", 11, 1000]
     ).encode()
     lines = [b'{"type": "map", "data": {"@%s": {"11,1000": %s}}}' % (m, v) for m, v in [
         (b"p0", value), (b"s0", _bpftrace(name)), (b"t0", b'""'),
@@ -68,7 +68,7 @@ def _slot(index: int, starts: list[int]) -> list[bytes]:
     each begun at `starts`."""
     fds = {f"7,{s}": [OP_IDS["write"], 10, 0, 0, 5, 1, 1, 2, 0o100644, 1, 0, 1, 3, 5, "w", 7, s] for s in starts}
     named = {
-        f"7,{s + 1}": [OP_IDS["unlink"], 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, -100, -100, 18, "w", 7, s + 1]
+        f"7,{s + 1}": [OP_IDS["unlink"], 10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, -100, -100, 18, 1, "w", 7, s + 1]
         for s in starts
     }
     maps = [("@f", fds), ("@p", named), ("@s", {k: "/mnt/x" for k in named}), ("@t", {k: "" for k in named})]

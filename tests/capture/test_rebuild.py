@@ -29,25 +29,9 @@ def _fd(op, start, file, ino, *, ret=0, offset=0, size=0, flags=0o100001, mode=0
 def _named(
     op, start, name, *, name2="", ret=0, flags=0, arg=0, base=0, base2=0, file=0, ino=0, mode=0, dirfd=-100, call=0
 ):
-    values = [
-        OP_IDS[op],
-        100,
-        1000,
-        1000,
-        7000,
-        ret,
-        flags,
-        arg,
-        base,
-        base2,
-        file,
-        ino,
-        mode,
-        dirfd,
-        -100,
-        call,
-        "app",
-    ]
+    names = (1 if name else 0) | (2 if name2 else 0)  # (the names the probe printed)
+    values = [OP_IDS[op], 100, 1000, 1000, 7000, ret, flags, arg, base, base2, file, ino, mode, dirfd, -100]
+    values += [call, names, "app"]
     values += [TID, start]
     return f"{TID},{start}", values, name, name2
 

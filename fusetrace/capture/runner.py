@@ -375,6 +375,8 @@ def _say(writer: TraceWriter, s: dict) -> None:
             if -1 not in lost.values()
             else ("; the probes' counts were not read: losses unknown")
         )
+    if writer.dropped:
+        said += f"; {writer.dropped:,} records dropped (the trace writer's queue was full)"
     if s["unknown_paths"]:
         said += f"; {s['unknown_paths']:,} paths not rebuilt"
     if s["error"]:

@@ -20,7 +20,6 @@ bench/out/capture-*.json.  As root (it mounts and captures).
 
 import argparse
 import contextlib
-import datetime
 import io
 import json
 import os
@@ -41,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pyarrow.parquet as pq
 import targets as T
 from capturechild import STATS_ENV
-from common import FUSETRACE, cpu_s, server_pid, write_between
+from common import FUSETRACE, cpu_s, publish, server_pid
 from run import _load, _loadavg1, _machine
 
 MARK = "<!-- capture -->"
@@ -631,15 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_end"] = _load()
     command = "bench/capture.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, machine, tar, args, command.strip())
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    raw = T.CACHE / f"capture-{stamp}.json"
-    raw.write_text(json.dumps({"command": command, "machine": machine, "tar": tar, "results": results}, indent=2))
-    out = Path(args.out) if Path(args.out).is_absolute() else T.REPO / args.out
-    if not out.exists():
-        out.write_text("")
-    write_between(out, MARK, text)
-    print(text)
-    print(f"\nwrote {out} (raw figures: {raw})")
+    publish("capture", command, {"machine": machine, "tar": tar, "results": results}, text, args.out, MARK)
     return 0
 
 

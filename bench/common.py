@@ -2,6 +2,8 @@
 its CPU time, the caller of handlers run in this process, and writing figures between a
 page's markers."""
 
+import datetime
+import json
 import os
 import subprocess
 import sys
@@ -59,3 +61,19 @@ def write_between(docs: Path, mark: str, text: str) -> None:
     head, _, rest = body.partition(mark)
     _, _, tail = rest.partition(mark)
     docs.write_text(f"{head}{mark}\n{text}\n{mark}{tail}")
+
+
+def publish(name: str, command: str, raw: dict, text: str, out: str, mark: str) -> None:
+    """A benchmark's results: its raw figures in bench/out/NAME-STAMP.json, its text between
+    `mark`'s lines of the page `out` (relative to the repository), and both said."""
+    from targets import CACHE, REPO  # (targets imports this module)
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = CACHE / f"{name}-{stamp}.json"
+    path.write_text(json.dumps({"command": command, **raw}, indent=2))
+    page = Path(out) if Path(out).is_absolute() else REPO / out
+    if not page.exists():
+        page.write_text("")
+    write_between(page, mark, text)
+    print(text)
+    print(f"\nwrote {page} (raw figures: {path})")

@@ -16,8 +16,6 @@ bench/out/smallfiles-*.json.  As root (it mounts, drops caches and reads tracefs
 """
 
 import argparse
-import datetime
-import json
 import os
 import shutil
 import statistics
@@ -31,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fuserequests as FR
 import targets as T
-from common import cpu_s, server_pid, write_between
+from common import cpu_s, publish, server_pid
 from run import _load, _machine
 from workloads import can_drop_caches, drop_caches
 
@@ -394,15 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_end"] = _load()
     command = "bench/smallfiles.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, machine, tar, args, command.strip())
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    raw = T.CACHE / f"smallfiles-{stamp}.json"
-    raw.write_text(json.dumps({"command": command, "machine": machine, "tar": tar, "results": results}, indent=2))
-    out = Path(args.out) if Path(args.out).is_absolute() else T.REPO / args.out
-    if not out.exists():
-        out.write_text("")
-    write_between(out, MARK, text)
-    print(text)
-    print(f"\nwrote {out} (raw figures: {raw})")
+    publish("smallfiles", command, {"machine": machine, "tar": tar, "results": results}, text, args.out, MARK)
     return 0
 
 

@@ -6,26 +6,13 @@ in which no call was counted, whose empty counts it does not print, lost nothing
 import json
 import os
 
+from support.capture import bpftrace_json
+
 from fusetrace.capture.calls import OP_IDS, OPS
 from fusetrace.capture.events import Events, NamedCall
 from fusetrace.capture.program import END, READY, SLOT
 
 _SLOT = json.dumps({"type": "printf", "data": SLOT + "\n"}).encode()
-
-
-def _bpftrace(name: bytes) -> bytes:
-    """`name` as a JSON string, escaped as bpftrace 0.17 escapes it."""
-    out = b""
-    for b in name:
-        if b in b'"\\':
-            out += b"\\" + bytes([b])
-        elif b < 0x20:
-            out += b"\\u%04x" % b
-        elif b > 0x7F:
-            out += b"\\u%08x" % (b | 0xFFFFFF00)  # (a signed char, printed with %04x)
-        else:
-            out += bytes([b])
-    return b'"' + out + b'"'
 
 
 def _names(name: bytes) -> list[str]:
@@ -34,7 +21,7 @@ def _names(name: bytes) -> list[str]:
         [OP_IDS["open"], 10, 0, 0, 5, 3, 0, 0, 0, 0, 1, 2, 0o100644, -100, -100, 0, 1, "cat", 11, 1000]
     ).encode()
     lines = [b'{"type": "map", "data": {"@%s": {"11,1000": %s}}}' % (m, v) for m, v in [
-        (b"p0", value), (b"s0", _bpftrace(name)), (b"t0", b'""'),
+        (b"p0", value), (b"s0", bpftrace_json(name)), (b"t0", b'""'),
     ]]  # fmt: skip
     lines.append(_SLOT)
     lines.append(b'{"type": "map", "data": {"@n": {"%d": 1}}}' % OP_IDS["open"])

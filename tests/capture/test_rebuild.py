@@ -9,6 +9,7 @@ import stat
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.capture import bpftrace_json
 
 from fusetrace.capture.calls import FD_CALLS, NAMED_CALLS, OP_IDS
 from fusetrace.capture.events import BadOutput, Events, Started
@@ -149,22 +150,6 @@ def test_a_chdir_is_followed_but_not_recorded():
     assert [(r.op, r.path) for r in records] == [("create", "/w/f")]
 
 
-def _bpftrace_json(text: bytes) -> bytes:
-    """A string as bpftrace 0.17's JSON output writes it: quote and backslash escaped,
-    control bytes as \\u00XX, and each byte above 0x7f as \\uffffffXX (its signed char)."""
-    out = bytearray(b'"')
-    for b in text:
-        if b in b'"\\':
-            out += b"\\" + bytes([b])
-        elif b < 0x20:
-            out += b"\\u%04x" % b
-        elif b > 0x7F:
-            out += b"\\uffffff%02x" % b
-        else:
-            out.append(b)
-    return bytes(out + b'"')
-
-
 @given(st.binary(min_size=1, max_size=60).filter(lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b"..")))
 def test_any_name_comes_back_exactly_and_never_splits_a_record(raw):
     """Whatever bytes a hostile name holds (newlines, quotes, braces, backslashes before
@@ -172,7 +157,7 @@ def test_any_name_comes_back_exactly_and_never_splits_a_record(raw):
     the name is the one the caller gave, as os.fsdecode reads it."""
     key, values, _, _ = _named("unlink", 10, "")
     lines = [json.dumps({"type": "map", "data": {"@p0": {key: values}}}).encode() + b"\n"]
-    name = _bpftrace_json(b"/mnt/efs/" + raw)
+    name = bpftrace_json(b"/mnt/efs/" + raw)
     lines.append(b'{"type": "map", "data": {"@s0": {"%s": %s}}}\n' % (key.encode(), name))
     lines.append(json.dumps({"type": "map", "data": {"@t0": {key: ""}}}).encode() + b"\n")
     lines.append(json.dumps({"type": "printf", "data": SLOT + "\n"}).encode())

@@ -58,6 +58,23 @@ _OPENS = {"open", "openat", "creat", "openat2"}
 _FLAGS = {"open": 1, "openat": 2}  # the flags' argument
 
 
+def bpftrace_json(name: bytes) -> bytes:
+    """`name` as a JSON string, escaped as bpftrace 0.17's JSON output escapes it: quote and
+    backslash, control bytes as \\u00XX, and each byte above 0x7f as \\uffffffXX (a signed
+    char printed with %04x)."""
+    out = b""
+    for b in name:
+        if b in b'"\\':
+            out += b"\\" + bytes([b])
+        elif b < 0x20:
+            out += b"\\u%04x" % b
+        elif b > 0x7F:
+            out += b"\\u%08x" % (b | 0xFFFFFF00)
+        else:
+            out += bytes([b])
+    return b'"' + out + b'"'
+
+
 @contextlib.contextmanager
 def local_mount(kind: str, where: Path) -> Iterator[Path]:
     """A fresh tmpfs or loop-mounted ext4 at where/mnt; unmounted (polled until it is gone)

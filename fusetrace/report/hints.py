@@ -300,15 +300,17 @@ def missing_records(f: Facts) -> Hint | None:
     missing = (m.get("dropped") or 0) + (m.get("lost") or 0) + sum(capture_lost(m).values())
     if missing < MISSING_RECORDS_COUNT:
         return None
+    written = (m.get("dropped") or 0) + (m.get("lost") or 0)  # the writer's: the trace's disk kept up or not
+    advice = [
+        "trace to a local disk that keeps up, not to the traced file system or a network one" if written else "",
+        "a capture loses what its probes counted past what bpftrace delivers (docs/BENCHMARKS.md, "
+        "'Capture (eBPF)'): capture fewer processes or a quieter time"
+        if capture_lost(m)
+        else "",
+    ]
     return {
         "hint": "missing-records",
         "records": missing,
         "text": f"the trace is missing {int_text(missing)} records (dropped or lost, see above): every count "
-        f"here is short; trace to a local disk that keeps up, not to the traced file system or a "
-        f"network one"
-        + (
-            "; a capture past what its probes deliver loses calls: capture a shorter run or fewer processes"
-            if capture_lost(m)
-            else ""
-        ),
+        f"here is short; " + "; ".join(a for a in advice if a),
     }

@@ -29,6 +29,7 @@ from a directory above the mount point (`rm efs/x` from /mnt).  Names are printe
 their own maps (STRLEN bytes each), so that no probe holds two on its 512-byte stack.
 """
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .calls import AT_FDCWD, FD_CALLS, NAMED_CALLS, OP_IDS, Fd, Named
@@ -89,9 +90,10 @@ def _is_dir(mode: str) -> str:
     return f"(({mode}) & {_S_IFMT:#x}) == {_S_IFDIR:#x}"
 
 
-def _set(record: str) -> str:
-    """Statements that put a call on a descriptor's record in the set of this slot."""
-    out = [f"if ($set == {i}) {{ @f{i}[tid, $e.1] = {record}; }}" for i in range(SETS)]
+def _in_set(writes: Callable[[int], str]) -> str:
+    """Statements that run `writes(i)` for the set i of this slot (bpftrace names maps
+    only by literals: one branch per set)."""
+    out = [f"if ($set == {i}) {{ {writes(i)} }}" for i in range(SETS)]
     return f"$set = (nsecs / {PERIOD_NS}) % {SETS}; " + " else ".join(out)
 
 
@@ -134,7 +136,8 @@ def _fd_exit() -> str:
     )
     fields = "$e.0, pid, uid, gid, nsecs - $e.1, args->ret, $e.2, $e.5, $e.7, $e.6, $off, $e.4, $e.8, $e.9"
     record = f"({fields}, comm, tid, $e.1)"
-    return f"    {offset}\n    @n[$e.0] = count();\n    {_set(record)}\n"
+    store = _in_set(lambda i: f"@f{i}[tid, $e.1] = {record};")
+    return f"    {offset}\n    @n[$e.0] = count();\n    {store}\n"
 
 
 def _named_enter(index: int, call: Named, self_pid: int) -> str:
@@ -237,16 +240,15 @@ def _named_exit(match: "_Match") -> str:
     # which names the record has (1: the first, 2: the second): the others are not printed
     fields = "$op, pid, uid, gid, nsecs - $q.1, args->ret, $q.6, $q.7, $b1, $b2, $fp, $ino, $mode, $q.2, $q.4, $q.8"
     record = f"({fields}, $names, comm, tid, $q.1)"
-    writes = []
-    for i in range(SETS):
-        writes.append(
-            f"if ($set == {i}) {{ @p{i}[tid, $q.1] = {record}; "
-            f"if ($q.3 != 0) {{ @s{i}[tid, $q.1] = str($q.3); }} if ($n2 != 0) {{ @t{i}[tid, $q.1] = str($n2); }} }}"
+    store = _in_set(
+        lambda i: (
+            f"@p{i}[tid, $q.1] = {record}; "
+            f"if ($q.3 != 0) {{ @s{i}[tid, $q.1] = str($q.3); }} if ($n2 != 0) {{ @t{i}[tid, $q.1] = str($n2); }}"
         )
+    )
     body += (
         f"  if ($m) {{\n    @n[$op] = count();\n"
-        f"    $names = ($q.3 != 0 ? 1 : 0) | ($n2 != 0 ? 2 : 0);\n"
-        f"    $set = (nsecs / {PERIOD_NS}) % {SETS}; " + " else ".join(writes) + "\n  }\n"
+        f"    $names = ($q.3 != 0 ? 1 : 0) | ($n2 != 0 ? 2 : 0);\n    {store}\n  }}\n"
     )
     return body
 

@@ -8,7 +8,7 @@ book of what is known (an open file's path, a directory inode's path) is filled 
 calls themselves: opens, chdir, and renames and removals, which move or drop its
 entries.  Where the book does not know (a descriptor opened before the capture began, a
 working directory entered before it), /proc/PID/fd/N or /proc/PID/cwd is read, while the
-process still has it.  What cannot be rebuilt is left "" and counted (`unknown_paths`):
+process still has it.  What cannot be rebuilt is left "" and its records counted (`unknown_paths`):
 a descriptor closed and a process gone before its records were read (records are read a
 slot, 0.2 s, after they happen), a directory renamed since the book learnt it (its
 files' paths keep the old name), a name cut at the probes' STRLEN - 1 bytes (`cut_names`).
@@ -129,7 +129,6 @@ class Rebuilder:
             if not errno:
                 if not path:  # its name in the directory it was found in (the probes send both)
                     path = _joined(self._dirs.get(c.base2), c.name2) or ""
-                    self.unknown_paths -= bool(path)
                 fh = self._opened(c.file, path, c.mode)
                 inode = c.ino
                 self._know_dir(c.ino, path)
@@ -163,6 +162,7 @@ class Rebuilder:
         size = c.arg if op in _SIZED or call == "truncate" else 0
         result = c.ret if c.ret > 0 and op in ("getxattr", "listxattr", "readlink") else 0
         flags = c.flags if fh or op in ("open", "create", "opendir") else 0
+        self.unknown_paths += path == ""
         return _record((
             c.start_ns, c.dur_ns, op, inode, path, path2, fh, 0, size, result, errno, c.pid, c.uid, c.gid,
             0, None, 0, 0, 0, None, c.comm, _KINDS[op], flags, mode, 0, None, c.tid,
@@ -191,6 +191,7 @@ class Rebuilder:
         elif op == "setattr" and 0 <= c.call < len(FD_CALLS):
             path2 = _SETS.get(FD_CALLS[c.call].name, "")
         flags = c.file_flags if op == "write" else 0
+        self.unknown_paths += known.path == ""
         return _record((
             c.start_ns, c.dur_ns, op, c.ino, known.path, path2, known.fh, c.offset, size, result, errno,
             c.pid, c.uid, c.gid, 0, None, 0, 0, 0, None, c.comm, kind, flags, c.mode, 0, None, c.tid,
@@ -237,7 +238,6 @@ class Rebuilder:
         i-th directory above the mount point); "" unknown, None not on the mount."""
         if len(name.encode(errors="surrogateescape")) >= STRLEN - 1:
             self.cut_names += 1  # (cut by the probes: its end is not known)
-            self.unknown_paths += 1
             return ""
         if name.startswith("/"):
             return self._below(name)
@@ -248,8 +248,6 @@ class Rebuilder:
         if path == "":  # the process's own view, while it has one
             link = f"{self._proc}/{pid}/cwd" if dirfd == -100 else f"{self._proc}/{pid}/fd/{dirfd}"
             path = self._joined_below(self._link(link), name)
-        if path == "":
-            self.unknown_paths += 1
         return path
 
     def _under_submount(self, path: str) -> bool:
@@ -288,8 +286,6 @@ class Rebuilder:
             link = f"{self._proc}/{c.pid}/fd/{c.fd}"
             st = self._stat(link)  # (the descriptor may have been closed and taken again since)
             path = self._below(self._link(link)) if st and st.st_ino == c.ino else None
-        if not path:
-            self.unknown_paths += 1
         return path or ""
 
     def _stat(self, link: str) -> os.stat_result | None:
